@@ -1,0 +1,132 @@
+//! Block devices: where bytes live. An image file, a raw block device, or memory.
+
+use crate::error::{Error, Result};
+use parking_lot::RwLock;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// A byte-addressed device. Implementations must be usable from many threads.
+pub trait BlockDevice: Send + Sync {
+    /// Read exactly `buf.len()` bytes at `off`.
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()>;
+    /// Write all of `buf` at `off`.
+    fn write_at(&self, off: u64, buf: &[u8]) -> Result<()>;
+    /// Make every completed write durable.
+    fn flush(&self) -> Result<()>;
+    /// Size in bytes.
+    fn size(&self) -> u64;
+}
+
+/// An image file or a block device opened by path.
+pub struct FileDevice {
+    file: File,
+    size: u64,
+}
+
+impl FileDevice {
+    /// Open an existing image or device, read-write unless `read_only`.
+    pub fn open(path: &Path, read_only: bool) -> Result<FileDevice> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!read_only)
+            .open(path)
+            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        // Seeking to the end gives the size of both regular files and block devices.
+        let size = {
+            use std::io::{Seek, SeekFrom};
+            let mut f = &file;
+            f.seek(SeekFrom::End(0)).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?
+        };
+        Ok(FileDevice { file, size })
+    }
+
+    /// Create (or truncate) an image file of `size` bytes.
+    pub fn create(path: &Path, size: u64) -> Result<FileDevice> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        file.set_len(size).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        Ok(FileDevice { file, size })
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        if off.checked_add(buf.len() as u64).is_none_or(|end| end > self.size) {
+            return Err(Error::Io(format!(
+                "read of {} bytes at {off} is beyond the device end ({})",
+                buf.len(),
+                self.size
+            )));
+        }
+        self.file.read_exact_at(buf, off).map_err(|e| Error::Io(format!("read at {off}: {e}")))
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
+        if off.checked_add(buf.len() as u64).is_none_or(|end| end > self.size) {
+            return Err(Error::Io(format!(
+                "write of {} bytes at {off} is beyond the device end ({})",
+                buf.len(),
+                self.size
+            )));
+        }
+        self.file.write_all_at(buf, off).map_err(|e| Error::Io(format!("write at {off}: {e}")))
+    }
+    fn flush(&self) -> Result<()> {
+        self.file.sync_data().map_err(|e| Error::Io(format!("flush: {e}")))
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// A device in memory, for tests and benchmarks.
+pub struct MemDevice {
+    data: RwLock<Vec<u8>>,
+}
+
+impl MemDevice {
+    /// A zero-filled device of `size` bytes.
+    pub fn new(size: u64) -> MemDevice {
+        MemDevice { data: RwLock::new(vec![0; size as usize]) }
+    }
+    /// A device holding `bytes`.
+    pub fn from_vec(bytes: Vec<u8>) -> MemDevice {
+        MemDevice { data: RwLock::new(bytes) }
+    }
+    /// A copy of the whole device.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.data.read().clone()
+    }
+}
+
+impl BlockDevice for MemDevice {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let d = self.data.read();
+        let end = off.checked_add(buf.len() as u64).filter(|&e| e <= d.len() as u64);
+        let Some(end) = end else {
+            return Err(Error::Io(format!("read at {off} beyond device end {}", d.len())));
+        };
+        buf.copy_from_slice(&d[off as usize..end as usize]);
+        Ok(())
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
+        let mut d = self.data.write();
+        let end = off.checked_add(buf.len() as u64).filter(|&e| e <= d.len() as u64);
+        let Some(end) = end else {
+            return Err(Error::Io(format!("write at {off} beyond device end {}", d.len())));
+        };
+        d[off as usize..end as usize].copy_from_slice(buf);
+        Ok(())
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.data.read().len() as u64
+    }
+}

@@ -1,0 +1,258 @@
+//! Directory blocks: linear entries (`ext4_dir_entry_2`), the checksum tail, and the
+//! htree index blocks (dx_root, dx_node) with their tail.
+
+use super::{crc32c_raw, le16, le32, put16, put32};
+use crate::error::{Error, Result};
+
+/// Size of the checksum tail of a leaf block.
+pub const TAIL_SIZE: usize = 12;
+/// File type code stored in the tail's pseudo entry.
+const TAIL_FT: u8 = 0xDE;
+
+/// Space an entry with a name of `name_len` bytes needs.
+pub fn rec_len_for(name_len: usize) -> usize {
+    (8 + name_len + 3) & !3
+}
+
+/// One raw entry inside a block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawEntry {
+    /// Offset of the entry in the block.
+    pub off: usize,
+    /// Inode (0 = unused slot).
+    pub ino: u32,
+    /// Record length.
+    pub rec_len: usize,
+    /// File type code.
+    pub ft: u8,
+    /// Name bytes.
+    pub name: Vec<u8>,
+}
+
+/// Where the entries end: before the tail when checksums are on.
+pub fn entries_end(block_size: usize, csum: bool) -> usize {
+    if csum {
+        block_size - TAIL_SIZE
+    } else {
+        block_size
+    }
+}
+
+/// Walk the entries of a leaf block, validating each record.
+pub fn parse_block(b: &[u8], csum: bool, at: u64) -> Result<Vec<RawEntry>> {
+    let end = entries_end(b.len(), csum);
+    let mut off = 0;
+    let mut out = Vec::new();
+    while off < end {
+        if off + 8 > end {
+            return Err(Error::corrupt("directory block", at, format!("entry at {off} truncated")));
+        }
+        let rec_len = usize::from(le16(b, off + 4));
+        let name_len = usize::from(b[off + 6]);
+        if rec_len < 8 || rec_len % 4 != 0 || off + rec_len > end || 8 + name_len > rec_len {
+            return Err(Error::corrupt(
+                "directory block",
+                at,
+                format!("entry at offset {off}: rec_len {rec_len}, name_len {name_len}"),
+            ));
+        }
+        out.push(RawEntry {
+            off,
+            ino: le32(b, off),
+            rec_len,
+            ft: b[off + 7],
+            name: b[off + 8..off + 8 + name_len].to_vec(),
+        });
+        off += rec_len;
+    }
+    Ok(out)
+}
+
+/// Write an entry header and name at `off` with record length `rec_len`.
+pub fn put_entry(b: &mut [u8], off: usize, ino: u32, rec_len: usize, ft: u8, name: &[u8]) {
+    put32(b, off, ino);
+    put16(b, off + 4, rec_len as u16);
+    b[off + 6] = name.len() as u8;
+    b[off + 7] = ft;
+    b[off + 8..off + 8 + name.len()].copy_from_slice(name);
+}
+
+/// Initialize the checksum tail of a leaf block.
+pub fn init_tail(b: &mut [u8]) {
+    let t = b.len() - TAIL_SIZE;
+    b[t..].fill(0);
+    put16(b, t + 4, TAIL_SIZE as u16);
+    b[t + 7] = TAIL_FT;
+}
+
+/// Whether the block ends with a well-formed checksum tail.
+pub fn has_tail(b: &[u8]) -> bool {
+    let t = b.len() - TAIL_SIZE;
+    le32(b, t) == 0 && usize::from(le16(b, t + 4)) == TAIL_SIZE && b[t + 6] == 0 && b[t + 7] == TAIL_FT
+}
+
+/// Compute and store a leaf block's checksum.
+pub fn set_leaf_csum(inode_seed: u32, b: &mut [u8]) {
+    let t = b.len() - TAIL_SIZE;
+    let c = crc32c_raw(inode_seed, &b[..t]);
+    put32(b, t + 8, c);
+}
+
+/// Verify a leaf block's tail and checksum.
+pub fn verify_leaf_csum(inode_seed: u32, b: &[u8], at: u64) -> Result<()> {
+    if !has_tail(b) {
+        return Err(Error::corrupt("directory block", at, "missing checksum tail"));
+    }
+    let t = b.len() - TAIL_SIZE;
+    let (stored, want) = (le32(b, t + 8), crc32c_raw(inode_seed, &b[..t]));
+    if stored != want {
+        return Err(Error::corrupt(
+            "directory block",
+            at,
+            format!("checksum mismatch (stored {stored:#010x}, computed {want:#010x})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Format an empty leaf block: one unused entry spanning it, plus the tail.
+pub fn init_empty_leaf(b: &mut [u8], csum: bool) {
+    b.fill(0);
+    let end = entries_end(b.len(), csum);
+    put_entry(b, 0, 0, end, 0, b"");
+    if csum {
+        init_tail(b);
+    }
+}
+
+/// The htree root's fixed fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DxRootInfo {
+    /// Hash version (0..=2; +3 unsigned applied at runtime from the superblock flags).
+    pub hash_version: u8,
+    /// Levels of index below the root (0 = root points at leaves).
+    pub indirect_levels: u8,
+}
+
+/// Offset of the count/limit header in a dx_root block.
+pub const DX_ROOT_COUNT_OFF: usize = 0x20;
+/// Offset of the count/limit header in a dx_node block.
+pub const DX_NODE_COUNT_OFF: usize = 0x8;
+
+/// Entries a dx block can hold given where its count/limit header sits.
+pub fn dx_limit(block_size: usize, count_off: usize, csum: bool) -> usize {
+    (block_size - count_off - if csum { 8 } else { 0 }) / 8
+}
+
+/// A decoded index block: (hash, block) pairs; the first hash is implicitly 0.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DxEntries {
+    /// Limit stored on disk.
+    pub limit: usize,
+    /// (hash, logical block) pairs.
+    pub entries: Vec<(u32, u32)>,
+}
+
+/// Decode the count/limit header and entries at `count_off`.
+pub fn decode_dx(b: &[u8], count_off: usize, csum: bool, at: u64) -> Result<DxEntries> {
+    let limit = usize::from(le16(b, count_off));
+    let count = usize::from(le16(b, count_off + 2));
+    let want = dx_limit(b.len(), count_off, csum);
+    if limit != want || count == 0 || count > limit {
+        return Err(Error::corrupt(
+            "directory index",
+            at,
+            format!("count {count} / limit {limit} (expected limit {want})"),
+        ));
+    }
+    let mut entries = Vec::with_capacity(count);
+    for i in 0..count {
+        let o = count_off + 8 * i;
+        let hash = if i == 0 { 0 } else { le32(b, o) };
+        entries.push((hash, le32(b, o + 4)));
+    }
+    Ok(DxEntries { limit, entries })
+}
+
+/// Encode entries at `count_off` (the first entry's hash slot holds count/limit).
+pub fn encode_dx(b: &mut [u8], count_off: usize, limit: usize, entries: &[(u32, u32)]) {
+    assert!(!entries.is_empty() && entries.len() <= limit, "dx entries out of range");
+    b[count_off..count_off + 8 * limit].fill(0);
+    put16(b, count_off, limit as u16);
+    put16(b, count_off + 2, entries.len() as u16);
+    for (i, &(h, blk)) in entries.iter().enumerate() {
+        let o = count_off + 8 * i;
+        if i > 0 {
+            put32(b, o, h);
+        }
+        put32(b, o + 4, blk);
+    }
+}
+
+/// Compute and store a dx block's checksum (tail right after `limit` entries).
+pub fn set_dx_csum(inode_seed: u32, b: &mut [u8], count_off: usize) {
+    let (limit, count) = (usize::from(le16(b, count_off)), usize::from(le16(b, count_off + 2)));
+    let t = count_off + 8 * limit;
+    let c = dx_csum(inode_seed, b, count_off, count, t);
+    put32(b, t, 0);
+    put32(b, t + 4, c);
+}
+
+fn dx_csum(seed: u32, b: &[u8], count_off: usize, count: usize, t: usize) -> u32 {
+    let c = crc32c_raw(seed, &b[..count_off + 8 * count]);
+    let c = crc32c_raw(c, &b[t..t + 4]);
+    crc32c_raw(c, &[0; 4])
+}
+
+/// Verify a dx block's checksum.
+pub fn verify_dx_csum(inode_seed: u32, b: &[u8], count_off: usize, at: u64) -> Result<()> {
+    let (limit, count) = (usize::from(le16(b, count_off)), usize::from(le16(b, count_off + 2)));
+    let t = count_off + 8 * limit;
+    if t + 8 > b.len() || count > limit {
+        return Err(Error::corrupt("directory index", at, "no room for checksum tail"));
+    }
+    let (stored, want) = (le32(b, t + 4), dx_csum(inode_seed, b, count_off, count, t));
+    if stored != want {
+        return Err(Error::corrupt(
+            "directory index",
+            at,
+            format!("checksum mismatch (stored {stored:#010x}, computed {want:#010x})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Decode the dx_root info of block 0 of an indexed directory.
+pub fn decode_root_info(b: &[u8], at: u64) -> Result<DxRootInfo> {
+    // "." at 0 (rec_len 12) and ".." at 12 spanning the rest of the block.
+    if le16(b, 4) != 12 || b[6] != 1 || b[8] != b'.' || b[12 + 6] != 2 {
+        return Err(Error::corrupt("directory index", at, "root lacks . and .. entries"));
+    }
+    let info_len = b[0x1D];
+    let hash_version = b[0x1C];
+    let levels = b[0x1E];
+    if info_len != 8 || hash_version > 5 || levels > 2 {
+        return Err(Error::corrupt(
+            "directory index",
+            at,
+            format!("root info: length {info_len}, hash {hash_version}, levels {levels}"),
+        ));
+    }
+    Ok(DxRootInfo { hash_version, indirect_levels: levels })
+}
+
+/// Write the dx_root header: ".", ".." and the root info; entries follow via `encode_dx`.
+pub fn init_dx_root(b: &mut [u8], self_ino: u32, parent_ino: u32, info: DxRootInfo) {
+    b.fill(0);
+    put_entry(b, 0, self_ino, 12, 2, b".");
+    put_entry(b, 12, parent_ino, b.len() - 12, 2, b"..");
+    b[0x1C] = info.hash_version;
+    b[0x1D] = 8;
+    b[0x1E] = info.indirect_levels;
+}
+
+/// Write an empty dx_node header (a fake unused entry spanning the block).
+pub fn init_dx_node(b: &mut [u8]) {
+    b.fill(0);
+    put16(b, 4, b.len() as u16);
+}

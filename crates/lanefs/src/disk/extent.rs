@@ -1,0 +1,216 @@
+//! Extent tree nodes: a 12-byte header followed by leaf extents or index entries.
+
+use super::{crc32c_raw, le16, le32, put16, put32};
+use crate::error::{Error, Result};
+
+/// Extent header magic.
+pub const EXT_MAGIC: u16 = 0xF30A;
+/// Longest initialized extent.
+pub const MAX_INIT_LEN: u32 = 32768;
+/// Longest unwritten extent.
+pub const MAX_UNWRITTEN_LEN: u32 = 32767;
+/// Deepest tree the kernel accepts.
+pub const MAX_DEPTH: u16 = 5;
+
+/// A leaf extent: `len` blocks of the file from `lblk` map to `pblk`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// First logical block.
+    pub lblk: u32,
+    /// Length in blocks.
+    pub len: u32,
+    /// First physical block.
+    pub pblk: u64,
+    /// Allocated but not written: reads as zeros.
+    pub unwritten: bool,
+}
+
+impl Extent {
+    /// One past the last logical block.
+    pub fn lend(&self) -> u64 {
+        u64::from(self.lblk) + u64::from(self.len)
+    }
+}
+
+/// An index entry: the subtree for logical blocks from `lblk` lives in block `child`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Index {
+    /// First logical block covered.
+    pub lblk: u32,
+    /// Child node block.
+    pub child: u64,
+}
+
+/// A decoded extent node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    /// depth 0: extents.
+    Leaf(Vec<Extent>),
+    /// depth > 0: index entries and the depth.
+    Index(u16, Vec<Index>),
+}
+
+/// Capacity of a node stored in `bytes` bytes (4 in the inode, 340 in a 4 KiB block).
+pub fn node_capacity(bytes: usize) -> usize {
+    (bytes - 12) / 12
+}
+
+/// Decode a node. `at` names where it came from for errors.
+pub fn decode_node(b: &[u8], at: u64) -> Result<Node> {
+    let bad = |d: String| Err(Error::corrupt("extent node", at, d));
+    if b.len() < 12 || le16(b, 0) != EXT_MAGIC {
+        return bad(format!("bad magic {:#06x}", if b.len() >= 2 { le16(b, 0) } else { 0 }));
+    }
+    let (entries, max, depth) = (le16(b, 2) as usize, le16(b, 4) as usize, le16(b, 6));
+    if max > node_capacity(b.len()) || entries > max {
+        return bad(format!("entries {entries} / max {max} exceed capacity"));
+    }
+    if depth > MAX_DEPTH {
+        return bad(format!("depth {depth} too large"));
+    }
+    let mut prev_end: u64 = 0;
+    if depth == 0 {
+        let mut v = Vec::with_capacity(entries);
+        for i in 0..entries {
+            let o = 12 + 12 * i;
+            let raw_len = u32::from(le16(b, o + 4));
+            let (len, unwritten) =
+                if raw_len > MAX_INIT_LEN { (raw_len - MAX_INIT_LEN, true) } else { (raw_len, false) };
+            let pblk = u64::from(le32(b, o + 8)) | (u64::from(le16(b, o + 6)) << 32);
+            let e = Extent { lblk: le32(b, o), len, pblk, unwritten };
+            if len == 0 || u64::from(e.lblk) < prev_end {
+                return bad(format!("extent {i} (lblk {}, len {len}) overlaps or is empty", e.lblk));
+            }
+            prev_end = e.lend();
+            v.push(e);
+        }
+        Ok(Node::Leaf(v))
+    } else {
+        let mut v = Vec::with_capacity(entries);
+        for i in 0..entries {
+            let o = 12 + 12 * i;
+            let child = u64::from(le32(b, o + 4)) | (u64::from(le16(b, o + 8)) << 32);
+            let ix = Index { lblk: le32(b, o), child };
+            if i > 0 && u64::from(ix.lblk) <= prev_end {
+                return bad(format!("index {i} out of order"));
+            }
+            prev_end = u64::from(ix.lblk);
+            v.push(ix);
+        }
+        Ok(Node::Index(depth, v))
+    }
+}
+
+/// Encode a node into `b` (whole area: 60 bytes for the root, a block otherwise).
+pub fn encode_node(b: &mut [u8], node: &Node) {
+    let max = node_capacity(b.len()).min(if b.len() == 60 { 4 } else { usize::MAX });
+    let (count, depth) = match node {
+        Node::Leaf(v) => (v.len(), 0),
+        Node::Index(d, v) => (v.len(), *d),
+    };
+    assert!(count <= max, "extent node overflow: {count} > {max}");
+    b.fill(0);
+    put16(b, 0, EXT_MAGIC);
+    put16(b, 2, count as u16);
+    put16(b, 4, max as u16);
+    put16(b, 6, depth);
+    match node {
+        Node::Leaf(v) => {
+            for (i, e) in v.iter().enumerate() {
+                let o = 12 + 12 * i;
+                put32(b, o, e.lblk);
+                let len = if e.unwritten { e.len + MAX_INIT_LEN } else { e.len };
+                put16(b, o + 4, len as u16);
+                put16(b, o + 6, (e.pblk >> 32) as u16);
+                put32(b, o + 8, e.pblk as u32);
+            }
+        }
+        Node::Index(_, v) => {
+            for (i, ix) in v.iter().enumerate() {
+                let o = 12 + 12 * i;
+                put32(b, o, ix.lblk);
+                put32(b, o + 4, ix.child as u32);
+                put16(b, o + 8, (ix.child >> 32) as u16);
+            }
+        }
+    }
+}
+
+/// Offset of the checksum tail in an extent block.
+fn tail_off(b: &[u8]) -> usize {
+    12 + 12 * node_capacity(b.len() - 4)
+}
+
+/// Compute the tail checksum of an extent block.
+pub fn block_csum(inode_seed: u32, b: &[u8]) -> u32 {
+    let off = 12 + 12 * usize::from(le16(b, 4));
+    crc32c_raw(inode_seed, &b[..off.min(b.len() - 4)])
+}
+
+/// Store the tail checksum (the block must already be encoded with `encode_block`).
+pub fn set_block_csum(inode_seed: u32, b: &mut [u8]) {
+    let off = 12 + 12 * usize::from(le16(b, 4));
+    let c = block_csum(inode_seed, b);
+    put32(b, off, c);
+}
+
+/// Verify the tail checksum.
+pub fn verify_block_csum(inode_seed: u32, b: &[u8], at: u64) -> Result<()> {
+    let off = 12 + 12 * usize::from(le16(b, 4));
+    if off + 4 > b.len() {
+        return Err(Error::corrupt("extent block", at, "max entries leave no room for checksum"));
+    }
+    let stored = le32(b, off);
+    let want = block_csum(inode_seed, b);
+    if stored != want {
+        return Err(Error::corrupt(
+            "extent block",
+            at,
+            format!("checksum mismatch (stored {stored:#010x}, computed {want:#010x})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Encode a node into a full block, leaving room for the checksum tail.
+pub fn encode_block(b: &mut [u8], node: &Node) {
+    let cap = tail_off(b);
+    b.fill(0);
+    encode_node(&mut b[..cap], node);
+}
+
+/// Entries one tree block holds.
+pub fn block_capacity(block_size: usize) -> usize {
+    node_capacity(block_size - 4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaf_round_trip() {
+        let v = vec![
+            Extent { lblk: 0, len: 10, pblk: 1 << 33, unwritten: false },
+            Extent { lblk: 10, len: 32767, pblk: 99, unwritten: true },
+        ];
+        let mut b = vec![0u8; 4096];
+        encode_block(&mut b, &Node::Leaf(v.clone()));
+        set_block_csum(7, &mut b);
+        verify_block_csum(7, &b, 0).unwrap();
+        assert_eq!(decode_node(&b, 0).unwrap(), Node::Leaf(v));
+        assert_eq!(le16(&b, 4), 340);
+        let mut r = vec![0u8; 60];
+        encode_node(&mut r, &Node::Index(1, vec![Index { lblk: 0, child: 5 }]));
+        assert_eq!(le16(&r, 4), 4);
+        assert_eq!(decode_node(&r, 0).unwrap(), Node::Index(1, vec![Index { lblk: 0, child: 5 }]));
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        let mut b = vec![0xffu8; 60];
+        assert!(decode_node(&b, 3).is_err());
+        put16(&mut b, 0, EXT_MAGIC);
+        assert!(decode_node(&b, 3).is_err());
+    }
+}

@@ -1,0 +1,176 @@
+//! Block group descriptors (32 or 64 bytes each, packed in the GDT after the superblock).
+
+use super::{crc32c_raw, le16, le32, put16, put32};
+
+/// Group flag: inode table and bitmap not initialized.
+pub const BG_INODE_UNINIT: u16 = 0x1;
+/// Group flag: block bitmap not initialized.
+pub const BG_BLOCK_UNINIT: u16 = 0x2;
+/// Group flag: inode table is zeroed.
+pub const BG_INODE_ZEROED: u16 = 0x4;
+
+/// One group descriptor as raw bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupDesc {
+    /// The descriptor bytes (desc_size long).
+    pub raw: Vec<u8>,
+}
+
+impl GroupDesc {
+    /// A zeroed descriptor of `size` bytes.
+    pub fn zeroed(size: usize) -> GroupDesc {
+        GroupDesc { raw: vec![0; size] }
+    }
+    fn wide(&self) -> bool {
+        self.raw.len() >= 64
+    }
+    fn get_lohi32(&self, lo: usize, hi: usize) -> u64 {
+        let h = if self.wide() { le32(&self.raw, hi) } else { 0 };
+        u64::from(le32(&self.raw, lo)) | (u64::from(h) << 32)
+    }
+    fn set_lohi32(&mut self, lo: usize, hi: usize, v: u64) {
+        put32(&mut self.raw, lo, v as u32);
+        if self.wide() {
+            put32(&mut self.raw, hi, (v >> 32) as u32);
+        }
+    }
+    fn get_lohi16(&self, lo: usize, hi: usize) -> u32 {
+        let h = if self.wide() { le16(&self.raw, hi) } else { 0 };
+        u32::from(le16(&self.raw, lo)) | (u32::from(h) << 16)
+    }
+    fn set_lohi16(&mut self, lo: usize, hi: usize, v: u32) {
+        put16(&mut self.raw, lo, v as u16);
+        if self.wide() {
+            put16(&mut self.raw, hi, (v >> 16) as u16);
+        }
+    }
+    /// Block bitmap location.
+    pub fn block_bitmap(&self) -> u64 {
+        self.get_lohi32(0x0, 0x20)
+    }
+    /// Set block bitmap location.
+    pub fn set_block_bitmap(&mut self, v: u64) {
+        self.set_lohi32(0x0, 0x20, v)
+    }
+    /// Inode bitmap location.
+    pub fn inode_bitmap(&self) -> u64 {
+        self.get_lohi32(0x4, 0x24)
+    }
+    /// Set inode bitmap location.
+    pub fn set_inode_bitmap(&mut self, v: u64) {
+        self.set_lohi32(0x4, 0x24, v)
+    }
+    /// Inode table location.
+    pub fn inode_table(&self) -> u64 {
+        self.get_lohi32(0x8, 0x28)
+    }
+    /// Set inode table location.
+    pub fn set_inode_table(&mut self, v: u64) {
+        self.set_lohi32(0x8, 0x28, v)
+    }
+    /// Free blocks in the group.
+    pub fn free_blocks(&self) -> u32 {
+        self.get_lohi16(0xC, 0x2C)
+    }
+    /// Set free blocks.
+    pub fn set_free_blocks(&mut self, v: u32) {
+        self.set_lohi16(0xC, 0x2C, v)
+    }
+    /// Free inodes in the group.
+    pub fn free_inodes(&self) -> u32 {
+        self.get_lohi16(0xE, 0x2E)
+    }
+    /// Set free inodes.
+    pub fn set_free_inodes(&mut self, v: u32) {
+        self.set_lohi16(0xE, 0x2E, v)
+    }
+    /// Directories in the group.
+    pub fn used_dirs(&self) -> u32 {
+        self.get_lohi16(0x10, 0x30)
+    }
+    /// Set directories count.
+    pub fn set_used_dirs(&mut self, v: u32) {
+        self.set_lohi16(0x10, 0x30, v)
+    }
+    /// Unused inodes at the end of the table.
+    pub fn itable_unused(&self) -> u32 {
+        self.get_lohi16(0x1C, 0x32)
+    }
+    /// Set unused inode count.
+    pub fn set_itable_unused(&mut self, v: u32) {
+        self.set_lohi16(0x1C, 0x32, v)
+    }
+    /// Group flags (BG_*).
+    pub fn flags(&self) -> u16 {
+        le16(&self.raw, 0x12)
+    }
+    /// Set group flags.
+    pub fn set_flags(&mut self, v: u16) {
+        put16(&mut self.raw, 0x12, v)
+    }
+    /// Stored block bitmap checksum.
+    pub fn block_bitmap_csum(&self) -> u32 {
+        self.get_lohi16(0x18, 0x38)
+    }
+    /// Store the block bitmap checksum.
+    pub fn set_block_bitmap_csum(&mut self, v: u32) {
+        self.set_lohi16(0x18, 0x38, v)
+    }
+    /// Stored inode bitmap checksum.
+    pub fn inode_bitmap_csum(&self) -> u32 {
+        self.get_lohi16(0x1A, 0x3A)
+    }
+    /// Store the inode bitmap checksum.
+    pub fn set_inode_bitmap_csum(&mut self, v: u32) {
+        self.set_lohi16(0x1A, 0x3A, v)
+    }
+    /// Stored descriptor checksum.
+    pub fn checksum(&self) -> u16 {
+        le16(&self.raw, 0x1E)
+    }
+    /// Descriptor checksum for group `group`.
+    pub fn compute_checksum(&self, csum_seed: u32, group: u32) -> u16 {
+        let mut c = crc32c_raw(csum_seed, &group.to_le_bytes());
+        c = crc32c_raw(c, &self.raw[..0x1E]);
+        c = crc32c_raw(c, &[0, 0]);
+        if self.raw.len() > 0x20 {
+            c = crc32c_raw(c, &self.raw[0x20..]);
+        }
+        (c & 0xFFFF) as u16
+    }
+    /// Recompute and store the checksum.
+    pub fn update_checksum(&mut self, csum_seed: u32, group: u32) {
+        let c = self.compute_checksum(csum_seed, group);
+        put16(&mut self.raw, 0x1E, c);
+    }
+}
+
+/// Checksum of a bitmap's first `bytes` bytes, as stored in the descriptor.
+pub fn bitmap_csum(csum_seed: u32, map: &[u8], bytes: usize, wide: bool) -> u32 {
+    let c = crc32c_raw(csum_seed, &map[..bytes]);
+    if wide {
+        c
+    } else {
+        c & 0xFFFF
+    }
+}
+
+/// Whether group `g` holds a superblock backup (sparse_super rule: 0, 1, powers of 3, 5, 7).
+pub fn has_super(g: u32, sparse: bool) -> bool {
+    if !sparse || g <= 1 {
+        return true;
+    }
+    if g % 2 == 0 {
+        return false;
+    }
+    [3u32, 5, 7].iter().any(|&b| {
+        let mut p = b;
+        while p < g {
+            match p.checked_mul(b) {
+                Some(n) => p = n,
+                None => return false,
+            }
+        }
+        p == g
+    })
+}

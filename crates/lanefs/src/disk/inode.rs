@@ -1,0 +1,316 @@
+//! On-disk inodes: raw bytes (inode_size long) with typed accessors.
+
+use super::{crc32c_raw, le16, le32, put16, put32};
+use crate::types::Timespec;
+
+/// Inode flag: uses extents.
+pub const FL_EXTENTS: u32 = 0x80000;
+/// Inode flag: hashed-indexed directory.
+pub const FL_INDEX: u32 = 0x1000;
+/// Inode flag: i_blocks is in file-system blocks, not sectors.
+pub const FL_HUGE_FILE: u32 = 0x40000;
+/// Inode flag: inline data.
+pub const FL_INLINE_DATA: u32 = 0x10000000;
+/// Inode flag: top of a directory hierarchy (Orlov).
+pub const FL_TOPDIR: u32 = 0x20000;
+/// Inode flag: large xattr value inode.
+pub const FL_EA_INODE: u32 = 0x200000;
+
+/// Offset of the first byte past the classic 128-byte inode.
+pub const GOOD_OLD_SIZE: usize = 128;
+/// Size of i_block.
+pub const IBLOCK_SIZE: usize = 60;
+
+/// An inode's on-disk bytes.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct DiskInode {
+    /// inode_size bytes as on disk.
+    pub raw: Vec<u8>,
+}
+
+fn time_get(raw: &[u8], off: usize, extra: Option<usize>) -> Timespec {
+    let lo = le32(raw, off) as i32 as i64;
+    match extra {
+        Some(e) => {
+            let x = le32(raw, e);
+            let epoch = i64::from(x & 3);
+            Timespec { sec: lo + (epoch << 32), nsec: (x >> 2).min(999_999_999) }
+        }
+        None => Timespec { sec: lo, nsec: 0 },
+    }
+}
+
+fn time_put(raw: &mut [u8], off: usize, extra: Option<usize>, t: Timespec) {
+    // Encoding from the kernel: low 32 bits signed, epoch bits extend the range.
+    let lo = t.sec as i32;
+    put32(raw, off, lo as u32);
+    if let Some(e) = extra {
+        let epoch = ((t.sec - i64::from(lo)) >> 32) as u32 & 3;
+        put32(raw, e, (t.nsec.min(999_999_999) << 2) | epoch);
+    }
+}
+
+impl DiskInode {
+    /// A zeroed inode of `size` bytes with i_extra_isize set as ext4 wants (32).
+    pub fn new(size: usize) -> DiskInode {
+        let mut raw = vec![0; size];
+        if size > GOOD_OLD_SIZE {
+            put16(&mut raw, 0x80, 32);
+        }
+        DiskInode { raw }
+    }
+    /// Wrap bytes read from an inode table.
+    pub fn from_bytes(b: &[u8]) -> DiskInode {
+        DiskInode { raw: b.to_vec() }
+    }
+    /// Whether a field at `off` of `len` bytes lies inside the extra area in use.
+    fn fits(&self, off: usize, len: usize) -> bool {
+        self.raw.len() > GOOD_OLD_SIZE
+            && off + len <= GOOD_OLD_SIZE + usize::from(self.extra_isize())
+            && off + len <= self.raw.len()
+    }
+    /// i_mode.
+    pub fn mode(&self) -> u16 {
+        le16(&self.raw, 0x0)
+    }
+    /// Set i_mode.
+    pub fn set_mode(&mut self, v: u16) {
+        put16(&mut self.raw, 0x0, v)
+    }
+    /// Owner uid (32 bits).
+    pub fn uid(&self) -> u32 {
+        u32::from(le16(&self.raw, 0x2)) | (u32::from(le16(&self.raw, 0x78)) << 16)
+    }
+    /// Set uid.
+    pub fn set_uid(&mut self, v: u32) {
+        put16(&mut self.raw, 0x2, v as u16);
+        put16(&mut self.raw, 0x78, (v >> 16) as u16);
+    }
+    /// Group gid (32 bits).
+    pub fn gid(&self) -> u32 {
+        u32::from(le16(&self.raw, 0x18)) | (u32::from(le16(&self.raw, 0x7A)) << 16)
+    }
+    /// Set gid.
+    pub fn set_gid(&mut self, v: u32) {
+        put16(&mut self.raw, 0x18, v as u16);
+        put16(&mut self.raw, 0x7A, (v >> 16) as u16);
+    }
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        u64::from(le32(&self.raw, 0x4)) | (u64::from(le32(&self.raw, 0x6C)) << 32)
+    }
+    /// Set size.
+    pub fn set_size(&mut self, v: u64) {
+        put32(&mut self.raw, 0x4, v as u32);
+        put32(&mut self.raw, 0x6C, (v >> 32) as u32);
+    }
+    /// Access time.
+    pub fn atime(&self) -> Timespec {
+        time_get(&self.raw, 0x8, self.fits(0x8C, 4).then_some(0x8C))
+    }
+    /// Set access time.
+    pub fn set_atime(&mut self, t: Timespec) {
+        let e = self.fits(0x8C, 4).then_some(0x8C);
+        time_put(&mut self.raw, 0x8, e, t)
+    }
+    /// Change time.
+    pub fn ctime(&self) -> Timespec {
+        time_get(&self.raw, 0xC, self.fits(0x84, 4).then_some(0x84))
+    }
+    /// Set change time.
+    pub fn set_ctime(&mut self, t: Timespec) {
+        let e = self.fits(0x84, 4).then_some(0x84);
+        time_put(&mut self.raw, 0xC, e, t)
+    }
+    /// Modification time.
+    pub fn mtime(&self) -> Timespec {
+        time_get(&self.raw, 0x10, self.fits(0x88, 4).then_some(0x88))
+    }
+    /// Set modification time.
+    pub fn set_mtime(&mut self, t: Timespec) {
+        let e = self.fits(0x88, 4).then_some(0x88);
+        time_put(&mut self.raw, 0x10, e, t)
+    }
+    /// Creation time (zero when the inode has no room for it).
+    pub fn crtime(&self) -> Timespec {
+        if self.fits(0x90, 8) {
+            time_get(&self.raw, 0x90, Some(0x94))
+        } else {
+            Timespec::default()
+        }
+    }
+    /// Set creation time (ignored when there is no room).
+    pub fn set_crtime(&mut self, t: Timespec) {
+        if self.fits(0x90, 8) {
+            time_put(&mut self.raw, 0x90, Some(0x94), t)
+        }
+    }
+    /// Deletion time (or orphan-list link).
+    pub fn dtime(&self) -> u32 {
+        le32(&self.raw, 0x14)
+    }
+    /// Set deletion time.
+    pub fn set_dtime(&mut self, v: u32) {
+        put32(&mut self.raw, 0x14, v)
+    }
+    /// Hard link count.
+    pub fn links(&self) -> u16 {
+        le16(&self.raw, 0x1A)
+    }
+    /// Set link count.
+    pub fn set_links(&mut self, v: u16) {
+        put16(&mut self.raw, 0x1A, v)
+    }
+    /// Allocated 512-byte sectors (handles huge_file's block units).
+    pub fn blocks_512(&self, block_size: u32) -> u64 {
+        let n = u64::from(le32(&self.raw, 0x1C)) | (u64::from(le16(&self.raw, 0x74)) << 32);
+        if self.flags() & FL_HUGE_FILE != 0 {
+            n * u64::from(block_size / 512)
+        } else {
+            n
+        }
+    }
+    /// Set allocated sectors; switches to block units (huge_file) only when needed.
+    pub fn set_blocks_512(&mut self, sectors: u64, block_size: u32) {
+        let mut v = sectors;
+        let mut fl = self.flags() & !FL_HUGE_FILE;
+        if v >= 1 << 48 {
+            v = sectors / u64::from(block_size / 512);
+            fl |= FL_HUGE_FILE;
+        }
+        self.set_flags(fl);
+        put32(&mut self.raw, 0x1C, v as u32);
+        put16(&mut self.raw, 0x74, (v >> 32) as u16);
+    }
+    /// i_flags.
+    pub fn flags(&self) -> u32 {
+        le32(&self.raw, 0x20)
+    }
+    /// Set i_flags.
+    pub fn set_flags(&mut self, v: u32) {
+        put32(&mut self.raw, 0x20, v)
+    }
+    /// The 60-byte i_block area (extent root, symlink text or device numbers).
+    pub fn iblock(&self) -> &[u8] {
+        &self.raw[0x28..0x28 + IBLOCK_SIZE]
+    }
+    /// Mutable i_block area.
+    pub fn iblock_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[0x28..0x28 + IBLOCK_SIZE]
+    }
+    /// Generation number.
+    pub fn generation(&self) -> u32 {
+        le32(&self.raw, 0x64)
+    }
+    /// Set generation.
+    pub fn set_generation(&mut self, v: u32) {
+        put32(&mut self.raw, 0x64, v)
+    }
+    /// Extended attribute block (0 if none).
+    pub fn file_acl(&self) -> u64 {
+        u64::from(le32(&self.raw, 0x68)) | (u64::from(le16(&self.raw, 0x76)) << 32)
+    }
+    /// Set the xattr block.
+    pub fn set_file_acl(&mut self, v: u64) {
+        put32(&mut self.raw, 0x68, v as u32);
+        put16(&mut self.raw, 0x76, (v >> 32) as u16);
+    }
+    /// i_extra_isize (0 for 128-byte inodes).
+    pub fn extra_isize(&self) -> u16 {
+        if self.raw.len() > GOOD_OLD_SIZE {
+            le16(&self.raw, 0x80)
+        } else {
+            0
+        }
+    }
+    /// Device number for device inodes (old or new encoding in i_block).
+    pub fn rdev(&self) -> u32 {
+        let old = le32(&self.raw, 0x28);
+        if old != 0 {
+            // Old 16-bit encoding: major in high byte, minor in low byte.
+            let (maj, min) = ((old >> 8) & 0xff, old & 0xff);
+            (maj << 8) | min
+        } else {
+            // New encoding in i_block[1]: minor low 8 | major 12 | minor high 12.
+            le32(&self.raw, 0x2C)
+        }
+    }
+    /// Store a device number (new encoding, as the kernel does for large numbers).
+    pub fn set_rdev(&mut self, rdev: u32) {
+        let (maj, min) = ((rdev >> 8) & 0xfff, (rdev & 0xff) | ((rdev >> 12) & 0xfff00));
+        if maj < 256 && min < 256 {
+            put32(&mut self.raw, 0x28, (maj << 8) | min);
+            put32(&mut self.raw, 0x2C, 0);
+        } else {
+            put32(&mut self.raw, 0x28, 0);
+            put32(&mut self.raw, 0x2C, rdev);
+        }
+    }
+
+    /// Checksum for inode number `ino` with the file system's seed.
+    pub fn compute_checksum(&self, csum_seed: u32, ino: u32) -> u32 {
+        let mut c = crc32c_raw(csum_seed, &ino.to_le_bytes());
+        c = crc32c_raw(c, &self.generation().to_le_bytes());
+        let mut tmp = self.raw.clone();
+        put16(&mut tmp, 0x7C, 0);
+        if self.fits(0x82, 2) {
+            put16(&mut tmp, 0x82, 0);
+        }
+        c = crc32c_raw(c, &tmp);
+        if self.fits(0x82, 2) {
+            c
+        } else {
+            c & 0xFFFF
+        }
+    }
+    /// Stored checksum.
+    pub fn checksum(&self) -> u32 {
+        let lo = u32::from(le16(&self.raw, 0x7C));
+        if self.fits(0x82, 2) {
+            lo | (u32::from(le16(&self.raw, 0x82)) << 16)
+        } else {
+            lo
+        }
+    }
+    /// Recompute and store the checksum.
+    pub fn update_checksum(&mut self, csum_seed: u32, ino: u32) {
+        let c = self.compute_checksum(csum_seed, ino);
+        put16(&mut self.raw, 0x7C, c as u16);
+        if self.fits(0x82, 2) {
+            put16(&mut self.raw, 0x82, (c >> 16) as u16);
+        }
+    }
+    /// Seed for checksums of blocks owned by this inode (extent and directory blocks).
+    pub fn csum_seed(&self, fs_seed: u32, ino: u32) -> u32 {
+        let c = crc32c_raw(fs_seed, &ino.to_le_bytes());
+        crc32c_raw(c, &self.generation().to_le_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip_with_epoch_bits() {
+        let mut i = DiskInode::new(256);
+        for t in [
+            Timespec { sec: 0, nsec: 1 },
+            Timespec { sec: -5, nsec: 999_999_999 },
+            Timespec { sec: 1 << 33, nsec: 12 },
+            Timespec { sec: 1_700_000_000, nsec: 500 },
+        ] {
+            i.set_mtime(t);
+            assert_eq!(i.mtime(), t);
+        }
+    }
+
+    #[test]
+    fn rdev_round_trip() {
+        let mut i = DiskInode::new(256);
+        for r in [0x0801u32, (259 << 8) | 7, (8 << 8) | 300 & 0xff | ((300 & !0xff) << 12)] {
+            i.set_rdev(r);
+            assert_eq!(i.rdev(), r);
+        }
+    }
+}

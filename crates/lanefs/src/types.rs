@@ -1,0 +1,207 @@
+//! Plain data types of the public API.
+
+/// An inode number.
+pub type Ino = u64;
+
+/// The root directory's inode number.
+pub const ROOT_INO: Ino = 2;
+
+/// A point in time with nanoseconds, seconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub struct Timespec {
+    /// Seconds since 1970-01-01 (may be negative).
+    pub sec: i64,
+    /// Nanoseconds, 0..1_000_000_000.
+    pub nsec: u32,
+}
+
+impl Timespec {
+    /// The current wall-clock time.
+    pub fn now() -> Timespec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+    }
+}
+
+/// The type of an inode, as stored in a directory entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileType {
+    /// Regular file.
+    Regular,
+    /// Directory.
+    Directory,
+    /// Character device.
+    CharDevice,
+    /// Block device.
+    BlockDevice,
+    /// Named pipe.
+    Fifo,
+    /// Unix socket.
+    Socket,
+    /// Symbolic link.
+    Symlink,
+}
+
+impl FileType {
+    /// The type bits of `st_mode` (S_IFMT part) for this type.
+    pub fn mode_bits(self) -> u16 {
+        match self {
+            FileType::Regular => 0o100000,
+            FileType::Directory => 0o040000,
+            FileType::CharDevice => 0o020000,
+            FileType::BlockDevice => 0o060000,
+            FileType::Fifo => 0o010000,
+            FileType::Socket => 0o140000,
+            FileType::Symlink => 0o120000,
+        }
+    }
+    /// The type encoded in a full `st_mode`, if valid.
+    pub fn from_mode(mode: u16) -> Option<FileType> {
+        Some(match mode & 0o170000 {
+            0o100000 => FileType::Regular,
+            0o040000 => FileType::Directory,
+            0o020000 => FileType::CharDevice,
+            0o060000 => FileType::BlockDevice,
+            0o010000 => FileType::Fifo,
+            0o140000 => FileType::Socket,
+            0o120000 => FileType::Symlink,
+            _ => return None,
+        })
+    }
+    /// The ext4 directory-entry file type code (1..=7).
+    pub fn dirent_code(self) -> u8 {
+        match self {
+            FileType::Regular => 1,
+            FileType::Directory => 2,
+            FileType::CharDevice => 3,
+            FileType::BlockDevice => 4,
+            FileType::Fifo => 5,
+            FileType::Socket => 6,
+            FileType::Symlink => 7,
+        }
+    }
+    /// Decode an ext4 directory-entry file type code.
+    pub fn from_dirent_code(c: u8) -> Option<FileType> {
+        Some(match c {
+            1 => FileType::Regular,
+            2 => FileType::Directory,
+            3 => FileType::CharDevice,
+            4 => FileType::BlockDevice,
+            5 => FileType::Fifo,
+            6 => FileType::Socket,
+            7 => FileType::Symlink,
+            _ => return None,
+        })
+    }
+}
+
+/// Attributes of an inode (what `stat` shows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: Ino,
+    /// Type of the inode.
+    pub kind: FileType,
+    /// Permission bits (07777).
+    pub perm: u16,
+    /// Hard link count.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Allocated space in 512-byte sectors.
+    pub blocks: u64,
+    /// Last access.
+    pub atime: Timespec,
+    /// Last modification.
+    pub mtime: Timespec,
+    /// Last status change.
+    pub ctime: Timespec,
+    /// Creation.
+    pub crtime: Timespec,
+    /// Device number for device nodes (Linux `makedev` encoding).
+    pub rdev: u32,
+    /// Inode generation.
+    pub generation: u32,
+}
+
+impl Attr {
+    /// Full `st_mode`: type bits and permissions.
+    pub fn mode(&self) -> u32 {
+        (self.kind.mode_bits() | self.perm) as u32
+    }
+}
+
+/// Which attributes `setattr` changes; `None` leaves one as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New permission bits (07777); the type cannot change.
+    pub perm: Option<u16>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size: truncate down or extend with a hole.
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<Timespec>,
+    /// New modification time.
+    pub mtime: Option<Timespec>,
+    /// New change time (otherwise set to now when anything changes).
+    pub ctime: Option<Timespec>,
+}
+
+/// One directory entry returned by `readdir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Inode the entry points to.
+    pub ino: Ino,
+    /// Type from the entry.
+    pub kind: FileType,
+    /// Name bytes.
+    pub name: Vec<u8>,
+    /// Cursor to pass to `readdir` to continue after this entry.
+    pub next: u64,
+}
+
+/// File-system-wide counters (what `statfs` shows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatFs {
+    /// Block size in bytes.
+    pub block_size: u32,
+    /// Total blocks.
+    pub blocks: u64,
+    /// Free blocks.
+    pub free_blocks: u64,
+    /// Free blocks available to unprivileged users.
+    pub avail_blocks: u64,
+    /// Total inodes.
+    pub inodes: u64,
+    /// Free inodes.
+    pub free_inodes: u64,
+    /// Longest name.
+    pub name_max: u32,
+}
+
+/// `fallocate` modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FallocMode {
+    /// Do not change the file size (FALLOC_FL_KEEP_SIZE).
+    pub keep_size: bool,
+    /// Deallocate the range (FALLOC_FL_PUNCH_HOLE, implies keep_size).
+    pub punch_hole: bool,
+}
+
+/// Who is asking: owner of newly created inodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Owner {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
