@@ -1,0 +1,161 @@
+//! Cache of metadata blocks: bitmaps, inode tables, descriptors, directory and extent
+//! blocks. Sharded by block number (lock class `buf_shard`, a leaf lock); each block's
+//! bytes have their own lock (class `buffer`). Dirty blocks stay cached until written back;
+//! clean, unreferenced blocks are evicted once a shard passes its bound.
+
+use crate::dev::BlockDevice;
+use crate::error::Result;
+use crate::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_SHARD};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const SHARDS: usize = 64;
+/// Clean blocks kept per shard before eviction starts (64 x 2048 x 4 KiB = 512 MiB max).
+const SHARD_LIMIT: usize = 2048;
+
+/// One cached metadata block.
+pub struct Buf {
+    /// Block number.
+    pub blk: u64,
+    data: RwLock<Box<[u8]>>,
+    dirty: AtomicBool,
+}
+
+impl Buf {
+    /// Read access to the bytes.
+    pub fn read(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
+        self.data.read()
+    }
+    /// Write access to the bytes; the caller marks the buffer dirty through its handle.
+    pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
+        self.data.write()
+    }
+    /// Whether the block differs from the device.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty.load(Ordering::Acquire)
+    }
+}
+
+/// The metadata block cache.
+pub struct BufCache {
+    dev: Arc<dyn BlockDevice>,
+    bs: usize,
+    shards: Vec<Mutex<HashMap<u64, Arc<Buf>>>>,
+    dirty_count: AtomicUsize,
+}
+
+impl BufCache {
+    /// A cache over `dev` with `bs`-byte blocks.
+    pub fn new(dev: Arc<dyn BlockDevice>, bs: usize) -> BufCache {
+        let shards = (0..SHARDS).map(|_| Mutex::new(&BUF_SHARD, HashMap::new())).collect();
+        BufCache { dev, bs, shards, dirty_count: AtomicUsize::new(0) }
+    }
+
+    fn shard(&self, blk: u64) -> &Mutex<HashMap<u64, Arc<Buf>>> {
+        let h = blk.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+        &self.shards[h as usize % SHARDS]
+    }
+
+    /// The cached block, reading it from the device on a miss (IO outside any lock).
+    pub fn get(&self, blk: u64) -> Result<Arc<Buf>> {
+        if let Some(b) = self.shard(blk).lock().get(&blk) {
+            return Ok(b.clone());
+        }
+        let mut data = vec![0u8; self.bs].into_boxed_slice();
+        self.dev.read_at(blk * self.bs as u64, &mut data)?;
+        Ok(self.insert(blk, data))
+    }
+
+    /// A block that is about to be overwritten whole: no read, contents zeroed.
+    pub fn get_new(&self, blk: u64) -> Arc<Buf> {
+        let b = self.insert(blk, vec![0u8; self.bs].into_boxed_slice());
+        b.write().fill(0);
+        b
+    }
+
+    /// The cached block if present, else a zeroed one without reading (for blocks the
+    /// caller will compare against and overwrite whole).
+    pub fn get_new_keep(&self, blk: u64) -> Arc<Buf> {
+        self.insert(blk, vec![0u8; self.bs].into_boxed_slice())
+    }
+
+    fn insert(&self, blk: u64, data: Box<[u8]>) -> Arc<Buf> {
+        let mut m = self.shard(blk).lock();
+        if let Some(b) = m.get(&blk) {
+            return b.clone();
+        }
+        if m.len() >= SHARD_LIMIT {
+            evict(&mut m);
+        }
+        let b = Arc::new(Buf {
+            blk,
+            data: RwLock::new(&BUFFER, data),
+            dirty: AtomicBool::new(false),
+        });
+        m.insert(blk, b.clone());
+        b
+    }
+
+    /// Mark `b` dirty (called by handles).
+    pub fn dirty(&self, b: &Buf) {
+        if !b.dirty.swap(true, Ordering::AcqRel) {
+            self.dirty_count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Blocks waiting for write-back.
+    pub fn dirty_count(&self) -> usize {
+        self.dirty_count.load(Ordering::Relaxed)
+    }
+
+    /// Drop a freed block from the cache so a stale copy is never written over new data.
+    pub fn forget(&self, blk: u64) {
+        let removed = self.shard(blk).lock().remove(&blk);
+        if let Some(b) = removed {
+            if b.dirty.swap(false, Ordering::AcqRel) {
+                self.dirty_count.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Write every dirty block to the device (in block order).
+    pub fn write_back(&self) -> Result<()> {
+        let mut dirty: Vec<Arc<Buf>> = Vec::new();
+        for s in &self.shards {
+            dirty.extend(s.lock().values().filter(|b| b.is_dirty()).cloned());
+        }
+        dirty.sort_by_key(|b| b.blk);
+        for b in dirty {
+            if b.dirty.swap(false, Ordering::AcqRel) {
+                self.dirty_count.fetch_sub(1, Ordering::Relaxed);
+                let d = b.read();
+                if let Err(e) = self.dev.write_at(b.blk * self.bs as u64, &d) {
+                    drop(d);
+                    self.dirty(&b);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Read bytes straight from the device (data blocks; never cached here).
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+}
+
+/// Drop clean blocks nobody holds until the shard is at three quarters of its bound.
+fn evict(m: &mut HashMap<u64, Arc<Buf>>) {
+    let target = SHARD_LIMIT * 3 / 4;
+    let victims: Vec<u64> = m
+        .iter()
+        .filter(|(_, b)| !b.is_dirty() && Arc::strong_count(b) == 1)
+        .map(|(k, _)| *k)
+        .take(m.len().saturating_sub(target))
+        .collect();
+    for k in victims {
+        m.remove(&k);
+    }
+}

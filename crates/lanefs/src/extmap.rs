@@ -1,0 +1,162 @@
+//! In-memory extent map of one file: the authority for logical-to-physical mapping
+//! while the inode is cached. The on-disk tree is rebuilt from it by `inode::store_tree`.
+
+use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
+use std::collections::BTreeMap;
+
+/// Sorted, non-overlapping extents keyed by first logical block.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExtentMap {
+    map: BTreeMap<u32, Extent>,
+}
+
+/// Result of mapping one logical block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mapping {
+    /// Not allocated; `len` blocks of hole follow (up to the next extent or `u32::MAX`).
+    Hole(u64),
+    /// Allocated: physical block, unwritten flag, and blocks left in this extent.
+    Mapped(u64, bool, u32),
+}
+
+impl ExtentMap {
+    /// Build from extents (already sorted and non-overlapping).
+    pub fn from_extents(v: Vec<Extent>) -> ExtentMap {
+        ExtentMap { map: v.into_iter().map(|e| (e.lblk, e)).collect() }
+    }
+    /// All extents in order.
+    pub fn extents(&self) -> impl Iterator<Item = &Extent> {
+        self.map.values()
+    }
+    /// Number of extents.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+    /// The extent containing `lblk`, if any.
+    pub fn find(&self, lblk: u32) -> Option<Extent> {
+        let (_, e) = self.map.range(..=lblk).next_back()?;
+        (u64::from(lblk) < e.lend()).then_some(*e)
+    }
+    /// Map one logical block.
+    pub fn map(&self, lblk: u32) -> Mapping {
+        if let Some(e) = self.find(lblk) {
+            return Mapping::Mapped(e.pblk + u64::from(lblk - e.lblk), e.unwritten, e.lblk + e.len - lblk);
+        }
+        let next = self.map.range(lblk..).next().map(|(k, _)| u64::from(*k));
+        Mapping::Hole(next.unwrap_or(1 << 32) - u64::from(lblk))
+    }
+    /// The physical block right after the extent before `lblk` (allocation goal).
+    pub fn goal_for(&self, lblk: u32) -> Option<u64> {
+        let (_, e) = self.map.range(..lblk).next_back()?;
+        Some(e.pblk + u64::from(lblk - e.lblk))
+    }
+    /// Highest mapped logical block + 1.
+    pub fn end(&self) -> u64 {
+        self.map.values().next_back().map_or(0, |e| e.lend())
+    }
+
+    /// Insert a new extent over a hole, merging with neighbours when contiguous.
+    pub fn insert(&mut self, e: Extent) {
+        debug_assert!(self.range_is_hole(e.lblk, e.len), "insert over mapped range {e:?}");
+        let mut e = e;
+        if let Some((_, p)) = self.map.range(..e.lblk).next_back() {
+            let p = *p;
+            if mergeable(&p, &e) {
+                self.map.remove(&p.lblk);
+                e = Extent { lblk: p.lblk, len: p.len + e.len, pblk: p.pblk, unwritten: e.unwritten };
+            }
+        }
+        if let Some(n) = self.map.get(&(e.lblk + e.len)).copied() {
+            if mergeable(&e, &n) {
+                self.map.remove(&n.lblk);
+                e.len += n.len;
+            }
+        }
+        self.map.insert(e.lblk, e);
+    }
+
+    fn range_is_hole(&self, lblk: u32, len: u32) -> bool {
+        let end = u64::from(lblk) + u64::from(len);
+        self.find(lblk).is_none() && self.map.range(lblk..).next().is_none_or(|(k, _)| u64::from(*k) >= end)
+    }
+
+    /// Split so that an extent boundary falls at `lblk`.
+    fn split_at(&mut self, lblk: u32) {
+        if let Some(e) = self.find(lblk) {
+            if e.lblk < lblk {
+                let head = lblk - e.lblk;
+                self.map.insert(e.lblk, Extent { len: head, ..e });
+                let tail = Extent { lblk, len: e.len - head, pblk: e.pblk + u64::from(head), unwritten: e.unwritten };
+                self.map.insert(lblk, tail);
+            }
+        }
+    }
+
+    /// Remove the mapping of `[start, end)`; returns the freed physical runs.
+    pub fn remove_range(&mut self, start: u32, end: u64) -> Vec<(u64, u32)> {
+        self.split_at(start);
+        if end < 1 << 32 {
+            self.split_at(end as u32);
+        }
+        let keys: Vec<u32> = self.map.range(start..).take_while(|(k, _)| u64::from(**k) < end).map(|(k, _)| *k).collect();
+        keys.iter().filter_map(|k| self.map.remove(k)).map(|e| (e.pblk, e.len)).collect()
+    }
+
+    /// Mark `[start, start+len)` written (it must be mapped); merges afterwards.
+    pub fn mark_written(&mut self, start: u32, len: u32) {
+        let end = u64::from(start) + u64::from(len);
+        self.split_at(start);
+        if end < 1 << 32 {
+            self.split_at(end as u32);
+        }
+        let keys: Vec<u32> = self.map.range(start..).take_while(|(k, _)| u64::from(**k) < end).map(|(k, _)| *k).collect();
+        for k in keys {
+            if let Some(e) = self.map.remove(&k) {
+                self.insert(Extent { unwritten: false, ..e });
+            }
+        }
+    }
+
+    /// Total mapped blocks.
+    pub fn mapped_blocks(&self) -> u64 {
+        self.map.values().map(|e| u64::from(e.len)).sum()
+    }
+}
+
+fn mergeable(a: &Extent, b: &Extent) -> bool {
+    let max = if a.unwritten { MAX_UNWRITTEN_LEN } else { MAX_INIT_LEN };
+    a.unwritten == b.unwritten
+        && a.lend() == u64::from(b.lblk)
+        && a.pblk + u64::from(a.len) == b.pblk
+        && a.len + b.len <= max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(lblk: u32, len: u32, pblk: u64, unwritten: bool) -> Extent {
+        Extent { lblk, len, pblk, unwritten }
+    }
+
+    #[test]
+    fn insert_merges_and_remove_splits() {
+        let mut m = ExtentMap::default();
+        m.insert(e(0, 2, 100, false));
+        m.insert(e(2, 2, 102, false));
+        assert_eq!(m.len(), 1);
+        m.insert(e(10, 5, 200, true));
+        assert_eq!(m.map(11), Mapping::Mapped(201, true, 4));
+        assert_eq!(m.map(5), Mapping::Hole(5));
+        m.mark_written(11, 2);
+        assert_eq!(m.len(), 4);
+        assert_eq!(m.map(12), Mapping::Mapped(202, false, 1));
+        let freed = m.remove_range(1, 12);
+        assert_eq!(freed, vec![(101, 3), (200, 1), (201, 1)]);
+        assert_eq!(m.mapped_blocks(), 1 + 1 + 2);
+    }
+}

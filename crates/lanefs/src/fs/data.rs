@@ -1,0 +1,344 @@
+//! File data: read, write, fallocate, truncate; and write-back (fsync, sync, unmount).
+
+use super::{now, Fs, MAX_FILE_BLOCKS};
+use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
+use crate::disk::superblock as sbm;
+use crate::error::{Error, Result};
+use crate::extmap::{ExtentMap, Mapping};
+use crate::inode::{Inode, InodeState};
+use crate::journal::Handle;
+use crate::page::PAGE_LIMIT;
+use crate::types::*;
+
+impl Fs {
+    fn regular<'a>(&self, st: &'a InodeState) -> Result<&'a ExtentMap> {
+        match FileType::from_mode(st.d.mode()) {
+            Some(FileType::Regular) => {}
+            Some(FileType::Directory) => return Err(Error::IsDir),
+            _ => return Err(Error::Invalid("not a regular file".into())),
+        }
+        st.ext.as_ref().ok_or_else(|| Error::Unsupported("file without extents".into()))
+    }
+
+    /// Read at `off` into `buf`; returns bytes read (0 at end of file).
+    pub fn read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let i = self.iget(ino)?;
+        let st = self.read_loaded(&i)?;
+        let ext = self.regular(&st)?;
+        let size = st.d.size();
+        if off >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (size - off).min(buf.len() as u64) as usize;
+        let bs = self.bs as u64;
+        let pages = i.pages.lock();
+        let mut done = 0usize;
+        while done < n {
+            let pos = off + done as u64;
+            let lblk = pos / bs;
+            let inb = (pos % bs) as usize;
+            if let Some(p) = pages.get(lblk) {
+                let k = (bs as usize - inb).min(n - done);
+                buf[done..done + k].copy_from_slice(&p.data[inb..inb + k]);
+                done += k;
+                continue;
+            }
+            done += self.read_run(ext, &pages, lblk, inb, &mut buf[done..n])?;
+        }
+        Ok(n)
+    }
+
+    /// Read from the device (or zeros) a run of blocks without dirty pages.
+    fn read_run(&self, ext: &ExtentMap, pages: &crate::page::PageMap, lblk: u64, inb: usize, out: &mut [u8]) -> Result<usize> {
+        let bs = self.bs as u64;
+        let want_blocks = (inb as u64 + out.len() as u64).div_ceil(bs);
+        let (left, pblk) = match ext.map(lblk as u32) {
+            Mapping::Hole(l) => (l, None),
+            Mapping::Mapped(_, true, l) => (u64::from(l), None),
+            Mapping::Mapped(p, false, l) => (u64::from(l), Some(p)),
+        };
+        let mut blocks = left.min(want_blocks).max(1);
+        for k in 1..blocks {
+            if pages.get(lblk + k).is_some() {
+                blocks = k;
+                break;
+            }
+        }
+        let k = ((blocks * bs) as usize - inb).min(out.len());
+        match pblk {
+            None => out[..k].fill(0),
+            Some(p) => self.dev.read_at(p * bs + inb as u64, &mut out[..k])?,
+        }
+        Ok(k)
+    }
+
+    /// Write `data` at `off`; returns bytes written.
+    pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+        self.check_rw()?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let bs = self.bs as u64;
+        let end = off.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+        if end > MAX_FILE_BLOCKS * bs {
+            return Err(Error::FileTooBig);
+        }
+        let i = self.iget(ino)?;
+        let mut st = i.state.write();
+        self.load(&i, &mut st)?;
+        self.regular(&st)?;
+        let h = self.journal.start();
+        let (first, last) = (off / bs, (end - 1) / bs);
+        // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
+        let fresh = self.fresh_blocks(&st, first, last);
+        self.allocate(&h, &i, &mut st, first, last + 1 - first, false)?;
+        let ext = st.ext.as_mut().ok_or_else(|| Error::Unsupported("no extents".into()))?;
+        ext.mark_written(first as u32, (last + 1 - first) as u32);
+        st.ext_dirty = true;
+        self.copy_in(&i, &st, off, data, &fresh)?;
+        if end > st.d.size() {
+            st.d.set_size(end);
+        }
+        let t = now();
+        st.d.set_mtime(t);
+        st.d.set_ctime(t);
+        self.store(&h, ino, &mut st)?;
+        Ok(data.len())
+    }
+
+    fn fresh_blocks(&self, st: &InodeState, first: u64, last: u64) -> Vec<bool> {
+        let ext = st.ext.as_ref();
+        (first..=last)
+            .map(|b| !matches!(ext.map(|e| e.map(b as u32)), Some(Mapping::Mapped(_, false, _))))
+            .collect()
+    }
+
+    /// Copy `data` into dirty pages (blocks already mapped and written).
+    fn copy_in(&self, i: &Inode, st: &InodeState, off: u64, data: &[u8], fresh: &[bool]) -> Result<()> {
+        let bs = self.bs as u64;
+        let ext = self.regular(st)?;
+        let first = off / bs;
+        let mut pages = i.pages.lock();
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = off + done as u64;
+            let lblk = pos / bs;
+            let inb = (pos % bs) as usize;
+            let k = (bs as usize - inb).min(data.len() - done);
+            let Mapping::Mapped(p, _, _) = ext.map(lblk as u32) else {
+                return Err(Error::corrupt("extent map", i.ino, format!("block {lblk} unmapped after allocation")));
+            };
+            let whole = inb == 0 && k == bs as usize;
+            let is_fresh = fresh[(lblk - first) as usize];
+            let dev = &self.dev;
+            let page = pages.get_mut_or(lblk, p, |b| if whole || is_fresh { Ok(()) } else { dev.read_at(p * bs, b) }, bs as usize)?;
+            page.data[inb..inb + k].copy_from_slice(&data[done..done + k]);
+            done += k;
+        }
+        if pages.len() > PAGE_LIMIT {
+            pages.write_back(&*self.dev, bs as usize)?;
+        }
+        Ok(())
+    }
+
+    /// Map every hole in `[first, first+count)` with new blocks (unwritten if asked).
+    fn allocate(&self, h: &Handle, i: &Inode, st: &mut InodeState, first: u64, count: u64, unwritten: bool) -> Result<()> {
+        let bs = self.bs;
+        let ino = i.ino;
+        let default_goal = self.al.geo.group_first(self.al.geo.group_of_inode(ino));
+        let mut l = first;
+        let end = first + count;
+        while l < end {
+            let ext = st.ext.as_mut().ok_or_else(|| Error::Unsupported("no extents".into()))?;
+            let hole = match ext.map(l as u32) {
+                Mapping::Mapped(_, _, left) => {
+                    l += u64::from(left);
+                    continue;
+                }
+                Mapping::Hole(n) => n.min(end - l),
+            };
+            let max = if unwritten { MAX_UNWRITTEN_LEN } else { MAX_INIT_LEN };
+            let want = hole.min(u64::from(max)) as u32;
+            let goal = ext.goal_for(l as u32).unwrap_or(default_goal);
+            let (p, got) = self.al.alloc_blocks(h, goal, want)?;
+            ext.insert(Extent { lblk: l as u32, len: got, pblk: p, unwritten });
+            st.ext_dirty = true;
+            let sectors = st.d.blocks_512(bs) + u64::from(got) * u64::from(bs / 512);
+            st.d.set_blocks_512(sectors, bs);
+            l += u64::from(got);
+        }
+        Ok(())
+    }
+
+    /// Allocate or punch `[off, off+len)`.
+    pub fn fallocate(&self, ino: Ino, mode: FallocMode, off: u64, len: u64) -> Result<()> {
+        self.check_rw()?;
+        if len == 0 {
+            return Err(Error::Invalid("fallocate length 0".into()));
+        }
+        let bs = self.bs as u64;
+        let end = off.checked_add(len).filter(|&e| e <= MAX_FILE_BLOCKS * bs).ok_or(Error::FileTooBig)?;
+        let i = self.iget(ino)?;
+        let mut st = i.state.write();
+        self.load(&i, &mut st)?;
+        self.regular(&st)?;
+        let h = self.journal.start();
+        if mode.punch_hole {
+            self.punch(&h, &i, &mut st, off, end)?;
+        } else {
+            let first = off / bs;
+            self.allocate(&h, &i, &mut st, first, end.div_ceil(bs) - first, true)?;
+            if !mode.keep_size && end > st.d.size() {
+                st.d.set_size(end);
+            }
+        }
+        let t = now();
+        st.d.set_ctime(t);
+        if mode.punch_hole || !mode.keep_size {
+            st.d.set_mtime(t);
+        }
+        self.store(&h, ino, &mut st)
+    }
+
+    /// Zero `[off, end)` within the file: partial blocks through the page cache, whole
+    /// blocks freed. Like ext4, the range is clipped to the end of the last block.
+    fn punch(&self, h: &Handle, i: &Inode, st: &mut InodeState, off: u64, end: u64) -> Result<()> {
+        let bs = self.bs as u64;
+        let size = st.d.size();
+        if off >= size {
+            return Ok(());
+        }
+        let end = end.min(size.div_ceil(bs) * bs);
+        let (a, b) = (off.div_ceil(bs), end / bs);
+        if a > b {
+            return self.zero_partial(i, st, off, end);
+        }
+        self.zero_partial(i, st, off, a * bs)?;
+        self.zero_partial(i, st, b * bs, end)?;
+        self.unmap(h, i, st, a, b)
+    }
+
+    /// Free the blocks of `[a, b)` and drop their pages.
+    fn unmap(&self, h: &Handle, i: &Inode, st: &mut InodeState, a: u64, b: u64) -> Result<()> {
+        if b <= a {
+            return Ok(());
+        }
+        let bs = self.bs;
+        i.pages.lock().drop_range(a, b);
+        let ext = st.ext.as_mut().ok_or_else(|| Error::Unsupported("no extents".into()))?;
+        let freed = ext.remove_range(a as u32, b);
+        let mut n = 0u64;
+        for (p, len) in freed {
+            self.al.free_blocks_range(h, p, u64::from(len), false)?;
+            n += u64::from(len);
+        }
+        if n > 0 {
+            st.ext_dirty = true;
+            let sectors = st.d.blocks_512(bs).saturating_sub(n * u64::from(bs / 512));
+            st.d.set_blocks_512(sectors, bs);
+        }
+        Ok(())
+    }
+
+    /// Zero bytes `[from, to)` inside one block if that block holds written data.
+    fn zero_partial(&self, i: &Inode, st: &InodeState, from: u64, to: u64) -> Result<()> {
+        if to <= from {
+            return Ok(());
+        }
+        let bs = self.bs as u64;
+        let lblk = from / bs;
+        debug_assert!((to - 1) / bs == lblk, "zero_partial spans blocks");
+        let ext = self.regular(st)?;
+        let Mapping::Mapped(p, false, _) = ext.map(lblk as u32) else { return Ok(()) };
+        let mut pages = i.pages.lock();
+        let dev = &self.dev;
+        let page = pages.get_mut_or(lblk, p, |b| dev.read_at(p * bs, b), bs as usize)?;
+        page.data[(from % bs) as usize..((to - 1) % bs + 1) as usize].fill(0);
+        Ok(())
+    }
+
+    /// Set the size: free blocks past a smaller size, zero the tail of the last block.
+    pub(super) fn truncate(&self, h: &Handle, i: &Inode, st: &mut InodeState, size: u64) -> Result<()> {
+        let bs = self.bs as u64;
+        let old = st.d.size();
+        if size < old {
+            let keep = size.div_ceil(bs);
+            if size % bs != 0 {
+                self.zero_partial(i, st, size, keep * bs)?;
+            }
+            i.pages.lock().drop_from(keep);
+            self.unmap(h, i, st, keep, MAX_FILE_BLOCKS)?;
+        }
+        st.d.set_size(size);
+        if size != old {
+            let t = now();
+            st.d.set_mtime(t);
+            st.d.set_ctime(t);
+        }
+        Ok(())
+    }
+
+    /// Make the data and metadata of `ino` durable (today: a full sync).
+    pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
+        let _ = (ino, datasync);
+        self.sync()
+    }
+
+    /// Write everything dirty to the device and flush it.
+    pub fn sync(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let inodes = self.icache.all();
+        let _commit = self.journal.lock_commit();
+        for i in &inodes {
+            let mut p = i.pages.lock();
+            if !p.is_empty() {
+                p.write_back(&*self.dev, self.bs as usize)?;
+            }
+        }
+        self.bufs.write_back()?;
+        self.write_super(false)?;
+        self.dev.flush()
+    }
+
+    fn write_super(&self, clean: bool) -> Result<()> {
+        let mut sbg = self.sb.lock();
+        let sb = &mut *sbg;
+        sb.set_free_blocks_count(self.al.free_blocks());
+        sb.set_free_inodes_count(self.al.free_inodes() as u32);
+        sb.set_wtime(now().sec as u32);
+        if clean {
+            sb.set_state(sb.state() | 1);
+        }
+        sb.update_checksum();
+        let raw = sb.raw.clone();
+        drop(sbg);
+        self.dev.write_at(sbm::SB_OFFSET, &raw[..])
+    }
+
+    /// Write everything and release the device. Inodes still open are released first.
+    pub fn unmount(self: std::sync::Arc<Self>) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        for i in self.icache.all() {
+            if i.is_open() {
+                i.open.store(1, std::sync::atomic::Ordering::Release);
+                self.release(i.ino)?;
+            }
+        }
+        self.sync()?;
+        self.write_super(true)?;
+        self.dev.flush()
+    }
+}
+
+impl Drop for Fs {
+    fn drop(&mut self) {
+        // Best effort for callers that never unmounted: dirty state must not be lost.
+        if !self.read_only && self.bufs.dirty_count() > 0 {
+            let _ = self.sync();
+        }
+    }
+}

@@ -1,0 +1,534 @@
+//! Namespace operations: lookup, create, link, unlink, rename, readdir, attributes.
+
+use super::{now, Fs, LINK_MAX};
+use crate::disk::extent::{self, Node};
+use crate::disk::inode::{DiskInode, FL_EXTENTS};
+use crate::error::{Error, Result};
+use crate::inode::{self, Inode, InodeState};
+use crate::journal::Handle;
+use crate::types::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Validate a name for a new entry.
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::Invalid(format!("bad file name {:?}", String::from_utf8_lossy(name))));
+    }
+    if name == b"." || name == b".." {
+        return Err(Error::Exists);
+    }
+    if name.len() > 255 {
+        return Err(Error::NameTooLong);
+    }
+    Ok(())
+}
+
+fn kind_of(st: &InodeState) -> FileType {
+    FileType::from_mode(st.d.mode()).unwrap_or(FileType::Regular)
+}
+
+/// Directory link count helpers shared with rename.
+pub(super) mod links {
+    use crate::disk::inode::DiskInode;
+
+    /// One more subdirectory.
+    pub fn inc(d: &mut DiskInode) {
+        super::inc_dir_links(d)
+    }
+    /// One subdirectory fewer.
+    pub fn dec(d: &mut DiskInode) {
+        super::dec_dir_links(d)
+    }
+}
+
+fn inc_dir_links(d: &mut DiskInode) {
+    let l = d.links();
+    if l != 1 {
+        d.set_links(if l + 1 >= LINK_MAX { 1 } else { l + 1 });
+    }
+}
+
+fn dec_dir_links(d: &mut DiskInode) {
+    let l = d.links();
+    if l > 2 {
+        d.set_links(l - 1);
+    }
+}
+
+impl Fs {
+    pub(super) fn dir_guard_pub(&self, st: &InodeState) -> Result<()> {
+        self.dir_guard(st)
+    }
+
+    pub(super) fn drop_link_pub(&self, h: &Handle, c: &Inode, st: &mut InodeState) -> Result<bool> {
+        self.drop_link(h, c, st)
+    }
+
+    fn dir_guard(&self, st: &InodeState) -> Result<()> {
+        if st.freed || st.d.links() == 0 {
+            return Err(Error::NotFound);
+        }
+        if kind_of(st) != FileType::Directory {
+            return Err(Error::NotDir);
+        }
+        Ok(())
+    }
+
+    /// Look `name` up in directory `dir`.
+    pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Attr> {
+        if name.len() > 255 {
+            return Err(Error::NameTooLong);
+        }
+        let d = self.iget(dir)?;
+        let child = {
+            let st = self.read_loaded(&d)?;
+            self.dir_guard(&st)?;
+            match name {
+                b"." => dir,
+                b".." => self.ctx().dotdot(dir, &st)?,
+                _ => self.ctx().lookup(dir, &st, name)?.ok_or(Error::NotFound)?.0,
+            }
+        };
+        self.getattr(child)
+    }
+
+    /// Attributes of `ino`.
+    pub fn getattr(&self, ino: Ino) -> Result<Attr> {
+        let i = self.iget(ino)?;
+        let st = i.state.read();
+        if st.freed {
+            return Err(Error::NotFound);
+        }
+        Ok(self.attr(ino, &st.d))
+    }
+
+    /// Change attributes (and size) of `ino`.
+    pub fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
+        self.check_rw()?;
+        let i = self.iget(ino)?;
+        let mut st = i.state.write();
+        self.load(&i, &mut st)?;
+        if let Some(size) = set.size {
+            match kind_of(&st) {
+                FileType::Directory => return Err(Error::IsDir),
+                FileType::Regular => {}
+                _ => return Err(Error::Invalid("size of a special file".into())),
+            }
+            if size > super::MAX_FILE_BLOCKS * u64::from(self.bs) {
+                return Err(Error::FileTooBig);
+            }
+        }
+        let h = self.journal.start();
+        if let Some(size) = set.size {
+            self.truncate(&h, &i, &mut st, size)?;
+        }
+        let d = &mut st.d;
+        if let Some(p) = set.perm {
+            d.set_mode((d.mode() & 0o170000) | (p & 0o7777));
+        }
+        if let Some(u) = set.uid {
+            d.set_uid(u);
+        }
+        if let Some(g) = set.gid {
+            d.set_gid(g);
+        }
+        if let Some(t) = set.atime {
+            d.set_atime(t);
+        }
+        if let Some(t) = set.mtime {
+            d.set_mtime(t);
+        }
+        d.set_ctime(set.ctime.unwrap_or_else(now));
+        self.store(&h, ino, &mut st)?;
+        Ok(self.attr(ino, &st.d))
+    }
+
+    /// Create a regular file; it counts as opened (call `release` when done).
+    pub fn create(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
+        let (a, i) = self.make(dir, name, FileType::Regular.mode_bits() | (perm & 0o7777), 0, owner, None)?;
+        i.open.fetch_add(1, Ordering::AcqRel);
+        Ok(a)
+    }
+
+    /// Create a directory.
+    pub fn mkdir(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
+        Ok(self.make(dir, name, FileType::Directory.mode_bits() | (perm & 0o7777), 0, owner, None)?.0)
+    }
+
+    /// Create a device node, FIFO or socket (or regular file) with full `mode`.
+    pub fn mknod(&self, dir: Ino, name: &[u8], mode: u32, rdev: u32, owner: Owner) -> Result<Attr> {
+        let mode = mode as u16;
+        match FileType::from_mode(mode) {
+            None => Err(Error::Invalid(format!("mode {mode:o} has no file type"))),
+            Some(FileType::Directory) => Err(Error::Invalid("mknod of a directory (use mkdir)".into())),
+            Some(FileType::Symlink) => Err(Error::Invalid("mknod of a symlink (use symlink)".into())),
+            Some(_) => Ok(self.make(dir, name, mode, rdev, owner, None)?.0),
+        }
+    }
+
+    /// Create a symbolic link to `target`.
+    pub fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
+        if target.is_empty() || target.len() >= self.bs as usize {
+            return Err(Error::NameTooLong);
+        }
+        Ok(self.make(dir, name, FileType::Symlink.mode_bits() | 0o777, 0, owner, Some(target))?.0)
+    }
+
+    /// Common path of every create: lock the directory, allocate and link a new inode.
+    fn make(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        mode: u16,
+        rdev: u32,
+        owner: Owner,
+        target: Option<&[u8]>,
+    ) -> Result<(Attr, Arc<Inode>)> {
+        self.check_rw()?;
+        check_name(name)?;
+        let d = self.iget(dir)?;
+        let mut dst = d.state.write();
+        self.load(&d, &mut dst)?;
+        self.dir_guard(&dst)?;
+        let ctx = self.ctx();
+        if ctx.lookup(dir, &dst, name)?.is_some() {
+            return Err(Error::Exists);
+        }
+        let kind = FileType::from_mode(mode).ok_or_else(|| Error::Invalid("mode".into()))?;
+        let h = self.journal.start();
+        let group = self.al.geo.group_of_inode(dir);
+        let ino = self.al.alloc_inode(&h, group, kind == FileType::Directory)?;
+        let mut cst = self.init_inode(ino, mode, owner, rdev, kind, target.is_some_and(|t| t.len() >= 60));
+        let res = self.fill_new(&h, ino, &mut cst, dir, kind, target)
+            .and_then(|_| ctx.add(&h, dir, &mut dst, name, ino, kind.dirent_code()));
+        if let Err(e) = res {
+            self.undo_new(&h, ino, &mut cst, kind);
+            return Err(e);
+        }
+        if kind == FileType::Directory {
+            inc_dir_links(&mut dst.d);
+        }
+        let t = now();
+        dst.d.set_mtime(t);
+        dst.d.set_ctime(t);
+        self.store(&h, dir, &mut dst)?;
+        self.store(&h, ino, &mut cst)?;
+        let attr = self.attr(ino, &cst.d);
+        let new = inode::inode_from_state(ino, cst);
+        // The bitmap said `ino` was free, so any cached copy is a dead one: replace it.
+        Ok((attr, self.icache.insert_new(new)))
+    }
+
+    fn init_inode(&self, ino: Ino, mode: u16, owner: Owner, rdev: u32, kind: FileType, slow_link: bool) -> InodeState {
+        let mut d = DiskInode::new(self.al.geo.inode_size as usize);
+        d.set_mode(mode);
+        d.set_uid(owner.uid);
+        d.set_gid(owner.gid);
+        let t = now();
+        d.set_atime(t);
+        d.set_mtime(t);
+        d.set_ctime(t);
+        d.set_crtime(t);
+        d.set_links(if kind == FileType::Directory { 2 } else { 1 });
+        d.set_generation(generation(ino));
+        if matches!(kind, FileType::Regular | FileType::Directory) || slow_link {
+            d.set_flags(FL_EXTENTS);
+            extent::encode_node(d.iblock_mut(), &Node::Leaf(Vec::new()));
+        }
+        if matches!(kind, FileType::CharDevice | FileType::BlockDevice) {
+            d.set_rdev(rdev);
+        }
+        let ext = d.flags() & FL_EXTENTS != 0;
+        InodeState {
+            d,
+            ext: ext.then(Default::default),
+            tree_blocks: Vec::new(),
+            ext_dirty: false,
+            freed: false,
+        }
+    }
+
+    /// Directory block or symlink target of a new inode.
+    fn fill_new(&self, h: &Handle, ino: Ino, st: &mut InodeState, parent: Ino, kind: FileType, target: Option<&[u8]>) -> Result<()> {
+        match (kind, target) {
+            (FileType::Directory, _) => self.ctx().init_dir(h, ino, st, parent),
+            (FileType::Symlink, Some(t)) if t.len() < 60 => {
+                st.d.iblock_mut()[..t.len()].copy_from_slice(t);
+                st.d.set_size(t.len() as u64);
+                Ok(())
+            }
+            (FileType::Symlink, Some(t)) => {
+                let (p, _) = self.al.alloc_blocks(h, self.al.geo.group_first(self.al.geo.group_of_inode(ino)), 1)?;
+                if let Some(ext) = st.ext.as_mut() {
+                    ext.insert(extent::Extent { lblk: 0, len: 1, pblk: p, unwritten: false });
+                }
+                st.ext_dirty = true;
+                let b = self.bufs.get_new(p);
+                b.write()[..t.len()].copy_from_slice(t);
+                h.dirty(&b);
+                st.d.set_size(t.len() as u64);
+                st.d.set_blocks_512(u64::from(self.bs / 512), self.bs);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Release what a failed create allocated.
+    fn undo_new(&self, h: &Handle, ino: Ino, st: &mut InodeState, kind: FileType) {
+        let _ = self.free_blocks_of(h, st, kind);
+        let _ = self.al.free_inode(h, ino, kind == FileType::Directory);
+    }
+
+    /// The target of a symbolic link.
+    pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        let i = self.iget(ino)?;
+        let st = self.read_loaded(&i)?;
+        if kind_of(&st) != FileType::Symlink {
+            return Err(Error::Invalid("not a symbolic link".into()));
+        }
+        let size = st.d.size() as usize;
+        if st.d.flags() & FL_EXTENTS == 0 {
+            if size > 60 {
+                return Err(Error::corrupt("inode", ino, "fast symlink longer than 60 bytes"));
+            }
+            return Ok(st.d.iblock()[..size].to_vec());
+        }
+        let ext = st.ext.as_ref().and_then(|e| e.find(0)).ok_or_else(|| Error::corrupt("symlink", ino, "no data block"))?;
+        if size >= self.bs as usize {
+            return Err(Error::corrupt("symlink", ino, "target longer than a block"));
+        }
+        let b = self.bufs.get(ext.pblk)?;
+        let data = b.read();
+        Ok(data[..size].to_vec())
+    }
+
+    /// Add a hard link `newdir/newname` to `ino`.
+    pub fn link(&self, ino: Ino, newdir: Ino, newname: &[u8]) -> Result<Attr> {
+        self.check_rw()?;
+        check_name(newname)?;
+        let d = self.iget(newdir)?;
+        let c = self.iget(ino)?;
+        let mut dst = d.state.write();
+        self.load(&d, &mut dst)?;
+        self.dir_guard(&dst)?;
+        if ino == newdir {
+            return Err(Error::NotPermitted);
+        }
+        let mut cst = c.state.write();
+        if cst.freed || cst.d.links() == 0 {
+            return Err(Error::NotFound);
+        }
+        if kind_of(&cst) == FileType::Directory {
+            return Err(Error::NotPermitted);
+        }
+        if cst.d.links() >= LINK_MAX {
+            return Err(Error::TooManyLinks);
+        }
+        let ctx = self.ctx();
+        if ctx.lookup(newdir, &dst, newname)?.is_some() {
+            return Err(Error::Exists);
+        }
+        let h = self.journal.start();
+        ctx.add(&h, newdir, &mut dst, newname, ino, kind_of(&cst).dirent_code())?;
+        let l = cst.d.links() + 1;
+        cst.d.set_links(l);
+        let t = now();
+        cst.d.set_ctime(t);
+        dst.d.set_mtime(t);
+        dst.d.set_ctime(t);
+        self.store(&h, newdir, &mut dst)?;
+        self.store(&h, ino, &mut cst)?;
+        Ok(self.attr(ino, &cst.d))
+    }
+
+    /// Remove a non-directory entry.
+    pub fn unlink(&self, dir: Ino, name: &[u8]) -> Result<()> {
+        self.remove(dir, name, false)
+    }
+
+    /// Remove an empty directory.
+    pub fn rmdir(&self, dir: Ino, name: &[u8]) -> Result<()> {
+        if name == b"." {
+            return Err(Error::Invalid("rmdir of .".into()));
+        }
+        if name == b".." {
+            return Err(Error::NotEmpty);
+        }
+        self.remove(dir, name, true)
+    }
+
+    fn remove(&self, dir: Ino, name: &[u8], want_dir: bool) -> Result<()> {
+        self.check_rw()?;
+        let d = self.iget(dir)?;
+        let mut dst = d.state.write();
+        self.load(&d, &mut dst)?;
+        self.dir_guard(&dst)?;
+        let ctx = self.ctx();
+        let (cino, _) = ctx.lookup(dir, &dst, name)?.ok_or(Error::NotFound)?;
+        let c = self.iget(cino)?;
+        let mut cst = c.state.write();
+        self.load(&c, &mut cst)?;
+        let is_dir = kind_of(&cst) == FileType::Directory;
+        if want_dir && !is_dir {
+            return Err(Error::NotDir);
+        }
+        if !want_dir && is_dir {
+            return Err(Error::IsDir);
+        }
+        if is_dir && !ctx.is_empty(cino, &cst)? {
+            return Err(Error::NotEmpty);
+        }
+        let h = self.journal.start();
+        ctx.remove(&h, dir, &dst, name)?;
+        let t = now();
+        if is_dir {
+            dec_dir_links(&mut dst.d);
+            cst.d.set_links(0);
+        } else {
+            let l = cst.d.links().saturating_sub(1);
+            cst.d.set_links(l);
+        }
+        cst.d.set_ctime(t);
+        dst.d.set_mtime(t);
+        dst.d.set_ctime(t);
+        self.store(&h, dir, &mut dst)?;
+        let gone = self.drop_link(&h, &c, &mut cst)?;
+        drop(h);
+        if gone {
+            self.icache.remove_if(cino, &c);
+        }
+        Ok(())
+    }
+
+    /// After a link count change: free the inode if unreferenced, else store it.
+    /// Returns whether it was freed (the caller evicts it after the handle ends).
+    fn drop_link(&self, h: &Handle, c: &Inode, st: &mut InodeState) -> Result<bool> {
+        if st.d.links() > 0 || c.is_open() {
+            self.store(h, c.ino, st)?;
+            return Ok(false);
+        }
+        self.free_inode(h, c.ino, st)?;
+        Ok(true)
+    }
+
+    /// Release an unreferenced inode: its blocks, xattr block and bitmap bit.
+    pub(super) fn free_inode(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
+        let kind = kind_of(st);
+        self.free_blocks_of(h, st, kind)?;
+        st.d.set_size(0);
+        st.d.set_links(0);
+        st.d.set_dtime(now().sec as u32);
+        st.freed = true;
+        self.store(h, ino, st)?;
+        self.al.free_inode(h, ino, kind == FileType::Directory)
+    }
+
+    /// Free every data, tree and xattr block of an inode.
+    fn free_blocks_of(&self, h: &Handle, st: &mut InodeState, kind: FileType) -> Result<()> {
+        let meta = kind != FileType::Regular;
+        if let Some(ext) = st.ext.as_mut() {
+            for (p, n) in ext.remove_range(0, 1 << 32) {
+                self.al.free_blocks_range(h, p, u64::from(n), meta)?;
+            }
+            st.ext_dirty = true;
+            inode::store_tree(&self.al, &self.bufs, h, 0, st)?;
+        }
+        self.release_xattr_block(h, st)?;
+        st.d.set_blocks_512(0, self.bs);
+        Ok(())
+    }
+
+    /// Drop the inode's reference to its xattr block; free it at refcount zero.
+    fn release_xattr_block(&self, h: &Handle, st: &mut InodeState) -> Result<()> {
+        let blk = st.d.file_acl();
+        if blk == 0 {
+            return Ok(());
+        }
+        st.d.set_file_acl(0);
+        if blk >= self.al.geo.blocks {
+            return Err(Error::corrupt("xattr block", blk, "outside the file system"));
+        }
+        let b = self.bufs.get(blk)?;
+        let mut d = b.write();
+        if crate::disk::le32(&d, 0) != 0xEA02_0000 {
+            return Err(Error::corrupt("xattr block", blk, "bad magic"));
+        }
+        let refs = crate::disk::le32(&d, 4);
+        if refs > 1 {
+            crate::disk::put32(&mut d, 4, refs - 1);
+            if self.al.geo.csum {
+                crate::disk::put32(&mut d, 0x10, 0);
+                let c = crate::disk::crc32c_raw(self.al.geo.seed, &blk.to_le_bytes());
+                let c = crate::disk::crc32c_raw(c, &d);
+                crate::disk::put32(&mut d, 0x10, c);
+            }
+            drop(d);
+            h.dirty(&b);
+            return Ok(());
+        }
+        drop(d);
+        self.al.free_blocks_range(h, blk, 1, true)
+    }
+
+    /// Mark `ino` open: its data survives unlink until `release`.
+    pub fn open(&self, ino: Ino) -> Result<()> {
+        let i = self.iget(ino)?;
+        if i.state.read().freed {
+            return Err(Error::NotFound);
+        }
+        i.open.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Drop one open reference taken by `open` or `create`.
+    pub fn release(&self, ino: Ino) -> Result<()> {
+        let i = self.icache.peek(ino).ok_or(Error::Invalid(format!("inode {ino} is not open")))?;
+        let prev = i.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if prev != Ok(1) {
+            return prev.map(|_| ()).map_err(|_| Error::Invalid(format!("inode {ino} is not open")));
+        }
+        let mut st = i.state.write();
+        if st.freed || st.d.links() > 0 || i.is_open() || self.read_only {
+            return Ok(());
+        }
+        self.load(&i, &mut st)?;
+        let h = self.journal.start();
+        self.free_inode(&h, ino, &mut st)?;
+        drop(h);
+        drop(st);
+        self.icache.remove_if(ino, &i);
+        Ok(())
+    }
+
+    /// Entries of `dir` after cursor `pos` (0 = start), at most `max`.
+    pub fn readdir(&self, dir: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
+        let d = self.iget(dir)?;
+        let st = self.read_loaded(&d)?;
+        self.dir_guard(&st)?;
+        self.ctx().readdir(dir, &st, pos, max.max(1))
+    }
+
+    /// File-system counters.
+    pub fn statfs(&self) -> Result<StatFs> {
+        let sb = self.sb.lock();
+        let free = self.al.free_blocks();
+        Ok(StatFs {
+            block_size: self.bs,
+            blocks: sb.blocks_count(),
+            free_blocks: free,
+            avail_blocks: free.saturating_sub(sb.r_blocks_count()),
+            inodes: u64::from(sb.inodes_count()),
+            free_inodes: self.al.free_inodes(),
+            name_max: 255,
+        })
+    }
+}
+
+/// A generation number for a new inode (varies per inode and per mount).
+fn generation(ino: Ino) -> u32 {
+    let t = now();
+    let x = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (t.nsec as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    (x >> 32) as u32
+}

@@ -1,0 +1,177 @@
+//! rename: the one operation that locks two directories.
+//!
+//! Same-directory renames lock the directory, then the children by inode number.
+//! Cross-directory renames first take the `rename` lock (as Linux's s_vfs_rename_mutex),
+//! which freezes the shape of the directory tree, then lock the two directories ancestor
+//! first: every other operation locks a parent before its child, so this order cannot
+//! deadlock with them.
+
+use super::{now, Fs};
+use crate::error::{Error, Result};
+use crate::inode::{Inode, InodeState};
+use crate::sync::RwLockWriteGuard;
+use crate::types::*;
+use std::sync::Arc;
+
+type Guard<'a> = RwLockWriteGuard<'a, InodeState>;
+
+impl Fs {
+    /// Rename, replacing an existing target if it is compatible.
+    pub fn rename(&self, dir: Ino, name: &[u8], newdir: Ino, newname: &[u8]) -> Result<()> {
+        self.check_rw()?;
+        for n in [name, newname] {
+            if n == b"." || n == b".." || n.is_empty() {
+                return Err(Error::Invalid("rename of . or ..".into()));
+            }
+            if n.contains(&b'/') || n.contains(&0) {
+                return Err(Error::Invalid("bad file name".into()));
+            }
+            if n.len() > 255 {
+                return Err(Error::NameTooLong);
+            }
+        }
+        let _cross = (dir != newdir).then(|| self.rename_lock.lock());
+        let od = self.iget(dir)?;
+        let nd = self.iget(newdir)?;
+        let (mut ost, mut nst) = if dir == newdir {
+            (self.lock_dir(&od)?, None)
+        } else if self.is_ancestor(newdir, dir)? {
+            let n = self.lock_dir(&nd)?;
+            (self.lock_dir(&od)?, Some(n))
+        } else {
+            let o = self.lock_dir(&od)?;
+            (o, Some(self.lock_dir(&nd)?))
+        };
+        self.rename_locked(dir, &mut ost, name, newdir, nst.as_mut(), newname)
+    }
+
+    fn lock_dir<'a>(&self, d: &'a Arc<Inode>) -> Result<Guard<'a>> {
+        let mut st = d.state.write();
+        self.load(d, &mut st)?;
+        self.dir_guard_pub(&st)?;
+        Ok(st)
+    }
+
+    /// Whether `anc` is `ino` or one of its ancestors (walking ".."; the rename lock
+    /// keeps the tree's shape still while we walk).
+    fn is_ancestor(&self, anc: Ino, ino: Ino) -> Result<bool> {
+        let mut cur = ino;
+        for _ in 0..65536 {
+            if cur == anc {
+                return Ok(true);
+            }
+            if cur == ROOT_INO {
+                return Ok(false);
+            }
+            let i = self.iget(cur)?;
+            let st = self.read_loaded(&i)?;
+            cur = self.ctx().dotdot(cur, &st)?;
+        }
+        Err(Error::corrupt("directory", ino, "loop in .. chain"))
+    }
+
+    fn rename_locked(
+        &self,
+        dir: Ino,
+        ost: &mut Guard<'_>,
+        name: &[u8],
+        newdir: Ino,
+        mut nst: Option<&mut Guard<'_>>,
+        newname: &[u8],
+    ) -> Result<()> {
+        let ctx = self.ctx();
+        let (sino, _) = ctx.lookup(dir, ost, name)?.ok_or(Error::NotFound)?;
+        let target = {
+            let tdir: &InodeState = nst.as_deref().map_or(&**ost, |g| &**g);
+            ctx.lookup(newdir, tdir, newname)?.map(|t| t.0)
+        };
+        if target == Some(sino) {
+            return Ok(());
+        }
+        let src = self.iget(sino)?;
+        let tgt = target.map(|t| self.iget(t)).transpose()?;
+        if target == Some(dir) || target == Some(newdir) {
+            return Err(Error::NotEmpty);
+        }
+        // Children in inode-number order.
+        let (mut sst, mut tst) = match &tgt {
+            Some(t) if t.ino < sino => {
+                let tg = t.state.write();
+                (src.state.write(), Some(tg))
+            }
+            Some(t) => {
+                let sg = src.state.write();
+                (sg, Some(t.state.write()))
+            }
+            None => (src.state.write(), None),
+        };
+        self.load(&src, &mut sst)?;
+        let src_dir = FileType::from_mode(sst.d.mode()) == Some(FileType::Directory);
+        if src_dir && dir != newdir && self.is_ancestor(sino, newdir)? {
+            return Err(Error::Invalid("cannot move a directory into itself".into()));
+        }
+        if let (Some(t), Some(ts)) = (&tgt, tst.as_mut()) {
+            self.load(t, ts)?;
+            self.check_replace(t.ino, ts, src_dir)?;
+        }
+        let h = self.journal.start();
+        let ft = FileType::from_mode(sst.d.mode()).unwrap_or(FileType::Regular).dirent_code();
+        let t = now();
+        {
+            let ndst: &mut InodeState = match nst.as_deref_mut() {
+                Some(g) => g,
+                None => &mut **ost,
+            };
+            if target.is_some() {
+                ctx.replace(&h, newdir, ndst, newname, sino, ft)?;
+            } else {
+                ctx.add(&h, newdir, ndst, newname, sino, ft)?;
+            }
+        }
+        ctx.remove(&h, dir, ost, name)?;
+        if src_dir && dir != newdir {
+            ctx.set_dotdot(&h, sino, &sst, newdir)?;
+            super::ops::links::dec(&mut ost.d);
+            if let Some(g) = nst.as_deref_mut() {
+                if tgt.is_none() {
+                    super::ops::links::inc(&mut g.d);
+                }
+            }
+        } else if src_dir && tgt.is_some() {
+            // Same directory, a directory replaced another: one subdirectory fewer.
+            super::ops::links::dec(&mut ost.d);
+        }
+        for st in [Some(&mut **ost), nst.as_deref_mut().map(|g| &mut **g)].into_iter().flatten() {
+            st.d.set_mtime(t);
+            st.d.set_ctime(t);
+        }
+        sst.d.set_ctime(t);
+        self.store(&h, dir, ost)?;
+        if let Some(g) = nst.as_deref_mut() {
+            self.store(&h, newdir, g)?;
+        }
+        self.store(&h, sino, &mut sst)?;
+        let mut gone = false;
+        if let (Some(ti), Some(ts)) = (&tgt, tst.as_mut()) {
+            let l = if FileType::from_mode(ts.d.mode()) == Some(FileType::Directory) { 0 } else { ts.d.links().saturating_sub(1) };
+            ts.d.set_links(l);
+            ts.d.set_ctime(t);
+            gone = self.drop_link_pub(&h, ti, ts)?;
+        }
+        drop(h);
+        if let (true, Some(ti)) = (gone, &tgt) {
+            self.icache.remove_if(ti.ino, ti);
+        }
+        Ok(())
+    }
+
+    fn check_replace(&self, tino: Ino, ts: &InodeState, src_dir: bool) -> Result<()> {
+        let tgt_dir = FileType::from_mode(ts.d.mode()) == Some(FileType::Directory);
+        match (src_dir, tgt_dir) {
+            (true, false) => Err(Error::NotDir),
+            (false, true) => Err(Error::IsDir),
+            (true, true) if !self.ctx().is_empty(tino, ts)? => Err(Error::NotEmpty),
+            _ => Ok(()),
+        }
+    }
+}

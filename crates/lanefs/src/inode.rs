@@ -1,0 +1,323 @@
+//! In-memory inodes and the inode cache.
+//!
+//! An `Inode` holds the on-disk bytes (so unknown fields and in-inode xattrs survive),
+//! the extent map once loaded, and its dirty data pages. Its state lock (class `inode`)
+//! orders before journal handles. The cache is a table of buckets, each with its own lock
+//! (class `icache_bucket`); seed 004's lock-free lookup replaces `ICache::get` later.
+
+use crate::alloc::Allocator;
+use crate::buf::BufCache;
+use crate::disk::extent::{self, Extent, Node};
+use crate::disk::inode::{DiskInode, FL_EXTENTS};
+use crate::error::{Error, Result};
+use crate::extmap::ExtentMap;
+use crate::journal::Handle;
+use crate::page::PageMap;
+use crate::sync::{Mutex, RwLock, ICACHE_BUCKET, INODE, PAGE};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Mutable state of a cached inode.
+pub struct InodeState {
+    /// The on-disk inode bytes (authoritative while cached).
+    pub d: DiskInode,
+    /// Extent map, loaded on first use for extent-mapped inodes.
+    pub ext: Option<ExtentMap>,
+    /// Blocks the on-disk extent tree occupies (index and leaf blocks).
+    pub tree_blocks: Vec<u64>,
+    /// The extent map changed since the tree was last written.
+    pub ext_dirty: bool,
+    /// The inode has been released on disk; any further use is an error.
+    pub freed: bool,
+}
+
+/// A cached inode.
+pub struct Inode {
+    /// Inode number.
+    pub ino: u64,
+    /// Metadata state.
+    pub state: RwLock<InodeState>,
+    /// Dirty file data.
+    pub pages: Mutex<PageMap>,
+    /// Open references (files opened, created, or held by the bench).
+    pub open: AtomicU32,
+}
+
+impl Inode {
+    /// Whether some handle holds the inode open.
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire) > 0
+    }
+}
+
+const BUCKETS: usize = 256;
+const BUCKET_LIMIT: usize = 1024;
+
+/// The inode cache.
+pub struct ICache {
+    buckets: Vec<Mutex<HashMap<u64, Arc<Inode>>>>,
+}
+
+impl Default for ICache {
+    fn default() -> Self {
+        ICache { buckets: (0..BUCKETS).map(|_| Mutex::new(&ICACHE_BUCKET, HashMap::new())).collect() }
+    }
+}
+
+impl ICache {
+    fn bucket(&self, ino: u64) -> &Mutex<HashMap<u64, Arc<Inode>>> {
+        &self.buckets[(ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % BUCKETS]
+    }
+    /// The cached inode, if present.
+    pub fn peek(&self, ino: u64) -> Option<Arc<Inode>> {
+        self.bucket(ino).lock().get(&ino).cloned()
+    }
+    /// Insert `new` unless another copy won the race; returns the cached one.
+    pub fn insert(&self, new: Inode) -> Arc<Inode> {
+        let mut b = self.bucket(new.ino).lock();
+        if let Some(i) = b.get(&new.ino) {
+            return i.clone();
+        }
+        if b.len() >= BUCKET_LIMIT {
+            evict(&mut b);
+        }
+        let a = Arc::new(new);
+        b.insert(a.ino, a.clone());
+        a
+    }
+    /// Insert a freshly allocated inode, replacing any dead copy of its number.
+    pub fn insert_new(&self, new: Inode) -> Arc<Inode> {
+        let a = Arc::new(new);
+        self.bucket(a.ino).lock().insert(a.ino, a.clone());
+        a
+    }
+    /// Drop `ino` from the cache if the cached copy is `which` (after it is freed).
+    pub fn remove_if(&self, ino: u64, which: &Arc<Inode>) {
+        let mut b = self.bucket(ino).lock();
+        if b.get(&ino).is_some_and(|i| Arc::ptr_eq(i, which)) {
+            b.remove(&ino);
+        }
+    }
+    /// Every cached inode (for write-back).
+    pub fn all(&self) -> Vec<Arc<Inode>> {
+        self.buckets.iter().flat_map(|b| b.lock().values().cloned().collect::<Vec<_>>()).collect()
+    }
+}
+
+/// Evict inodes nobody references, that are not open and have no dirty pages.
+fn evict(b: &mut HashMap<u64, Arc<Inode>>) {
+    let target = BUCKET_LIMIT * 3 / 4;
+    let victims: Vec<u64> = b
+        .iter()
+        .filter(|(_, i)| Arc::strong_count(i) == 1 && !i.is_open())
+        .filter(|(_, i)| i.pages.try_lock().is_some_and(|p| p.is_empty()))
+        .map(|(k, _)| *k)
+        .take(b.len().saturating_sub(target))
+        .collect();
+    for k in victims {
+        b.remove(&k);
+    }
+}
+
+/// Build a fresh in-memory inode around on-disk bytes.
+pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
+    inode_from_state(ino, InodeState { d, ext: None, tree_blocks: Vec::new(), ext_dirty: false, freed: false })
+}
+
+/// Build an in-memory inode around a state built by its creator.
+pub fn inode_from_state(ino: u64, st: InodeState) -> Inode {
+    Inode {
+        ino,
+        state: RwLock::new(&INODE, st),
+        pages: Mutex::new(&PAGE, PageMap::default()),
+        open: AtomicU32::new(0),
+    }
+}
+
+/// Read inode `ino` from its table and verify its checksum.
+pub fn read_disk_inode(al: &Allocator, bufs: &BufCache, ino: u64) -> Result<DiskInode> {
+    let loc = al.inode_loc(ino)?;
+    let b = bufs.get(loc.blk)?;
+    let d = DiskInode::from_bytes(&b.read()[loc.off..loc.off + al.geo.inode_size as usize]);
+    if al.geo.csum && d.checksum() != d.compute_checksum(al.geo.seed, ino as u32) {
+        return Err(Error::corrupt("inode", ino, "checksum mismatch"));
+    }
+    let extra = usize::from(d.extra_isize());
+    if d.raw.len() > 128 && (128 + extra > d.raw.len() || extra % 4 != 0) {
+        return Err(Error::corrupt("inode", ino, format!("extra_isize {extra} invalid")));
+    }
+    Ok(d)
+}
+
+/// Write the inode's bytes (with a fresh checksum) into its table block.
+pub fn store_inode(al: &Allocator, bufs: &BufCache, h: &Handle, ino: u64, d: &mut DiskInode) -> Result<()> {
+    if al.geo.csum {
+        d.update_checksum(al.geo.seed, ino as u32);
+    }
+    let loc = al.inode_loc(ino)?;
+    let b = bufs.get(loc.blk)?;
+    b.write()[loc.off..loc.off + d.raw.len()].copy_from_slice(&d.raw);
+    h.dirty(&b);
+    Ok(())
+}
+
+/// Load the extent map of an extent-mapped inode, walking the on-disk tree.
+pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeState) -> Result<()> {
+    if st.ext.is_some() {
+        return Ok(());
+    }
+    if st.d.flags() & FL_EXTENTS == 0 {
+        if st.d.iblock().iter().all(|&b| b == 0) {
+            st.ext = Some(ExtentMap::default());
+            return Ok(());
+        }
+        return Err(Error::Unsupported(format!("inode {ino} uses indirect block maps")));
+    }
+    let mut out = Vec::new();
+    let mut tree = Vec::new();
+    let seed = st.d.csum_seed(al.geo.seed, ino as u32);
+    let root = extent::decode_node(st.d.iblock(), ino)?;
+    walk(al, bufs, seed, root, ino, &mut out, &mut tree, 0)?;
+    for w in out.windows(2) {
+        if w[0].lend() > u64::from(w[1].lblk) {
+            return Err(Error::corrupt("extent tree", ino, "overlapping extents"));
+        }
+    }
+    st.ext = Some(ExtentMap::from_extents(out));
+    st.tree_blocks = tree;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk(
+    al: &Allocator,
+    bufs: &BufCache,
+    seed: u32,
+    node: Node,
+    ino: u64,
+    out: &mut Vec<Extent>,
+    tree: &mut Vec<u64>,
+    level: u16,
+) -> Result<()> {
+    if level > extent::MAX_DEPTH || tree.len() > 1 << 24 {
+        return Err(Error::corrupt("extent tree", ino, "too deep"));
+    }
+    match node {
+        Node::Leaf(v) => {
+            for e in &v {
+                if e.pblk + u64::from(e.len) > al.geo.blocks || e.pblk == 0 {
+                    return Err(Error::corrupt("extent", ino, format!("{e:?} outside the file system")));
+                }
+            }
+            out.extend(v);
+        }
+        Node::Index(depth, v) => {
+            for ix in v {
+                if ix.child >= al.geo.blocks || ix.child == 0 {
+                    return Err(Error::corrupt("extent index", ino, format!("child {} out of range", ix.child)));
+                }
+                let b = bufs.get(ix.child)?;
+                let data = b.read();
+                if al.geo.csum {
+                    extent::verify_block_csum(seed, &data, ix.child)?;
+                }
+                let child = extent::decode_node(&data[..data.len() - 4], ix.child)?;
+                let child_depth = match &child {
+                    Node::Leaf(_) => 0,
+                    Node::Index(d, _) => *d,
+                };
+                if child_depth + 1 != depth {
+                    return Err(Error::corrupt("extent block", ix.child, "depth mismatch"));
+                }
+                drop(data);
+                tree.push(ix.child);
+                walk(al, bufs, seed, child, ino, out, tree, level + 1)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rewrite the on-disk extent tree from the extent map, reusing tree blocks.
+/// Adjusts i_blocks for tree blocks gained or freed.
+pub fn store_tree(al: &Allocator, bufs: &BufCache, h: &Handle, ino: u64, st: &mut InodeState) -> Result<()> {
+    let Some(map) = st.ext.as_ref() else { return Ok(()) };
+    let exts: Vec<Extent> = map.extents().copied().collect();
+    let cap = extent::block_capacity(al.geo.bs as usize);
+    // Level sizes bottom-up: leaves hold extents; each upper level holds child pointers.
+    let mut levels: Vec<usize> = Vec::new();
+    let mut n = exts.len();
+    while n > 4 {
+        n = n.div_ceil(cap);
+        levels.push(n);
+    }
+    let need: usize = levels.iter().sum();
+    let goal = exts.first().map_or(0, |e| e.pblk);
+    let blocks = resize_tree_blocks(al, h, st, need, goal)?;
+    let seed = st.d.csum_seed(al.geo.seed, ino as u32);
+    // Children of the current level: (first logical block, block number or extents).
+    let mut children: Vec<(u32, u64)> = Vec::new();
+    let mut next = 0;
+    for (depth, &count) in levels.iter().enumerate() {
+        let mut nodes = Vec::with_capacity(count);
+        for i in 0..count {
+            let blk = blocks[next];
+            next += 1;
+            let node = if depth == 0 {
+                let chunk = exts[i * cap..((i + 1) * cap).min(exts.len())].to_vec();
+                nodes.push((chunk[0].lblk, blk));
+                Node::Leaf(chunk)
+            } else {
+                let chunk = &children[i * cap..((i + 1) * cap).min(children.len())];
+                nodes.push((chunk[0].0, blk));
+                Node::Index(depth as u16, chunk.iter().map(|&(l, c)| extent::Index { lblk: l, child: c }).collect())
+            };
+            write_tree_block(bufs, h, blk, &node, seed, al.geo.csum);
+        }
+        children = nodes;
+    }
+    let root = if levels.is_empty() {
+        Node::Leaf(exts)
+    } else {
+        let idx = children.iter().map(|&(l, c)| extent::Index { lblk: l, child: c }).collect();
+        Node::Index(levels.len() as u16, idx)
+    };
+    extent::encode_node(st.d.iblock_mut(), &root);
+    st.ext_dirty = false;
+    Ok(())
+}
+
+fn write_tree_block(bufs: &BufCache, h: &Handle, blk: u64, node: &Node, seed: u32, csum: bool) {
+    let b = bufs.get_new_keep(blk);
+    let mut data = b.write();
+    let mut fresh = vec![0u8; data.len()];
+    extent::encode_block(&mut fresh, node);
+    if csum {
+        extent::set_block_csum(seed, &mut fresh);
+    }
+    if data[..] != fresh[..] {
+        data.copy_from_slice(&fresh);
+        drop(data);
+        h.dirty(&b);
+    }
+}
+
+/// Grow or shrink the set of tree blocks to `need`, adjusting i_blocks.
+fn resize_tree_blocks(al: &Allocator, h: &Handle, st: &mut InodeState, need: usize, goal: u64) -> Result<Vec<u64>> {
+    let spb = u64::from(al.geo.bs / 512);
+    while st.tree_blocks.len() > need {
+        if let Some(b) = st.tree_blocks.pop() {
+            al.free_blocks_range(h, b, 1, true)?;
+            let cur = st.d.blocks_512(al.geo.bs);
+            st.d.set_blocks_512(cur.saturating_sub(spb), al.geo.bs);
+        }
+    }
+    while st.tree_blocks.len() < need {
+        let (b, _) = al.alloc_blocks(h, goal, 1)?;
+        st.tree_blocks.push(b);
+        let cur = st.d.blocks_512(al.geo.bs);
+        st.d.set_blocks_512(cur + spb, al.geo.bs);
+    }
+    Ok(st.tree_blocks.clone())
+}

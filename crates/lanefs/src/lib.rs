@@ -1,0 +1,22 @@
+//! lanefs: an ext4 engine in user space where concurrent operations meet on no global lock.
+#![deny(unsafe_code)]
+
+pub mod alloc;
+pub mod buf;
+pub mod dev;
+pub mod disk;
+pub mod error;
+pub mod dir;
+pub mod extmap;
+pub mod fs;
+pub mod inode;
+pub mod journal;
+pub mod page;
+pub mod mkfs;
+pub mod sync;
+pub mod types;
+
+pub use dev::{BlockDevice, FileDevice, MemDevice};
+pub use error::{Error, Result};
+pub use fs::{Fs, MountOptions};
+pub use types::*;
