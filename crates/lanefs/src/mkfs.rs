@@ -517,18 +517,29 @@ impl Out<'_> {
         Ok(())
     }
 
-    /// Zero `[start, end)` in large writes.
+    /// Make `[start, end)` read as zeros, in large chunks; a chunk that already reads as
+    /// zeros (a hole of a sparse image, a fresh device) is not rewritten.
     fn zero(&mut self, start: u64, end: u64) -> Result<()> {
         let per = (CHUNK / BS) as u64;
-        let zeros = vec![0u8; CHUNK.min((end - start) as usize * BS)];
+        let mut buf = vec![0u8; CHUNK.min((end - start) as usize * BS)];
         let mut b = start;
         while b < end {
             let n = (end - b).min(per);
-            self.put(b, &zeros[..n as usize * BS])?;
+            let chunk = &mut buf[..n as usize * BS];
+            self.dev.read_at(b * BLOCK_SIZE, chunk)?;
+            if !is_zero(chunk) {
+                chunk.fill(0);
+                self.put(b, chunk)?;
+            }
             b += n;
         }
         Ok(())
     }
+}
+
+/// Whether every byte is zero (folds a block at a time so the loop vectorizes).
+fn is_zero(b: &[u8]) -> bool {
+    b.chunks(BS).all(|c| c.iter().fold(0u8, |acc, &x| acc | x) == 0)
 }
 
 /// 32 random bytes from /dev/urandom, or mixed from the clock and process if unavailable.

@@ -790,7 +790,7 @@ mod tests {
     fn classes_are_in_lock_order() {
         // Goal: the declared order is the lock order, and names are unique.
         let classes = all_classes();
-        assert_eq!(classes.len(), 9);
+        assert_eq!(classes.len(), 10);
         for pair in classes.windows(2) {
             assert!(
                 pair[0].rank() < pair[1].rank(),
