@@ -23,7 +23,7 @@ use crate::disk::extent::{self, Extent, Index, Node};
 use crate::disk::group::{self, GroupDesc, BG_INODE_UNINIT, BG_INODE_ZEROED};
 use crate::disk::inode::{DiskInode, FL_EXTENTS};
 use crate::disk::superblock::{compat, incompat, ro_compat, Superblock, FLAG_SIGNED_HASH, MAGIC};
-use crate::disk::{count_ones, dir, jbd2, le32, put16, set_bit};
+use crate::disk::{count_ones, dir, jbd2, le32, put16, put32, set_bit};
 use crate::error::{Error, Result};
 use crate::types::Timespec;
 
@@ -913,6 +913,10 @@ fn write_groups(
     }
     sb.set_free_blocks_count(free_blocks);
     sb.set_free_inodes_count(geo.inodes() - FIRST_INO);
+    // s_overhead_clusters (u32 at 0x248), as mke2fs sets it: every used block but the
+    // directories' data.
+    let overhead = geo.blocks - free_blocks - 1 - LPF_BLOCKS;
+    put32(&mut sb.raw[..], 0x248, overhead.min(u64::from(u32::MAX)) as u32);
     Ok(gdt)
 }
 

@@ -802,14 +802,15 @@ mod tests {
         let snapshot = lockstat_snapshot();
         let names: Vec<_> = snapshot.iter().map(|s| s.name).collect();
         let expected = [
+            "rename",
             "inode",
-            "icache_bucket",
             "journal_state",
+            "icache_bucket",
             "stream_goal",
             "group",
         ];
-        assert_eq!(&names[..5], &expected);
-        assert_eq!(&names[5..], &["page", "buffer", "buf_shard", "super"]);
+        assert_eq!(&names[..6], &expected);
+        assert_eq!(&names[6..], &["page", "buffer", "buf_shard", "super"]);
         assert!(INODE.nestable() && !GROUP.nestable());
     }
 
