@@ -310,11 +310,14 @@ impl Allocator {
     }
 
     /// Pick a group for a new inode: the parent's group for files, a spread for dirs.
-    fn pick_inode_group(&self, parent_group: u32, is_dir: bool) -> u32 {
+    fn pick_inode_group(&self, parent_group: u32, is_dir: bool, top: bool) -> u32 {
         let n = self.geo.groups;
         if !is_dir {
             return parent_group % n;
         }
+        // Top-level directories start from a random group (Orlov spreads them by a
+        // hash of the name), so independent trees land in different groups.
+        let parent_group = if top { random_u32() % n } else { parent_group };
         // Directories: from the parent's group, the first group with at least average
         // free inodes and blocks, so subtrees spread while staying near their parent.
         let avg_i = self.free_inodes() / u64::from(n);
@@ -331,8 +334,9 @@ impl Allocator {
     }
 
     /// Allocate an inode number near `parent_group`.
-    pub fn alloc_inode(&self, h: &Handle, parent_group: u32, is_dir: bool) -> Result<u64> {
-        let g0 = self.pick_inode_group(parent_group, is_dir);
+    /// `top` marks a directory created in the root: spread it out.
+    pub fn alloc_inode(&self, h: &Handle, parent_group: u32, is_dir: bool, top: bool) -> Result<u64> {
+        let g0 = self.pick_inode_group(parent_group, is_dir, top);
         let n = self.geo.groups;
         for i in 0..n {
             let g = (g0 + i) % n;
@@ -430,6 +434,29 @@ impl Allocator {
         let map = ib.read();
         Ok(test_bit(&map, ((ino - 1) % u64::from(self.geo.ipg)) as usize))
     }
+}
+
+/// A per-thread xorshift random number (placement only; not security relevant).
+fn random_u32() -> u32 {
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            let id = std::thread::current().id();
+            let h = format!("{id:?}").bytes().fold(t, |a, b| a.rotate_left(5) ^ u64::from(b));
+            h | 1
+        });
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x >> 32) as u32
+    })
 }
 
 /// First free run of at least `want` bits in `[start, len)` then `[0, start)`; if none

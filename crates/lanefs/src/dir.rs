@@ -467,26 +467,29 @@ impl DirCtx<'_> {
         Ok(u64::from(crate::disk::le32(&d, 12)))
     }
 
-    /// Leaf logical blocks of the directory (every block but index blocks).
-    fn leaf_blocks(&self, ino: u64, st: &InodeState) -> Result<Vec<u32>> {
+    /// Leaf logical blocks of the directory with the lowest hash each may hold, in
+    /// hash order (every block but index blocks; linear directories: hash 0 each).
+    fn leaf_blocks(&self, ino: u64, st: &InodeState) -> Result<Vec<(u32, u32)>> {
         if !self.is_htree(st) {
-            return Ok((0..self.nblocks(st)).collect());
+            return Ok((0..self.nblocks(st)).map(|b| (0, b)).collect());
         }
         let (info, root, _) = self.read_root(ino, st)?;
-        let mut level: Vec<u32> = root.entries.iter().map(|e| e.1).collect();
+        let mut level = root.entries;
         for _ in 0..info.indirect_levels {
             let mut next = Vec::new();
-            for n in level {
-                next.extend(self.read_node(ino, st, n)?.0.entries.iter().map(|e| e.1));
+            for (h, n) in level {
+                let mut e = self.read_node(ino, st, n)?.0.entries;
+                e[0].0 = h;
+                next.extend(e);
             }
             level = next;
         }
-        Ok(level)
+        Ok(level.into_iter().map(|(h, b)| (h & !1, b)).collect())
     }
 
     /// Whether the directory holds nothing but "." and "..".
     pub fn is_empty(&self, ino: u64, st: &InodeState) -> Result<bool> {
-        for lblk in self.leaf_blocks(ino, st)? {
+        for (_, lblk) in self.leaf_blocks(ino, st)? {
             let (_, entries) = self.leaf(st, ino, lblk)?;
             if entries.iter().any(|e| e.ino != 0 && e.name != b"." && e.name != b"..") {
                 return Ok(false);
@@ -506,8 +509,14 @@ impl DirCtx<'_> {
             out.push(DirEntry { ino: parent, kind: FileType::Directory, name: b"..".to_vec(), next: 3 });
         }
         let version = if self.is_htree(st) { self.hash_version(&self.read_root(ino, st)?.0) } else { self.def_version() };
+        let leaves = self.leaf_blocks(ino, st)?;
+        // Start at the last leaf whose range begins below the cursor's hash: earlier
+        // leaves hold only smaller hashes. Stop once enough entries are collected and
+        // the next leaf starts above everything collected.
+        let major = (pos.saturating_sub(3) >> 32) << 1;
+        let first = leaves.partition_point(|&(h, _)| u64::from(h) < major).saturating_sub(1);
         let mut all: Vec<(u64, RawEntry)> = Vec::new();
-        for lblk in self.leaf_blocks(ino, st)? {
+        for (k, &(_, lblk)) in leaves.iter().enumerate().skip(first) {
             let (_, entries) = self.leaf(st, ino, lblk)?;
             for e in entries {
                 if e.ino == 0 || e.name == b"." || e.name == b".." {
@@ -518,6 +527,11 @@ impl DirCtx<'_> {
                 if key >= pos.max(3) {
                     all.push((key, e));
                 }
+            }
+            let top = all.iter().map(|x| x.0).max().unwrap_or(0);
+            let next_start = leaves.get(k + 1).map(|&(h, _)| 3 + ((u64::from(h) >> 1) << 32));
+            if out.len() + all.len() >= max && next_start.is_some_and(|n| n > top) && self.is_htree(st) {
+                break;
             }
         }
         all.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));

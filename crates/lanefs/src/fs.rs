@@ -52,6 +52,8 @@ pub struct Fs {
 
 /// Largest file size: 2^32 blocks.
 const MAX_FILE_BLOCKS: u64 = 1 << 32;
+/// Dirty metadata blocks kept before a write-back is forced (256 MiB).
+const DIRTY_LIMIT: usize = 65536;
 /// Link count at which directories switch to "many" (dir_nlink).
 const LINK_MAX: u16 = 65000;
 

@@ -517,29 +517,18 @@ impl Out<'_> {
         Ok(())
     }
 
-    /// Make `[start, end)` read as zeros, in large chunks; a chunk that already reads as
-    /// zeros (a hole of a sparse image, a fresh device) is not rewritten.
+    /// Zero `[start, end)` in large writes (as mke2fs does on a device without discard).
     fn zero(&mut self, start: u64, end: u64) -> Result<()> {
         let per = (CHUNK / BS) as u64;
-        let mut buf = vec![0u8; CHUNK.min((end - start) as usize * BS)];
+        let zeros = vec![0u8; CHUNK.min((end - start) as usize * BS)];
         let mut b = start;
         while b < end {
             let n = (end - b).min(per);
-            let chunk = &mut buf[..n as usize * BS];
-            self.dev.read_at(b * BLOCK_SIZE, chunk)?;
-            if !is_zero(chunk) {
-                chunk.fill(0);
-                self.put(b, chunk)?;
-            }
+            self.put(b, &zeros[..n as usize * BS])?;
             b += n;
         }
         Ok(())
     }
-}
-
-/// Whether every byte is zero (folds a block at a time so the loop vectorizes).
-fn is_zero(b: &[u8]) -> bool {
-    b.chunks(BS).all(|c| c.iter().fold(0u8, |acc, &x| acc | x) == 0)
 }
 
 /// 32 random bytes from /dev/urandom, or mixed from the clock and process if unavailable.
@@ -916,7 +905,11 @@ fn write_groups(
     // s_overhead_clusters (u32 at 0x248), as mke2fs sets it: every used block but the
     // directories' data.
     let overhead = geo.blocks - free_blocks - 1 - LPF_BLOCKS;
-    put32(&mut sb.raw[..], 0x248, overhead.min(u64::from(u32::MAX)) as u32);
+    put32(
+        &mut sb.raw[..],
+        0x248,
+        overhead.min(u64::from(u32::MAX)) as u32,
+    );
     Ok(gdt)
 }
 

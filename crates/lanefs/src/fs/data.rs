@@ -103,6 +103,9 @@ impl Fs {
         st.d.set_mtime(t);
         st.d.set_ctime(t);
         self.store(&h, ino, &mut st)?;
+        drop(h);
+        drop(st);
+        self.maybe_writeback()?;
         Ok(data.len())
     }
 
@@ -274,6 +277,14 @@ impl Fs {
             let t = now();
             st.d.set_mtime(t);
             st.d.set_ctime(t);
+        }
+        Ok(())
+    }
+
+    /// Write back when dirty metadata passes its bound (called with no handle open).
+    pub(super) fn maybe_writeback(&self) -> Result<()> {
+        if self.bufs.dirty_count() > super::DIRTY_LIMIT {
+            self.sync()?;
         }
         Ok(())
     }

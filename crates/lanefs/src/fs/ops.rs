@@ -148,12 +148,15 @@ impl Fs {
     pub fn create(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
         let (a, i) = self.make(dir, name, FileType::Regular.mode_bits() | (perm & 0o7777), 0, owner, None)?;
         i.open.fetch_add(1, Ordering::AcqRel);
+        self.maybe_writeback()?;
         Ok(a)
     }
 
     /// Create a directory.
     pub fn mkdir(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
-        Ok(self.make(dir, name, FileType::Directory.mode_bits() | (perm & 0o7777), 0, owner, None)?.0)
+        let a = self.make(dir, name, FileType::Directory.mode_bits() | (perm & 0o7777), 0, owner, None)?.0;
+        self.maybe_writeback()?;
+        Ok(a)
     }
 
     /// Create a device node, FIFO or socket (or regular file) with full `mode`.
@@ -198,7 +201,7 @@ impl Fs {
         let kind = FileType::from_mode(mode).ok_or_else(|| Error::Invalid("mode".into()))?;
         let h = self.journal.start();
         let group = self.al.geo.group_of_inode(dir);
-        let ino = self.al.alloc_inode(&h, group, kind == FileType::Directory)?;
+        let ino = self.al.alloc_inode(&h, group, kind == FileType::Directory, dir == ROOT_INO)?;
         let mut cst = self.init_inode(ino, mode, owner, rdev, kind, target.is_some_and(|t| t.len() >= 60));
         let res = self.fill_new(&h, ino, &mut cst, dir, kind, target)
             .and_then(|_| ctx.add(&h, dir, &mut dst, name, ino, kind.dirent_code()));
