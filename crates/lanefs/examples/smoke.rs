@@ -20,17 +20,39 @@ fn main() -> Result<()> {
     fs.symlink(ROOT_INO, b"long", &[b'x'; 100], o)?;
     let ents = fs.readdir(d.ino, 0, usize::MAX)?;
     println!("readdir {}", ents.len());
-    let mut pos = 0; let mut got = std::collections::BTreeSet::new(); let mut n = 0;
-    loop { let v = fs.readdir(d.ino, pos, 7)?; if v.is_empty() { break; } for e in &v { assert!(got.insert(e.name.clone()), "dup"); n += 1; pos = e.next; } }
+    let mut pos = 0;
+    let mut got = std::collections::BTreeSet::new();
+    let mut n = 0;
+    loop {
+        let v = fs.readdir(d.ino, pos, 7)?;
+        if v.is_empty() {
+            break;
+        }
+        for e in &v {
+            assert!(got.insert(e.name.clone()), "dup");
+            n += 1;
+            pos = e.next;
+        }
+    }
     assert_eq!(n, ents.len());
     println!("chunked ok {n}");
     for i in 0..3000 {
-        if i % 3 == 0 { fs.unlink(d.ino, format!("file{i:05}").as_bytes())?; }
+        if i % 3 == 0 {
+            fs.unlink(d.ino, format!("file{i:05}").as_bytes())?;
+        }
     }
     fs.rename(d.ino, b"file00001", ROOT_INO, b"moved")?;
     let f = fs.create(ROOT_INO, b"falloc", 0o644, o)?;
-    for k in 0..200u64 { fs.fallocate(f.ino, FallocMode::default(), k * 8192, 8192)?; }
-    fs.setattr(f.ino, &SetAttr { size: Some(0), ..Default::default() })?;
+    for k in 0..200u64 {
+        fs.fallocate(f.ino, FallocMode::default(), k * 8192, 8192)?;
+    }
+    fs.setattr(
+        f.ino,
+        &SetAttr {
+            size: Some(0),
+            ..Default::default()
+        },
+    )?;
     fs.release(f.ino)?;
     println!("{:?}", fs.statfs()?);
     fs.unmount()

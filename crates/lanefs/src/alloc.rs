@@ -105,7 +105,12 @@ pub struct Allocator {
 
 impl Allocator {
     /// Build the allocator from the decoded descriptors and the pinned GDT blocks.
-    pub fn new(geo: Geometry, descs: Vec<GroupDesc>, gdt: Vec<Arc<Buf>>, bufs: Arc<BufCache>) -> Self {
+    pub fn new(
+        geo: Geometry,
+        descs: Vec<GroupDesc>,
+        gdt: Vec<Arc<Buf>>,
+        bufs: Arc<BufCache>,
+    ) -> Self {
         let groups = descs
             .into_iter()
             .enumerate()
@@ -120,7 +125,12 @@ impl Allocator {
                 desc: Mutex::new(&GROUP, d),
             })
             .collect();
-        Allocator { geo, groups, gdt, bufs }
+        Allocator {
+            geo,
+            groups,
+            gdt,
+            bufs,
+        }
     }
 
     /// The groups.
@@ -135,12 +145,18 @@ impl Allocator {
 
     /// Total free blocks (sum of the per-group counters).
     pub fn free_blocks(&self) -> u64 {
-        self.groups.iter().map(|g| u64::from(g.free_blocks.load(Ordering::Relaxed))).sum()
+        self.groups
+            .iter()
+            .map(|g| u64::from(g.free_blocks.load(Ordering::Relaxed)))
+            .sum()
     }
 
     /// Total free inodes.
     pub fn free_inodes(&self) -> u64 {
-        self.groups.iter().map(|g| u64::from(g.free_inodes.load(Ordering::Relaxed))).sum()
+        self.groups
+            .iter()
+            .map(|g| u64::from(g.free_inodes.load(Ordering::Relaxed)))
+            .sum()
     }
 
     /// Location of inode `ino` in its inode table.
@@ -152,7 +168,10 @@ impl Allocator {
         let idx = (ino - 1) % u64::from(self.geo.ipg);
         let byte = idx * u64::from(self.geo.inode_size);
         let blk = g.inode_table + byte / u64::from(self.geo.bs);
-        Ok(InodeLoc { blk, off: (byte % u64::from(self.geo.bs)) as usize })
+        Ok(InodeLoc {
+            blk,
+            off: (byte % u64::from(self.geo.bs)) as usize,
+        })
     }
 
     /// Write descriptor `g` into its GDT block (caller holds the group lock).
@@ -179,9 +198,14 @@ impl Allocator {
                 set_bit(map, i as usize);
             }
         }
-        let itb = (u64::from(self.geo.ipg) * u64::from(self.geo.inode_size)).div_ceil(u64::from(self.geo.bs));
+        let itb = (u64::from(self.geo.ipg) * u64::from(self.geo.inode_size))
+            .div_ceil(u64::from(self.geo.bs));
         for o in &self.groups {
-            let runs = [(o.block_bitmap, 1), (o.inode_bitmap, 1), (o.inode_table, itb)];
+            let runs = [
+                (o.block_bitmap, 1),
+                (o.inode_bitmap, 1),
+                (o.inode_table, itb),
+            ];
             for (start, n) in runs {
                 for b in start..start + n {
                     if b >= first && b < first + len {
@@ -199,7 +223,11 @@ impl Allocator {
     /// Returns the first block and the length obtained (at least 1).
     pub fn alloc_blocks(&self, h: &Handle, goal: u64, want: u32) -> Result<(u64, u32)> {
         debug_assert!(want > 0);
-        let goal = if goal >= self.geo.blocks { u64::from(self.geo.first_data_block) } else { goal };
+        let goal = if goal >= self.geo.blocks {
+            u64::from(self.geo.first_data_block)
+        } else {
+            goal
+        };
         let g0 = self.geo.group_of_block(goal);
         let n = self.geo.groups;
         for i in 0..=n {
@@ -207,7 +235,11 @@ impl Allocator {
             if self.groups[g as usize].free_blocks.load(Ordering::Relaxed) == 0 {
                 continue;
             }
-            let start = if i == 0 { (goal - self.geo.group_first(g)) as u32 } else { 0 };
+            let start = if i == 0 {
+                (goal - self.geo.group_first(g)) as u32
+            } else {
+                0
+            };
             if let Some(r) = self.alloc_in_group(h, g, start, want)? {
                 return Ok(r);
             }
@@ -215,7 +247,13 @@ impl Allocator {
         Err(Error::NoSpace)
     }
 
-    fn alloc_in_group(&self, h: &Handle, g: u32, start: u32, want: u32) -> Result<Option<(u64, u32)>> {
+    fn alloc_in_group(
+        &self,
+        h: &Handle,
+        g: u32,
+        start: u32,
+        want: u32,
+    ) -> Result<Option<(u64, u32)>> {
         let grp = &self.groups[g as usize];
         let bm = self.bufs.get(grp.block_bitmap)?;
         let mut dg = grp.desc.lock();
@@ -236,25 +274,47 @@ impl Allocator {
                 set_bit(&mut map, b);
             }
             if self.geo.csum {
-                d.set_block_bitmap_csum(bitmap_csum(self.geo.seed, &map, self.geo.bpg as usize / 8, true));
+                d.set_block_bitmap_csum(bitmap_csum(
+                    self.geo.seed,
+                    &map,
+                    self.geo.bpg as usize / 8,
+                    true,
+                ));
             }
             (s, l)
         };
         h.dirty(&bm);
         d.set_flags(d.flags() & !BG_BLOCK_UNINIT);
         let free = d.free_blocks().checked_sub(found.1 as u32).ok_or_else(|| {
-            Error::corrupt("group descriptor", u64::from(g), "free block count below bitmap")
+            Error::corrupt(
+                "group descriptor",
+                u64::from(g),
+                "free block count below bitmap",
+            )
         })?;
         d.set_free_blocks(free);
         grp.free_blocks.store(free, Ordering::Relaxed);
         self.store_desc(h, g, d);
-        Ok(Some((self.geo.group_first(g) + found.0 as u64, found.1 as u32)))
+        Ok(Some((
+            self.geo.group_first(g) + found.0 as u64,
+            found.1 as u32,
+        )))
     }
 
     /// Free `len` blocks from `start` (may cross groups). `metadata` drops cached copies.
-    pub fn free_blocks_range(&self, h: &Handle, start: u64, len: u64, metadata: bool) -> Result<()> {
+    pub fn free_blocks_range(
+        &self,
+        h: &Handle,
+        start: u64,
+        len: u64,
+        metadata: bool,
+    ) -> Result<()> {
         if start < u64::from(self.geo.first_data_block) || start + len > self.geo.blocks {
-            return Err(Error::corrupt("extent", start, format!("free of {len} blocks out of range")));
+            return Err(Error::corrupt(
+                "extent",
+                start,
+                format!("free of {len} blocks out of range"),
+            ));
         }
         if metadata {
             for b in start..start + len {
@@ -291,7 +351,12 @@ impl Allocator {
                 }
             }
             if self.geo.csum {
-                d.set_block_bitmap_csum(bitmap_csum(self.geo.seed, &map, self.geo.bpg as usize / 8, true));
+                d.set_block_bitmap_csum(bitmap_csum(
+                    self.geo.seed,
+                    &map,
+                    self.geo.bpg as usize / 8,
+                    true,
+                ));
             }
         }
         h.dirty(&bm);
@@ -303,7 +368,10 @@ impl Allocator {
             return Err(Error::corrupt(
                 "block bitmap",
                 grp.block_bitmap,
-                format!("freeing {n} blocks of group {g} found {} already free", n - freed),
+                format!(
+                    "freeing {n} blocks of group {g} found {} already free",
+                    n - freed
+                ),
             ));
         }
         Ok(())
@@ -335,7 +403,13 @@ impl Allocator {
 
     /// Allocate an inode number near `parent_group`.
     /// `top` marks a directory created in the root: spread it out.
-    pub fn alloc_inode(&self, h: &Handle, parent_group: u32, is_dir: bool, top: bool) -> Result<u64> {
+    pub fn alloc_inode(
+        &self,
+        h: &Handle,
+        parent_group: u32,
+        is_dir: bool,
+        top: bool,
+    ) -> Result<u64> {
         let g0 = self.pick_inode_group(parent_group, is_dir, top);
         let n = self.geo.groups;
         for i in 0..n {
@@ -367,7 +441,11 @@ impl Allocator {
                     set_bit(&mut map, i);
                 }
             }
-            let from = if g == 0 { self.geo.first_ino as usize - 1 } else { 0 };
+            let from = if g == 0 {
+                self.geo.first_ino as usize - 1
+            } else {
+                0
+            };
             let Some(bit) = find_zero(&map, from, ipg) else {
                 return Ok(None);
             };
@@ -391,7 +469,9 @@ impl Allocator {
             d.set_itable_unused(self.geo.ipg - bit as u32 - 1);
         }
         self.store_desc(h, g, d);
-        Ok(Some(u64::from(g) * u64::from(self.geo.ipg) + bit as u64 + 1))
+        Ok(Some(
+            u64::from(g) * u64::from(self.geo.ipg) + bit as u64 + 1,
+        ))
     }
 
     /// Release inode `ino`.
@@ -405,11 +485,20 @@ impl Allocator {
         {
             let mut map = ib.write();
             if !test_bit(&map, bit) {
-                return Err(Error::corrupt("inode bitmap", grp.inode_bitmap, format!("inode {ino} already free")));
+                return Err(Error::corrupt(
+                    "inode bitmap",
+                    grp.inode_bitmap,
+                    format!("inode {ino} already free"),
+                ));
             }
             clear_bit(&mut map, bit);
             if self.geo.csum {
-                d.set_inode_bitmap_csum(bitmap_csum(self.geo.seed, &map, self.geo.ipg as usize / 8, true));
+                d.set_inode_bitmap_csum(bitmap_csum(
+                    self.geo.seed,
+                    &map,
+                    self.geo.ipg as usize / 8,
+                    true,
+                ));
             }
         }
         h.dirty(&ib);
@@ -432,7 +521,10 @@ impl Allocator {
         }
         let ib = self.bufs.get(grp.inode_bitmap)?;
         let map = ib.read();
-        Ok(test_bit(&map, ((ino - 1) % u64::from(self.geo.ipg)) as usize))
+        Ok(test_bit(
+            &map,
+            ((ino - 1) % u64::from(self.geo.ipg)) as usize,
+        ))
     }
 }
 
@@ -487,7 +579,7 @@ mod tests {
     fn run_search_prefers_long_enough_runs() {
         let mut m = vec![0xffu8; 8];
         m[1] = 0b0000_0110; // bits 8,11..15 free
-        m[5] = 0;           // bits 40..47 free
+        m[5] = 0; // bits 40..47 free
         assert_eq!(find_run(&m, 0, 64, 4), Some((11, 4)));
         assert_eq!(find_run(&m, 0, 64, 20), Some((40, 8)));
         assert_eq!(find_run(&m, 41, 64, 2), Some((41, 2)));

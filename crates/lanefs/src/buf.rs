@@ -48,8 +48,15 @@ pub struct BufCache {
 impl BufCache {
     /// A cache over `dev` with `bs`-byte blocks.
     pub fn new(dev: Arc<dyn BlockDevice>, bs: usize) -> BufCache {
-        let shards = (0..SHARDS).map(|_| Mutex::new(&BUF_SHARD, HashMap::new())).collect();
-        BufCache { dev, bs, shards, dirty_count: AtomicUsize::new(0) }
+        let shards = (0..SHARDS)
+            .map(|_| Mutex::new(&BUF_SHARD, HashMap::new()))
+            .collect();
+        BufCache {
+            dev,
+            bs,
+            shards,
+            dirty_count: AtomicUsize::new(0),
+        }
     }
 
     fn shard(&self, blk: u64) -> &Mutex<HashMap<u64, Arc<Buf>>> {

@@ -36,7 +36,8 @@ impl FileDevice {
         let size = {
             use std::io::{Seek, SeekFrom};
             let mut f = &file;
-            f.seek(SeekFrom::End(0)).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?
+            f.seek(SeekFrom::End(0))
+                .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?
         };
         Ok(FileDevice { file, size })
     }
@@ -50,34 +51,47 @@ impl FileDevice {
             .truncate(true)
             .open(path)
             .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
-        file.set_len(size).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        file.set_len(size)
+            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
         Ok(FileDevice { file, size })
     }
 }
 
 impl BlockDevice for FileDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
-        if off.checked_add(buf.len() as u64).is_none_or(|end| end > self.size) {
+        if off
+            .checked_add(buf.len() as u64)
+            .is_none_or(|end| end > self.size)
+        {
             return Err(Error::Io(format!(
                 "read of {} bytes at {off} is beyond the device end ({})",
                 buf.len(),
                 self.size
             )));
         }
-        self.file.read_exact_at(buf, off).map_err(|e| Error::Io(format!("read at {off}: {e}")))
+        self.file
+            .read_exact_at(buf, off)
+            .map_err(|e| Error::Io(format!("read at {off}: {e}")))
     }
     fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
-        if off.checked_add(buf.len() as u64).is_none_or(|end| end > self.size) {
+        if off
+            .checked_add(buf.len() as u64)
+            .is_none_or(|end| end > self.size)
+        {
             return Err(Error::Io(format!(
                 "write of {} bytes at {off} is beyond the device end ({})",
                 buf.len(),
                 self.size
             )));
         }
-        self.file.write_all_at(buf, off).map_err(|e| Error::Io(format!("write at {off}: {e}")))
+        self.file
+            .write_all_at(buf, off)
+            .map_err(|e| Error::Io(format!("write at {off}: {e}")))
     }
     fn flush(&self) -> Result<()> {
-        self.file.sync_data().map_err(|e| Error::Io(format!("flush: {e}")))
+        self.file
+            .sync_data()
+            .map_err(|e| Error::Io(format!("flush: {e}")))
     }
     fn size(&self) -> u64 {
         self.size
@@ -92,11 +106,15 @@ pub struct MemDevice {
 impl MemDevice {
     /// A zero-filled device of `size` bytes.
     pub fn new(size: u64) -> MemDevice {
-        MemDevice { data: RwLock::new(vec![0; size as usize]) }
+        MemDevice {
+            data: RwLock::new(vec![0; size as usize]),
+        }
     }
     /// A device holding `bytes`.
     pub fn from_vec(bytes: Vec<u8>) -> MemDevice {
-        MemDevice { data: RwLock::new(bytes) }
+        MemDevice {
+            data: RwLock::new(bytes),
+        }
     }
     /// A copy of the whole device.
     pub fn snapshot(&self) -> Vec<u8> {
@@ -107,18 +125,28 @@ impl MemDevice {
 impl BlockDevice for MemDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         let d = self.data.read();
-        let end = off.checked_add(buf.len() as u64).filter(|&e| e <= d.len() as u64);
+        let end = off
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= d.len() as u64);
         let Some(end) = end else {
-            return Err(Error::Io(format!("read at {off} beyond device end {}", d.len())));
+            return Err(Error::Io(format!(
+                "read at {off} beyond device end {}",
+                d.len()
+            )));
         };
         buf.copy_from_slice(&d[off as usize..end as usize]);
         Ok(())
     }
     fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
         let mut d = self.data.write();
-        let end = off.checked_add(buf.len() as u64).filter(|&e| e <= d.len() as u64);
+        let end = off
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= d.len() as u64);
         let Some(end) = end else {
-            return Err(Error::Io(format!("write at {off} beyond device end {}", d.len())));
+            return Err(Error::Io(format!(
+                "write at {off} beyond device end {}",
+                d.len()
+            )));
         };
         d[off as usize..end as usize].copy_from_slice(buf);
         Ok(())

@@ -55,7 +55,12 @@ impl DirCtx<'_> {
         st.d.csum_seed(self.al.geo.seed, ino as u32)
     }
     fn hash_version(&self, root: &DxRootInfo) -> u8 {
-        root.hash_version + if self.unsigned && root.hash_version < 3 { 3 } else { 0 }
+        root.hash_version
+            + if self.unsigned && root.hash_version < 3 {
+                3
+            } else {
+                0
+            }
     }
     fn hash(&self, name: &[u8], version: u8) -> (u32, u32) {
         dirhash(name, version, &self.seed)
@@ -66,10 +71,17 @@ impl DirCtx<'_> {
 
     /// The buffer of logical block `lblk` of the directory.
     fn block(&self, st: &InodeState, ino: u64, lblk: u32) -> Result<Arc<Buf>> {
-        let ext = st.ext.as_ref().ok_or_else(|| Error::corrupt("directory", ino, "extents not loaded"))?;
+        let ext = st
+            .ext
+            .as_ref()
+            .ok_or_else(|| Error::corrupt("directory", ino, "extents not loaded"))?;
         match ext.map(lblk) {
             Mapping::Mapped(p, false, _) => self.bufs.get(p),
-            _ => Err(Error::corrupt("directory", ino, format!("block {lblk} is a hole"))),
+            _ => Err(Error::corrupt(
+                "directory",
+                ino,
+                format!("block {lblk} is a hole"),
+            )),
         }
     }
 
@@ -96,13 +108,23 @@ impl DirCtx<'_> {
     }
 
     fn find(&self, ino: u64, st: &InodeState, name: &[u8]) -> Result<Option<Slot>> {
-        let leaves = if self.is_htree(st) { self.htree_candidates(ino, st, name)? } else { (0..self.nblocks(st)).collect() };
+        let leaves = if self.is_htree(st) {
+            self.htree_candidates(ino, st, name)?
+        } else {
+            (0..self.nblocks(st)).collect()
+        };
         for lblk in leaves {
             let (b, entries) = self.leaf(st, ino, lblk)?;
             let mut prev = None;
             for e in entries {
                 if e.ino != 0 && e.name == name {
-                    return Ok(Some(Slot { buf: b, off: e.off, prev, ino: e.ino, ft: e.ft }));
+                    return Ok(Some(Slot {
+                        buf: b,
+                        off: e.off,
+                        prev,
+                        ino: e.ino,
+                        ft: e.ft,
+                    }));
                 }
                 prev = Some(e.off);
             }
@@ -127,7 +149,11 @@ impl DirCtx<'_> {
         Ok(out)
     }
 
-    fn read_root(&self, ino: u64, st: &InodeState) -> Result<(DxRootInfo, dd::DxEntries, Arc<Buf>)> {
+    fn read_root(
+        &self,
+        ino: u64,
+        st: &InodeState,
+    ) -> Result<(DxRootInfo, dd::DxEntries, Arc<Buf>)> {
         let b = self.block(st, ino, 0)?;
         let d = b.read();
         let info = dd::decode_root_info(&d, b.blk)?;
@@ -151,30 +177,61 @@ impl DirCtx<'_> {
     }
 
     /// Walk the index to the leaf for hash `h`.
-    fn probe(&self, ino: u64, st: &InodeState, root: &(DxRootInfo, dd::DxEntries, Arc<Buf>), h: u32) -> Result<Path> {
+    fn probe(
+        &self,
+        ino: u64,
+        st: &InodeState,
+        root: &(DxRootInfo, dd::DxEntries, Arc<Buf>),
+        h: u32,
+    ) -> Result<Path> {
         let mut levels = Vec::new();
         let mut entries = root.1.entries.clone();
         let mut blk_lblk = 0u32;
         let nb = self.nblocks(st);
         for depth in 0..=root.0.indirect_levels {
-            let pos = entries.partition_point(|&(eh, _)| eh <= h).saturating_sub(1);
+            let pos = entries
+                .partition_point(|&(eh, _)| eh <= h)
+                .saturating_sub(1);
             let child = entries[pos].1;
             if child >= nb || child == 0 {
-                return Err(Error::corrupt("directory index", ino, format!("child block {child} out of range")));
+                return Err(Error::corrupt(
+                    "directory index",
+                    ino,
+                    format!("child block {child} out of range"),
+                ));
             }
-            levels.push(Level { lblk: blk_lblk, entries: entries.clone(), pos });
+            levels.push(Level {
+                lblk: blk_lblk,
+                entries: entries.clone(),
+                pos,
+            });
             if depth == root.0.indirect_levels {
-                return Ok(Path { levels, leaf: child });
+                return Ok(Path {
+                    levels,
+                    leaf: child,
+                });
             }
             let (n, _) = self.read_node(ino, st, child)?;
             entries = n.entries;
             blk_lblk = child;
         }
-        Err(Error::corrupt("directory index", ino, "index deeper than its root says"))
+        Err(Error::corrupt(
+            "directory index",
+            ino,
+            "index deeper than its root says",
+        ))
     }
 
     /// Add `name` -> `child` (the caller checked it is absent).
-    pub fn add(&self, h: &Handle, ino: u64, st: &mut InodeState, name: &[u8], child: u64, ft: u8) -> Result<()> {
+    pub fn add(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &mut InodeState,
+        name: &[u8],
+        child: u64,
+        ft: u8,
+    ) -> Result<()> {
         if name.len() > 255 {
             return Err(Error::NameTooLong);
         }
@@ -196,16 +253,34 @@ impl DirCtx<'_> {
         self.init_leaf(h, ino, st, &b);
         let (_, entries) = self.leaf(st, ino, nb)?;
         if !self.try_insert(h, ino, st, &b, &entries, name, child, ft) {
-            return Err(Error::corrupt("directory", ino, "entry does not fit an empty block"));
+            return Err(Error::corrupt(
+                "directory",
+                ino,
+                "entry does not fit an empty block",
+            ));
         }
         Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn try_insert(&self, h: &Handle, ino: u64, st: &InodeState, b: &Buf, entries: &[RawEntry], name: &[u8], child: u64, ft: u8) -> bool {
+    fn try_insert(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &InodeState,
+        b: &Buf,
+        entries: &[RawEntry],
+        name: &[u8],
+        child: u64,
+        ft: u8,
+    ) -> bool {
         let need = dd::rec_len_for(name.len());
         for e in entries {
-            let used = if e.ino == 0 { 0 } else { dd::rec_len_for(e.name.len()) };
+            let used = if e.ino == 0 {
+                0
+            } else {
+                dd::rec_len_for(e.name.len())
+            };
             if e.rec_len - used < need {
                 continue;
             }
@@ -214,7 +289,14 @@ impl DirCtx<'_> {
                 dd::put_entry(&mut d, e.off, child as u32, e.rec_len, ft, name);
             } else {
                 dd::put_entry(&mut d, e.off, e.ino, used, e.ft, &e.name);
-                dd::put_entry(&mut d, e.off + used, child as u32, e.rec_len - used, ft, name);
+                dd::put_entry(
+                    &mut d,
+                    e.off + used,
+                    child as u32,
+                    e.rec_len - used,
+                    ft,
+                    name,
+                );
             }
             if self.csum() {
                 dd::set_leaf_csum(self.iseed(ino, st), &mut d);
@@ -239,10 +321,20 @@ impl DirCtx<'_> {
     /// Grow the directory by one block; returns its buffer (zeroed, not yet formatted).
     fn append_block(&self, h: &Handle, ino: u64, st: &mut InodeState) -> Result<Arc<Buf>> {
         let lblk = self.nblocks(st);
-        let ext = st.ext.as_mut().ok_or_else(|| Error::corrupt("directory", ino, "extents not loaded"))?;
-        let goal = ext.goal_for(lblk).unwrap_or_else(|| self.al.geo.group_first(self.al.geo.group_of_inode(ino)));
+        let ext = st
+            .ext
+            .as_mut()
+            .ok_or_else(|| Error::corrupt("directory", ino, "extents not loaded"))?;
+        let goal = ext
+            .goal_for(lblk)
+            .unwrap_or_else(|| self.al.geo.group_first(self.al.geo.group_of_inode(ino)));
         let (p, _) = self.al.alloc_blocks(h, goal, 1)?;
-        ext.insert(Extent { lblk, len: 1, pblk: p, unwritten: false });
+        ext.insert(Extent {
+            lblk,
+            len: 1,
+            pblk: p,
+            unwritten: false,
+        });
         st.ext_dirty = true;
         let bs = self.bs() as u64;
         st.d.set_size(st.d.size() + bs);
@@ -256,13 +348,20 @@ impl DirCtx<'_> {
     fn make_indexed(&self, h: &Handle, ino: u64, st: &mut InodeState) -> Result<()> {
         let (b0, entries) = self.leaf(st, ino, 0)?;
         if entries.len() < 2 || entries[0].name != b"." || entries[1].name != b".." {
-            return Err(Error::corrupt("directory", ino, "first block lacks . and .."));
+            return Err(Error::corrupt(
+                "directory",
+                ino,
+                "first block lacks . and ..",
+            ));
         }
         let parent = entries[1].ino;
         let b1 = self.append_block(h, ino, st)?;
         let live: Vec<&RawEntry> = entries[2..].iter().filter(|e| e.ino != 0).collect();
         self.write_leaf(h, ino, st, &b1, &live);
-        let info = DxRootInfo { hash_version: self.def_hash % 3, indirect_levels: 0 };
+        let info = DxRootInfo {
+            hash_version: self.def_hash % 3,
+            indirect_levels: 0,
+        };
         let mut d = b0.write();
         dd::init_dx_root(&mut d, ino as u32, parent, info);
         let limit = dd::dx_limit(self.bs(), DX_ROOT_COUNT_OFF, self.csum());
@@ -283,7 +382,11 @@ impl DirCtx<'_> {
         let end = dd::entries_end(self.bs(), self.csum());
         let mut off = 0;
         for (i, e) in entries.iter().enumerate() {
-            let len = if i + 1 == entries.len() { end - off } else { dd::rec_len_for(e.name.len()) };
+            let len = if i + 1 == entries.len() {
+                end - off
+            } else {
+                dd::rec_len_for(e.name.len())
+            };
             dd::put_entry(&mut d, off, e.ino, len, e.ft, &e.name);
             off += len;
         }
@@ -294,7 +397,15 @@ impl DirCtx<'_> {
         h.dirty(b);
     }
 
-    fn htree_add(&self, h: &Handle, ino: u64, st: &mut InodeState, name: &[u8], child: u64, ft: u8) -> Result<()> {
+    fn htree_add(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &mut InodeState,
+        name: &[u8],
+        child: u64,
+        ft: u8,
+    ) -> Result<()> {
         let root = self.read_root(ino, st)?;
         let version = self.hash_version(&root.0);
         let (hash, _) = self.hash(name, version);
@@ -324,7 +435,11 @@ impl DirCtx<'_> {
         self.write_leaf(h, ino, st, &b, &lower);
         self.write_leaf(h, ino, st, &nb, &upper);
         self.insert_index(h, ino, st, &path, hash2 | u32::from(continued), new_lblk)?;
-        let target = if hash >= hash2 && !upper.is_empty() { &nb } else { &b };
+        let target = if hash >= hash2 && !upper.is_empty() {
+            &nb
+        } else {
+            &b
+        };
         let (_, entries) = self.leaf_of_buf(st, ino, target)?;
         if self.try_insert(h, ino, st, target, &entries, name, child, ft) {
             return Ok(());
@@ -340,10 +455,22 @@ impl DirCtx<'_> {
 
     /// Insert index entry (hash, leaf) after the path's position in the last level,
     /// splitting index nodes or adding a level when full.
-    fn insert_index(&self, h: &Handle, ino: u64, st: &mut InodeState, path: &Path, hash: u32, leaf: u32) -> Result<()> {
+    fn insert_index(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &mut InodeState,
+        path: &Path,
+        hash: u32,
+        leaf: u32,
+    ) -> Result<()> {
         let depth = path.levels.len() - 1;
         let lvl = &path.levels[depth];
-        let count_off = if depth == 0 { DX_ROOT_COUNT_OFF } else { DX_NODE_COUNT_OFF };
+        let count_off = if depth == 0 {
+            DX_ROOT_COUNT_OFF
+        } else {
+            DX_NODE_COUNT_OFF
+        };
         let limit = dd::dx_limit(self.bs(), count_off, self.csum());
         let mut entries = lvl.entries.clone();
         entries.insert(lvl.pos + 1, (hash, leaf));
@@ -387,7 +514,15 @@ impl DirCtx<'_> {
         self.write_dx(h, ino, st, 0, DX_ROOT_COUNT_OFF, &r)
     }
 
-    fn write_dx(&self, h: &Handle, ino: u64, st: &InodeState, lblk: u32, count_off: usize, entries: &[(u32, u32)]) -> Result<()> {
+    fn write_dx(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &InodeState,
+        lblk: u32,
+        count_off: usize,
+        entries: &[(u32, u32)],
+    ) -> Result<()> {
         let b = self.block(st, ino, lblk)?;
         let limit = dd::dx_limit(self.bs(), count_off, self.csum());
         let mut d = b.write();
@@ -413,7 +548,8 @@ impl DirCtx<'_> {
         let mut d = s.buf.write();
         match s.prev {
             Some(p) => {
-                let len = usize::from(crate::disk::le16(&d, p + 4)) + usize::from(crate::disk::le16(&d, s.off + 4));
+                let len = usize::from(crate::disk::le16(&d, p + 4))
+                    + usize::from(crate::disk::le16(&d, s.off + 4));
                 crate::disk::put16(&mut d, p + 4, len as u16);
             }
             None => crate::disk::put32(&mut d, s.off, 0),
@@ -427,7 +563,15 @@ impl DirCtx<'_> {
     }
 
     /// Point existing entry `name` at `child` (rename over an existing target).
-    pub fn replace(&self, h: &Handle, ino: u64, st: &InodeState, name: &[u8], child: u64, ft: u8) -> Result<u64> {
+    pub fn replace(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &InodeState,
+        name: &[u8],
+        child: u64,
+        ft: u8,
+    ) -> Result<u64> {
         let s = self.find(ino, st, name)?.ok_or(Error::NotFound)?;
         let mut d = s.buf.write();
         crate::disk::put32(&mut d, s.off, child as u32);
@@ -491,7 +635,10 @@ impl DirCtx<'_> {
     pub fn is_empty(&self, ino: u64, st: &InodeState) -> Result<bool> {
         for (_, lblk) in self.leaf_blocks(ino, st)? {
             let (_, entries) = self.leaf(st, ino, lblk)?;
-            if entries.iter().any(|e| e.ino != 0 && e.name != b"." && e.name != b"..") {
+            if entries
+                .iter()
+                .any(|e| e.ino != 0 && e.name != b"." && e.name != b"..")
+            {
                 return Ok(false);
             }
         }
@@ -499,22 +646,44 @@ impl DirCtx<'_> {
     }
 
     /// Entries after cursor `pos`, at most about `max` (equal-hash runs are not split).
-    pub fn readdir(&self, ino: u64, st: &InodeState, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
+    pub fn readdir(
+        &self,
+        ino: u64,
+        st: &InodeState,
+        pos: u64,
+        max: usize,
+    ) -> Result<Vec<DirEntry>> {
         let mut out = Vec::new();
         if pos == 0 {
-            out.push(DirEntry { ino, kind: FileType::Directory, name: b".".to_vec(), next: 1 });
+            out.push(DirEntry {
+                ino,
+                kind: FileType::Directory,
+                name: b".".to_vec(),
+                next: 1,
+            });
         }
         if pos <= 1 {
             let parent = self.dotdot(ino, st)?;
-            out.push(DirEntry { ino: parent, kind: FileType::Directory, name: b"..".to_vec(), next: 3 });
+            out.push(DirEntry {
+                ino: parent,
+                kind: FileType::Directory,
+                name: b"..".to_vec(),
+                next: 3,
+            });
         }
-        let version = if self.is_htree(st) { self.hash_version(&self.read_root(ino, st)?.0) } else { self.def_version() };
+        let version = if self.is_htree(st) {
+            self.hash_version(&self.read_root(ino, st)?.0)
+        } else {
+            self.def_version()
+        };
         let leaves = self.leaf_blocks(ino, st)?;
         // Start at the last leaf whose range begins below the cursor's hash: earlier
         // leaves hold only smaller hashes. Stop once enough entries are collected and
         // the next leaf starts above everything collected.
         let major = (pos.saturating_sub(3) >> 32) << 1;
-        let first = leaves.partition_point(|&(h, _)| u64::from(h) < major).saturating_sub(1);
+        let first = leaves
+            .partition_point(|&(h, _)| u64::from(h) < major)
+            .saturating_sub(1);
         let mut all: Vec<(u64, RawEntry)> = Vec::new();
         for (k, &(_, lblk)) in leaves.iter().enumerate().skip(first) {
             let (_, entries) = self.leaf(st, ino, lblk)?;
@@ -529,8 +698,13 @@ impl DirCtx<'_> {
                 }
             }
             let top = all.iter().map(|x| x.0).max().unwrap_or(0);
-            let next_start = leaves.get(k + 1).map(|&(h, _)| 3 + ((u64::from(h) >> 1) << 32));
-            if out.len() + all.len() >= max && next_start.is_some_and(|n| n > top) && self.is_htree(st) {
+            let next_start = leaves
+                .get(k + 1)
+                .map(|&(h, _)| 3 + ((u64::from(h) >> 1) << 32));
+            if out.len() + all.len() >= max
+                && next_start.is_some_and(|n| n > top)
+                && self.is_htree(st)
+            {
                 break;
             }
         }
@@ -541,7 +715,12 @@ impl DirCtx<'_> {
                 break;
             }
             let kind = FileType::from_dirent_code(e.ft).unwrap_or(FileType::Regular);
-            out.push(DirEntry { ino: u64::from(e.ino), kind, name: e.name, next: key + 1 });
+            out.push(DirEntry {
+                ino: u64::from(e.ino),
+                kind,
+                name: e.name,
+                next: key + 1,
+            });
             last = Some(key);
         }
         Ok(out)

@@ -74,7 +74,11 @@ impl Error {
 
     /// Shorthand for a corruption error.
     pub fn corrupt(what: &'static str, at: u64, detail: impl Into<String>) -> Error {
-        Error::Corrupt { what, at, detail: detail.into() }
+        Error::Corrupt {
+            what,
+            at,
+            detail: detail.into(),
+        }
     }
 }
 

@@ -22,7 +22,9 @@ pub enum Mapping {
 impl ExtentMap {
     /// Build from extents (already sorted and non-overlapping).
     pub fn from_extents(v: Vec<Extent>) -> ExtentMap {
-        ExtentMap { map: v.into_iter().map(|e| (e.lblk, e)).collect() }
+        ExtentMap {
+            map: v.into_iter().map(|e| (e.lblk, e)).collect(),
+        }
     }
     /// All extents in order.
     pub fn extents(&self) -> impl Iterator<Item = &Extent> {
@@ -44,7 +46,11 @@ impl ExtentMap {
     /// Map one logical block.
     pub fn map(&self, lblk: u32) -> Mapping {
         if let Some(e) = self.find(lblk) {
-            return Mapping::Mapped(e.pblk + u64::from(lblk - e.lblk), e.unwritten, e.lblk + e.len - lblk);
+            return Mapping::Mapped(
+                e.pblk + u64::from(lblk - e.lblk),
+                e.unwritten,
+                e.lblk + e.len - lblk,
+            );
         }
         let next = self.map.range(lblk..).next().map(|(k, _)| u64::from(*k));
         Mapping::Hole(next.unwrap_or(1 << 32) - u64::from(lblk))
@@ -61,13 +67,21 @@ impl ExtentMap {
 
     /// Insert a new extent over a hole, merging with neighbours when contiguous.
     pub fn insert(&mut self, e: Extent) {
-        debug_assert!(self.range_is_hole(e.lblk, e.len), "insert over mapped range {e:?}");
+        debug_assert!(
+            self.range_is_hole(e.lblk, e.len),
+            "insert over mapped range {e:?}"
+        );
         let mut e = e;
         if let Some((_, p)) = self.map.range(..e.lblk).next_back() {
             let p = *p;
             if mergeable(&p, &e) {
                 self.map.remove(&p.lblk);
-                e = Extent { lblk: p.lblk, len: p.len + e.len, pblk: p.pblk, unwritten: e.unwritten };
+                e = Extent {
+                    lblk: p.lblk,
+                    len: p.len + e.len,
+                    pblk: p.pblk,
+                    unwritten: e.unwritten,
+                };
             }
         }
         if let Some(n) = self.map.get(&(e.lblk + e.len)).copied() {
@@ -81,7 +95,12 @@ impl ExtentMap {
 
     fn range_is_hole(&self, lblk: u32, len: u32) -> bool {
         let end = u64::from(lblk) + u64::from(len);
-        self.find(lblk).is_none() && self.map.range(lblk..).next().is_none_or(|(k, _)| u64::from(*k) >= end)
+        self.find(lblk).is_none()
+            && self
+                .map
+                .range(lblk..)
+                .next()
+                .is_none_or(|(k, _)| u64::from(*k) >= end)
     }
 
     /// Split so that an extent boundary falls at `lblk`.
@@ -90,7 +109,12 @@ impl ExtentMap {
             if e.lblk < lblk {
                 let head = lblk - e.lblk;
                 self.map.insert(e.lblk, Extent { len: head, ..e });
-                let tail = Extent { lblk, len: e.len - head, pblk: e.pblk + u64::from(head), unwritten: e.unwritten };
+                let tail = Extent {
+                    lblk,
+                    len: e.len - head,
+                    pblk: e.pblk + u64::from(head),
+                    unwritten: e.unwritten,
+                };
                 self.map.insert(lblk, tail);
             }
         }
@@ -102,8 +126,16 @@ impl ExtentMap {
         if end < 1 << 32 {
             self.split_at(end as u32);
         }
-        let keys: Vec<u32> = self.map.range(start..).take_while(|(k, _)| u64::from(**k) < end).map(|(k, _)| *k).collect();
-        keys.iter().filter_map(|k| self.map.remove(k)).map(|e| (e.pblk, e.len)).collect()
+        let keys: Vec<u32> = self
+            .map
+            .range(start..)
+            .take_while(|(k, _)| u64::from(**k) < end)
+            .map(|(k, _)| *k)
+            .collect();
+        keys.iter()
+            .filter_map(|k| self.map.remove(k))
+            .map(|e| (e.pblk, e.len))
+            .collect()
     }
 
     /// Mark `[start, start+len)` written (it must be mapped); merges afterwards.
@@ -113,10 +145,18 @@ impl ExtentMap {
         if end < 1 << 32 {
             self.split_at(end as u32);
         }
-        let keys: Vec<u32> = self.map.range(start..).take_while(|(k, _)| u64::from(**k) < end).map(|(k, _)| *k).collect();
+        let keys: Vec<u32> = self
+            .map
+            .range(start..)
+            .take_while(|(k, _)| u64::from(**k) < end)
+            .map(|(k, _)| *k)
+            .collect();
         for k in keys {
             if let Some(e) = self.map.remove(&k) {
-                self.insert(Extent { unwritten: false, ..e });
+                self.insert(Extent {
+                    unwritten: false,
+                    ..e
+                });
             }
         }
     }
@@ -128,7 +168,11 @@ impl ExtentMap {
 }
 
 fn mergeable(a: &Extent, b: &Extent) -> bool {
-    let max = if a.unwritten { MAX_UNWRITTEN_LEN } else { MAX_INIT_LEN };
+    let max = if a.unwritten {
+        MAX_UNWRITTEN_LEN
+    } else {
+        MAX_INIT_LEN
+    };
     a.unwritten == b.unwritten
         && a.lend() == u64::from(b.lblk)
         && a.pblk + u64::from(a.len) == b.pblk
@@ -140,7 +184,12 @@ mod tests {
     use super::*;
 
     fn e(lblk: u32, len: u32, pblk: u64, unwritten: bool) -> Extent {
-        Extent { lblk, len, pblk, unwritten }
+        Extent {
+            lblk,
+            len,
+            pblk,
+            unwritten,
+        }
     }
 
     #[test]

@@ -12,8 +12,8 @@ use crate::dev::{BlockDevice, FileDevice};
 use crate::dir::DirCtx;
 use crate::disk::group::GroupDesc;
 use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_INLINE_DATA};
-use crate::disk::superblock::{self as sbm, compat, incompat, ro_compat, Superblock};
 use crate::disk::jbd2;
+use crate::disk::superblock::{self as sbm, compat, incompat, ro_compat, Superblock};
 use crate::error::{Error, Result};
 use crate::inode::{self, ICache, Inode, InodeState};
 use crate::journal::{Handle, Journal};
@@ -72,14 +72,20 @@ impl Fs {
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
         let mut raw = vec![0u8; sbm::SB_SIZE];
         if dev.size() < sbm::SB_OFFSET + sbm::SB_SIZE as u64 {
-            return Err(Error::corrupt("superblock", 0, "device too small to hold a superblock"));
+            return Err(Error::corrupt(
+                "superblock",
+                0,
+                "device too small to hold a superblock",
+            ));
         }
         dev.read_at(sbm::SB_OFFSET, &mut raw)?;
         let sb = Superblock::decode(&raw, dev.size())?;
         let read_only = check_features(&sb)? || opts.read_only;
         let bs = sb.block_size();
         if bs != 4096 {
-            return Err(Error::Unsupported(format!("block size {bs} (lanefs supports 4096)")));
+            return Err(Error::Unsupported(format!(
+                "block size {bs} (lanefs supports 4096)"
+            )));
         }
         let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize));
         let geo = geometry(&sb);
@@ -226,7 +232,10 @@ fn needs_extents(d: &DiskInode) -> bool {
 }
 
 fn is_dev(d: &DiskInode) -> bool {
-    matches!(FileType::from_mode(d.mode()), Some(FileType::CharDevice) | Some(FileType::BlockDevice))
+    matches!(
+        FileType::from_mode(d.mode()),
+        Some(FileType::CharDevice) | Some(FileType::BlockDevice)
+    )
 }
 
 /// Refuse unknown INCOMPAT features; returns whether unknown RO_COMPAT forces read-only.
@@ -234,7 +243,9 @@ fn check_features(sb: &Superblock) -> Result<bool> {
     let unknown = sb.feature_incompat() & !incompat::SUPPORTED;
     if unknown != 0 {
         let names = sbm::feature_names(unknown, incompat::NAMES);
-        return Err(Error::Unsupported(format!("unknown INCOMPAT feature(s): {names}")));
+        return Err(Error::Unsupported(format!(
+            "unknown INCOMPAT feature(s): {names}"
+        )));
     }
     if sb.has_incompat(incompat::RECOVER) {
         return Err(Error::Unsupported(
@@ -242,7 +253,9 @@ fn check_features(sb: &Superblock) -> Result<bool> {
         ));
     }
     if !sb.has_incompat(incompat::FILETYPE) {
-        return Err(Error::Unsupported("directories without the filetype feature".into()));
+        return Err(Error::Unsupported(
+            "directories without the filetype feature".into(),
+        ));
     }
     Ok(sb.feature_ro_compat() & !ro_compat::SUPPORTED != 0)
 }
@@ -263,8 +276,13 @@ fn geometry(sb: &Superblock) -> Geometry {
         seed: sb.csum_seed(),
         first_ino: sb.first_ino(),
         sparse: sb.has_ro_compat(ro_compat::SPARSE_SUPER),
-        gdt_blocks: (u64::from(groups) * u64::from(desc_size)).div_ceil(u64::from(sb.block_size())) as u32,
-        reserved_gdt: if sb.has_compat(compat::RESIZE_INODE) { u32::from(sb.reserved_gdt_blocks()) } else { 0 },
+        gdt_blocks: (u64::from(groups) * u64::from(desc_size)).div_ceil(u64::from(sb.block_size()))
+            as u32,
+        reserved_gdt: if sb.has_compat(compat::RESIZE_INODE) {
+            u32::from(sb.reserved_gdt_blocks())
+        } else {
+            0
+        },
     }
 }
 
@@ -278,11 +296,21 @@ fn check_journal(sb: &Superblock, al: &Allocator, bufs: &BufCache) -> Result<()>
         return Err(Error::Unsupported("external journal device".into()));
     }
     let d = inode::read_disk_inode(al, bufs, jino)?;
-    let mut st = InodeState { d, ext: None, tree_blocks: Vec::new(), ext_dirty: false, freed: false };
+    let mut st = InodeState {
+        d,
+        ext: None,
+        tree_blocks: Vec::new(),
+        ext_dirty: false,
+        freed: false,
+    };
     inode::load_extents(al, bufs, jino, &mut st)?;
     let first = st.ext.as_ref().and_then(|e| e.find(0));
     let Some(first) = first else {
-        return Err(Error::corrupt("journal inode", jino, "journal has no first block"));
+        return Err(Error::corrupt(
+            "journal inode",
+            jino,
+            "journal has no first block",
+        ));
     };
     let b = bufs.get(first.pblk)?;
     let data = b.read();
@@ -307,7 +335,9 @@ fn read_gdt(geo: &Geometry, bufs: &BufCache) -> Result<(Vec<GroupDesc>, Vec<Arc<
     for g in 0..geo.groups {
         let b = gdt[g as usize / per].read();
         let off = (g as usize % per) * ds;
-        let d = GroupDesc { raw: b[off..off + ds].to_vec() };
+        let d = GroupDesc {
+            raw: b[off..off + ds].to_vec(),
+        };
         drop(b);
         validate_desc(geo, g, &d)?;
         descs.push(d);
@@ -323,10 +353,18 @@ fn validate_desc(geo: &Geometry, g: u32, d: &GroupDesc) -> Result<()> {
     let itb = (u64::from(geo.ipg) * u64::from(geo.inode_size)).div_ceil(u64::from(geo.bs));
     let in_fs = |b: u64, n: u64| b > u64::from(geo.first_data_block) && b + n <= geo.blocks;
     if !in_fs(d.block_bitmap(), 1) || !in_fs(d.inode_bitmap(), 1) || !in_fs(d.inode_table(), itb) {
-        return Err(Error::corrupt("group descriptor", at, "bitmap or inode table outside the file system"));
+        return Err(Error::corrupt(
+            "group descriptor",
+            at,
+            "bitmap or inode table outside the file system",
+        ));
     }
     if d.free_blocks() > geo.bpg || d.free_inodes() > geo.ipg {
-        return Err(Error::corrupt("group descriptor", at, "free counts larger than the group"));
+        return Err(Error::corrupt(
+            "group descriptor",
+            at,
+            "free counts larger than the group",
+        ));
     }
     Ok(())
 }

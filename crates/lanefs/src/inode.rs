@@ -61,7 +61,11 @@ pub struct ICache {
 
 impl Default for ICache {
     fn default() -> Self {
-        ICache { buckets: (0..BUCKETS).map(|_| Mutex::new(&ICACHE_BUCKET, HashMap::new())).collect() }
+        ICache {
+            buckets: (0..BUCKETS)
+                .map(|_| Mutex::new(&ICACHE_BUCKET, HashMap::new()))
+                .collect(),
+        }
     }
 }
 
@@ -101,7 +105,10 @@ impl ICache {
     }
     /// Every cached inode (for write-back).
     pub fn all(&self) -> Vec<Arc<Inode>> {
-        self.buckets.iter().flat_map(|b| b.lock().values().cloned().collect::<Vec<_>>()).collect()
+        self.buckets
+            .iter()
+            .flat_map(|b| b.lock().values().cloned().collect::<Vec<_>>())
+            .collect()
     }
 }
 
@@ -122,7 +129,16 @@ fn evict(b: &mut HashMap<u64, Arc<Inode>>) {
 
 /// Build a fresh in-memory inode around on-disk bytes.
 pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
-    inode_from_state(ino, InodeState { d, ext: None, tree_blocks: Vec::new(), ext_dirty: false, freed: false })
+    inode_from_state(
+        ino,
+        InodeState {
+            d,
+            ext: None,
+            tree_blocks: Vec::new(),
+            ext_dirty: false,
+            freed: false,
+        },
+    )
 }
 
 /// Build an in-memory inode around a state built by its creator.
@@ -145,13 +161,23 @@ pub fn read_disk_inode(al: &Allocator, bufs: &BufCache, ino: u64) -> Result<Disk
     }
     let extra = usize::from(d.extra_isize());
     if d.raw.len() > 128 && (128 + extra > d.raw.len() || extra % 4 != 0) {
-        return Err(Error::corrupt("inode", ino, format!("extra_isize {extra} invalid")));
+        return Err(Error::corrupt(
+            "inode",
+            ino,
+            format!("extra_isize {extra} invalid"),
+        ));
     }
     Ok(d)
 }
 
 /// Write the inode's bytes (with a fresh checksum) into its table block.
-pub fn store_inode(al: &Allocator, bufs: &BufCache, h: &Handle, ino: u64, d: &mut DiskInode) -> Result<()> {
+pub fn store_inode(
+    al: &Allocator,
+    bufs: &BufCache,
+    h: &Handle,
+    ino: u64,
+    d: &mut DiskInode,
+) -> Result<()> {
     if al.geo.csum {
         d.update_checksum(al.geo.seed, ino as u32);
     }
@@ -172,7 +198,9 @@ pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeSta
             st.ext = Some(ExtentMap::default());
             return Ok(());
         }
-        return Err(Error::Unsupported(format!("inode {ino} uses indirect block maps")));
+        return Err(Error::Unsupported(format!(
+            "inode {ino} uses indirect block maps"
+        )));
     }
     let mut out = Vec::new();
     let mut tree = Vec::new();
@@ -207,7 +235,11 @@ fn walk(
         Node::Leaf(v) => {
             for e in &v {
                 if e.pblk + u64::from(e.len) > al.geo.blocks || e.pblk == 0 {
-                    return Err(Error::corrupt("extent", ino, format!("{e:?} outside the file system")));
+                    return Err(Error::corrupt(
+                        "extent",
+                        ino,
+                        format!("{e:?} outside the file system"),
+                    ));
                 }
             }
             out.extend(v);
@@ -215,7 +247,11 @@ fn walk(
         Node::Index(depth, v) => {
             for ix in v {
                 if ix.child >= al.geo.blocks || ix.child == 0 {
-                    return Err(Error::corrupt("extent index", ino, format!("child {} out of range", ix.child)));
+                    return Err(Error::corrupt(
+                        "extent index",
+                        ino,
+                        format!("child {} out of range", ix.child),
+                    ));
                 }
                 let b = bufs.get(ix.child)?;
                 let data = b.read();
@@ -241,8 +277,16 @@ fn walk(
 
 /// Rewrite the on-disk extent tree from the extent map, reusing tree blocks.
 /// Adjusts i_blocks for tree blocks gained or freed.
-pub fn store_tree(al: &Allocator, bufs: &BufCache, h: &Handle, ino: u64, st: &mut InodeState) -> Result<()> {
-    let Some(map) = st.ext.as_ref() else { return Ok(()) };
+pub fn store_tree(
+    al: &Allocator,
+    bufs: &BufCache,
+    h: &Handle,
+    ino: u64,
+    st: &mut InodeState,
+) -> Result<()> {
+    let Some(map) = st.ext.as_ref() else {
+        return Ok(());
+    };
     let exts: Vec<Extent> = map.extents().copied().collect();
     let cap = extent::block_capacity(al.geo.bs as usize);
     // Level sizes bottom-up: leaves hold extents; each upper level holds child pointers.
@@ -271,7 +315,13 @@ pub fn store_tree(al: &Allocator, bufs: &BufCache, h: &Handle, ino: u64, st: &mu
             } else {
                 let chunk = &children[i * cap..((i + 1) * cap).min(children.len())];
                 nodes.push((chunk[0].0, blk));
-                Node::Index(depth as u16, chunk.iter().map(|&(l, c)| extent::Index { lblk: l, child: c }).collect())
+                Node::Index(
+                    depth as u16,
+                    chunk
+                        .iter()
+                        .map(|&(l, c)| extent::Index { lblk: l, child: c })
+                        .collect(),
+                )
             };
             write_tree_block(bufs, h, blk, &node, seed, al.geo.csum);
         }
@@ -280,7 +330,10 @@ pub fn store_tree(al: &Allocator, bufs: &BufCache, h: &Handle, ino: u64, st: &mu
     let root = if levels.is_empty() {
         Node::Leaf(exts)
     } else {
-        let idx = children.iter().map(|&(l, c)| extent::Index { lblk: l, child: c }).collect();
+        let idx = children
+            .iter()
+            .map(|&(l, c)| extent::Index { lblk: l, child: c })
+            .collect();
         Node::Index(levels.len() as u16, idx)
     };
     extent::encode_node(st.d.iblock_mut(), &root);
@@ -304,7 +357,13 @@ fn write_tree_block(bufs: &BufCache, h: &Handle, blk: u64, node: &Node, seed: u3
 }
 
 /// Grow or shrink the set of tree blocks to `need`, adjusting i_blocks.
-fn resize_tree_blocks(al: &Allocator, h: &Handle, st: &mut InodeState, need: usize, goal: u64) -> Result<Vec<u64>> {
+fn resize_tree_blocks(
+    al: &Allocator,
+    h: &Handle,
+    st: &mut InodeState,
+    need: usize,
+    goal: u64,
+) -> Result<Vec<u64>> {
     let spb = u64::from(al.geo.bs / 512);
     while st.tree_blocks.len() > need {
         if let Some(b) = st.tree_blocks.pop() {

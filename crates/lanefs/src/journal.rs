@@ -30,15 +30,23 @@ pub struct CommitGuard<'a> {
 impl Journal {
     /// A journal writing through `bufs`.
     pub fn new(bufs: Arc<BufCache>) -> Journal {
-        Journal { barrier: RwLock::new(&JOURNAL_STATE, ()), bufs }
+        Journal {
+            barrier: RwLock::new(&JOURNAL_STATE, ()),
+            bufs,
+        }
     }
     /// Start a handle (lock order: after inode locks, before group and buffer locks).
     pub fn start(&self) -> Handle<'_> {
-        Handle { _tx: self.barrier.read(), bufs: &self.bufs }
+        Handle {
+            _tx: self.barrier.read(),
+            bufs: &self.bufs,
+        }
     }
     /// Wait for open handles to stop and hold new ones off.
     pub fn lock_commit(&self) -> CommitGuard<'_> {
-        CommitGuard { _g: self.barrier.write() }
+        CommitGuard {
+            _g: self.barrier.write(),
+        }
     }
 }
 

@@ -379,25 +379,10 @@ struct Plan {
 }
 
 impl Plan {
+    /// Lay out the group metadata, then the directories and the journal.
     fn new(geo: &Geometry, opts: &MkfsOptions) -> Result<Plan> {
         let journal_blocks = journal_blocks(geo, opts)?;
-        let mut space = Space {
-            blocks: geo.blocks,
-            used: Vec::new(),
-        };
-        for g in 0..geo.groups {
-            let n = geo.super_blocks(g);
-            if n > 0 {
-                space
-                    .used
-                    .push((geo.group_start(g), geo.group_start(g) + n));
-            }
-        }
-        let mut meta = Vec::with_capacity(geo.groups as usize);
-        for f in 0..geo.groups.div_ceil(FLEX) {
-            place_flex(geo, f, &mut meta, &mut space.used)?;
-        }
-        space.normalize();
+        let (meta, mut space) = place_metadata(geo)?;
         let too_small = |what: &str| invalid(format!("device too small: no room for {what}"));
         let root_block = space
             .alloc_run(0, 1)
@@ -439,6 +424,28 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+/// Superblock copies and every flex group's bitmaps and inode tables, as used space.
+fn place_metadata(geo: &Geometry) -> Result<(Vec<GroupMeta>, Space)> {
+    let mut space = Space {
+        blocks: geo.blocks,
+        used: Vec::new(),
+    };
+    for g in 0..geo.groups {
+        let n = geo.super_blocks(g);
+        if n > 0 {
+            space
+                .used
+                .push((geo.group_start(g), geo.group_start(g) + n));
+        }
+    }
+    let mut meta = Vec::with_capacity(geo.groups as usize);
+    for f in 0..geo.groups.div_ceil(FLEX) {
+        place_flex(geo, f, &mut meta, &mut space.used)?;
+    }
+    space.normalize();
+    Ok((meta, space))
 }
 
 /// Place flex group `f`'s bitmaps and inode tables from the first free block of its
@@ -834,7 +841,7 @@ fn write_inode_table(
 /// Set bits `[from, to)`.
 fn set_bits(map: &mut [u8], from: usize, to: usize) {
     let mut i = from;
-    while i < to && i % 8 != 0 {
+    while i < to && i & 7 != 0 {
         set_bit(map, i);
         i += 1;
     }

@@ -45,7 +45,11 @@ pub fn parse_block(b: &[u8], csum: bool, at: u64) -> Result<Vec<RawEntry>> {
     let mut out = Vec::new();
     while off < end {
         if off + 8 > end {
-            return Err(Error::corrupt("directory block", at, format!("entry at {off} truncated")));
+            return Err(Error::corrupt(
+                "directory block",
+                at,
+                format!("entry at {off} truncated"),
+            ));
         }
         let rec_len = usize::from(le16(b, off + 4));
         let name_len = usize::from(b[off + 6]);
@@ -88,7 +92,10 @@ pub fn init_tail(b: &mut [u8]) {
 /// Whether the block ends with a well-formed checksum tail.
 pub fn has_tail(b: &[u8]) -> bool {
     let t = b.len() - TAIL_SIZE;
-    le32(b, t) == 0 && usize::from(le16(b, t + 4)) == TAIL_SIZE && b[t + 6] == 0 && b[t + 7] == TAIL_FT
+    le32(b, t) == 0
+        && usize::from(le16(b, t + 4)) == TAIL_SIZE
+        && b[t + 6] == 0
+        && b[t + 7] == TAIL_FT
 }
 
 /// Compute and store a leaf block's checksum.
@@ -101,7 +108,11 @@ pub fn set_leaf_csum(inode_seed: u32, b: &mut [u8]) {
 /// Verify a leaf block's tail and checksum.
 pub fn verify_leaf_csum(inode_seed: u32, b: &[u8], at: u64) -> Result<()> {
     if !has_tail(b) {
-        return Err(Error::corrupt("directory block", at, "missing checksum tail"));
+        return Err(Error::corrupt(
+            "directory block",
+            at,
+            "missing checksum tail",
+        ));
     }
     let t = b.len() - TAIL_SIZE;
     let (stored, want) = (le32(b, t + 8), crc32c_raw(inode_seed, &b[..t]));
@@ -176,7 +187,10 @@ pub fn decode_dx(b: &[u8], count_off: usize, csum: bool, at: u64) -> Result<DxEn
 
 /// Encode entries at `count_off` (the first entry's hash slot holds count/limit).
 pub fn encode_dx(b: &mut [u8], count_off: usize, limit: usize, entries: &[(u32, u32)]) {
-    assert!(!entries.is_empty() && entries.len() <= limit, "dx entries out of range");
+    assert!(
+        !entries.is_empty() && entries.len() <= limit,
+        "dx entries out of range"
+    );
     b[count_off..count_off + 8 * limit].fill(0);
     put16(b, count_off, limit as u16);
     put16(b, count_off + 2, entries.len() as u16);
@@ -191,7 +205,10 @@ pub fn encode_dx(b: &mut [u8], count_off: usize, limit: usize, entries: &[(u32, 
 
 /// Compute and store a dx block's checksum (tail right after `limit` entries).
 pub fn set_dx_csum(inode_seed: u32, b: &mut [u8], count_off: usize) {
-    let (limit, count) = (usize::from(le16(b, count_off)), usize::from(le16(b, count_off + 2)));
+    let (limit, count) = (
+        usize::from(le16(b, count_off)),
+        usize::from(le16(b, count_off + 2)),
+    );
     let t = count_off + 8 * limit;
     let c = dx_csum(inode_seed, b, count_off, count, t);
     put32(b, t, 0);
@@ -206,10 +223,17 @@ fn dx_csum(seed: u32, b: &[u8], count_off: usize, count: usize, t: usize) -> u32
 
 /// Verify a dx block's checksum.
 pub fn verify_dx_csum(inode_seed: u32, b: &[u8], count_off: usize, at: u64) -> Result<()> {
-    let (limit, count) = (usize::from(le16(b, count_off)), usize::from(le16(b, count_off + 2)));
+    let (limit, count) = (
+        usize::from(le16(b, count_off)),
+        usize::from(le16(b, count_off + 2)),
+    );
     let t = count_off + 8 * limit;
     if t + 8 > b.len() || count > limit {
-        return Err(Error::corrupt("directory index", at, "no room for checksum tail"));
+        return Err(Error::corrupt(
+            "directory index",
+            at,
+            "no room for checksum tail",
+        ));
     }
     let (stored, want) = (le32(b, t + 4), dx_csum(inode_seed, b, count_off, count, t));
     if stored != want {
@@ -226,7 +250,11 @@ pub fn verify_dx_csum(inode_seed: u32, b: &[u8], count_off: usize, at: u64) -> R
 pub fn decode_root_info(b: &[u8], at: u64) -> Result<DxRootInfo> {
     // "." at 0 (rec_len 12) and ".." at 12 spanning the rest of the block.
     if le16(b, 4) != 12 || b[6] != 1 || b[8] != b'.' || b[12 + 6] != 2 {
-        return Err(Error::corrupt("directory index", at, "root lacks . and .. entries"));
+        return Err(Error::corrupt(
+            "directory index",
+            at,
+            "root lacks . and .. entries",
+        ));
     }
     let info_len = b[0x1D];
     let hash_version = b[0x1C];
@@ -238,7 +266,10 @@ pub fn decode_root_info(b: &[u8], at: u64) -> Result<DxRootInfo> {
             format!("root info: length {info_len}, hash {hash_version}, levels {levels}"),
         ));
     }
-    Ok(DxRootInfo { hash_version, indirect_levels: levels })
+    Ok(DxRootInfo {
+        hash_version,
+        indirect_levels: levels,
+    })
 }
 
 /// Write the dx_root header: ".", ".." and the root info; entries follow via `encode_dx`.

@@ -59,7 +59,10 @@ pub fn node_capacity(bytes: usize) -> usize {
 pub fn decode_node(b: &[u8], at: u64) -> Result<Node> {
     let bad = |d: String| Err(Error::corrupt("extent node", at, d));
     if b.len() < 12 || le16(b, 0) != EXT_MAGIC {
-        return bad(format!("bad magic {:#06x}", if b.len() >= 2 { le16(b, 0) } else { 0 }));
+        return bad(format!(
+            "bad magic {:#06x}",
+            if b.len() >= 2 { le16(b, 0) } else { 0 }
+        ));
     }
     let (entries, max, depth) = (le16(b, 2) as usize, le16(b, 4) as usize, le16(b, 6));
     if max > node_capacity(b.len()) || entries > max {
@@ -74,12 +77,23 @@ pub fn decode_node(b: &[u8], at: u64) -> Result<Node> {
         for i in 0..entries {
             let o = 12 + 12 * i;
             let raw_len = u32::from(le16(b, o + 4));
-            let (len, unwritten) =
-                if raw_len > MAX_INIT_LEN { (raw_len - MAX_INIT_LEN, true) } else { (raw_len, false) };
+            let (len, unwritten) = if raw_len > MAX_INIT_LEN {
+                (raw_len - MAX_INIT_LEN, true)
+            } else {
+                (raw_len, false)
+            };
             let pblk = u64::from(le32(b, o + 8)) | (u64::from(le16(b, o + 6)) << 32);
-            let e = Extent { lblk: le32(b, o), len, pblk, unwritten };
+            let e = Extent {
+                lblk: le32(b, o),
+                len,
+                pblk,
+                unwritten,
+            };
             if len == 0 || u64::from(e.lblk) < prev_end {
-                return bad(format!("extent {i} (lblk {}, len {len}) overlaps or is empty", e.lblk));
+                return bad(format!(
+                    "extent {i} (lblk {}, len {len}) overlaps or is empty",
+                    e.lblk
+                ));
             }
             prev_end = e.lend();
             v.push(e);
@@ -90,7 +104,10 @@ pub fn decode_node(b: &[u8], at: u64) -> Result<Node> {
         for i in 0..entries {
             let o = 12 + 12 * i;
             let child = u64::from(le32(b, o + 4)) | (u64::from(le16(b, o + 8)) << 32);
-            let ix = Index { lblk: le32(b, o), child };
+            let ix = Index {
+                lblk: le32(b, o),
+                child,
+            };
             if i > 0 && u64::from(ix.lblk) <= prev_end {
                 return bad(format!("index {i} out of order"));
             }
@@ -119,7 +136,11 @@ pub fn encode_node(b: &mut [u8], node: &Node) {
             for (i, e) in v.iter().enumerate() {
                 let o = 12 + 12 * i;
                 put32(b, o, e.lblk);
-                let len = if e.unwritten { e.len + MAX_INIT_LEN } else { e.len };
+                let len = if e.unwritten {
+                    e.len + MAX_INIT_LEN
+                } else {
+                    e.len
+                };
                 put16(b, o + 4, len as u16);
                 put16(b, o + 6, (e.pblk >> 32) as u16);
                 put32(b, o + 8, e.pblk as u32);
@@ -158,7 +179,11 @@ pub fn set_block_csum(inode_seed: u32, b: &mut [u8]) {
 pub fn verify_block_csum(inode_seed: u32, b: &[u8], at: u64) -> Result<()> {
     let off = 12 + 12 * usize::from(le16(b, 4));
     if off + 4 > b.len() {
-        return Err(Error::corrupt("extent block", at, "max entries leave no room for checksum"));
+        return Err(Error::corrupt(
+            "extent block",
+            at,
+            "max entries leave no room for checksum",
+        ));
     }
     let stored = le32(b, off);
     let want = block_csum(inode_seed, b);
@@ -191,8 +216,18 @@ mod tests {
     #[test]
     fn leaf_round_trip() {
         let v = vec![
-            Extent { lblk: 0, len: 10, pblk: 1 << 33, unwritten: false },
-            Extent { lblk: 10, len: 32767, pblk: 99, unwritten: true },
+            Extent {
+                lblk: 0,
+                len: 10,
+                pblk: 1 << 33,
+                unwritten: false,
+            },
+            Extent {
+                lblk: 10,
+                len: 32767,
+                pblk: 99,
+                unwritten: true,
+            },
         ];
         let mut b = vec![0u8; 4096];
         encode_block(&mut b, &Node::Leaf(v.clone()));
@@ -203,7 +238,10 @@ mod tests {
         let mut r = vec![0u8; 60];
         encode_node(&mut r, &Node::Index(1, vec![Index { lblk: 0, child: 5 }]));
         assert_eq!(le16(&r, 4), 4);
-        assert_eq!(decode_node(&r, 0).unwrap(), Node::Index(1, vec![Index { lblk: 0, child: 5 }]));
+        assert_eq!(
+            decode_node(&r, 0).unwrap(),
+            Node::Index(1, vec![Index { lblk: 0, child: 5 }])
+        );
     }
 
     #[test]

@@ -160,7 +160,7 @@ pub fn has_super(g: u32, sparse: bool) -> bool {
     if !sparse || g <= 1 {
         return true;
     }
-    if g % 2 == 0 {
+    if g.is_multiple_of(2) {
         return false;
     }
     [3u32, 5, 7].iter().any(|&b| {

@@ -22,7 +22,11 @@ fn str2hashbuf(msg: &[u8], num: usize, unsigned: bool, out: &mut [u32; 8]) {
     let mut num = num as isize;
     let mut k = 0;
     for (i, &c) in msg[..n].iter().enumerate() {
-        let c = if unsigned { u32::from(c) } else { c as i8 as i32 as u32 };
+        let c = if unsigned {
+            u32::from(c)
+        } else {
+            c as i8 as i32 as u32
+        };
         val = c.wrapping_add(val << 8);
         if i % 4 == 3 {
             out[k] = val;
@@ -51,7 +55,10 @@ fn half_md4(buf: &mut [u32; 4], inp: &[u32; 8]) {
     let [mut a, mut b, mut c, mut d] = *buf;
     macro_rules! r {
         ($f:ident, $a:ident, $b:ident, $c:ident, $d:ident, $x:expr, $s:expr) => {
-            $a = $a.wrapping_add($f($b, $c, $d)).wrapping_add($x).rotate_left($s);
+            $a = $a
+                .wrapping_add($f($b, $c, $d))
+                .wrapping_add($x)
+                .rotate_left($s);
         };
     }
     r!(f, a, b, c, d, inp[0], 3);
@@ -103,7 +110,11 @@ fn tea(buf: &mut [u32; 4], inp: &[u32; 8]) {
 fn legacy(name: &[u8], unsigned: bool) -> u32 {
     let (mut h0, mut h1) = (0x12a3fe2du32, 0x37abe8f9u32);
     for &c in name {
-        let c = if unsigned { u32::from(c) } else { c as i8 as i32 as u32 };
+        let c = if unsigned {
+            u32::from(c)
+        } else {
+            c as i8 as i32 as u32
+        };
         let mut h = h1.wrapping_add(h0 ^ c.wrapping_mul(7152373));
         if h & 0x8000_0000 != 0 {
             h = h.wrapping_sub(0x7fff_ffff);

@@ -34,7 +34,10 @@ fn time_get(raw: &[u8], off: usize, extra: Option<usize>) -> Timespec {
         Some(e) => {
             let x = le32(raw, e);
             let epoch = i64::from(x & 3);
-            Timespec { sec: lo + (epoch << 32), nsec: (x >> 2).min(999_999_999) }
+            Timespec {
+                sec: lo + (epoch << 32),
+                nsec: (x >> 2).min(999_999_999),
+            }
         }
         None => Timespec { sec: lo, nsec: 0 },
     }
@@ -237,7 +240,10 @@ impl DiskInode {
     }
     /// Store a device number (new encoding, as the kernel does for large numbers).
     pub fn set_rdev(&mut self, rdev: u32) {
-        let (maj, min) = ((rdev >> 8) & 0xfff, (rdev & 0xff) | ((rdev >> 12) & 0xfff00));
+        let (maj, min) = (
+            (rdev >> 8) & 0xfff,
+            (rdev & 0xff) | ((rdev >> 12) & 0xfff00),
+        );
         if maj < 256 && min < 256 {
             put32(&mut self.raw, 0x28, (maj << 8) | min);
             put32(&mut self.raw, 0x2C, 0);
@@ -296,9 +302,18 @@ mod tests {
         let mut i = DiskInode::new(256);
         for t in [
             Timespec { sec: 0, nsec: 1 },
-            Timespec { sec: -5, nsec: 999_999_999 },
-            Timespec { sec: 1 << 33, nsec: 12 },
-            Timespec { sec: 1_700_000_000, nsec: 500 },
+            Timespec {
+                sec: -5,
+                nsec: 999_999_999,
+            },
+            Timespec {
+                sec: 1 << 33,
+                nsec: 12,
+            },
+            Timespec {
+                sec: 1_700_000_000,
+                nsec: 500,
+            },
         ] {
             i.set_mtime(t);
             assert_eq!(i.mtime(), t);
@@ -308,7 +323,11 @@ mod tests {
     #[test]
     fn rdev_round_trip() {
         let mut i = DiskInode::new(256);
-        for r in [0x0801u32, (259 << 8) | 7, (8 << 8) | 300 & 0xff | ((300 & !0xff) << 12)] {
+        for r in [
+            0x0801u32,
+            (259 << 8) | 7,
+            (8 << 8) | 300 & 0xff | ((300 & !0xff) << 12),
+        ] {
             i.set_rdev(r);
             assert_eq!(i.rdev(), r);
         }

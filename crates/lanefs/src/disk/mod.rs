@@ -75,7 +75,7 @@ pub fn clear_bit(map: &mut [u8], i: usize) {
 pub fn find_zero(map: &[u8], from: usize, end: usize) -> Option<usize> {
     let mut i = from;
     while i < end {
-        if i % 64 == 0 && i + 64 <= end {
+        if i.is_multiple_of(64) && i + 64 <= end {
             let w = u64::from_le_bytes(map[i / 8..i / 8 + 8].try_into().ok()?);
             if w == u64::MAX {
                 i += 64;
@@ -95,7 +95,7 @@ pub fn find_zero(map: &[u8], from: usize, end: usize) -> Option<usize> {
 pub fn find_one(map: &[u8], from: usize, end: usize) -> Option<usize> {
     let mut i = from;
     while i < end {
-        if i % 64 == 0 && i + 64 <= end {
+        if i.is_multiple_of(64) && i + 64 <= end {
             let w = u64::from_le_bytes(map[i / 8..i / 8 + 8].try_into().ok()?);
             if w == 0 {
                 i += 64;

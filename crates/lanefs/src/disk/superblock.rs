@@ -190,7 +190,9 @@ impl std::fmt::Debug for Superblock {
 impl Superblock {
     /// An all-zero superblock (mkfs fills it).
     pub fn zeroed() -> Superblock {
-        Superblock { raw: Box::new([0; SB_SIZE]) }
+        Superblock {
+            raw: Box::new([0; SB_SIZE]),
+        }
     }
 
     field32!(inodes_count, set_inodes_count, 0x0);
@@ -332,7 +334,11 @@ impl Superblock {
         self.set_lohi(0xC, 0x158, v)
     }
     fn lohi(&self, lo: usize, hi: usize) -> u64 {
-        let h = if self.has_incompat(incompat::BIT64) { le32(&self.raw[..], hi) } else { 0 };
+        let h = if self.has_incompat(incompat::BIT64) {
+            le32(&self.raw[..], hi)
+        } else {
+            0
+        };
         u64::from(le32(&self.raw[..], lo)) | (u64::from(h) << 32)
     }
     fn set_lohi(&mut self, lo: usize, hi: usize, v: u64) {
@@ -357,7 +363,9 @@ impl Superblock {
     /// Number of block groups.
     pub fn group_count(&self) -> u32 {
         let per = u64::from(self.blocks_per_group().max(1));
-        let data = self.blocks_count().saturating_sub(u64::from(self.first_data_block()));
+        let data = self
+            .blocks_count()
+            .saturating_sub(u64::from(self.first_data_block()));
         data.div_ceil(per) as u32
     }
     /// Seed for all metadata checksums.
@@ -399,7 +407,10 @@ impl Superblock {
             return Err(Error::corrupt(
                 "superblock",
                 0,
-                format!("bad magic {:#06x} (not an ext2/3/4 file system)", sb.magic()),
+                format!(
+                    "bad magic {:#06x} (not an ext2/3/4 file system)",
+                    sb.magic()
+                ),
             ));
         }
         if sb.metadata_csum() && sb.checksum() != sb.compute_checksum() {
@@ -420,18 +431,26 @@ impl Superblock {
     fn check_geometry(&self, device_size: u64) -> Result<()> {
         let bad = |d: String| Err(Error::corrupt("superblock", 0, d));
         if self.log_block_size() > 6 {
-            return bad(format!("block size log {} out of range", self.log_block_size()));
+            return bad(format!(
+                "block size log {} out of range",
+                self.log_block_size()
+            ));
         }
         let bs = u64::from(self.block_size());
         if self.blocks_per_group() == 0 || u64::from(self.blocks_per_group()) > bs * 8 {
-            return bad(format!("blocks per group {} invalid", self.blocks_per_group()));
+            return bad(format!(
+                "blocks per group {} invalid",
+                self.blocks_per_group()
+            ));
         }
         if self.inodes_per_group() == 0 || u64::from(self.inodes_per_group()) > bs * 8 {
-            return bad(format!("inodes per group {} invalid", self.inodes_per_group()));
+            return bad(format!(
+                "inodes per group {} invalid",
+                self.inodes_per_group()
+            ));
         }
         let isz = u32::from(self.inode_size());
-        if self.rev_level() >= 1 && (isz < 128 || !isz.is_power_of_two() || u64::from(isz) > bs)
-        {
+        if self.rev_level() >= 1 && (isz < 128 || !isz.is_power_of_two() || u64::from(isz) > bs) {
             return bad(format!("inode size {isz} invalid"));
         }
         if self.blocks_count() == 0 || self.blocks_count() > device_size / bs.max(1) {
@@ -451,7 +470,8 @@ impl Superblock {
             ));
         }
         let ds = self.desc_size();
-        if self.has_incompat(incompat::BIT64) && (!(32..=1024).contains(&ds) || !ds.is_power_of_two())
+        if self.has_incompat(incompat::BIT64)
+            && (!(32..=1024).contains(&ds) || !ds.is_power_of_two())
         {
             return bad(format!("group descriptor size {ds} invalid"));
         }

@@ -17,7 +17,9 @@ impl Fs {
             Some(FileType::Directory) => return Err(Error::IsDir),
             _ => return Err(Error::Invalid("not a regular file".into())),
         }
-        st.ext.as_ref().ok_or_else(|| Error::Unsupported("file without extents".into()))
+        st.ext
+            .as_ref()
+            .ok_or_else(|| Error::Unsupported("file without extents".into()))
     }
 
     /// Read at `off` into `buf`; returns bytes read (0 at end of file).
@@ -49,7 +51,14 @@ impl Fs {
     }
 
     /// Read from the device (or zeros) a run of blocks without dirty pages.
-    fn read_run(&self, ext: &ExtentMap, pages: &crate::page::PageMap, lblk: u64, inb: usize, out: &mut [u8]) -> Result<usize> {
+    fn read_run(
+        &self,
+        ext: &ExtentMap,
+        pages: &crate::page::PageMap,
+        lblk: u64,
+        inb: usize,
+        out: &mut [u8],
+    ) -> Result<usize> {
         let bs = self.bs as u64;
         let want_blocks = (inb as u64 + out.len() as u64).div_ceil(bs);
         let (left, pblk) = match ext.map(lblk as u32) {
@@ -79,7 +88,9 @@ impl Fs {
             return Ok(0);
         }
         let bs = self.bs as u64;
-        let end = off.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+        let end = off
+            .checked_add(data.len() as u64)
+            .ok_or(Error::FileTooBig)?;
         if end > MAX_FILE_BLOCKS * bs {
             return Err(Error::FileTooBig);
         }
@@ -92,7 +103,10 @@ impl Fs {
         // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
         let fresh = self.fresh_blocks(&st, first, last);
         self.allocate(&h, &i, &mut st, first, last + 1 - first, false)?;
-        let ext = st.ext.as_mut().ok_or_else(|| Error::Unsupported("no extents".into()))?;
+        let ext = st
+            .ext
+            .as_mut()
+            .ok_or_else(|| Error::Unsupported("no extents".into()))?;
         ext.mark_written(first as u32, (last + 1 - first) as u32);
         st.ext_dirty = true;
         self.copy_in(&i, &st, off, data, &fresh)?;
@@ -112,12 +126,24 @@ impl Fs {
     fn fresh_blocks(&self, st: &InodeState, first: u64, last: u64) -> Vec<bool> {
         let ext = st.ext.as_ref();
         (first..=last)
-            .map(|b| !matches!(ext.map(|e| e.map(b as u32)), Some(Mapping::Mapped(_, false, _))))
+            .map(|b| {
+                !matches!(
+                    ext.map(|e| e.map(b as u32)),
+                    Some(Mapping::Mapped(_, false, _))
+                )
+            })
             .collect()
     }
 
     /// Copy `data` into dirty pages (blocks already mapped and written).
-    fn copy_in(&self, i: &Inode, st: &InodeState, off: u64, data: &[u8], fresh: &[bool]) -> Result<()> {
+    fn copy_in(
+        &self,
+        i: &Inode,
+        st: &InodeState,
+        off: u64,
+        data: &[u8],
+        fresh: &[bool],
+    ) -> Result<()> {
         let bs = self.bs as u64;
         let ext = self.regular(st)?;
         let first = off / bs;
@@ -129,12 +155,27 @@ impl Fs {
             let inb = (pos % bs) as usize;
             let k = (bs as usize - inb).min(data.len() - done);
             let Mapping::Mapped(p, _, _) = ext.map(lblk as u32) else {
-                return Err(Error::corrupt("extent map", i.ino, format!("block {lblk} unmapped after allocation")));
+                return Err(Error::corrupt(
+                    "extent map",
+                    i.ino,
+                    format!("block {lblk} unmapped after allocation"),
+                ));
             };
             let whole = inb == 0 && k == bs as usize;
             let is_fresh = fresh[(lblk - first) as usize];
             let dev = &self.dev;
-            let page = pages.get_mut_or(lblk, p, |b| if whole || is_fresh { Ok(()) } else { dev.read_at(p * bs, b) }, bs as usize)?;
+            let page = pages.get_mut_or(
+                lblk,
+                p,
+                |b| {
+                    if whole || is_fresh {
+                        Ok(())
+                    } else {
+                        dev.read_at(p * bs, b)
+                    }
+                },
+                bs as usize,
+            )?;
             page.data[inb..inb + k].copy_from_slice(&data[done..done + k]);
             done += k;
         }
@@ -145,14 +186,25 @@ impl Fs {
     }
 
     /// Map every hole in `[first, first+count)` with new blocks (unwritten if asked).
-    fn allocate(&self, h: &Handle, i: &Inode, st: &mut InodeState, first: u64, count: u64, unwritten: bool) -> Result<()> {
+    fn allocate(
+        &self,
+        h: &Handle,
+        i: &Inode,
+        st: &mut InodeState,
+        first: u64,
+        count: u64,
+        unwritten: bool,
+    ) -> Result<()> {
         let bs = self.bs;
         let ino = i.ino;
         let default_goal = self.al.geo.group_first(self.al.geo.group_of_inode(ino));
         let mut l = first;
         let end = first + count;
         while l < end {
-            let ext = st.ext.as_mut().ok_or_else(|| Error::Unsupported("no extents".into()))?;
+            let ext = st
+                .ext
+                .as_mut()
+                .ok_or_else(|| Error::Unsupported("no extents".into()))?;
             let hole = match ext.map(l as u32) {
                 Mapping::Mapped(_, _, left) => {
                     l += u64::from(left);
@@ -160,11 +212,20 @@ impl Fs {
                 }
                 Mapping::Hole(n) => n.min(end - l),
             };
-            let max = if unwritten { MAX_UNWRITTEN_LEN } else { MAX_INIT_LEN };
+            let max = if unwritten {
+                MAX_UNWRITTEN_LEN
+            } else {
+                MAX_INIT_LEN
+            };
             let want = hole.min(u64::from(max)) as u32;
             let goal = ext.goal_for(l as u32).unwrap_or(default_goal);
             let (p, got) = self.al.alloc_blocks(h, goal, want)?;
-            ext.insert(Extent { lblk: l as u32, len: got, pblk: p, unwritten });
+            ext.insert(Extent {
+                lblk: l as u32,
+                len: got,
+                pblk: p,
+                unwritten,
+            });
             st.ext_dirty = true;
             let sectors = st.d.blocks_512(bs) + u64::from(got) * u64::from(bs / 512);
             st.d.set_blocks_512(sectors, bs);
@@ -180,7 +241,10 @@ impl Fs {
             return Err(Error::Invalid("fallocate length 0".into()));
         }
         let bs = self.bs as u64;
-        let end = off.checked_add(len).filter(|&e| e <= MAX_FILE_BLOCKS * bs).ok_or(Error::FileTooBig)?;
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= MAX_FILE_BLOCKS * bs)
+            .ok_or(Error::FileTooBig)?;
         let i = self.iget(ino)?;
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
@@ -228,7 +292,10 @@ impl Fs {
         }
         let bs = self.bs;
         i.pages.lock().drop_range(a, b);
-        let ext = st.ext.as_mut().ok_or_else(|| Error::Unsupported("no extents".into()))?;
+        let ext = st
+            .ext
+            .as_mut()
+            .ok_or_else(|| Error::Unsupported("no extents".into()))?;
         let freed = ext.remove_range(a as u32, b);
         let mut n = 0u64;
         for (p, len) in freed {
@@ -252,7 +319,9 @@ impl Fs {
         let lblk = from / bs;
         debug_assert!((to - 1) / bs == lblk, "zero_partial spans blocks");
         let ext = self.regular(st)?;
-        let Mapping::Mapped(p, false, _) = ext.map(lblk as u32) else { return Ok(()) };
+        let Mapping::Mapped(p, false, _) = ext.map(lblk as u32) else {
+            return Ok(());
+        };
         let mut pages = i.pages.lock();
         let dev = &self.dev;
         let page = pages.get_mut_or(lblk, p, |b| dev.read_at(p * bs, b), bs as usize)?;
@@ -261,12 +330,18 @@ impl Fs {
     }
 
     /// Set the size: free blocks past a smaller size, zero the tail of the last block.
-    pub(super) fn truncate(&self, h: &Handle, i: &Inode, st: &mut InodeState, size: u64) -> Result<()> {
+    pub(super) fn truncate(
+        &self,
+        h: &Handle,
+        i: &Inode,
+        st: &mut InodeState,
+        size: u64,
+    ) -> Result<()> {
         let bs = self.bs as u64;
         let old = st.d.size();
         if size < old {
             let keep = size.div_ceil(bs);
-            if size % bs != 0 {
+            if !size.is_multiple_of(bs) {
                 self.zero_partial(i, st, size, keep * bs)?;
             }
             i.pages.lock().drop_from(keep);

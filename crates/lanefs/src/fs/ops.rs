@@ -13,7 +13,10 @@ use std::sync::Arc;
 /// Validate a name for a new entry.
 fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
-        return Err(Error::Invalid(format!("bad file name {:?}", String::from_utf8_lossy(name))));
+        return Err(Error::Invalid(format!(
+            "bad file name {:?}",
+            String::from_utf8_lossy(name)
+        )));
     }
     if name == b"." || name == b".." {
         return Err(Error::Exists);
@@ -146,7 +149,14 @@ impl Fs {
 
     /// Create a regular file; it counts as opened (call `release` when done).
     pub fn create(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
-        let (a, i) = self.make(dir, name, FileType::Regular.mode_bits() | (perm & 0o7777), 0, owner, None)?;
+        let (a, i) = self.make(
+            dir,
+            name,
+            FileType::Regular.mode_bits() | (perm & 0o7777),
+            0,
+            owner,
+            None,
+        )?;
         i.open.fetch_add(1, Ordering::AcqRel);
         self.maybe_writeback()?;
         Ok(a)
@@ -154,7 +164,16 @@ impl Fs {
 
     /// Create a directory.
     pub fn mkdir(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
-        let a = self.make(dir, name, FileType::Directory.mode_bits() | (perm & 0o7777), 0, owner, None)?.0;
+        let a = self
+            .make(
+                dir,
+                name,
+                FileType::Directory.mode_bits() | (perm & 0o7777),
+                0,
+                owner,
+                None,
+            )?
+            .0;
         self.maybe_writeback()?;
         Ok(a)
     }
@@ -164,8 +183,12 @@ impl Fs {
         let mode = mode as u16;
         match FileType::from_mode(mode) {
             None => Err(Error::Invalid(format!("mode {mode:o} has no file type"))),
-            Some(FileType::Directory) => Err(Error::Invalid("mknod of a directory (use mkdir)".into())),
-            Some(FileType::Symlink) => Err(Error::Invalid("mknod of a symlink (use symlink)".into())),
+            Some(FileType::Directory) => {
+                Err(Error::Invalid("mknod of a directory (use mkdir)".into()))
+            }
+            Some(FileType::Symlink) => {
+                Err(Error::Invalid("mknod of a symlink (use symlink)".into()))
+            }
             Some(_) => Ok(self.make(dir, name, mode, rdev, owner, None)?.0),
         }
     }
@@ -175,7 +198,16 @@ impl Fs {
         if target.is_empty() || target.len() >= self.bs as usize {
             return Err(Error::NameTooLong);
         }
-        Ok(self.make(dir, name, FileType::Symlink.mode_bits() | 0o777, 0, owner, Some(target))?.0)
+        Ok(self
+            .make(
+                dir,
+                name,
+                FileType::Symlink.mode_bits() | 0o777,
+                0,
+                owner,
+                Some(target),
+            )?
+            .0)
     }
 
     /// Common path of every create: lock the directory, allocate and link a new inode.
@@ -201,9 +233,19 @@ impl Fs {
         let kind = FileType::from_mode(mode).ok_or_else(|| Error::Invalid("mode".into()))?;
         let h = self.journal.start();
         let group = self.al.geo.group_of_inode(dir);
-        let ino = self.al.alloc_inode(&h, group, kind == FileType::Directory, dir == ROOT_INO)?;
-        let mut cst = self.init_inode(ino, mode, owner, rdev, kind, target.is_some_and(|t| t.len() >= 60));
-        let res = self.fill_new(&h, ino, &mut cst, dir, kind, target)
+        let ino = self
+            .al
+            .alloc_inode(&h, group, kind == FileType::Directory, dir == ROOT_INO)?;
+        let mut cst = self.init_inode(
+            ino,
+            mode,
+            owner,
+            rdev,
+            kind,
+            target.is_some_and(|t| t.len() >= 60),
+        );
+        let res = self
+            .fill_new(&h, ino, &mut cst, dir, kind, target)
             .and_then(|_| ctx.add(&h, dir, &mut dst, name, ino, kind.dirent_code()));
         if let Err(e) = res {
             self.undo_new(&h, ino, &mut cst, kind);
@@ -223,7 +265,15 @@ impl Fs {
         Ok((attr, self.icache.insert_new(new)))
     }
 
-    fn init_inode(&self, ino: Ino, mode: u16, owner: Owner, rdev: u32, kind: FileType, slow_link: bool) -> InodeState {
+    fn init_inode(
+        &self,
+        ino: Ino,
+        mode: u16,
+        owner: Owner,
+        rdev: u32,
+        kind: FileType,
+        slow_link: bool,
+    ) -> InodeState {
         let mut d = DiskInode::new(self.al.geo.inode_size as usize);
         d.set_mode(mode);
         d.set_uid(owner.uid);
@@ -253,7 +303,15 @@ impl Fs {
     }
 
     /// Directory block or symlink target of a new inode.
-    fn fill_new(&self, h: &Handle, ino: Ino, st: &mut InodeState, parent: Ino, kind: FileType, target: Option<&[u8]>) -> Result<()> {
+    fn fill_new(
+        &self,
+        h: &Handle,
+        ino: Ino,
+        st: &mut InodeState,
+        parent: Ino,
+        kind: FileType,
+        target: Option<&[u8]>,
+    ) -> Result<()> {
         match (kind, target) {
             (FileType::Directory, _) => self.ctx().init_dir(h, ino, st, parent),
             (FileType::Symlink, Some(t)) if t.len() < 60 => {
@@ -262,9 +320,18 @@ impl Fs {
                 Ok(())
             }
             (FileType::Symlink, Some(t)) => {
-                let (p, _) = self.al.alloc_blocks(h, self.al.geo.group_first(self.al.geo.group_of_inode(ino)), 1)?;
+                let (p, _) = self.al.alloc_blocks(
+                    h,
+                    self.al.geo.group_first(self.al.geo.group_of_inode(ino)),
+                    1,
+                )?;
                 if let Some(ext) = st.ext.as_mut() {
-                    ext.insert(extent::Extent { lblk: 0, len: 1, pblk: p, unwritten: false });
+                    ext.insert(extent::Extent {
+                        lblk: 0,
+                        len: 1,
+                        pblk: p,
+                        unwritten: false,
+                    });
                 }
                 st.ext_dirty = true;
                 let b = self.bufs.get_new(p);
@@ -294,11 +361,19 @@ impl Fs {
         let size = st.d.size() as usize;
         if st.d.flags() & FL_EXTENTS == 0 {
             if size > 60 {
-                return Err(Error::corrupt("inode", ino, "fast symlink longer than 60 bytes"));
+                return Err(Error::corrupt(
+                    "inode",
+                    ino,
+                    "fast symlink longer than 60 bytes",
+                ));
             }
             return Ok(st.d.iblock()[..size].to_vec());
         }
-        let ext = st.ext.as_ref().and_then(|e| e.find(0)).ok_or_else(|| Error::corrupt("symlink", ino, "no data block"))?;
+        let ext = st
+            .ext
+            .as_ref()
+            .and_then(|e| e.find(0))
+            .ok_or_else(|| Error::corrupt("symlink", ino, "no data block"))?;
         if size >= self.bs as usize {
             return Err(Error::corrupt("symlink", ino, "target longer than a block"));
         }
@@ -334,7 +409,14 @@ impl Fs {
             return Err(Error::Exists);
         }
         let h = self.journal.start();
-        ctx.add(&h, newdir, &mut dst, newname, ino, kind_of(&cst).dirent_code())?;
+        ctx.add(
+            &h,
+            newdir,
+            &mut dst,
+            newname,
+            ino,
+            kind_of(&cst).dirent_code(),
+        )?;
         let l = cst.d.links() + 1;
         cst.d.set_links(l);
         let t = now();
@@ -451,7 +533,11 @@ impl Fs {
         }
         st.d.set_file_acl(0);
         if blk >= self.al.geo.blocks {
-            return Err(Error::corrupt("xattr block", blk, "outside the file system"));
+            return Err(Error::corrupt(
+                "xattr block",
+                blk,
+                "outside the file system",
+            ));
         }
         let b = self.bufs.get(blk)?;
         let mut d = b.write();
@@ -487,10 +573,17 @@ impl Fs {
 
     /// Drop one open reference taken by `open` or `create`.
     pub fn release(&self, ino: Ino) -> Result<()> {
-        let i = self.icache.peek(ino).ok_or(Error::Invalid(format!("inode {ino} is not open")))?;
-        let prev = i.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        let i = self
+            .icache
+            .peek(ino)
+            .ok_or(Error::Invalid(format!("inode {ino} is not open")))?;
+        let prev = i
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         if prev != Ok(1) {
-            return prev.map(|_| ()).map_err(|_| Error::Invalid(format!("inode {ino} is not open")));
+            return prev
+                .map(|_| ())
+                .map_err(|_| Error::Invalid(format!("inode {ino} is not open")));
         }
         let mut st = i.state.write();
         if st.freed || st.d.links() > 0 || i.is_open() || self.read_only {
@@ -532,6 +625,7 @@ impl Fs {
 /// A generation number for a new inode (varies per inode and per mount).
 fn generation(ino: Ino) -> u32 {
     let t = now();
-    let x = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (t.nsec as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let x = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (t.nsec as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     (x >> 32) as u32
 }

@@ -115,12 +115,14 @@ impl Fs {
             self.check_replace(t.ino, ts, src_dir)?;
         }
         let h = self.journal.start();
-        let ft = FileType::from_mode(sst.d.mode()).unwrap_or(FileType::Regular).dirent_code();
+        let ft = FileType::from_mode(sst.d.mode())
+            .unwrap_or(FileType::Regular)
+            .dirent_code();
         let t = now();
         {
             let ndst: &mut InodeState = match nst.as_deref_mut() {
                 Some(g) => g,
-                None => &mut **ost,
+                None => ost,
             };
             if target.is_some() {
                 ctx.replace(&h, newdir, ndst, newname, sino, ft)?;
@@ -141,19 +143,26 @@ impl Fs {
             // Same directory, a directory replaced another: one subdirectory fewer.
             super::ops::links::dec(&mut ost.d);
         }
-        for st in [Some(&mut **ost), nst.as_deref_mut().map(|g| &mut **g)].into_iter().flatten() {
+        for st in [Some(&mut **ost), nst.as_deref_mut().map(|g| &mut **g)]
+            .into_iter()
+            .flatten()
+        {
             st.d.set_mtime(t);
             st.d.set_ctime(t);
         }
         sst.d.set_ctime(t);
         self.store(&h, dir, ost)?;
-        if let Some(g) = nst.as_deref_mut() {
+        if let Some(g) = nst.as_mut() {
             self.store(&h, newdir, g)?;
         }
         self.store(&h, sino, &mut sst)?;
         let mut gone = false;
         if let (Some(ti), Some(ts)) = (&tgt, tst.as_mut()) {
-            let l = if FileType::from_mode(ts.d.mode()) == Some(FileType::Directory) { 0 } else { ts.d.links().saturating_sub(1) };
+            let l = if FileType::from_mode(ts.d.mode()) == Some(FileType::Directory) {
+                0
+            } else {
+                ts.d.links().saturating_sub(1)
+            };
             ts.d.set_links(l);
             ts.d.set_ctime(t);
             gone = self.drop_link_pub(&h, ti, ts)?;

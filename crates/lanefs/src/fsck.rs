@@ -1,0 +1,2261 @@
+//! fsck: an independent, read-only consistency checker for ext4 images.
+//!
+//! The checker never uses the engine's [`crate::Fs`]: it reads raw structures through
+//! [`crate::disk`] and cross-checks them in passes modelled on e2fsck:
+//!
+//! 0. superblock and group descriptors: checksums, geometry, features, and where the bitmaps
+//!    and inode tables sit (inside the file system, not overlapping other metadata);
+//! 1. every in-use inode: checksum, mode, extent tree or block map, `i_blocks`, size, xattr
+//!    block, symlinks and device inodes; every block is claimed in a map of the whole file
+//!    system so a block with two owners is found (and both owners named);
+//! 2. directories: every block parses, leaf and htree checksums, htree structure and hash
+//!    order, `.` and `..`, entry targets and file types, duplicate names;
+//! 3. connectivity: every directory reachable from the root, no loops;
+//! 4. reference counts: `i_links_count` against the directory entries naming each inode;
+//! 5. bitmaps and summary counts: computed usage against the block and inode bitmaps, the
+//!    per-group counters and the superblock totals.
+//!
+//! Everything read from the device is treated as hostile: every loop is bounded, arithmetic
+//! on on-disk values is checked, each tree block is walked at most once (it must be claimed
+//! before it is read), and memory is proportional to the geometry of a superblock that has
+//! been validated against the device size. A corrupt image yields problems or an error, never
+//! a panic or a hang.
+
+use crate::dev::BlockDevice;
+use crate::disk::extent::{self, Extent, Index, Node};
+use crate::disk::group::{self, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_HUGE_FILE, FL_INDEX, FL_INLINE_DATA};
+use crate::disk::superblock::{
+    compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, MAGIC, SB_OFFSET, SB_SIZE,
+};
+use crate::disk::{crc32c_raw, dir, hash, jbd2, le16, le32, test_bit};
+use crate::error::{Error, Result};
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::time::Instant;
+
+/// Most problems a report stores; further ones are only counted.
+pub const MAX_PROBLEMS: usize = 10_000;
+/// Out-of-range blocks tolerated in one inode before its map is abandoned (as e2fsck).
+const MAX_BAD_BLOCKS: u32 = 12;
+/// Mismatching ranges listed per group in a bitmap problem.
+const MAX_RANGES: usize = 8;
+/// Largest link count; a directory with more subdirectories keeps 1 (dir_nlink).
+const LINK_MAX: u32 = 65_000;
+/// Names remembered per directory for duplicate detection.
+const MAX_NAMES_PER_DIR: usize = 1 << 20;
+/// Largest single read of inode tables or directory blocks.
+const READ_CHUNK: u64 = 4 << 20;
+/// Duplicate claims resolved to owners (the rest are counted).
+const MAX_DUP_CLAIMS: usize = 10_000;
+/// Longest orphan chain followed.
+const MAX_ORPHANS: usize = 100_000;
+const ROOT_INO: u32 = 2;
+const RESIZE_INO: u32 = 7;
+const JOURNAL_INO: u32 = 8;
+const XATTR_MAGIC: u32 = 0xEA02_0000;
+const DX_BLOCK_MASK: u32 = 0x0FFF_FFFF;
+/// `s_state` bits.
+const STATE_VALID: u16 = 0x1;
+const STATE_ERROR: u16 = 0x2;
+/// COMPAT bits `disk` does not name (values from the ext4 headers).
+const COMPAT_SPARSE_SUPER2: u32 = 0x200;
+const COMPAT_ORPHAN_FILE: u32 = 0x1000;
+/// Superblock offsets `disk` has no accessor for (from struct ext4_super_block).
+const SB_CHECKSUM_TYPE: usize = 0x175;
+const SB_USR_QUOTA_INUM: usize = 0x240;
+const SB_GRP_QUOTA_INUM: usize = 0x244;
+const SB_PRJ_QUOTA_INUM: usize = 0x26C;
+const SB_ORPHAN_FILE_INUM: usize = 0x280;
+
+// Inode kinds in the per-inode table; 1..=7 are the directory-entry file type codes.
+const K_FREE: u8 = 0;
+const FT_REG: u8 = 1;
+const FT_DIR: u8 = 2;
+const FT_CHR: u8 = 3;
+const FT_BLK: u8 = 4;
+const FT_FIFO: u8 = 5;
+const FT_SOCK: u8 = 6;
+const FT_LNK: u8 = 7;
+/// In use, but the mode is invalid.
+const K_BAD_MODE: u8 = 8;
+/// In use per the bitmap, but its inode table could not be read.
+const K_UNKNOWN: u8 = 9;
+/// Reserved or special inode (journal, quota, orphan file): in use, never linked.
+const K_RESERVED: u8 = 10;
+
+/// Options for [`check`].
+#[derive(Debug, Clone, Default)]
+pub struct FsckOptions {
+    /// Record per-pass timings in [`FsckReport::notes`].
+    pub verbose: bool,
+}
+
+/// One inconsistency: a stable code and a message naming the structure, block or inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Stable identifier, e.g. `"BLOCK_BITMAP_MISMATCH"`.
+    pub code: &'static str,
+    /// What is wrong and where.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+/// What [`check`] found, with usage totals as computed from the structures (not as stored).
+#[derive(Debug, Clone, Default)]
+pub struct FsckReport {
+    /// Inconsistencies e2fsck would fix (each makes the exit code 4).
+    pub problems: Vec<Problem>,
+    /// Problems found beyond [`MAX_PROBLEMS`], counted but not stored.
+    pub problems_omitted: u64,
+    /// Informational findings that e2fsck does not count as errors (for example a stale
+    /// superblock free count, which the kernel only updates lazily), and timings when verbose.
+    pub notes: Vec<Problem>,
+    /// Inodes in use (reserved inodes included).
+    pub inodes_used: u64,
+    /// Inodes in the file system.
+    pub inodes_total: u64,
+    /// Blocks in use (metadata included).
+    pub blocks_used: u64,
+    /// Blocks in the file system.
+    pub blocks_total: u64,
+    /// Directories in use.
+    pub dirs: u64,
+    /// Regular files in use.
+    pub files: u64,
+    /// Symbolic links in use.
+    pub symlinks: u64,
+    /// Character and block devices, FIFOs and sockets in use.
+    pub special_files: u64,
+    /// Block groups.
+    pub groups: u32,
+}
+
+impl FsckReport {
+    /// Whether no problem was found.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty() && self.problems_omitted == 0
+    }
+
+    /// e2fsck-style exit status: 0 clean, 4 errors left uncorrected (fsck never repairs).
+    pub fn exit_code(&self) -> i32 {
+        if self.is_clean() {
+            0
+        } else {
+            4
+        }
+    }
+
+    /// Whether a problem with `code` was reported.
+    pub fn has(&self, code: &str) -> bool {
+        self.problems.iter().any(|p| p.code == code)
+    }
+
+    /// One-line summary like e2fsck's last line, with the problem count.
+    pub fn summary(&self) -> String {
+        let n = self.problems.len() as u64 + self.problems_omitted;
+        let verdict = if n == 0 { "clean".to_string() } else { format!("{n} problem(s)") };
+        format!(
+            "{verdict}: {}/{} inodes, {}/{} blocks, {} dirs, {} files, {} symlinks, {} special",
+            self.inodes_used,
+            self.inodes_total,
+            self.blocks_used,
+            self.blocks_total,
+            self.dirs,
+            self.files,
+            self.symlinks,
+            self.special_files
+        )
+    }
+}
+
+/// Collects problems, storing at most [`MAX_PROBLEMS`].
+#[derive(Default)]
+struct Sink {
+    problems: Vec<Problem>,
+    omitted: u64,
+    notes: Vec<Problem>,
+}
+
+impl Sink {
+    fn add(&mut self, code: &'static str, message: String) {
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(Problem { code, message });
+        } else {
+            self.omitted += 1;
+        }
+    }
+    fn note(&mut self, code: &'static str, message: String) {
+        if self.notes.len() < MAX_PROBLEMS {
+            self.notes.push(Problem { code, message });
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Geometry, shared with `info`.
+// ---------------------------------------------------------------------------------------
+
+/// Geometry derived from a superblock that passed [`Superblock::decode`]'s checks.
+#[derive(Debug, Clone)]
+pub(crate) struct Geo {
+    pub(crate) bs: u64,
+    pub(crate) blocks: u64,
+    pub(crate) first_data: u64,
+    pub(crate) bpg: u64,
+    pub(crate) ipg: u64,
+    pub(crate) isz: u64,
+    pub(crate) groups: u32,
+    pub(crate) desc_size: u64,
+    pub(crate) inodes: u64,
+    pub(crate) first_ino: u32,
+    pub(crate) csum: bool,
+    pub(crate) gdt_csum: bool,
+    pub(crate) seed: u32,
+    pub(crate) flex: bool,
+    pub(crate) sparse: bool,
+    pub(crate) gdt_blocks: u64,
+    pub(crate) reserved_gdt: u64,
+    pub(crate) itable_blocks: u64,
+}
+
+impl Geo {
+    /// Derive the geometry; an error means the superblock cannot be used at all.
+    pub(crate) fn from_sb(sb: &Superblock, dev_size: u64) -> Result<Geo> {
+        let bad = |d: String| Err(Error::corrupt("superblock", 0, d));
+        if sb.has_ro_compat(ro_compat::BIGALLOC) {
+            return Err(Error::Unsupported("bigalloc file systems are not checked".into()));
+        }
+        if sb.has_incompat(incompat::META_BG) {
+            return Err(Error::Unsupported("meta_bg file systems are not checked".into()));
+        }
+        let bs = u64::from(sb.block_size());
+        let first_data = u64::from(sb.first_data_block());
+        if first_data != u64::from(bs == 1024) {
+            return bad(format!("first data block {first_data} invalid for {bs}-byte blocks"));
+        }
+        let (bpg, ipg) = (u64::from(sb.blocks_per_group()), u64::from(sb.inodes_per_group()));
+        if bpg % 8 != 0 || ipg % 8 != 0 {
+            return bad(format!("blocks per group {bpg} / inodes per group {ipg} not multiples of 8"));
+        }
+        let isz = if sb.rev_level() == 0 { 128 } else { u64::from(sb.inode_size()) };
+        let first_ino = if sb.rev_level() == 0 { 11 } else { sb.first_ino() };
+        let groups = sb.group_count();
+        let inodes = u64::from(sb.inodes_count());
+        if groups == 0 || u64::from(first_ino) > inodes {
+            return bad(format!("{groups} groups, first inode {first_ino} of {inodes}"));
+        }
+        let desc_size = u64::from(sb.desc_size());
+        let gdt_blocks = (u64::from(groups) * desc_size).div_ceil(bs);
+        let reserved_gdt = if sb.has_compat(compat::RESIZE_INODE) {
+            u64::from(sb.reserved_gdt_blocks())
+        } else {
+            0
+        };
+        let base = 1 + gdt_blocks + reserved_gdt;
+        if base >= bpg || first_data + base > sb.blocks_count() {
+            return bad(format!("{gdt_blocks} descriptor + {reserved_gdt} reserved blocks do not fit a group"));
+        }
+        if inodes.saturating_mul(isz) > dev_size {
+            return bad(format!("inode tables ({inodes} x {isz} bytes) exceed the device"));
+        }
+        Ok(Geo {
+            bs,
+            blocks: sb.blocks_count(),
+            first_data,
+            bpg,
+            ipg,
+            isz,
+            groups,
+            desc_size,
+            inodes,
+            first_ino,
+            csum: sb.metadata_csum(),
+            gdt_csum: sb.has_ro_compat(ro_compat::GDT_CSUM),
+            seed: sb.csum_seed(),
+            flex: sb.has_incompat(incompat::FLEX_BG),
+            sparse: sb.has_ro_compat(ro_compat::SPARSE_SUPER),
+            gdt_blocks,
+            reserved_gdt,
+            itable_blocks: (ipg * isz).div_ceil(bs),
+        })
+    }
+
+    /// First block of group `g`.
+    pub(crate) fn group_first(&self, g: u32) -> u64 {
+        self.first_data + u64::from(g) * self.bpg
+    }
+
+    /// Blocks in group `g` (the last group may be short).
+    pub(crate) fn group_len(&self, g: u32) -> u64 {
+        self.bpg.min(self.blocks.saturating_sub(self.group_first(g)))
+    }
+
+    /// Whether group descriptors carry checksums (and the UNINIT flags mean something).
+    pub(crate) fn desc_csum(&self) -> bool {
+        self.csum || self.gdt_csum
+    }
+
+    /// Whether `[start, start+len)` lies inside the file system.
+    pub(crate) fn in_fs(&self, start: u64, len: u64) -> bool {
+        start >= self.first_data && start.checked_add(len).is_some_and(|e| e <= self.blocks)
+    }
+
+    /// Superblock copy, descriptor blocks and reserved GDT blocks of group `g`.
+    pub(crate) fn base_meta(&self, g: u32) -> Vec<(u64, u64, Owner)> {
+        if !group::has_super(g, self.sparse) {
+            return Vec::new();
+        }
+        let s = self.group_first(g);
+        let mut v = vec![(s, 1, Owner::Super(g)), (s + 1, self.gdt_blocks, Owner::Gdt(g))];
+        if self.reserved_gdt > 0 {
+            v.push((s + 1 + self.gdt_blocks, self.reserved_gdt, Owner::ReservedGdt(g)));
+        }
+        v
+    }
+
+    /// Groups whose superblock backup (and reserved GDT copy) exists, group 0 excluded.
+    fn backup_groups(&self) -> impl Iterator<Item = u32> + '_ {
+        (1..self.groups).filter(|&g| group::has_super(g, self.sparse))
+    }
+}
+
+/// Read the primary superblock. A checksum mismatch is returned as a problem; bad magic or
+/// unusable geometry is an error.
+pub(crate) fn load_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, Vec<Problem>)> {
+    if dev.size() < SB_OFFSET + SB_SIZE as u64 {
+        return Err(Error::corrupt("superblock", 0, "device too small for a superblock"));
+    }
+    let mut sb = Superblock::zeroed();
+    dev.read_at(SB_OFFSET, &mut sb.raw[..])?;
+    if sb.magic() != MAGIC {
+        return Err(Error::corrupt(
+            "superblock",
+            0,
+            format!("bad magic {:#06x} (not an ext2/3/4 file system)", sb.magic()),
+        ));
+    }
+    let mut problems = Vec::new();
+    if sb.metadata_csum() && sb.checksum() != sb.compute_checksum() {
+        problems.push(Problem {
+            code: "SB_CHECKSUM",
+            message: format!(
+                "superblock checksum {:#010x}, computed {:#010x}",
+                sb.checksum(),
+                sb.compute_checksum()
+            ),
+        });
+    }
+    // Validate the geometry on a copy with a good checksum, so a bad checksum alone is a
+    // problem to report rather than a reason to stop.
+    let mut fixed = sb.clone();
+    fixed.update_checksum();
+    Superblock::decode(&fixed.raw[..], dev.size())?;
+    Ok((sb, problems))
+}
+
+/// Read the group descriptor table.
+pub(crate) fn read_group_descs(dev: &dyn BlockDevice, geo: &Geo) -> Result<Vec<GroupDesc>> {
+    let buf = read_blocks(dev, geo, geo.first_data + 1, geo.gdt_blocks)?;
+    let ds = geo.desc_size as usize;
+    let mut v = Vec::with_capacity(geo.groups as usize);
+    for g in 0..geo.groups as usize {
+        let raw = buf.get(g * ds..(g + 1) * ds).unwrap_or(&[]);
+        if raw.len() != ds {
+            return Err(Error::corrupt("group descriptors", 1, "table shorter than group count"));
+        }
+        v.push(GroupDesc { raw: raw.to_vec() });
+    }
+    Ok(v)
+}
+
+/// Read `n` blocks from `start`; the range must lie inside the file system.
+pub(crate) fn read_blocks(dev: &dyn BlockDevice, geo: &Geo, start: u64, n: u64) -> Result<Vec<u8>> {
+    let bytes = n.checked_mul(geo.bs).filter(|&b| b <= 1 << 31);
+    let (Some(bytes), true) = (bytes, geo.in_fs(start, n)) else {
+        return Err(Error::corrupt("block range", start, format!("{n} blocks outside the file system")));
+    };
+    let mut buf = vec![0u8; bytes as usize];
+    dev.read_at(start * geo.bs, &mut buf)?;
+    Ok(buf)
+}
+
+/// Read single blocks at scattered locations, coalescing neighbours into larger reads.
+pub(crate) fn read_scattered(dev: &dyn BlockDevice, geo: &Geo, blocks: &[u64]) -> Result<Vec<Vec<u8>>> {
+    let mut order: Vec<usize> = (0..blocks.len()).collect();
+    order.sort_by_key(|&i| blocks[i]);
+    let mut out = vec![Vec::new(); blocks.len()];
+    let mut k = 0;
+    while k < order.len() {
+        let start = blocks[order[k]];
+        let mut j = k + 1;
+        while j < order.len() && blocks[order[j]] <= blocks[order[j - 1]] + 1 && blocks[order[j]] - start < 256 {
+            j += 1;
+        }
+        let n = blocks[order[j - 1]] - start + 1;
+        let buf = read_blocks(dev, geo, start, n)?;
+        for &i in &order[k..j] {
+            let off = ((blocks[i] - start) * geo.bs) as usize;
+            out[i] = buf[off..off + geo.bs as usize].to_vec();
+        }
+        k = j;
+    }
+    Ok(out)
+}
+
+/// The block bitmap the kernel assumes for a BLOCK_UNINIT group (`ext4_init_block_bitmap`):
+/// only the group's superblock copy, descriptors and its own bitmaps and table are used.
+pub(crate) fn uninit_block_bitmap(geo: &Geo, g: u32, d: &GroupDesc) -> Vec<u8> {
+    let mut map = vec![0u8; geo.bs as usize];
+    let first = geo.group_first(g);
+    let len = geo.group_len(g);
+    let mut mark = |start: u64, n: u64| {
+        for b in start..start.saturating_add(n) {
+            if b >= first && b - first < len {
+                crate::disk::set_bit(&mut map, (b - first) as usize);
+            }
+        }
+    };
+    for (s, n, _) in geo.base_meta(g) {
+        mark(s, n);
+    }
+    mark(d.block_bitmap(), 1);
+    mark(d.inode_bitmap(), 1);
+    mark(d.inode_table(), geo.itable_blocks);
+    map
+}
+
+/// The uninit_bg (gdt_csum) descriptor checksum: crc16 over uuid, group and descriptor.
+fn gdt_crc16(uuid: &[u8], g: u32, raw: &[u8]) -> u16 {
+    fn crc16(mut crc: u16, data: &[u8]) -> u16 {
+        for &b in data {
+            crc ^= u16::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 { (crc >> 1) ^ 0xA001 } else { crc >> 1 };
+            }
+        }
+        crc
+    }
+    let mut c = crc16(0xFFFF, uuid);
+    c = crc16(c, &g.to_le_bytes());
+    c = crc16(c, &raw[..0x1E]);
+    if raw.len() > 0x20 {
+        c = crc16(c, &raw[0x20..]);
+    }
+    c
+}
+
+// ---------------------------------------------------------------------------------------
+// Block ownership.
+// ---------------------------------------------------------------------------------------
+
+/// Who claims a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Owner {
+    Super(u32),
+    Gdt(u32),
+    ReservedGdt(u32),
+    BlockBitmap(u32),
+    InodeBitmap(u32),
+    InodeTable(u32),
+    Inode(u32),
+    Xattr(u32),
+}
+
+impl Owner {
+    fn is_meta(self) -> bool {
+        !matches!(self, Owner::Inode(_) | Owner::Xattr(_))
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Owner::Super(g) => write!(f, "superblock of group {g}"),
+            Owner::Gdt(g) => write!(f, "group descriptors in group {g}"),
+            Owner::ReservedGdt(g) => write!(f, "reserved GDT blocks of group {g}"),
+            Owner::BlockBitmap(g) => write!(f, "block bitmap of group {g}"),
+            Owner::InodeBitmap(g) => write!(f, "inode bitmap of group {g}"),
+            Owner::InodeTable(g) => write!(f, "inode table of group {g}"),
+            Owner::Inode(i) => write!(f, "inode {i}"),
+            Owner::Xattr(i) => write!(f, "xattr block of inode {i}"),
+        }
+    }
+}
+
+/// A bitmap of every block in the file system plus a log of who claimed what, so blocks
+/// claimed twice can be traced back to both owners afterwards (like e2fsck pass 1B).
+struct Claims {
+    bits: Vec<u64>,
+    log: Vec<(u64, u64, Owner)>,
+    dups: Vec<usize>,
+    max_len: u64,
+}
+
+impl Claims {
+    fn new(blocks: u64) -> Claims {
+        Claims { bits: vec![0; blocks.div_ceil(64) as usize], log: Vec::new(), dups: Vec::new(), max_len: 0 }
+    }
+
+    /// Mark `[start, start+len)` (inside the fs) used by `owner`; returns how many of those
+    /// blocks were already claimed.
+    fn claim(&mut self, start: u64, len: u64, owner: Owner) -> u64 {
+        let end = start.saturating_add(len);
+        let mut b = start;
+        let mut conflicts = 0u64;
+        while b < end {
+            let bit = b % 64;
+            let n = (64 - bit).min(end - b);
+            let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << bit };
+            if let Some(w) = self.bits.get_mut((b / 64) as usize) {
+                conflicts += u64::from((*w & mask).count_ones());
+                *w |= mask;
+            }
+            b += n;
+        }
+        self.max_len = self.max_len.max(len);
+        if conflicts > 0 {
+            self.dups.push(self.log.len());
+        }
+        self.log.push((start, len, owner));
+        conflicts
+    }
+
+    fn is_used(&self, b: u64) -> bool {
+        self.bits.get((b / 64) as usize).is_some_and(|w| w & (1 << (b % 64)) != 0)
+    }
+
+    fn count(&self) -> u64 {
+        self.bits.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+
+    /// For every claim that hit already-claimed blocks: (earlier owner, later owner) with
+    /// the first overlapping block and the number of blocks they share.
+    fn resolve(&self) -> Vec<((Owner, Owner), (u64, u64))> {
+        let mut order: Vec<usize> = (0..self.log.len()).collect();
+        order.sort_by_key(|&i| self.log[i].0);
+        let starts: Vec<u64> = order.iter().map(|&i| self.log[i].0).collect();
+        let mut pairs: HashMap<(Owner, Owner), (u64, u64)> = HashMap::new();
+        for &d in self.dups.iter().take(MAX_DUP_CLAIMS) {
+            let (ds, dl, downer) = self.log[d];
+            let de = ds + dl;
+            let lo = starts.partition_point(|&s| s + self.max_len <= ds);
+            for &i in order[lo..].iter().take_while(|&&i| self.log[i].0 < de) {
+                let (s, l, owner) = self.log[i];
+                let (a, b) = (s.max(ds), (s + l).min(de));
+                if i >= d || a >= b {
+                    continue;
+                }
+                let e = pairs.entry((owner, downer)).or_insert((a, 0));
+                e.0 = e.0.min(a);
+                e.1 += b - a;
+            }
+        }
+        let mut v: Vec<_> = pairs.into_iter().collect();
+        v.sort();
+        v
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Checker state.
+// ---------------------------------------------------------------------------------------
+
+/// An on-disk bitmap as the checker sees it.
+enum Bitmap {
+    /// The group is UNINIT: the bitmap is implied, not stored.
+    Uninit,
+    /// Its location is invalid: it cannot be compared.
+    Unreadable,
+    /// The bitmap block as read.
+    Loaded(Vec<u8>),
+}
+
+/// A group descriptor and what the checker learnt about it.
+struct GroupInfo {
+    desc: GroupDesc,
+    /// Flags as they count (UNINIT flags only mean something with descriptor checksums).
+    flags: u16,
+    bb_ok: bool,
+    ib_ok: bool,
+    it_ok: bool,
+    ibitmap: Bitmap,
+}
+
+/// A run of mapped blocks: logical `lblk..lblk+len` at physical `pblk..`.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    lblk: u64,
+    pblk: u64,
+    len: u64,
+}
+
+/// What walking one inode's block map found.
+#[derive(Default)]
+struct Walk {
+    ino: u32,
+    seed: u32,
+    collect: bool,
+    /// Data and tree blocks, for i_blocks.
+    blocks: u64,
+    last_lblk: Option<u64>,
+    last_init: Option<u64>,
+    runs: Vec<Run>,
+    mapped: u64,
+    bad: u32,
+    aborted: bool,
+}
+
+/// A directory found in pass 1, checked in pass 2.
+struct DirRec {
+    ino: u32,
+    seed: u32,
+    indexed: bool,
+    runs: Vec<Run>,
+}
+
+/// References to one xattr block.
+struct XattrRef {
+    refs: u64,
+    stored: u32,
+    valid: bool,
+    first: u32,
+}
+
+/// The htree of one directory: which logical blocks are index nodes and the hash range
+/// each leaf must respect.
+struct Htree {
+    version: u8,
+    nodes: HashSet<u64>,
+    leaves: HashMap<u64, (u32, u32)>,
+}
+
+/// Per-directory state while its blocks are parsed.
+#[derive(Default)]
+struct DirScan {
+    names: HashSet<Vec<u8>>,
+    dot: bool,
+    dotdot: bool,
+}
+
+struct Checker<'a> {
+    dev: &'a dyn BlockDevice,
+    sb: Superblock,
+    geo: Geo,
+    out: Sink,
+    verbose: bool,
+    groups: Vec<GroupInfo>,
+    claims: Claims,
+    kind: Vec<u8>,
+    links: Vec<u16>,
+    refs: Vec<u16>,
+    special: HashSet<u32>,
+    dirs: Vec<DirRec>,
+    parent: HashMap<u32, u32>,
+    dotdot: HashMap<u32, u32>,
+    xattrs: HashMap<u64, XattrRef>,
+}
+
+/// Check the ext4 image on `dev` without modifying it.
+///
+/// Returns `Err` only for operational failures: the device cannot be read, the superblock
+/// is unusable (bad magic, impossible geometry) or the image uses a feature the checker does
+/// not understand. Every inconsistency is a [`Problem`] in the report.
+///
+/// ```no_run
+/// use lanefs::{fsck, FileDevice};
+/// let dev = FileDevice::open(std::path::Path::new("fs.img"), true)?;
+/// let report = fsck::check(&dev, &fsck::FsckOptions::default())?;
+/// for p in &report.problems {
+///     println!("{p}");
+/// }
+/// std::process::exit(report.exit_code());
+/// # Ok::<(), lanefs::Error>(())
+/// ```
+pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<FsckReport> {
+    let (sb, sb_problems) = load_superblock(dev)?;
+    let geo = Geo::from_sb(&sb, dev.size())?;
+    check_supported(&sb)?;
+    let mut c = Checker::new(dev, sb, geo, opts.verbose);
+    for p in sb_problems {
+        c.out.add(p.code, p.message);
+    }
+    c.timed("superblock", |c| {
+        c.pass_superblock();
+        Ok(())
+    })?;
+    c.timed("group descriptors", Checker::pass_groups)?;
+    c.timed("inodes", Checker::pass_inodes)?;
+    c.timed("directories", Checker::pass_directories)?;
+    c.timed("connectivity", |c| {
+        c.pass_connectivity();
+        c.pass_links();
+        Ok(())
+    })?;
+    c.timed("bitmaps", Checker::pass_bitmaps)?;
+    Ok(c.finish())
+}
+
+/// Refuse features whose on-disk structures the checker does not parse.
+fn check_supported(sb: &Superblock) -> Result<()> {
+    let unsupported_incompat = incompat::COMPRESSION
+        | incompat::JOURNAL_DEV
+        | incompat::MMP
+        | incompat::EA_INODE
+        | incompat::DIRDATA
+        | incompat::INLINE_DATA
+        | incompat::ENCRYPT
+        | incompat::CASEFOLD;
+    let bad = sb.feature_incompat() & unsupported_incompat;
+    if bad != 0 {
+        let names = crate::disk::superblock::feature_names(bad, incompat::NAMES);
+        return Err(Error::Unsupported(format!("fsck does not check features: {names}")));
+    }
+    if sb.has_compat(COMPAT_SPARSE_SUPER2) {
+        return Err(Error::Unsupported("fsck does not check sparse_super2".into()));
+    }
+    Ok(())
+}
+
+fn mode_ft(mode: u16) -> Option<u8> {
+    match mode & 0xF000 {
+        0x8000 => Some(FT_REG),
+        0x4000 => Some(FT_DIR),
+        0x2000 => Some(FT_CHR),
+        0x6000 => Some(FT_BLK),
+        0x1000 => Some(FT_FIFO),
+        0xC000 => Some(FT_SOCK),
+        0xA000 => Some(FT_LNK),
+        _ => None,
+    }
+}
+
+fn ft_name(ft: u8) -> &'static str {
+    match ft {
+        FT_REG => "regular file",
+        FT_DIR => "directory",
+        FT_CHR => "character device",
+        FT_BLK => "block device",
+        FT_FIFO => "fifo",
+        FT_SOCK => "socket",
+        FT_LNK => "symlink",
+        _ => "inode",
+    }
+}
+
+/// Printable form of a directory entry name.
+fn show(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+/// Format `[start, end)` ranges with a sign, e.g. "+100-103 -7".
+fn fmt_ranges(ranges: &[(u64, u64, bool)], total: usize) -> String {
+    let mut s: Vec<String> = ranges
+        .iter()
+        .map(|&(a, b, plus)| {
+            let sign = if plus { '+' } else { '-' };
+            if b - a == 1 {
+                format!("{sign}{a}")
+            } else {
+                format!("{sign}{a}-{}", b - 1)
+            }
+        })
+        .collect();
+    if total > ranges.len() {
+        s.push(format!("and {} more ranges", total - ranges.len()));
+    }
+    s.join(" ")
+}
+
+/// Differences between `computed` and `ondisk` over the first `n` bits, as ranges offset by
+/// `base`: `+` used but marked free, `-` marked used but free.
+fn diff_bits(computed: &[u8], ondisk: &[u8], n: usize, base: u64) -> (Vec<(u64, u64, bool)>, usize) {
+    let mut ranges = Vec::new();
+    let mut total = 0;
+    let mut cur: Option<(u64, u64, bool)> = None;
+    let mut i = 0;
+    while i < n {
+        if i % 8 == 0 && i + 8 <= n && computed.get(i / 8) == ondisk.get(i / 8) {
+            i += 8;
+            continue;
+        }
+        let (c, d) = (test_bit(computed, i), test_bit(ondisk, i));
+        let at = base + i as u64;
+        match cur {
+            Some((a, b, plus)) if c != d && b == at && plus == c => cur = Some((a, b + 1, plus)),
+            _ => {
+                if let Some(r) = cur.take() {
+                    total += 1;
+                    if ranges.len() < MAX_RANGES {
+                        ranges.push(r);
+                    }
+                }
+                if c != d {
+                    cur = Some((at, at + 1, c));
+                }
+            }
+        }
+        i += 1;
+    }
+    if let Some(r) = cur {
+        total += 1;
+        if ranges.len() < MAX_RANGES {
+            ranges.push(r);
+        }
+    }
+    (ranges, total)
+}
+
+impl<'a> Checker<'a> {
+    fn new(dev: &'a dyn BlockDevice, sb: Superblock, geo: Geo, verbose: bool) -> Checker<'a> {
+        let n = geo.inodes as usize + 1;
+        let claims = Claims::new(geo.blocks);
+        Checker {
+            dev,
+            sb,
+            geo,
+            out: Sink::default(),
+            verbose,
+            groups: Vec::new(),
+            claims,
+            kind: vec![K_FREE; n],
+            links: vec![0; n],
+            refs: vec![0; n],
+            special: HashSet::new(),
+            dirs: Vec::new(),
+            parent: HashMap::new(),
+            dotdot: HashMap::new(),
+            xattrs: HashMap::new(),
+        }
+    }
+
+    fn timed(&mut self, name: &str, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        let t = Instant::now();
+        f(self)?;
+        if self.verbose {
+            self.out.note("TIMING", format!("pass {name}: {:.3} s", t.elapsed().as_secs_f64()));
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> FsckReport {
+        let mut r = FsckReport {
+            problems: self.out.problems,
+            problems_omitted: self.out.omitted,
+            notes: self.out.notes,
+            inodes_total: self.geo.inodes,
+            blocks_total: self.geo.blocks,
+            blocks_used: self.claims.count(),
+            groups: self.geo.groups,
+            ..FsckReport::default()
+        };
+        for &k in self.kind.iter().skip(1) {
+            match k {
+                K_FREE => continue,
+                FT_REG => r.files += 1,
+                FT_DIR => r.dirs += 1,
+                FT_LNK => r.symlinks += 1,
+                FT_CHR | FT_BLK | FT_FIFO | FT_SOCK => r.special_files += 1,
+                _ => {}
+            }
+            r.inodes_used += 1;
+        }
+        r
+    }
+
+    fn read_block(&self, b: u64) -> Result<Vec<u8>> {
+        read_blocks(self.dev, &self.geo, b, 1)
+    }
+
+    fn inode_in_use(&self, ino: u64) -> bool {
+        self.kind.get(ino as usize).is_some_and(|&k| k != K_FREE)
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 0: superblock.
+    // -----------------------------------------------------------------------------------
+
+    fn pass_superblock(&mut self) {
+        self.check_features();
+        let sb = &self.sb;
+        let mut p: Vec<(&'static str, String)> = Vec::new();
+        if sb.has_incompat(incompat::RECOVER) {
+            p.push(("JOURNAL_NEEDS_RECOVERY", "superblock has needs_recovery set: the journal must be replayed".into()));
+        }
+        if sb.metadata_csum() && sb.raw[SB_CHECKSUM_TYPE] != 1 {
+            p.push(("SB_CHECKSUM_TYPE", format!("checksum type {} is not crc32c", sb.raw[SB_CHECKSUM_TYPE])));
+        }
+        if sb.metadata_csum() && sb.has_ro_compat(ro_compat::GDT_CSUM) {
+            p.push(("SB_FEATURES", "both metadata_csum and uninit_bg are set".into()));
+        }
+        if sb.r_blocks_count() > sb.blocks_count() {
+            p.push(("SB_GEOMETRY", format!("reserved blocks {} exceed block count", sb.r_blocks_count())));
+        }
+        if sb.clusters_per_group() != sb.blocks_per_group() {
+            p.push(("SB_GEOMETRY", format!("clusters per group {} != blocks per group {}", sb.clusters_per_group(), sb.blocks_per_group())));
+        }
+        if self.geo.flex && sb.log_groups_per_flex() > 31 {
+            p.push(("SB_GEOMETRY", format!("log groups per flex {} too large", sb.log_groups_per_flex())));
+        }
+        if sb.def_hash_version() > 5 {
+            p.push(("SB_GEOMETRY", format!("default hash version {} unknown", sb.def_hash_version())));
+        }
+        self.check_journal_fields(&mut p);
+        if sb.last_orphan() != 0 {
+            p.push(("ORPHAN_LIST", format!("orphan list is not empty (head inode {})", sb.last_orphan())));
+        }
+        for (code, msg) in p {
+            self.out.add(code, msg);
+        }
+        let state = self.sb.state();
+        if state & STATE_ERROR != 0 {
+            self.out.note("SB_ERROR_STATE", "superblock records that the kernel found errors".into());
+        }
+        if state & STATE_VALID == 0 {
+            self.out.note("SB_NOT_CLEAN", "file system was not cleanly unmounted".into());
+        }
+        self.collect_special_inodes();
+    }
+
+    fn check_features(&mut self) {
+        let known = |names: &[(u32, &str)]| names.iter().fold(0u32, |a, (b, _)| a | b);
+        let inc = self.sb.feature_incompat() & !known(incompat::NAMES);
+        let ro = self.sb.feature_ro_compat() & !known(ro_compat::NAMES);
+        if inc != 0 {
+            let n = crate::disk::superblock::feature_names(inc, &[]);
+            self.out.add("SB_UNKNOWN_FEATURE", format!("unknown incompat features: {n}"));
+        }
+        if ro != 0 {
+            let n = crate::disk::superblock::feature_names(ro, &[]);
+            self.out.add("SB_UNKNOWN_FEATURE", format!("unknown ro_compat features: {n}"));
+        }
+    }
+
+    fn check_journal_fields(&self, p: &mut Vec<(&'static str, String)>) {
+        let sb = &self.sb;
+        let inum = sb.journal_inum();
+        if sb.has_compat(compat::HAS_JOURNAL) {
+            let external = inum == 0 && sb.raw[0xD0..0xE0].iter().any(|&b| b != 0);
+            if inum != JOURNAL_INO && !external {
+                p.push(("JOURNAL_BAD_INODE", format!("journal inode number is {inum}, expected {JOURNAL_INO}")));
+            }
+        } else if inum != 0 {
+            p.push(("JOURNAL_BAD_INODE", format!("no has_journal feature but journal inode {inum} set")));
+        }
+    }
+
+    /// Inodes that hold file-system data and are never linked from a directory.
+    fn collect_special_inodes(&mut self) {
+        let sb = &self.sb;
+        let mut v = Vec::new();
+        if sb.has_compat(compat::HAS_JOURNAL) && sb.journal_inum() != 0 {
+            v.push(sb.journal_inum());
+        }
+        if sb.has_ro_compat(ro_compat::QUOTA) {
+            for off in [SB_USR_QUOTA_INUM, SB_GRP_QUOTA_INUM, SB_PRJ_QUOTA_INUM] {
+                v.push(le32(&sb.raw[..], off));
+            }
+        }
+        if sb.has_compat(COMPAT_ORPHAN_FILE) {
+            v.push(le32(&sb.raw[..], SB_ORPHAN_FILE_INUM));
+        }
+        for ino in v {
+            if ino != 0 && u64::from(ino) <= self.geo.inodes && ino != ROOT_INO {
+                self.special.insert(ino);
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 0: group descriptors and fixed metadata.
+    // -----------------------------------------------------------------------------------
+
+    fn pass_groups(&mut self) -> Result<()> {
+        let descs = read_group_descs(self.dev, &self.geo)?;
+        for (g, desc) in descs.into_iter().enumerate() {
+            let info = self.check_desc(g as u32, desc);
+            self.groups.push(info);
+        }
+        self.claim_fixed_metadata();
+        Ok(())
+    }
+
+    fn check_desc(&mut self, g: u32, desc: GroupDesc) -> GroupInfo {
+        self.check_desc_csum(g, &desc);
+        let raw_flags = desc.flags();
+        let uninit = BG_INODE_UNINIT | BG_BLOCK_UNINIT;
+        let flags = if self.geo.desc_csum() { raw_flags } else { raw_flags & !uninit };
+        if !self.geo.desc_csum() && raw_flags & uninit != 0 {
+            self.out.add("GROUP_DESC_FLAGS", format!("group {g}: UNINIT flags {raw_flags:#x} without descriptor checksums"));
+        }
+        if g + 1 == self.geo.groups && flags & BG_BLOCK_UNINIT != 0 {
+            self.out.add("GROUP_DESC_FLAGS", format!("group {g}: last group has BLOCK_UNINIT set"));
+        }
+        self.check_desc_counts(g, &desc);
+        let bb_ok = self.check_location(g, "block bitmap", desc.block_bitmap(), 1);
+        let ib_ok = self.check_location(g, "inode bitmap", desc.inode_bitmap(), 1);
+        let it_ok = self.check_location(g, "inode table", desc.inode_table(), self.geo.itable_blocks);
+        GroupInfo { desc, flags, bb_ok, ib_ok, it_ok, ibitmap: Bitmap::Unreadable }
+    }
+
+    fn check_desc_csum(&mut self, g: u32, d: &GroupDesc) {
+        let want = if self.geo.csum {
+            d.compute_checksum(self.geo.seed, g)
+        } else if self.geo.gdt_csum {
+            gdt_crc16(&self.sb.uuid(), g, &d.raw)
+        } else {
+            return;
+        };
+        if d.checksum() != want {
+            self.out.add(
+                "GROUP_DESC_CHECKSUM",
+                format!("group {g}: descriptor checksum {:#06x}, computed {want:#06x}", d.checksum()),
+            );
+        }
+    }
+
+    fn check_desc_counts(&mut self, g: u32, d: &GroupDesc) {
+        let (ipg, len) = (self.geo.ipg, self.geo.group_len(g));
+        let mut bad = Vec::new();
+        if u64::from(d.free_blocks()) > len {
+            bad.push(format!("free blocks {} > {len} blocks", d.free_blocks()));
+        }
+        if u64::from(d.free_inodes()) > ipg {
+            bad.push(format!("free inodes {} > {ipg} inodes", d.free_inodes()));
+        }
+        if u64::from(d.used_dirs()) > ipg {
+            bad.push(format!("directories {} > {ipg} inodes", d.used_dirs()));
+        }
+        if self.geo.desc_csum() && d.itable_unused() > d.free_inodes() {
+            bad.push(format!("unused inodes {} > free inodes {}", d.itable_unused(), d.free_inodes()));
+        }
+        if !bad.is_empty() {
+            self.out.add("GROUP_DESC_COUNTS", format!("group {g}: {}", bad.join(", ")));
+        }
+    }
+
+    /// Whether a bitmap or table at `start` (`n` blocks) lies where it may.
+    fn check_location(&mut self, g: u32, what: &str, start: u64, n: u64) -> bool {
+        if !self.geo.in_fs(start, n) {
+            self.out.add("GROUP_META_RANGE", format!("group {g}: {what} at block {start} ({n} blocks) is outside the file system"));
+            return false;
+        }
+        let first = self.geo.group_first(g);
+        let inside = start >= first && start + n <= first + self.geo.group_len(g);
+        if !self.geo.flex && !inside {
+            self.out.add("GROUP_META_RANGE", format!("group {g}: {what} at block {start} is not in its group"));
+            return false;
+        }
+        true
+    }
+
+    fn claim_fixed_metadata(&mut self) {
+        for g in 0..self.geo.groups {
+            for (s, n, owner) in self.geo.base_meta(g) {
+                if self.geo.in_fs(s, n) {
+                    self.claims.claim(s, n, owner);
+                }
+            }
+        }
+        for g in 0..self.geo.groups as usize {
+            let gi = &self.groups[g];
+            let (d, g32) = (&gi.desc, g as u32);
+            let mut v = Vec::new();
+            if gi.bb_ok {
+                v.push((d.block_bitmap(), 1, Owner::BlockBitmap(g32)));
+            }
+            if gi.ib_ok {
+                v.push((d.inode_bitmap(), 1, Owner::InodeBitmap(g32)));
+            }
+            if gi.it_ok {
+                v.push((d.inode_table(), self.geo.itable_blocks, Owner::InodeTable(g32)));
+            }
+            for (s, n, owner) in v {
+                self.claims.claim(s, n, owner);
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 1: inodes.
+    // -----------------------------------------------------------------------------------
+
+    fn pass_inodes(&mut self) -> Result<()> {
+        self.load_inode_bitmaps()?;
+        for g in 0..self.geo.groups {
+            self.scan_group(g)?;
+        }
+        self.report_dups();
+        self.check_xattr_refs();
+        self.check_orphan_chain()?;
+        Ok(())
+    }
+
+    /// Read every initialized inode bitmap (in coalesced reads) and verify its checksum.
+    fn load_inode_bitmaps(&mut self) -> Result<()> {
+        let mut want = Vec::new();
+        for (g, gi) in self.groups.iter_mut().enumerate() {
+            if gi.flags & BG_INODE_UNINIT != 0 {
+                gi.ibitmap = Bitmap::Uninit;
+            } else if gi.ib_ok {
+                want.push((g, gi.desc.inode_bitmap()));
+            }
+        }
+        for chunk in want.chunks(1024) {
+            let blocks: Vec<u64> = chunk.iter().map(|&(_, b)| b).collect();
+            let maps = read_scattered(self.dev, &self.geo, &blocks)?;
+            for (&(g, _), map) in chunk.iter().zip(maps) {
+                self.verify_bitmap_csum(g as u32, &map, false);
+                self.groups[g].ibitmap = Bitmap::Loaded(map);
+            }
+        }
+        Ok(())
+    }
+
+    fn verify_bitmap_csum(&mut self, g: u32, map: &[u8], block: bool) {
+        if !self.geo.csum {
+            return;
+        }
+        let d = &self.groups[g as usize].desc;
+        let wide = self.geo.desc_size >= 64;
+        let (bytes, stored, what, code) = if block {
+            (self.geo.bpg / 8, d.block_bitmap_csum(), "block", "BLOCK_BITMAP_CSUM")
+        } else {
+            (self.geo.ipg / 8, d.inode_bitmap_csum(), "inode", "INODE_BITMAP_CSUM")
+        };
+        let want = group::bitmap_csum(self.geo.seed, map, (bytes as usize).min(map.len()), wide);
+        if want != stored {
+            let at = if block { d.block_bitmap() } else { d.inode_bitmap() };
+            self.out.add(code, format!("group {g}: {what} bitmap (block {at}) checksum {stored:#010x}, computed {want:#010x}"));
+        }
+    }
+
+    /// Inodes of group `g` that the table may hold (the rest are known unused).
+    fn initialized_inodes(&self, g: u32) -> u64 {
+        let gi = &self.groups[g as usize];
+        if !self.geo.desc_csum() {
+            self.geo.ipg
+        } else if gi.flags & BG_INODE_UNINIT != 0 {
+            0
+        } else {
+            self.geo.ipg - u64::from(gi.desc.itable_unused()).min(self.geo.ipg)
+        }
+    }
+
+    fn bitmap_bit(&self, g: u32, idx: u64) -> bool {
+        match &self.groups[g as usize].ibitmap {
+            Bitmap::Loaded(m) => (idx as usize) < m.len() * 8 && test_bit(m, idx as usize),
+            _ => false,
+        }
+    }
+
+    /// Read group `g`'s inode table in large chunks and check each inode in it.
+    fn scan_group(&mut self, g: u32) -> Result<()> {
+        let n_init = self.initialized_inodes(g);
+        let base = u64::from(g) * self.geo.ipg;
+        if !self.groups[g as usize].it_ok {
+            for i in 0..n_init {
+                if self.bitmap_bit(g, i) {
+                    self.kind[(base + i + 1) as usize] = K_UNKNOWN;
+                }
+            }
+            return Ok(());
+        }
+        let table = self.groups[g as usize].desc.inode_table();
+        let isz = self.geo.isz;
+        let per_chunk = (READ_CHUNK / isz).max(1);
+        let mut buf = Vec::new();
+        let mut i = 0;
+        while i < n_init {
+            let n = per_chunk.min(n_init - i);
+            buf.resize((n * isz) as usize, 0);
+            self.dev.read_at(table * self.geo.bs + i * isz, &mut buf)?;
+            for k in 0..n {
+                let raw = &buf[(k * isz) as usize..((k + 1) * isz) as usize];
+                let on_bitmap = self.bitmap_bit(g, i + k);
+                self.scan_inode((base + i + k + 1) as u32, raw, on_bitmap)?;
+            }
+            i += n;
+        }
+        Ok(())
+    }
+
+    /// Decide whether an inode is in use (as e2fsck: it has links) and check it if so.
+    fn scan_inode(&mut self, ino: u32, raw: &[u8], on_bitmap: bool) -> Result<()> {
+        if ino < self.geo.first_ino {
+            return self.scan_reserved(ino, raw);
+        }
+        let inode = DiskInode::from_bytes(raw);
+        if self.special.contains(&ino) {
+            return self.check_special(ino, &inode);
+        }
+        if inode.links() == 0 {
+            return Ok(());
+        }
+        let csum_ok = !self.geo.csum || inode.checksum() == inode.compute_checksum(self.geo.seed, ino);
+        // A free slot below the itable watermark may hold stale bytes: only believe it is in
+        // use if the bitmap says so or it is a well-formed live inode.
+        if !on_bitmap && (!csum_ok || inode.dtime() != 0 || mode_ft(inode.mode()).is_none()) {
+            return Ok(());
+        }
+        self.check_inode(ino, &inode, csum_ok)
+    }
+
+    fn scan_reserved(&mut self, ino: u32, raw: &[u8]) -> Result<()> {
+        self.kind[ino as usize] = K_RESERVED;
+        let inode = DiskInode::from_bytes(raw);
+        if ino == ROOT_INO {
+            return self.check_root(&inode);
+        }
+        if ino == RESIZE_INO && self.sb.has_compat(compat::RESIZE_INODE) {
+            return self.check_resize_inode(&inode);
+        }
+        if self.special.contains(&ino) {
+            return self.check_special(ino, &inode);
+        }
+        Ok(())
+    }
+
+    fn check_root(&mut self, inode: &DiskInode) -> Result<()> {
+        if inode.mode() == 0 || inode.links() == 0 {
+            self.out.add("ROOT_MISSING", "root inode 2 is not in use".into());
+            return Ok(());
+        }
+        if mode_ft(inode.mode()) != Some(FT_DIR) {
+            self.out.add("ROOT_NOT_DIR", format!("root inode 2 has mode {:#o}, not a directory", inode.mode()));
+            return Ok(());
+        }
+        let csum_ok = !self.geo.csum || inode.checksum() == inode.compute_checksum(self.geo.seed, ROOT_INO);
+        self.check_inode(ROOT_INO, inode, csum_ok)
+    }
+
+    /// Check an inode that is in use; records its kind, links and directory blocks.
+    fn check_inode(&mut self, ino: u32, inode: &DiskInode, csum_ok: bool) -> Result<()> {
+        self.links[ino as usize] = inode.links();
+        if !csum_ok {
+            self.out.add("INODE_CHECKSUM", format!("inode {ino}: checksum {:#010x}, computed {:#010x}", inode.checksum(), inode.compute_checksum(self.geo.seed, ino)));
+        }
+        self.check_extra_isize(ino, inode);
+        let Some(ft) = mode_ft(inode.mode()) else {
+            self.out.add("INODE_BAD_MODE", format!("inode {ino}: mode {:#o} has no valid file type", inode.mode()));
+            self.kind[ino as usize] = K_BAD_MODE;
+            return Ok(());
+        };
+        self.kind[ino as usize] = ft;
+        if inode.dtime() != 0 {
+            self.out.add("INODE_DTIME_SET", format!("inode {ino} is in use but has dtime {} set", inode.dtime()));
+        }
+        self.check_flags(ino, inode, ft);
+        let xattr = self.check_xattr_block(ino, inode)?;
+        let walk = match ft {
+            FT_REG | FT_DIR => self.walk_blocks(ino, inode, ft == FT_DIR)?,
+            FT_LNK => self.check_symlink(ino, inode)?,
+            _ => {
+                self.check_device(ino, inode, ft);
+                Walk::default()
+            }
+        };
+        self.check_iblocks(ino, inode, walk.blocks + xattr);
+        self.check_size(ino, inode, ft, &walk);
+        if ft == FT_DIR {
+            let seed = inode.csum_seed(self.geo.seed, ino);
+            let indexed = inode.flags() & FL_INDEX != 0 && self.sb.has_compat(compat::DIR_INDEX);
+            self.dirs.push(DirRec { ino, seed, indexed, runs: walk.runs });
+        }
+        Ok(())
+    }
+
+    fn check_extra_isize(&mut self, ino: u32, inode: &DiskInode) {
+        if self.geo.isz <= 128 {
+            return;
+        }
+        let extra = u64::from(inode.extra_isize());
+        if extra > self.geo.isz - 128 || extra % 4 != 0 {
+            self.out.add("INODE_EXTRA_ISIZE", format!("inode {ino}: i_extra_isize {extra} invalid for {}-byte inodes", self.geo.isz));
+        }
+    }
+
+    fn check_flags(&mut self, ino: u32, inode: &DiskInode, ft: u8) {
+        let fl = inode.flags();
+        let mut bad = Vec::new();
+        if fl & FL_EXTENTS != 0 && !self.sb.has_incompat(incompat::EXTENTS) {
+            bad.push("EXTENTS set without the extent feature");
+        }
+        if fl & FL_INDEX != 0 && ft != FT_DIR {
+            bad.push("INDEX set on a non-directory");
+        }
+        if fl & FL_INDEX != 0 && ft == FT_DIR && !self.sb.has_compat(compat::DIR_INDEX) {
+            bad.push("INDEX set without the dir_index feature");
+        }
+        if fl & FL_INLINE_DATA != 0 {
+            bad.push("INLINE_DATA set without the inline_data feature");
+        }
+        if !bad.is_empty() {
+            self.out.add("INODE_BAD_FLAGS", format!("inode {ino}: flags {fl:#x}: {}", bad.join(", ")));
+        }
+    }
+
+    /// `i_blocks` in 512-byte units as e2fsck reads it (high bits only with huge_file).
+    fn stored_iblocks(&self, inode: &DiskInode) -> u64 {
+        let lo = u64::from(le32(&inode.raw, 0x1C));
+        if !self.sb.has_ro_compat(ro_compat::HUGE_FILE) {
+            return lo;
+        }
+        let n = lo | (u64::from(le16(&inode.raw, 0x74)) << 32);
+        if inode.flags() & FL_HUGE_FILE != 0 {
+            n.saturating_mul(self.geo.bs / 512)
+        } else {
+            n
+        }
+    }
+
+    fn check_iblocks(&mut self, ino: u32, inode: &DiskInode, counted: u64) {
+        let want = counted.saturating_mul(self.geo.bs / 512);
+        let have = self.stored_iblocks(inode);
+        if want != have {
+            self.out.add("INODE_BAD_IBLOCKS", format!("inode {ino}: i_blocks is {have}, counted {want} (512-byte units)"));
+        }
+    }
+
+    fn check_size(&mut self, ino: u32, inode: &DiskInode, ft: u8, w: &Walk) {
+        let (size, bs) = (inode.size(), self.geo.bs);
+        if ft == FT_DIR {
+            let nblk = w.last_lblk.map_or(0, |l| l + 1);
+            if size % bs != 0 || size != nblk.saturating_mul(bs) {
+                self.out.add("DIR_BAD_SIZE", format!("directory inode {ino}: size {size}, but {nblk} blocks are mapped"));
+            }
+            return;
+        }
+        if ft != FT_REG {
+            return;
+        }
+        if let Some(li) = w.last_init {
+            if size < li.saturating_mul(bs) {
+                self.out.add("INODE_BAD_SIZE", format!("inode {ino}: size {size} ends before initialized block {li}"));
+                return;
+            }
+        }
+        let per = bs / 4;
+        let max = if inode.flags() & FL_EXTENTS != 0 {
+            (bs << 32) - 1
+        } else {
+            (12 + per + per * per + per * per * per).saturating_mul(bs).min(bs << 32) - 1
+        };
+        if size > max {
+            self.out.add("INODE_BAD_SIZE", format!("inode {ino}: size {size} exceeds the largest mappable {max}"));
+        }
+    }
+
+    fn check_device(&mut self, ino: u32, inode: &DiskInode, ft: u8) {
+        let mut bad = Vec::new();
+        if inode.flags() & (FL_INDEX | FL_EXTENTS | FL_INLINE_DATA) != 0 {
+            bad.push("has INDEX/EXTENTS/INLINE_DATA flags".to_string());
+        }
+        if inode.iblock()[16..].iter().any(|&b| b != 0) {
+            bad.push("i_block beyond the device number is not zero".to_string());
+        }
+        if inode.size() != 0 {
+            bad.push(format!("size {} is not zero", inode.size()));
+        }
+        if !bad.is_empty() {
+            self.out.add("DEVICE_BAD", format!("{} inode {ino}: {}", ft_name(ft), bad.join(", ")));
+        }
+    }
+
+    fn check_symlink(&mut self, ino: u32, inode: &DiskInode) -> Result<Walk> {
+        let size = inode.size();
+        if size > 0 && size < crate::disk::inode::IBLOCK_SIZE as u64 {
+            let ib = inode.iblock();
+            let len = ib.iter().position(|&c| c == 0).unwrap_or(ib.len()) as u64;
+            if inode.flags() & FL_EXTENTS != 0 {
+                self.out.add("SYMLINK_BAD", format!("fast symlink inode {ino} has the EXTENTS flag"));
+            } else if len != size {
+                self.out.add("SYMLINK_BAD", format!("fast symlink inode {ino}: size {size}, target is {len} bytes"));
+            }
+            return Ok(Walk::default());
+        }
+        let w = self.walk_blocks(ino, inode, true)?;
+        if size == 0 || size >= self.geo.bs {
+            self.out.add("SYMLINK_BAD", format!("symlink inode {ino}: size {size} invalid"));
+            return Ok(w);
+        }
+        let single = w.runs.len() == 1 && w.runs[0].lblk == 0 && w.runs[0].len == 1;
+        if !single || w.bad > 0 {
+            self.out.add("SYMLINK_BAD", format!("symlink inode {ino}: must map exactly block 0"));
+            return Ok(w);
+        }
+        let b = self.read_block(w.runs[0].pblk)?;
+        let len = b.iter().position(|&c| c == 0).unwrap_or(b.len()) as u64;
+        if len != size {
+            self.out.add("SYMLINK_BAD", format!("symlink inode {ino}: size {size}, target is {len} bytes"));
+        }
+        Ok(w)
+    }
+
+    /// Check an inode that holds file-system data (journal, quota, orphan file).
+    fn check_special(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
+        self.kind[ino as usize] = K_RESERVED;
+        let journal = self.sb.has_compat(compat::HAS_JOURNAL) && ino == self.sb.journal_inum();
+        if mode_ft(inode.mode()) != Some(FT_REG) || inode.links() == 0 {
+            let code = if journal { "JOURNAL_BAD_INODE" } else { "SPECIAL_INODE_BAD" };
+            self.out.add(code, format!("inode {ino} (special) has mode {:#o}, links {}", inode.mode(), inode.links()));
+            return Ok(());
+        }
+        if self.geo.csum && inode.checksum() != inode.compute_checksum(self.geo.seed, ino) {
+            self.out.add("INODE_CHECKSUM", format!("inode {ino} (special): checksum mismatch"));
+        }
+        let xattr = self.check_xattr_block(ino, inode)?;
+        let w = self.walk_blocks(ino, inode, journal)?;
+        self.check_iblocks(ino, inode, w.blocks + xattr);
+        if journal {
+            self.check_journal_sb(ino, inode, &w)?;
+        }
+        Ok(())
+    }
+
+    fn check_journal_sb(&mut self, ino: u32, inode: &DiskInode, w: &Walk) -> Result<()> {
+        let Some(first) = w.runs.first().filter(|r| r.lblk == 0) else {
+            self.out.add("JOURNAL_BAD_INODE", format!("journal inode {ino} does not map block 0"));
+            return Ok(());
+        };
+        let b = self.read_block(first.pblk)?;
+        match jbd2::needs_recovery(&b) {
+            None => self.out.add("JOURNAL_BAD_SUPERBLOCK", format!("journal superblock (block {}) has bad magic", first.pblk)),
+            Some(true) => self.out.add("JOURNAL_NEEDS_RECOVERY", "journal is not empty: it must be replayed".into()),
+            Some(false) => {}
+        }
+        let be = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let (jbs, maxlen) = (u64::from(be(0xC)), u64::from(be(0x10)));
+        let have = inode.size() / self.geo.bs;
+        if jbd2::needs_recovery(&b).is_some() && (jbs != self.geo.bs || maxlen > have) {
+            self.out.add("JOURNAL_BAD_SUPERBLOCK", format!("journal block size {jbs}, length {maxlen}, inode holds {have} blocks"));
+        }
+        Ok(())
+    }
+
+    /// The resize inode: a double-indirect block whose entries are the primary reserved GDT
+    /// blocks, each listing its backups (e2fsck's check_resize_inode). Only the double
+    /// indirect block is claimed here; the reserved GDT blocks are claimed as metadata.
+    fn check_resize_inode(&mut self, inode: &DiskInode) -> Result<()> {
+        if mode_ft(inode.mode()) != Some(FT_REG) {
+            self.out.add("RESIZE_INODE_INVALID", format!("resize inode 7 has mode {:#o}", inode.mode()));
+            return Ok(());
+        }
+        if self.geo.csum && inode.checksum() != inode.compute_checksum(self.geo.seed, RESIZE_INO) {
+            self.out.add("INODE_CHECKSUM", "inode 7 (resize): checksum mismatch".into());
+        }
+        let ib = inode.iblock();
+        let dind = u64::from(le32(ib, 13 * 4));
+        let others = (0..15).filter(|&i| i != 13).any(|i| le32(ib, 4 * i) != 0);
+        if others || !self.geo.in_fs(dind, 1) || (dind == 0) != (self.geo.reserved_gdt == 0) {
+            self.out.add("RESIZE_INODE_INVALID", format!("resize inode 7: block map invalid (double indirect {dind})"));
+            return Ok(());
+        }
+        if dind == 0 {
+            return Ok(());
+        }
+        self.claims.claim(dind, 1, Owner::Inode(RESIZE_INO));
+        if let Some(bad) = self.resize_layout_error(dind)? {
+            self.out.add("RESIZE_INODE_INVALID", format!("resize inode 7: {bad}"));
+            return Ok(());
+        }
+        let backups = self.geo.backup_groups().count() as u64;
+        let counted = 1 + self.geo.reserved_gdt * (1 + backups);
+        self.check_iblocks(RESIZE_INO, inode, counted);
+        Ok(())
+    }
+
+    fn resize_layout_error(&self, dind: u64) -> Result<Option<String>> {
+        let g = &self.geo;
+        let per = g.bs / 4;
+        let dbuf = self.read_block(dind)?;
+        let first = g.first_data + 1 + g.gdt_blocks;
+        let ind = read_blocks(self.dev, g, first, g.reserved_gdt)?;
+        for i in 0..g.reserved_gdt {
+            let pblk = first + i;
+            let slot = ((g.gdt_blocks + i) % per) as usize;
+            if u64::from(le32(&dbuf, 4 * slot)) != pblk {
+                return Ok(Some(format!("double indirect entry {slot} is not reserved GDT block {pblk}")));
+            }
+            let blk = &ind[(i * g.bs) as usize..((i + 1) * g.bs) as usize];
+            for (k, bg) in g.backup_groups().enumerate() {
+                let want = pblk + u64::from(bg) * g.bpg;
+                if k as u64 >= per || u64::from(le32(blk, 4 * k)) != want {
+                    return Ok(Some(format!("reserved GDT block {pblk} does not list backup {want}")));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 1: block maps.
+    // -----------------------------------------------------------------------------------
+
+    fn walk_blocks(&mut self, ino: u32, inode: &DiskInode, collect: bool) -> Result<Walk> {
+        let mut w = Walk { ino, seed: inode.csum_seed(self.geo.seed, ino), collect, ..Walk::default() };
+        if inode.flags() & FL_EXTENTS != 0 {
+            let root = inode.iblock().to_vec();
+            self.extent_node(&mut w, &root, None, None, (0, 1 << 32))?;
+        } else {
+            self.walk_indirect(&mut w, inode)?;
+        }
+        Ok(w)
+    }
+
+    fn bad_block(&mut self, w: &mut Walk, what: &str, blk: u64) {
+        w.bad += 1;
+        if w.bad > MAX_BAD_BLOCKS {
+            if !w.aborted {
+                self.out.add("INODE_TOO_MANY_BAD_BLOCKS", format!("inode {}: more than {MAX_BAD_BLOCKS} invalid blocks, rest of the map skipped", w.ino));
+            }
+            w.aborted = true;
+            return;
+        }
+        self.out.add("BLOCK_OUT_OF_RANGE", format!("inode {}: {what} {blk} is outside the file system", w.ino));
+    }
+
+    /// Record `len` data blocks at logical `lblk`, physical `pblk` (already range-checked).
+    fn map_data(&mut self, w: &mut Walk, lblk: u64, pblk: u64, len: u64, init: bool) {
+        self.claims.claim(pblk, len, Owner::Inode(w.ino));
+        w.blocks += len;
+        let last = lblk + len - 1;
+        w.last_lblk = Some(w.last_lblk.map_or(last, |l| l.max(last)));
+        if init {
+            w.last_init = Some(w.last_init.map_or(last, |l| l.max(last)));
+        }
+        if !w.collect {
+            return;
+        }
+        w.mapped += len;
+        if w.mapped > self.geo.blocks {
+            if w.mapped - len <= self.geo.blocks {
+                self.out.add("DIR_TOO_BIG", format!("inode {}: maps more blocks than the file system has", w.ino));
+            }
+            return;
+        }
+        match w.runs.last_mut() {
+            Some(r) if r.lblk + r.len == lblk && r.pblk + r.len == pblk => r.len += len,
+            _ => w.runs.push(Run { lblk, pblk, len }),
+        }
+    }
+
+    fn extent_node(&mut self, w: &mut Walk, buf: &[u8], at: Option<u64>, want_depth: Option<u16>, range: (u64, u64)) -> Result<()> {
+        let place = at.map_or("i_block".to_string(), |b| format!("block {b}"));
+        let node = match extent::decode_node(buf, at.unwrap_or(0)) {
+            Ok(n) => n,
+            Err(e) => {
+                self.out.add("EXTENT_BAD_HEADER", format!("inode {}: extent node in {place}: {e}", w.ino));
+                w.bad += 1;
+                return Ok(());
+            }
+        };
+        let cap = if at.is_some() { extent::block_capacity(buf.len()) } else { extent::node_capacity(buf.len()) };
+        if usize::from(le16(buf, 4)) + 2 < cap {
+            self.out.add("EXTENT_BAD_HEADER", format!("inode {}: extent node in {place}: max entries {} below capacity {cap}", w.ino, le16(buf, 4)));
+        }
+        let depth = match &node {
+            Node::Leaf(_) => 0,
+            Node::Index(d, _) => *d,
+        };
+        if want_depth.is_some_and(|d| d != depth) {
+            self.out.add("EXTENT_BAD_DEPTH", format!("inode {}: extent node in {place} has depth {depth}, expected {}", w.ino, want_depth.unwrap_or(0)));
+            return Ok(());
+        }
+        if let (Some(b), true) = (at, self.geo.csum) {
+            if let Err(e) = extent::verify_block_csum(w.seed, buf, b) {
+                self.out.add("EXTENT_CHECKSUM", format!("inode {}: {e}", w.ino));
+            }
+        }
+        match node {
+            Node::Leaf(v) => v.iter().for_each(|e| self.leaf_extent(w, e, range)),
+            Node::Index(d, v) => {
+                for (i, ix) in v.iter().enumerate() {
+                    let next = v.get(i + 1).map_or(range.1, |n| u64::from(n.lblk));
+                    self.index_entry(w, ix, d, (u64::from(ix.lblk), next), range)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn leaf_extent(&mut self, w: &mut Walk, e: &Extent, range: (u64, u64)) {
+        if w.aborted {
+            return;
+        }
+        let len = u64::from(e.len);
+        if u64::from(e.lblk) < range.0 || e.lend() > range.1 {
+            self.out.add("EXTENT_OUT_OF_ORDER", format!("inode {}: extent at logical {} (+{len}) outside its index range {}..{}", w.ino, e.lblk, range.0, range.1));
+            return;
+        }
+        if !self.geo.in_fs(e.pblk, len) {
+            self.bad_block(w, "extent at block", e.pblk);
+            return;
+        }
+        self.map_data(w, u64::from(e.lblk), e.pblk, len, !e.unwritten);
+    }
+
+    fn index_entry(&mut self, w: &mut Walk, ix: &Index, depth: u16, child: (u64, u64), range: (u64, u64)) -> Result<()> {
+        if w.aborted {
+            return Ok(());
+        }
+        if child.0 < range.0 || child.0 >= range.1 {
+            self.out.add("EXTENT_OUT_OF_ORDER", format!("inode {}: index key {} outside its range {}..{}", w.ino, child.0, range.0, range.1));
+            return Ok(());
+        }
+        if !self.geo.in_fs(ix.child, 1) {
+            self.bad_block(w, "extent tree block", ix.child);
+            return Ok(());
+        }
+        w.blocks += 1;
+        // A block already claimed is not descended into: the duplicate is reported, and
+        // every tree block being read at most once bounds the walk.
+        if self.claims.claim(ix.child, 1, Owner::Inode(w.ino)) > 0 {
+            return Ok(());
+        }
+        let b = self.read_block(ix.child)?;
+        let first_key = u64::from(le32(&b, 12));
+        if le16(&b, 0) == extent::EXT_MAGIC && le16(&b, 2) > 0 && first_key != child.0 {
+            self.out.add("EXTENT_INDEX_START", format!("inode {}: index key {} but child block {} starts at {first_key}", w.ino, child.0, ix.child));
+        }
+        self.extent_node(w, &b, Some(ix.child), Some(depth.saturating_sub(1)), child)
+    }
+
+    /// Walk a classic block map: 12 direct pointers, then single, double, triple indirect.
+    fn walk_indirect(&mut self, w: &mut Walk, inode: &DiskInode) -> Result<()> {
+        let ib = inode.iblock().to_vec();
+        for i in 0..12 {
+            self.map_pointer(w, i, u64::from(le32(&ib, 4 * i as usize)));
+        }
+        let per = self.geo.bs / 4;
+        let mut lblk = 12u64;
+        for level in 1..=3u32 {
+            let b = u64::from(le32(&ib, 4 * (11 + level as usize)));
+            if b != 0 {
+                self.indirect(w, b, level, lblk)?;
+            }
+            lblk += per.pow(level);
+        }
+        Ok(())
+    }
+
+    fn map_pointer(&mut self, w: &mut Walk, lblk: u64, pblk: u64) {
+        if pblk == 0 || w.aborted {
+            return;
+        }
+        if !self.geo.in_fs(pblk, 1) {
+            self.bad_block(w, "block", pblk);
+            return;
+        }
+        self.map_data(w, lblk, pblk, 1, true);
+    }
+
+    fn indirect(&mut self, w: &mut Walk, blk: u64, level: u32, lblk: u64) -> Result<()> {
+        if w.aborted {
+            return Ok(());
+        }
+        if !self.geo.in_fs(blk, 1) {
+            self.bad_block(w, "indirect block", blk);
+            return Ok(());
+        }
+        w.blocks += 1;
+        if self.claims.claim(blk, 1, Owner::Inode(w.ino)) > 0 {
+            return Ok(());
+        }
+        let b = self.read_block(blk)?;
+        let per = self.geo.bs / 4;
+        let span = per.pow(level - 1);
+        for i in 0..per {
+            let p = u64::from(le32(&b, (4 * i) as usize));
+            if p == 0 {
+                continue;
+            }
+            if level == 1 {
+                self.map_pointer(w, lblk + i, p);
+            } else {
+                self.indirect(w, p, level - 1, lblk + i * span)?;
+            }
+        }
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 1: xattr blocks, duplicates, orphans.
+    // -----------------------------------------------------------------------------------
+
+    /// Account the inode's xattr block; returns the blocks to count in i_blocks (0 or 1).
+    fn check_xattr_block(&mut self, ino: u32, inode: &DiskInode) -> Result<u64> {
+        let b = inode.file_acl();
+        if b == 0 {
+            return Ok(0);
+        }
+        if !self.geo.in_fs(b, 1) {
+            self.out.add("XATTR_BAD_BLOCK", format!("inode {ino}: xattr block {b} is outside the file system"));
+            return Ok(0);
+        }
+        if let Some(r) = self.xattrs.get_mut(&b) {
+            r.refs += 1;
+            return Ok(1);
+        }
+        self.claims.claim(b, 1, Owner::Xattr(ino));
+        let buf = self.read_block(b)?;
+        let valid = self.check_xattr_contents(ino, b, &buf);
+        self.xattrs.insert(b, XattrRef { refs: 1, stored: le32(&buf, 4), valid, first: ino });
+        Ok(1)
+    }
+
+    fn check_xattr_contents(&mut self, ino: u32, b: u64, buf: &[u8]) -> bool {
+        if le32(buf, 0) != XATTR_MAGIC || le32(buf, 8) != 1 {
+            self.out.add("XATTR_BAD_BLOCK", format!("inode {ino}: xattr block {b} has magic {:#010x}, h_blocks {}", le32(buf, 0), le32(buf, 8)));
+            return false;
+        }
+        if self.geo.csum {
+            let mut c = crc32c_raw(self.geo.seed, &b.to_le_bytes());
+            c = crc32c_raw(c, &buf[..0x10]);
+            c = crc32c_raw(c, &[0; 4]);
+            c = crc32c_raw(c, &buf[0x14..]);
+            if c != le32(buf, 0x10) {
+                self.out.add("XATTR_CHECKSUM", format!("xattr block {b} (inode {ino}): checksum {:#010x}, computed {c:#010x}", le32(buf, 0x10)));
+            }
+        }
+        if let Some(why) = xattr_entries_error(buf) {
+            self.out.add("XATTR_BAD_ENTRY", format!("xattr block {b} (inode {ino}): {why}"));
+        }
+        true
+    }
+
+    fn check_xattr_refs(&mut self) {
+        let mut v: Vec<_> = self.xattrs.iter().filter(|(_, r)| r.valid && r.refs != u64::from(r.stored)).map(|(&b, r)| (b, r.refs, r.stored, r.first)).collect();
+        v.sort_unstable();
+        for (b, refs, stored, first) in v {
+            self.out.add("XATTR_REFCOUNT", format!("xattr block {b} (first used by inode {first}): refcount {stored}, referenced by {refs} inodes"));
+        }
+    }
+
+    fn report_dups(&mut self) {
+        if self.claims.dups.len() > MAX_DUP_CLAIMS {
+            self.out.add("DUP_BLOCK", format!("{} overlapping claims; only the first {MAX_DUP_CLAIMS} are resolved", self.claims.dups.len()));
+        }
+        for ((a, b), (first, n)) in self.claims.resolve() {
+            let code = match (a.is_meta(), b.is_meta()) {
+                (true, true) => "GROUP_META_OVERLAP",
+                (true, false) | (false, true) => "BLOCK_IS_METADATA",
+                (false, false) => "DUP_BLOCK",
+            };
+            let what = if a == b { format!("claimed twice by {a}") } else { format!("claimed by both {a} and {b}") };
+            self.out.add(code, format!("{n} block(s) from {first} {what}"));
+        }
+    }
+
+    fn read_inode(&self, ino: u32) -> Result<Option<DiskInode>> {
+        let idx = u64::from(ino) - 1;
+        let g = (idx / self.geo.ipg) as usize;
+        let Some(gi) = self.groups.get(g).filter(|gi| gi.it_ok) else {
+            return Ok(None);
+        };
+        let mut raw = vec![0u8; self.geo.isz as usize];
+        let off = gi.desc.inode_table() * self.geo.bs + (idx % self.geo.ipg) * self.geo.isz;
+        self.dev.read_at(off, &mut raw)?;
+        Ok(Some(DiskInode { raw }))
+    }
+
+    /// Follow the orphan chain (head in the superblock, next in each inode's dtime).
+    fn check_orphan_chain(&mut self) -> Result<()> {
+        let mut ino = self.sb.last_orphan();
+        let mut seen = HashSet::new();
+        while ino != 0 && seen.len() < MAX_ORPHANS {
+            if ino < self.geo.first_ino || u64::from(ino) > self.geo.inodes || !seen.insert(ino) {
+                self.out.add("ORPHAN_LIST", format!("orphan list reaches invalid or repeated inode {ino}"));
+                break;
+            }
+            match self.read_inode(ino)? {
+                Some(i) => ino = i.dtime(),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 2: directories.
+    // -----------------------------------------------------------------------------------
+
+    fn pass_directories(&mut self) -> Result<()> {
+        let dirs = std::mem::take(&mut self.dirs);
+        for d in &dirs {
+            self.check_dir(d)?;
+        }
+        self.dirs = dirs;
+        Ok(())
+    }
+
+    fn lookup(runs: &[Run], lblk: u64) -> Option<u64> {
+        let i = runs.partition_point(|r| r.lblk + r.len <= lblk);
+        runs.get(i).filter(|r| r.lblk <= lblk).map(|r| r.pblk + (lblk - r.lblk))
+    }
+
+    fn check_dir(&mut self, d: &DirRec) -> Result<()> {
+        let nblocks = d.runs.iter().map(|r| r.lblk + r.len).max().unwrap_or(0);
+        if nblocks == 0 {
+            self.out.add("DIR_NO_BLOCKS", format!("directory inode {} has no blocks", d.ino));
+            return Ok(());
+        }
+        let mut expect = 0;
+        for r in &d.runs {
+            if r.lblk > expect {
+                self.out.add("DIR_HOLE", format!("directory inode {} has a hole at block {expect}", d.ino));
+                break;
+            }
+            expect = r.lblk + r.len;
+        }
+        let ht = if d.indexed { self.scan_htree(d, nblocks)? } else { None };
+        let mut st = DirScan::default();
+        let per_read = (READ_CHUNK / self.geo.bs).max(1);
+        for r in &d.runs {
+            let mut k = 0;
+            while k < r.len {
+                let n = per_read.min(r.len - k);
+                let buf = read_blocks(self.dev, &self.geo, r.pblk + k, n)?;
+                for (j, blk) in buf.chunks(self.geo.bs as usize).enumerate() {
+                    let off = k + j as u64;
+                    self.dir_block(d, &mut st, r.lblk + off, r.pblk + off, blk, ht.as_ref());
+                }
+                k += n;
+            }
+        }
+        if !st.dot || !st.dotdot {
+            self.out.add("DIR_NO_DOT", format!("directory inode {}: missing '.' or '..' entry", d.ino));
+        }
+        Ok(())
+    }
+
+    fn dir_block(&mut self, d: &DirRec, st: &mut DirScan, lblk: u64, pblk: u64, b: &[u8], ht: Option<&Htree>) {
+        if let Some(h) = ht {
+            if h.nodes.contains(&lblk) {
+                if lblk == 0 {
+                    self.dx_root_dots(d, st, b);
+                }
+                return;
+            }
+        }
+        let tail = self.geo.csum && self.leaf_tail(d, pblk, b);
+        let entries = match dir::parse_block(b, tail, pblk) {
+            Ok(v) => v,
+            Err(e) => {
+                self.out.add("DIR_BAD_ENTRY", format!("directory inode {}, block {lblk}: {e}", d.ino));
+                return;
+            }
+        };
+        let range = ht.and_then(|h| h.leaves.get(&lblk).copied());
+        if ht.is_some() && range.is_none() {
+            self.out.add("HTREE_UNREFERENCED", format!("directory inode {}: block {lblk} is not referenced by the htree", d.ino));
+        }
+        let mut hashes: Option<(u32, u32)> = None;
+        for (i, e) in entries.iter().enumerate() {
+            if lblk == 0 && i < 2 {
+                self.dot_entry(d, st, i, e.ino, &e.name);
+                continue;
+            }
+            if e.ino == 0 {
+                continue;
+            }
+            self.dir_entry(d, st, e, lblk);
+            if let Some(h) = ht {
+                let (hv, _) = hash::dirhash(&e.name, h.version, &self.sb.hash_seed());
+                hashes = Some(hashes.map_or((hv, hv), |(a, b)| (a.min(hv), b.max(hv))));
+            }
+        }
+        if let (Some((lo, hi)), Some((mn, mx))) = (range, hashes) {
+            if mn < lo || mx > hi {
+                self.out.add("HTREE_HASH_RANGE", format!("directory inode {}: leaf block {lblk} holds hashes {mn:#x}..{mx:#x} outside its index range {lo:#x}..{hi:#x}", d.ino));
+            }
+        }
+    }
+
+    /// Verify a leaf's checksum tail; returns whether the tail is present.
+    fn leaf_tail(&mut self, d: &DirRec, pblk: u64, b: &[u8]) -> bool {
+        if !dir::has_tail(b) {
+            self.out.add("DIR_MISSING_TAIL", format!("directory inode {}: block {pblk} has no checksum tail", d.ino));
+            return false;
+        }
+        if let Err(e) = dir::verify_leaf_csum(d.seed, b, pblk) {
+            self.out.add("DIR_CHECKSUM", format!("directory inode {}: {e}", d.ino));
+        }
+        true
+    }
+
+    fn dx_root_dots(&mut self, d: &DirRec, st: &mut DirScan, b: &[u8]) {
+        self.dot_entry(d, st, 0, le32(b, 0), &b[8..8 + usize::from(b[6]).min(4)]);
+        self.dot_entry(d, st, 1, le32(b, 12), &b[20..20 + usize::from(b[18]).min(4)]);
+    }
+
+    /// The first two entries of block 0: "." naming the directory, ".." naming its parent.
+    fn dot_entry(&mut self, d: &DirRec, st: &mut DirScan, i: usize, ino: u32, name: &[u8]) {
+        if i == 0 {
+            st.dot = true;
+            if name != b"." || ino != d.ino {
+                self.out.add("DIR_BAD_DOT", format!("directory inode {}: first entry is '{}' -> {ino}, not '.' -> itself", d.ino, show(name)));
+                return;
+            }
+            self.bump_ref(d.ino);
+            return;
+        }
+        st.dotdot = true;
+        if name != b".." {
+            self.out.add("DIR_BAD_DOTDOT", format!("directory inode {}: second entry is '{}', not '..'", d.ino, show(name)));
+            return;
+        }
+        if !self.inode_in_use(u64::from(ino)) || ino == 0 {
+            self.out.add("DIR_BAD_DOTDOT", format!("directory inode {}: '..' points to unused inode {ino}", d.ino));
+            return;
+        }
+        self.dotdot.insert(d.ino, ino);
+        self.bump_ref(ino);
+    }
+
+    fn bump_ref(&mut self, ino: u32) {
+        if let Some(r) = self.refs.get_mut(ino as usize) {
+            *r = r.saturating_add(1);
+        }
+    }
+
+    fn dir_entry(&mut self, d: &DirRec, st: &mut DirScan, e: &dir::RawEntry, lblk: u64) {
+        let (name, ino) = (show(&e.name), e.ino);
+        let at = format!("directory inode {}, block {lblk}, entry '{name}'", d.ino);
+        if e.name.is_empty() || e.name.contains(&b'/') || e.name.contains(&0) {
+            self.out.add("DIR_BAD_NAME", format!("{at}: invalid name"));
+        }
+        if e.name == b"." || e.name == b".." {
+            self.out.add("DIR_DUP_DOT", format!("{at}: extra '.' or '..' entry"));
+            return;
+        }
+        if u64::from(ino) > self.geo.inodes || ino < self.geo.first_ino || self.special.contains(&ino) {
+            self.out.add("DIR_ENTRY_BAD_INODE", format!("{at}: refers to reserved or invalid inode {ino}"));
+            return;
+        }
+        let kind = self.kind[ino as usize];
+        if kind == K_FREE {
+            self.out.add("DIR_ENTRY_UNUSED_INODE", format!("{at}: refers to unused inode {ino}"));
+            return;
+        }
+        self.bump_ref(ino);
+        self.check_entry_type(&at, e.ft, kind);
+        if st.names.len() < MAX_NAMES_PER_DIR && !st.names.insert(e.name.clone()) {
+            self.out.add("DIR_DUP_ENTRY", format!("{at}: duplicate name"));
+        }
+        if kind == FT_DIR {
+            if let Some(p) = self.parent.get(&ino) {
+                self.out.add("DIR_MULTIPLY_LINKED", format!("{at}: directory {ino} is already linked from directory {p}"));
+            } else {
+                self.parent.insert(ino, d.ino);
+            }
+        }
+    }
+
+    fn check_entry_type(&mut self, at: &str, ft: u8, kind: u8) {
+        let want = if !self.sb.has_incompat(incompat::FILETYPE) {
+            0
+        } else if (FT_REG..=FT_LNK).contains(&kind) {
+            kind
+        } else {
+            return;
+        };
+        if ft != want {
+            self.out.add("DIR_ENTRY_BAD_TYPE", format!("{at}: file type {ft}, inode is a {} (type {want})", ft_name(kind)));
+        }
+    }
+
+    /// Walk the htree index from the root (block 0) down to the leaves, checking each index
+    /// block; returns the leaves' hash ranges, or None when the index is unusable.
+    fn scan_htree(&mut self, d: &DirRec, nblocks: u64) -> Result<Option<Htree>> {
+        let Some(p0) = Self::lookup(&d.runs, 0) else {
+            return Ok(None);
+        };
+        let root = self.read_block(p0)?;
+        let info = match dir::decode_root_info(&root, p0) {
+            Ok(i) => i,
+            Err(e) => {
+                self.out.add("HTREE_BAD_ROOT", format!("directory inode {}: {e}", d.ino));
+                return Ok(None);
+            }
+        };
+        let Some(ents) = self.dx_block(d, &root, dir::DX_ROOT_COUNT_OFF, p0) else {
+            return Ok(None);
+        };
+        let unsigned = self.sb.flags() & FLAG_UNSIGNED_HASH != 0 && info.hash_version <= hash::TEA;
+        let version = info.hash_version + if unsigned { 3 } else { 0 };
+        let mut ht = Htree { version, nodes: HashSet::from([0]), leaves: HashMap::new() };
+        let mut seen = HashSet::from([0u64]);
+        let mut level = self.dx_children(d, &ents, (0, 0xFFFF_FFFE), nblocks, &mut seen);
+        for _ in 0..info.indirect_levels {
+            let mut next = Vec::new();
+            for (lblk, range) in level {
+                let Some(pb) = Self::lookup(&d.runs, lblk) else { continue };
+                let b = self.read_block(pb)?;
+                if let Some(e) = self.dx_block(d, &b, dir::DX_NODE_COUNT_OFF, pb) {
+                    ht.nodes.insert(lblk);
+                    next.extend(self.dx_children(d, &e, range, nblocks, &mut seen));
+                }
+            }
+            level = next;
+        }
+        ht.leaves.extend(level);
+        Ok(Some(ht))
+    }
+
+    fn dx_block(&mut self, d: &DirRec, b: &[u8], count_off: usize, pblk: u64) -> Option<Vec<(u32, u32)>> {
+        if self.geo.csum {
+            if let Err(e) = dir::verify_dx_csum(d.seed, b, count_off, pblk) {
+                self.out.add("HTREE_CHECKSUM", format!("directory inode {}: {e}", d.ino));
+            }
+        }
+        match dir::decode_dx(b, count_off, self.geo.csum, pblk) {
+            Ok(e) => Some(e.entries),
+            Err(e) => {
+                self.out.add("HTREE_BAD_NODE", format!("directory inode {}: {e}", d.ino));
+                None
+            }
+        }
+    }
+
+    /// Children of one index block with the hash range each may hold.
+    fn dx_children(&mut self, d: &DirRec, ents: &[(u32, u32)], range: (u32, u32), nblocks: u64, seen: &mut HashSet<u64>) -> Vec<(u64, (u32, u32))> {
+        let mut out = Vec::new();
+        let mut prev = range.0;
+        for (i, &(h, blk)) in ents.iter().enumerate() {
+            let lo = if i == 0 { range.0 } else { h & !1 };
+            let hi = ents.get(i + 1).map_or(range.1, |&(n, _)| n & !1);
+            if lo < prev || lo < range.0 || lo > range.1 {
+                self.out.add("HTREE_HASH_ORDER", format!("directory inode {}: index entry {i} hash {lo:#x} out of order", d.ino));
+            }
+            prev = prev.max(lo);
+            let blk = u64::from(blk & DX_BLOCK_MASK);
+            if blk >= nblocks || !seen.insert(blk) {
+                self.out.add("HTREE_BAD_NODE", format!("directory inode {}: index entry {i} points to block {blk} (outside the directory or referenced twice)", d.ino));
+                continue;
+            }
+            out.push((blk, (lo, hi.max(lo))));
+        }
+        out
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Passes 3 and 4: connectivity and reference counts.
+    // -----------------------------------------------------------------------------------
+
+    fn pass_connectivity(&mut self) {
+        if self.kind[ROOT_INO as usize] != FT_DIR {
+            return;
+        }
+        if let Some(&dd) = self.dotdot.get(&ROOT_INO) {
+            if dd != ROOT_INO {
+                self.out.add("DIR_BAD_DOTDOT", format!("root directory: '..' is {dd}, should be 2"));
+            }
+        }
+        // 0 unknown, 1 on the current path, 2 connected to the root, 3 disconnected.
+        let mut color: HashMap<u32, u8> = HashMap::from([(ROOT_INO, 2)]);
+        let dirs: Vec<u32> = self.dirs.iter().map(|d| d.ino).collect();
+        for &d in &dirs {
+            self.resolve_dir(d, &mut color);
+        }
+        for &d in &dirs {
+            let (Some(&p), Some(&dd)) = (self.parent.get(&d), self.dotdot.get(&d)) else { continue };
+            if d != ROOT_INO && p != dd {
+                self.out.add("DIR_BAD_DOTDOT", format!("directory inode {d}: '..' is {dd}, but it is linked from {p}"));
+            }
+        }
+    }
+
+    /// Follow parents from `d` until a directory of known state; each directory is walked
+    /// once overall, so the pass is linear and loops are found.
+    fn resolve_dir(&mut self, d: u32, color: &mut HashMap<u32, u8>) {
+        let mut path = Vec::new();
+        let mut cur = d;
+        let verdict = loop {
+            match color.get(&cur).copied().unwrap_or(0) {
+                2 => break 2,
+                3 => break 3,
+                1 => {
+                    self.out.add("DIR_LOOP", format!("directory inode {cur} is part of a directory loop unreachable from the root"));
+                    break 3;
+                }
+                _ => {}
+            }
+            color.insert(cur, 1);
+            path.push(cur);
+            match self.parent.get(&cur) {
+                Some(&p) => cur = p,
+                None => {
+                    self.out.add("UNATTACHED_INODE", format!("directory inode {cur} is not reachable from the root"));
+                    break 3;
+                }
+            }
+        };
+        for p in path {
+            color.insert(p, verdict);
+        }
+    }
+
+    fn pass_links(&mut self) {
+        let dir_nlink = self.sb.has_ro_compat(ro_compat::DIR_NLINK);
+        for ino in 1..self.kind.len() {
+            let kind = self.kind[ino];
+            if !(FT_REG..=FT_LNK).contains(&kind) || (ino < self.geo.first_ino as usize && ino != ROOT_INO as usize) {
+                continue;
+            }
+            let (links, mut counted) = (u32::from(self.links[ino]), u32::from(self.refs[ino]));
+            if counted == 0 {
+                if kind != FT_DIR {
+                    self.out.add("UNATTACHED_INODE", format!("inode {ino} ({}, links {links}) is not in any directory", ft_name(kind)));
+                }
+                continue;
+            }
+            if kind == FT_DIR && counted > LINK_MAX && dir_nlink {
+                counted = 1;
+            }
+            if counted != links {
+                self.out.add("LINK_COUNT", format!("inode {ino} ({}): i_links_count is {links}, counted {counted}", ft_name(kind)));
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 5: bitmaps and summary counts.
+    // -----------------------------------------------------------------------------------
+
+    fn pass_bitmaps(&mut self) -> Result<()> {
+        let mut free_blocks = 0u64;
+        for start in (0..self.geo.groups).step_by(1024) {
+            let end = (start + 1024).min(self.geo.groups);
+            let maps = self.load_block_bitmaps(start, end)?;
+            for (g, map) in (start..end).zip(maps) {
+                free_blocks += self.check_block_group(g, map);
+            }
+        }
+        let mut free_inodes = 0u64;
+        for g in 0..self.geo.groups {
+            free_inodes += self.check_inode_group(g);
+        }
+        if self.sb.free_blocks_count() != free_blocks {
+            self.out.note("SB_FREE_BLOCKS", format!("superblock free blocks {}, counted {free_blocks}", self.sb.free_blocks_count()));
+        }
+        if u64::from(self.sb.free_inodes_count()) != free_inodes {
+            self.out.note("SB_FREE_INODES", format!("superblock free inodes {}, counted {free_inodes}", self.sb.free_inodes_count()));
+        }
+        Ok(())
+    }
+
+    fn load_block_bitmaps(&mut self, start: u32, end: u32) -> Result<Vec<Bitmap>> {
+        let mut out: Vec<Bitmap> = Vec::new();
+        let mut want = Vec::new();
+        for g in start..end {
+            let gi = &self.groups[g as usize];
+            out.push(if gi.flags & BG_BLOCK_UNINIT != 0 { Bitmap::Uninit } else { Bitmap::Unreadable });
+            if gi.flags & BG_BLOCK_UNINIT == 0 && gi.bb_ok {
+                want.push((g, gi.desc.block_bitmap()));
+            }
+        }
+        let blocks: Vec<u64> = want.iter().map(|&(_, b)| b).collect();
+        let maps = read_scattered(self.dev, &self.geo, &blocks)?;
+        for (&(g, _), map) in want.iter().zip(maps) {
+            self.verify_bitmap_csum(g, &map, true);
+            out[(g - start) as usize] = Bitmap::Loaded(map);
+        }
+        Ok(out)
+    }
+
+    /// Compare group `g`'s computed block usage with its bitmap; returns its free blocks.
+    fn check_block_group(&mut self, g: u32, map: Bitmap) -> u64 {
+        let (first, len) = (self.geo.group_first(g), self.geo.group_len(g));
+        let mut computed = vec![0u8; (len as usize).div_ceil(8)];
+        for i in 0..len {
+            if self.claims.is_used(first + i) {
+                crate::disk::set_bit(&mut computed, i as usize);
+            }
+        }
+        let used = crate::disk::count_ones(&computed, len as usize) as u64;
+        let ondisk = match map {
+            Bitmap::Loaded(m) => Some(m),
+            Bitmap::Uninit => Some(uninit_block_bitmap(&self.geo, g, &self.groups[g as usize].desc)),
+            Bitmap::Unreadable => None,
+        };
+        if let Some(m) = ondisk {
+            let (ranges, total) = diff_bits(&computed, &m, len as usize, first);
+            if total > 0 {
+                self.out.add("BLOCK_BITMAP_MISMATCH", format!("group {g}: block bitmap differences: {}", fmt_ranges(&ranges, total)));
+            }
+        }
+        let stored = u64::from(self.groups[g as usize].desc.free_blocks());
+        if stored != len - used {
+            self.out.add("GROUP_FREE_BLOCKS", format!("group {g}: free blocks count is {stored}, counted {}", len - used));
+        }
+        len - used
+    }
+
+    /// Compare group `g`'s computed inode usage with its bitmap and counters; returns its
+    /// free inodes.
+    fn check_inode_group(&mut self, g: u32) -> u64 {
+        let ipg = self.geo.ipg as usize;
+        let base = g as usize * ipg + 1;
+        let mut computed = vec![0u8; ipg.div_ceil(8)];
+        let mut dirs = 0u64;
+        for i in 0..ipg {
+            let k = self.kind[base + i];
+            if k != K_FREE {
+                crate::disk::set_bit(&mut computed, i);
+            }
+            dirs += u64::from(k == FT_DIR);
+        }
+        let used = crate::disk::count_ones(&computed, ipg) as u64;
+        let gi = &self.groups[g as usize];
+        let ondisk = match &gi.ibitmap {
+            Bitmap::Loaded(m) => Some(m.clone()),
+            Bitmap::Uninit => Some(vec![0u8; ipg.div_ceil(8)]),
+            Bitmap::Unreadable => None,
+        };
+        let (stored_free, stored_dirs) = (u64::from(gi.desc.free_inodes()), u64::from(gi.desc.used_dirs()));
+        if let Some(m) = ondisk {
+            let (ranges, total) = diff_bits(&computed, &m, ipg, base as u64);
+            if total > 0 {
+                self.out.add("INODE_BITMAP_MISMATCH", format!("group {g}: inode bitmap differences: {}", fmt_ranges(&ranges, total)));
+            }
+        }
+        let free = self.geo.ipg - used;
+        if stored_free != free {
+            self.out.add("GROUP_FREE_INODES", format!("group {g}: free inodes count is {stored_free}, counted {free}"));
+        }
+        if stored_dirs != dirs {
+            self.out.add("GROUP_DIRS_COUNT", format!("group {g}: directories count is {stored_dirs}, counted {dirs}"));
+        }
+        free
+    }
+}
+
+/// Validate the entry table of an xattr block: entries end with a zero word, names and
+/// values stay inside the block.
+fn xattr_entries_error(buf: &[u8]) -> Option<String> {
+    let mut off = 0x20;
+    while off + 4 <= buf.len() && le32(buf, off) != 0 {
+        if off + 16 > buf.len() {
+            return Some(format!("entry at {off} truncated"));
+        }
+        let name_len = usize::from(buf[off]);
+        let value_offs = usize::from(le16(buf, off + 2));
+        let value_inum = le32(buf, off + 4);
+        let value_size = le32(buf, off + 8) as usize;
+        let next = off + ((16 + name_len + 3) & !3);
+        if name_len == 0 || next > buf.len() {
+            return Some(format!("entry at {off}: name length {name_len}"));
+        }
+        if value_inum == 0 && value_size > 0 && value_offs.checked_add(value_size).is_none_or(|e| e > buf.len()) {
+            return Some(format!("entry at {off}: value {value_offs}+{value_size} outside the block"));
+        }
+        off = next;
+    }
+    None
+}
