@@ -1,0 +1,192 @@
+//! What a bench run does: workloads, thread counts, repetitions, target and variants.
+
+use lanefs::MountOptions;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Size of the sparse image file the `lanefs` target formats for each run.
+pub const DEFAULT_IMAGE_SIZE: u64 = 4 << 30;
+
+/// Variant name used for every record of a path target, where mount options do not apply.
+pub const PATH_VARIANT: &str = "-";
+
+/// Where the workloads run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetSpec {
+    /// Real syscalls in a directory of any mounted file system. Each run gets a fresh
+    /// subdirectory, removed afterwards. Variants do not apply: every record of this target
+    /// carries the variant name [`PATH_VARIANT`].
+    Path(PathBuf),
+    /// The engine in-process on an image file, formatted and mounted afresh for each run
+    /// and deleted afterwards.
+    Lanefs {
+        /// Image file to use; `None` means a temporary file in a fresh temporary directory.
+        image: Option<PathBuf>,
+        /// Size of the (sparse) image in bytes.
+        size: u64,
+    },
+}
+
+impl Default for TargetSpec {
+    fn default() -> Self {
+        TargetSpec::Lanefs {
+            image: None,
+            size: DEFAULT_IMAGE_SIZE,
+        }
+    }
+}
+
+/// One set of mount options to measure, under a name shown in reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variant {
+    /// Name in tables and records, e.g. "default" or "mb_trylock=0".
+    pub name: String,
+    /// Mount options the engine runs with for this variant.
+    pub opts: MountOptions,
+}
+
+impl Variant {
+    /// A variant named `name` with mount options `opts`.
+    pub fn new(name: impl Into<String>, opts: MountOptions) -> Variant {
+        Variant {
+            name: name.into(),
+            opts,
+        }
+    }
+}
+
+impl Default for Variant {
+    fn default() -> Self {
+        Variant::new("default", MountOptions::default())
+    }
+}
+
+/// Everything `run` needs. `BenchConfig::default()` is what a plain `lanefs bench` does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchConfig {
+    /// Workload names, in the order they run (see [`crate::workload_names`]).
+    pub workloads: Vec<String>,
+    /// Thread counts to sweep.
+    pub threads: Vec<usize>,
+    /// Repetitions of the whole sweep; reports show the median with min and max.
+    pub reps: usize,
+    /// Measured seconds per run of a duration-timed workload (fallocate2, control).
+    pub seconds: f64,
+    /// Seconds each duration-timed run spins before measuring starts.
+    pub warmup: f64,
+    /// Files per thread for mdtest.
+    pub files: usize,
+    /// Where the workloads run.
+    pub target: TargetSpec,
+    /// Mount-option variants, run interleaved (lanefs target only).
+    pub variants: Vec<Variant>,
+    /// Collect and print lock statistics for lanefs runs.
+    pub lockstat: bool,
+    /// Write all records as a JSON array to this file.
+    pub json: Option<PathBuf>,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            workloads: vec!["fallocate2".to_string(), "mdtest".to_string()],
+            threads: vec![1, 2, 4],
+            reps: 3,
+            seconds: 2.0,
+            warmup: 0.3,
+            files: 2000,
+            target: TargetSpec::default(),
+            variants: vec![Variant::default()],
+            lockstat: false,
+            json: None,
+        }
+    }
+}
+
+/// Upper bounds that keep a typo from starting a run that never ends.
+const MAX_THREADS: usize = 4096;
+const MAX_REPS: usize = 1000;
+const MAX_SECONDS: f64 = 24.0 * 3600.0;
+const MAX_FILES: usize = 100_000_000;
+
+impl BenchConfig {
+    /// Check every field; the error names the field and what is wrong with it.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.workloads.is_empty() {
+            return Err("no workload given".to_string());
+        }
+        for w in &self.workloads {
+            if crate::workloads::find(w).is_none() {
+                return Err(format!(
+                    "unknown workload {w:?} (known: {})",
+                    crate::workload_names().join(", ")
+                ));
+            }
+        }
+        if self.threads.is_empty() {
+            return Err("no thread count given".to_string());
+        }
+        if let Some(&t) = self.threads.iter().find(|&&t| t == 0 || t > MAX_THREADS) {
+            return Err(format!("thread count {t} is outside 1..={MAX_THREADS}"));
+        }
+        if self.reps == 0 || self.reps > MAX_REPS {
+            return Err(format!(
+                "repetitions {} is outside 1..={MAX_REPS}",
+                self.reps
+            ));
+        }
+        seconds_duration("seconds", self.seconds, false)?;
+        seconds_duration("warm-up", self.warmup, true)?;
+        if self.files == 0 || self.files > MAX_FILES {
+            return Err(format!(
+                "files per thread {} is outside 1..={MAX_FILES}",
+                self.files
+            ));
+        }
+        if self.variants.is_empty() {
+            return Err("no variant given".to_string());
+        }
+        for (i, v) in self.variants.iter().enumerate() {
+            if v.name.is_empty() {
+                return Err(format!("variant {} has an empty name", i + 1));
+            }
+            if self.variants[..i].iter().any(|u| u.name == v.name) {
+                return Err(format!("variant name {:?} is given twice", v.name));
+            }
+        }
+        match &self.target {
+            TargetSpec::Path(dir) => {
+                if !dir.is_dir() {
+                    return Err(format!("path target {} is not a directory", dir.display()));
+                }
+            }
+            TargetSpec::Lanefs { size, .. } => {
+                if *size < (16 << 20) {
+                    return Err(format!("image size {size} is smaller than 16 MiB"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Measured duration of a duration-timed run.
+    pub fn duration(&self) -> Result<Duration, String> {
+        seconds_duration("seconds", self.seconds, false)
+    }
+
+    /// Warm-up before measuring a duration-timed run.
+    pub fn warmup_duration(&self) -> Result<Duration, String> {
+        seconds_duration("warm-up", self.warmup, true)
+    }
+}
+
+/// `secs` as a Duration, refusing NaN, negative, absurd and (unless `zero_ok`) zero values.
+fn seconds_duration(what: &str, secs: f64, zero_ok: bool) -> Result<Duration, String> {
+    let ok = secs.is_finite() && secs <= MAX_SECONDS && (secs > 0.0 || (zero_ok && secs == 0.0));
+    if !ok {
+        return Err(format!(
+            "{what} {secs} is outside the range (0, {MAX_SECONDS}]"
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{what} {secs}: {e}"))
+}

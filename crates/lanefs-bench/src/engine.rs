@@ -1,0 +1,23 @@
+//! The few engine calls outside `Fs`: formatting and lock statistics, kept in one place.
+
+use lanefs::BlockDevice;
+
+/// Format `dev` with default mkfs options.
+pub(crate) fn format_image(dev: &dyn BlockDevice) -> Result<(), String> {
+    lanefs::mkfs::format(dev, &lanefs::mkfs::MkfsOptions::default()).map_err(|e| e.to_string())
+}
+
+/// Turn the engine's lock statistics on or off.
+pub(crate) fn lockstat_enable(on: bool) {
+    lanefs::sync::set_lockstat(on);
+}
+
+/// Zero the engine's lock statistics.
+pub(crate) fn lockstat_reset() {
+    lanefs::sync::lockstat_reset();
+}
+
+/// The engine's lock statistics since the last reset, as a table.
+pub(crate) fn lockstat_table() -> String {
+    lanefs::sync::lockstat_table(&lanefs::sync::lockstat_snapshot())
+}

@@ -1,0 +1,254 @@
+//! lanefs-bench: the workloads of `lanefs bench` (see `shared/design/WORKLOADS.md`), run
+//! with the same code against the engine in-process or against a directory of any mounted
+//! file system, with a control loop at every thread count as the ceiling of the machine.
+//!
+//! ```no_run
+//! use lanefs_bench::{run, BenchConfig, TargetSpec};
+//!
+//! let cfg = BenchConfig {
+//!     workloads: vec!["fallocate2".into(), "mdtest".into()],
+//!     threads: vec![1, 2],
+//!     reps: 1,
+//!     seconds: 0.5,
+//!     target: TargetSpec::Path("/tmp".into()),
+//!     json: Some("/tmp/bench.json".into()),
+//!     ..BenchConfig::default()
+//! };
+//! let records = run(&cfg, &mut std::io::stdout())?;
+//! assert!(records.iter().all(|r| r.ops > 0));
+//! # Ok::<(), String>(())
+//! ```
+
+pub mod config;
+mod engine;
+pub mod report;
+pub mod target;
+pub mod timing;
+pub mod workloads;
+
+pub use config::{BenchConfig, TargetSpec, Variant, DEFAULT_IMAGE_SIZE, PATH_VARIANT};
+pub use report::{render_table, write_json, Record};
+pub use target::Target;
+
+use std::io::Write;
+use timing::PhaseResult;
+use workloads::{control, RunCtx, Workload};
+
+/// Names of the workloads `run` accepts, in registry order.
+pub fn workload_names() -> Vec<&'static str> {
+    workloads::REGISTRY.iter().map(|w| w.name()).collect()
+}
+
+/// Write a line to `out`, turning an I/O error into the crate's error string.
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {
+        writeln!($out, $($arg)*).map_err(|e| format!("writing output: {e}"))
+    };
+}
+
+/// Turns engine lock statistics on for its lifetime, and off again even on an early return.
+struct LockstatOn(bool);
+
+impl LockstatOn {
+    fn new(on: bool) -> LockstatOn {
+        if on {
+            engine::lockstat_enable(true);
+        }
+        LockstatOn(on)
+    }
+}
+
+impl Drop for LockstatOn {
+    fn drop(&mut self) {
+        if self.0 {
+            engine::lockstat_enable(false);
+        }
+    }
+}
+
+/// The per-run targets: one per variant for lanefs, a single one for a path.
+fn targets(cfg: &BenchConfig) -> Vec<Target> {
+    match &cfg.target {
+        TargetSpec::Path(dir) => vec![Target::Path(dir.clone())],
+        TargetSpec::Lanefs { image, size } => cfg
+            .variants
+            .iter()
+            .map(|v| Target::Lanefs {
+                image: image.clone(),
+                size: *size,
+                variant: v.name.clone(),
+                opts: v.opts.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Where one result came from.
+struct Origin<'a> {
+    workload: &'a str,
+    target: &'a str,
+    variant: &'a str,
+    threads: usize,
+    rep: usize,
+    oversubscribed: bool,
+}
+
+fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
+    Record {
+        workload: o.workload.to_string(),
+        phase: p.phase.to_string(),
+        target: o.target.to_string(),
+        variant: o.variant.to_string(),
+        threads: o.threads,
+        rep: o.rep,
+        ops: p.ops,
+        seconds: p.seconds,
+        ops_per_sec: p.ops_per_sec(),
+        per_thread_ops_per_sec: p.per_thread_ops_per_sec,
+        oversubscribed: o.oversubscribed,
+    }
+}
+
+fn progress(out: &mut dyn Write, reps: usize, r: &Record) -> Result<(), String> {
+    let per: Vec<String> = r
+        .per_thread_ops_per_sec
+        .iter()
+        .map(|&v| report::fmt_rate(v))
+        .collect();
+    say!(
+        out,
+        "rep {}/{reps} threads {}{}: {} {} [{}] {} ops/s ({} ops in {:.2} s; per thread {})",
+        r.rep,
+        r.threads,
+        if r.oversubscribed {
+            " (oversubscribed)"
+        } else {
+            ""
+        },
+        r.workload,
+        r.phase,
+        r.variant,
+        report::fmt_rate(r.ops_per_sec),
+        r.ops,
+        r.seconds,
+        per.join(" ")
+    )
+}
+
+/// Run one workload once on a fresh instance of `target`; returns its records and, when
+/// `lockstat` is on, the lock statistics table of the run.
+fn run_one(
+    cfg: &BenchConfig,
+    w: &dyn Workload,
+    target: &Target,
+    threads: usize,
+    origin: &Origin<'_>,
+    lockstat: bool,
+) -> Result<(Vec<Record>, Option<String>), String> {
+    let inst = target
+        .prepare()
+        .map_err(|e| format!("{} on {}: {e}", w.name(), target.label()))?;
+    let location = inst.backend().location();
+    if lockstat {
+        engine::lockstat_reset();
+    }
+    let ctx = RunCtx {
+        backend: inst.backend(),
+        threads,
+        warmup: cfg.warmup_duration()?,
+        duration: cfg.duration()?,
+        files: cfg.files,
+    };
+    let result = w.run(&ctx);
+    let locks = lockstat.then(engine::lockstat_table);
+    let finished = inst.finish();
+    let phases = result.map_err(|e| format!("{} on {location}: {e}", w.name()))?;
+    finished.map_err(|e| format!("{} on {location}: {e}", w.name()))?;
+    Ok((
+        phases.into_iter().map(|p| record(origin, p)).collect(),
+        locks,
+    ))
+}
+
+/// Run the benchmark `cfg` describes: for every repetition, every thread count, the control
+/// loop and then every workload with every variant interleaved, each run on a fresh
+/// directory or freshly formatted image. Prints progress and the final table to `out`,
+/// writes `cfg.json` if set, and returns every record.
+pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String> {
+    cfg.validate()?;
+    let (warmup, duration) = (cfg.warmup_duration()?, cfg.duration()?);
+    let chosen: Vec<&dyn Workload> = cfg
+        .workloads
+        .iter()
+        .filter_map(|n| workloads::find(n))
+        .collect();
+    let targets = targets(cfg);
+    let label = targets.first().map(Target::label).unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let lockstat = cfg.lockstat && matches!(cfg.target, TargetSpec::Lanefs { .. });
+    if cfg.lockstat && !lockstat {
+        say!(
+            out,
+            "lock statistics apply to the lanefs target only; ignoring --lockstat"
+        )?;
+    }
+    let _lockstat_on = LockstatOn::new(lockstat);
+    say!(
+        out,
+        "lanefs bench on {label}: {} x threads {:?} x {} reps, {} s per timed run ({} s warm-up), \
+         {} files per thread, {cpus} CPUs",
+        cfg.workloads.join("+"),
+        cfg.threads,
+        cfg.reps,
+        cfg.seconds,
+        cfg.warmup,
+        cfg.files,
+    )?;
+    let mut records = Vec::new();
+    for rep in 1..=cfg.reps {
+        for &threads in &cfg.threads {
+            let oversubscribed = threads > cpus;
+            let ctl = control::run(threads, warmup, duration)
+                .map_err(|e| format!("control loop at {threads} threads: {e}"))?;
+            let o = Origin {
+                workload: control::NAME,
+                target: &label,
+                variant: PATH_VARIANT,
+                threads,
+                rep,
+                oversubscribed,
+            };
+            let r = record(&o, ctl);
+            progress(out, cfg.reps, &r)?;
+            records.push(r);
+            for &w in &chosen {
+                for target in &targets {
+                    let o = Origin {
+                        workload: w.name(),
+                        variant: target.variant(),
+                        ..o
+                    };
+                    let (recs, locks) = run_one(cfg, w, target, threads, &o, lockstat)?;
+                    for r in recs {
+                        progress(out, cfg.reps, &r)?;
+                        records.push(r);
+                    }
+                    if let Some(table) = locks.filter(|_| rep == cfg.reps) {
+                        say!(
+                            out,
+                            "lock statistics: {} [{}] threads {threads}, rep {rep}\n{table}",
+                            w.name(),
+                            target.variant()
+                        )?;
+                    }
+                }
+            }
+        }
+    }
+    say!(out, "\n{}", render_table(&records))?;
+    if let Some(path) = &cfg.json {
+        write_json(&records, path)?;
+        say!(out, "wrote {} records to {}", records.len(), path.display())?;
+    }
+    Ok(records)
+}

@@ -1,0 +1,454 @@
+//! Running N threads together: duration-timed loops (will-it-scale style) and phase-timed
+//! runs (mdtest style). The caller's thread is the timer and never does work.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread::{Scope, ScopedJoinHandle};
+use std::time::{Duration, Instant};
+
+/// Result of one timed phase of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseResult {
+    /// Phase name, e.g. "fallocate", "create", "remove".
+    pub phase: &'static str,
+    /// Operations done in the measured time, all threads together.
+    pub ops: u64,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// Each thread's operations per second.
+    pub per_thread_ops_per_sec: Vec<f64>,
+}
+
+impl PhaseResult {
+    /// Total operations per second.
+    pub fn ops_per_sec(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.ops as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Why a worker thread stopped early.
+enum Stop {
+    /// Another thread failed, or the timer gave up; this one has nothing to report.
+    Aborted,
+    /// This thread's own failure.
+    Failed(String),
+}
+
+/// A barrier that can be aborted, so one failing thread never leaves the others waiting.
+struct Gate {
+    n: usize,
+    state: Mutex<GateState>,
+    cv: Condvar,
+}
+
+struct GateState {
+    arrived: usize,
+    generation: u64,
+    aborted: bool,
+}
+
+impl Gate {
+    fn new(n: usize) -> Gate {
+        Gate {
+            n,
+            state: Mutex::new(GateState {
+                arrived: 0,
+                generation: 0,
+                aborted: false,
+            }),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        // A poisoned gate only means a thread panicked; the counters are still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wait until all `n` parties arrive. False if the gate was aborted first.
+    fn wait(&self) -> bool {
+        let mut s = self.lock();
+        if s.aborted {
+            return false;
+        }
+        let generation = s.generation;
+        s.arrived += 1;
+        if s.arrived == self.n {
+            s.arrived = 0;
+            s.generation += 1;
+            self.cv.notify_all();
+            return true;
+        }
+        while s.generation == generation && !s.aborted {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.generation != generation
+    }
+
+    /// Release every waiter now and make every later `wait` fail.
+    fn abort(&self) {
+        self.lock().aborted = true;
+        self.cv.notify_all();
+    }
+}
+
+/// A per-thread counter on its own cache lines, so counting never bounces a shared line.
+#[repr(align(128))]
+#[derive(Default)]
+struct Counter(AtomicU64);
+
+/// Shared state of one run's threads.
+struct Crew {
+    gate: Gate,
+    stop: AtomicBool,
+}
+
+impl Crew {
+    fn new(threads: usize) -> Crew {
+        Crew {
+            gate: Gate::new(threads + 1),
+            stop: AtomicBool::new(false),
+        }
+    }
+    fn fail(&self, e: String) -> Stop {
+        self.stop.store(true, Relaxed);
+        self.gate.abort();
+        Stop::Failed(e)
+    }
+    /// Sleep `d`, waking early (false) when a thread has failed.
+    fn sleep(&self, d: Duration) -> bool {
+        let end = Instant::now() + d;
+        loop {
+            if self.stop.load(Relaxed) {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return true;
+            }
+            std::thread::sleep((end - now).min(Duration::from_millis(10)));
+        }
+    }
+}
+
+/// Releases every other thread when a worker panics, so the panic becomes an error.
+struct AbortOnPanic<'a>(&'a Crew);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop.store(true, Relaxed);
+            self.0.gate.abort();
+        }
+    }
+}
+
+/// Spawn `threads` workers running `body(i)`; on a spawn failure abort the ones started.
+fn spawn_all<'scope, 'env, T, F>(
+    scope: &'scope Scope<'scope, 'env>,
+    crew: &'scope Crew,
+    threads: usize,
+    name: &str,
+    body: &'scope F,
+) -> Result<Vec<ScopedJoinHandle<'scope, Result<T, Stop>>>, String>
+where
+    T: Send + 'scope,
+    F: Fn(usize) -> Result<T, Stop> + Sync,
+{
+    let mut handles = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let spawned = std::thread::Builder::new()
+            .name(format!("{name}-{i}"))
+            .spawn_scoped(scope, move || {
+                let _guard = AbortOnPanic(crew);
+                body(i)
+            });
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                crew.stop.store(true, Relaxed);
+                crew.gate.abort();
+                let _ = join_all(handles);
+                return Err(format!("spawning thread {i}: {e}"));
+            }
+        }
+    }
+    Ok(handles)
+}
+
+/// The message of a panic payload, when it is a string.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "(no message)"
+    }
+}
+
+/// Join every thread; the first real failure wins over "aborted".
+fn join_all<T>(handles: Vec<ScopedJoinHandle<'_, Result<T, Stop>>>) -> Result<Vec<T>, String> {
+    let mut out = Vec::with_capacity(handles.len());
+    let mut first_err: Option<String> = None;
+    let mut aborted = false;
+    for (i, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok(v)) => out.push(v),
+            Ok(Err(Stop::Failed(e))) => {
+                first_err.get_or_insert(e);
+            }
+            Ok(Err(Stop::Aborted)) => aborted = true,
+            Err(payload) => {
+                first_err.get_or_insert(format!("thread {i} panicked: {}", panic_text(&*payload)));
+            }
+        }
+    }
+    match (first_err, aborted) {
+        (Some(e), _) => Err(e),
+        (None, true) => Err("run aborted".to_string()),
+        (None, false) => Ok(out),
+    }
+}
+
+/// Run `op` in a loop on `threads` threads for `warmup + duration` and count calls made in
+/// the measured `duration`. `setup(i)` makes thread i's state before the start line and
+/// `teardown` disposes of it after the loop.
+pub fn timed_loop<S, Setup, Op, Teardown>(
+    phase: &'static str,
+    threads: usize,
+    warmup: Duration,
+    duration: Duration,
+    setup: Setup,
+    op: Op,
+    teardown: Teardown,
+) -> Result<PhaseResult, String>
+where
+    Setup: Fn(usize) -> Result<S, String> + Sync,
+    Op: Fn(&mut S) -> Result<(), String> + Sync,
+    Teardown: Fn(S) -> Result<(), String> + Sync,
+{
+    let crew = Crew::new(threads);
+    let counters: Vec<Counter> = (0..threads).map(|_| Counter::default()).collect();
+    let body = |i: usize| -> Result<(), Stop> {
+        let mut st = setup(i).map_err(|e| crew.fail(e))?;
+        if !crew.gate.wait() {
+            let _ = teardown(st);
+            return Err(Stop::Aborted);
+        }
+        let counter = &counters[i].0;
+        let mut n = 0u64;
+        while !crew.stop.load(Relaxed) {
+            if let Err(e) = op(&mut st) {
+                let _ = teardown(st);
+                return Err(crew.fail(e));
+            }
+            n += 1;
+            counter.store(n, Relaxed);
+        }
+        teardown(st).map_err(|e| crew.fail(e))
+    };
+    std::thread::scope(|scope| {
+        let handles = spawn_all(scope, &crew, threads, phase, &body)?;
+        let snapshot = || {
+            counters
+                .iter()
+                .map(|c| c.0.load(Relaxed))
+                .collect::<Vec<u64>>()
+        };
+        let mut measured = None;
+        if crew.gate.wait() && crew.sleep(warmup) {
+            let (c0, t0) = (snapshot(), Instant::now());
+            if crew.sleep(duration) {
+                let (t1, c1) = (Instant::now(), snapshot());
+                measured = Some((c0, c1, (t1 - t0).as_secs_f64()));
+            }
+        }
+        crew.stop.store(true, Relaxed);
+        join_all(handles)?;
+        let Some((c0, c1, secs)) = measured else {
+            return Err("run aborted".to_string());
+        };
+        let per: Vec<u64> = c1
+            .iter()
+            .zip(&c0)
+            .map(|(b, a)| b.saturating_sub(*a))
+            .collect();
+        Ok(PhaseResult {
+            phase,
+            ops: per.iter().sum(),
+            seconds: secs,
+            per_thread_ops_per_sec: per.iter().map(|&n| n as f64 / secs).collect(),
+        })
+    })
+}
+
+/// Run `phases` one after the other on `threads` threads; all threads start each phase
+/// together and the phase lasts until the last one finishes. `work(state, p)` does thread
+/// i's share of phase `p` and returns how many operations it did.
+pub fn phased<S, Setup, Work, Teardown>(
+    name: &'static str,
+    phases: &[&'static str],
+    threads: usize,
+    setup: Setup,
+    work: Work,
+    teardown: Teardown,
+) -> Result<Vec<PhaseResult>, String>
+where
+    Setup: Fn(usize) -> Result<S, String> + Sync,
+    Work: Fn(&mut S, usize) -> Result<u64, String> + Sync,
+    Teardown: Fn(S) -> Result<(), String> + Sync,
+{
+    let crew = Crew::new(threads);
+    // Each thread returns (ops, start, end) for every phase. A phase lasts from the first
+    // thread's start to the last thread's end, all on the threads' own clocks, so a late
+    // wake-up of the timer thread never shortens it.
+    let body = |i: usize| -> Result<Vec<(u64, Instant, Instant)>, Stop> {
+        let mut st = setup(i).map_err(|e| crew.fail(e))?;
+        let mut done = Vec::with_capacity(phases.len());
+        for p in 0..phases.len() {
+            if !crew.gate.wait() {
+                let _ = teardown(st);
+                return Err(Stop::Aborted);
+            }
+            let t0 = Instant::now();
+            match work(&mut st, p) {
+                Ok(n) => done.push((n, t0, Instant::now())),
+                Err(e) => {
+                    let _ = teardown(st);
+                    return Err(crew.fail(e));
+                }
+            }
+            if !crew.gate.wait() {
+                let _ = teardown(st);
+                return Err(Stop::Aborted);
+            }
+        }
+        teardown(st).map_err(|e| crew.fail(e))?;
+        Ok(done)
+    };
+    std::thread::scope(|scope| {
+        let handles = spawn_all(scope, &crew, threads, name, &body)?;
+        // The timer only keeps step with the workers, twice per phase.
+        for _ in 0..2 * phases.len() {
+            if !crew.gate.wait() {
+                break;
+            }
+        }
+        let per_thread = join_all(handles)?;
+        let mut results = Vec::with_capacity(phases.len());
+        for (p, &phase) in phases.iter().enumerate() {
+            let rows: Vec<(u64, Instant, Instant)> = per_thread
+                .iter()
+                .filter_map(|d| d.get(p).copied())
+                .collect();
+            let (Some(start), Some(end)) = (
+                rows.iter().map(|r| r.1).min(),
+                rows.iter().map(|r| r.2).max(),
+            ) else {
+                return Err("run aborted".to_string());
+            };
+            results.push(PhaseResult {
+                phase,
+                ops: rows.iter().map(|r| r.0).sum(),
+                seconds: (end - start).as_secs_f64(),
+                per_thread_ops_per_sec: rows
+                    .iter()
+                    .map(|r| rate(r.0, (r.2 - r.1).as_secs_f64()))
+                    .collect(),
+            });
+        }
+        Ok(results)
+    })
+}
+
+fn rate(ops: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        ops as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failing setup must not leave the other threads or the timer waiting.
+    #[test]
+    fn failing_setup_aborts_cleanly() {
+        let r = timed_loop(
+            "x",
+            3,
+            Duration::ZERO,
+            Duration::from_millis(50),
+            |i| {
+                if i == 1 {
+                    Err("boom".to_string())
+                } else {
+                    Ok(())
+                }
+            },
+            |_| Ok(()),
+            |_| Ok(()),
+        );
+        assert_eq!(r, Err("boom".to_string()));
+    }
+
+    /// A failing phase reports its error and the run ends.
+    #[test]
+    fn failing_phase_aborts_cleanly() {
+        let r = phased(
+            "x",
+            &["a", "b"],
+            2,
+            Ok,
+            |i, p| {
+                if *i == 0 && p == 1 {
+                    Err("bad".to_string())
+                } else {
+                    Ok(1)
+                }
+            },
+            |_| Ok(()),
+        );
+        assert_eq!(r, Err("bad".to_string()));
+    }
+
+    /// A panicking worker is reported as an error with its message, not re-raised.
+    #[test]
+    fn panicking_worker_is_an_error() {
+        let r = phased(
+            "x",
+            &["a"],
+            2,
+            Ok,
+            |_: &mut usize, _| -> Result<u64, String> { panic!("kaboom") },
+            |_| Ok(()),
+        );
+        let e = r.expect_err("panic must be an error");
+        assert!(e.contains("panicked: kaboom"), "{e}");
+    }
+
+    /// Phases report every thread's operations.
+    #[test]
+    fn phases_count_ops() {
+        let r = phased(
+            "x",
+            &["a", "b"],
+            3,
+            Ok,
+            |_, p| Ok(10 + p as u64),
+            |_| Ok(()),
+        );
+        let r = r.expect("phased run");
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].ops, 30);
+        assert_eq!(r[1].ops, 33);
+        assert_eq!(r[1].per_thread_ops_per_sec.len(), 3);
+    }
+}
