@@ -114,6 +114,7 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<()> {
     dev.flush()
 }
 
+/// An `Error::Invalid` with `msg`.
 fn invalid(msg: impl Into<String>) -> Error {
     Error::Invalid(msg.into())
 }
@@ -227,6 +228,7 @@ impl Geometry {
     }
 }
 
+/// Reject options mke2fs would reject.
 fn check_options(opts: &MkfsOptions) -> Result<()> {
     if opts.label.len() > 16 {
         return Err(invalid(format!(
@@ -266,6 +268,7 @@ fn default_journal_blocks(blocks: u64) -> u32 {
         .map_or(262144, |&(_, j)| j)
 }
 
+/// The journal size: the requested one (checked against mke2fs's limits) or the default.
 fn journal_blocks(geo: &Geometry, opts: &MkfsOptions) -> Result<u32> {
     let Some(n) = opts.journal_blocks else {
         return Ok(default_journal_blocks(geo.blocks));
@@ -518,6 +521,7 @@ struct Out<'a> {
 }
 
 impl Out<'_> {
+    /// Write `data` at block `block`.
     fn put(&mut self, block: u64, data: &[u8]) -> Result<()> {
         self.dev.write_at(block * BLOCK_SIZE, data)?;
         self.written += data.len() as u64;
@@ -592,6 +596,7 @@ fn new_superblock(geo: &Geometry, opts: &MkfsOptions, now: Timespec) -> Result<S
     Ok(sb)
 }
 
+/// Sizes, counts and the fixed layout parameters.
 fn set_geometry(sb: &mut Superblock, geo: &Geometry, opts: &MkfsOptions) {
     sb.set_inodes_count(geo.inodes());
     sb.set_blocks_count(geo.blocks);
@@ -611,6 +616,7 @@ fn set_geometry(sb: &mut Superblock, geo: &Geometry, opts: &MkfsOptions) {
     sb.set_journal_inum(JOURNAL_INO);
 }
 
+/// Magic, state, policies, UUID, hash seed and label.
 fn set_identity(sb: &mut Superblock, opts: &MkfsOptions) -> Result<()> {
     sb.set_magic(MAGIC);
     sb.set_state(1); // clean
@@ -635,6 +641,7 @@ fn set_identity(sb: &mut Superblock, opts: &MkfsOptions) -> Result<()> {
     Ok(())
 }
 
+/// Creation, write and last-check times (with their high bytes).
 fn set_times(sb: &mut Superblock, now: Timespec) {
     let (lo, hi) = (now.sec as u32, ((now.sec >> 32) & 0xFF) as u8);
     sb.set_mkfs_time(lo);
@@ -693,6 +700,7 @@ fn set_extents(i: &mut DiskInode, extents: &[Extent], tree_blocks: u64) {
     i.set_blocks_512((data + tree_blocks) * (BLOCK_SIZE / 512), BS as u32);
 }
 
+/// Write `node` as the extent root in i_block.
 fn encode_root(i: &mut DiskInode, node: &Node) {
     extent::encode_node(i.iblock_mut(), node);
 }
