@@ -52,7 +52,9 @@ impl PageMap {
             fill(&mut data)?;
             self.pages.insert(idx, Page { pblk, data });
         }
-        Ok(self.pages.get_mut(&idx).expect("page inserted above"))
+        self.pages
+            .get_mut(&idx)
+            .ok_or_else(|| crate::error::Error::Io(format!("page {idx} vanished from the cache")))
     }
     /// Drop pages at or after `idx` (truncate).
     pub fn drop_from(&mut self, idx: u64) {

@@ -1,0 +1,284 @@
+//! `ls`, `stat` and `cat`: reading inside an image.
+
+use crate::cli::{LsArgs, PathArg};
+use crate::error::{CmdResult, Context, Error, Failure};
+use crate::imgpath::{parse_image_arg, resolve, Located};
+use crate::session::{read_dir_all, with_fs};
+use crate::show::{full_time, mode_string, short_time, type_name};
+use lanefs::{Attr, FileType, Fs, Ino};
+use std::io::Write;
+
+/// Bytes `cat` reads per call.
+const CAT_CHUNK: usize = 1 << 20;
+
+/// One line of a listing: name, attributes and symlink target.
+struct Row {
+    name: Vec<u8>,
+    attr: Attr,
+    target: Option<Vec<u8>>,
+}
+
+/// Write `bytes` to standard output.
+fn emit(bytes: &[u8]) -> CmdResult<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .ctx("standard output")
+}
+
+/// `lanefs ls`.
+pub fn ls(args: &LsArgs) -> CmdResult<i32> {
+    let arg = parse_image_arg(&args.target)?;
+    let what = arg.display();
+    let text = with_fs(&arg.image, true, |fs| {
+        let found = resolve(fs, &arg.path, !args.long).ctx(&what)?;
+        let names = if found.attr.kind == FileType::Directory {
+            dir_names(fs, &found, args.all).ctx(&what)?
+        } else {
+            vec![(arg.path.clone(), found.attr.ino)]
+        };
+        if !args.long {
+            return Ok(short_listing(&names));
+        }
+        Ok(format_rows(&long_rows(fs, names).ctx(&what)?))
+    })?;
+    emit(&text)?;
+    Ok(0)
+}
+
+/// Names and inodes in directory `dir`, sorted by name; with `all`, also hidden names
+/// and `.` and `..`.
+fn dir_names(fs: &Fs, dir: &Located, all: bool) -> Result<Vec<(Vec<u8>, Ino)>, Error> {
+    let ino = dir.attr.ino;
+    let mut names = Vec::new();
+    if all {
+        let parent = fs.lookup(ino, b"..").map(|a| a.ino).unwrap_or(ino);
+        names.push((b".".to_vec(), ino));
+        names.push((b"..".to_vec(), parent));
+    }
+    for entry in read_dir_all(fs, ino)? {
+        if all || !entry.name.starts_with(b".") {
+            names.push((entry.name, entry.ino));
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// One name per line.
+fn short_listing(names: &[(Vec<u8>, Ino)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, _) in names {
+        out.extend_from_slice(name);
+        out.push(b'\n');
+    }
+    out
+}
+
+/// Rows with attributes and symlink targets for a long listing.
+fn long_rows(fs: &Fs, names: Vec<(Vec<u8>, Ino)>) -> Result<Vec<Row>, Error> {
+    let mut rows = Vec::with_capacity(names.len());
+    for (name, ino) in names {
+        let attr = fs.getattr(ino)?;
+        let target = match attr.kind {
+            FileType::Symlink => Some(fs.readlink(ino)?),
+            _ => None,
+        };
+        rows.push(Row { name, attr, target });
+    }
+    Ok(rows)
+}
+
+/// The size column: bytes, or "major, minor" for device nodes.
+fn size_field(attr: &Attr) -> String {
+    match attr.kind {
+        FileType::CharDevice | FileType::BlockDevice => {
+            let (major, minor) = crate::hostsys::split_rdev(attr.rdev);
+            format!("{major}, {minor}")
+        }
+        _ => attr.size.to_string(),
+    }
+}
+
+/// The long listing text, with aligned columns.
+fn format_rows(rows: &[Row]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let cols: Vec<[String; 4]> = rows
+        .iter()
+        .map(|r| {
+            let a = &r.attr;
+            [
+                a.nlink.to_string(),
+                a.uid.to_string(),
+                a.gid.to_string(),
+                size_field(a),
+            ]
+        })
+        .collect();
+    let width = |i: usize| cols.iter().map(|c| c[i].len()).max().unwrap_or(0);
+    let w = [width(0), width(1), width(2), width(3)];
+    for (row, c) in rows.iter().zip(&cols) {
+        let a = &row.attr;
+        let line = format!(
+            "{} {:>w0$} {:<w1$} {:<w2$} {:>w3$} {} ",
+            mode_string(a.kind, a.perm),
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            short_time(a.mtime),
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+        );
+        out.extend_from_slice(line.as_bytes());
+        out.extend_from_slice(&row.name);
+        if let Some(t) = &row.target {
+            out.extend_from_slice(b" -> ");
+            out.extend_from_slice(t);
+        }
+        out.push(b'\n');
+    }
+    out
+}
+
+/// `lanefs stat`.
+pub fn stat(args: &PathArg) -> CmdResult<i32> {
+    let arg = parse_image_arg(&args.target)?;
+    let what = arg.display();
+    let text = with_fs(&arg.image, true, |fs| {
+        let found = resolve(fs, &arg.path, false).ctx(&what)?;
+        let target = match found.attr.kind {
+            FileType::Symlink => Some(fs.readlink(found.attr.ino).ctx(&what)?),
+            _ => None,
+        };
+        Ok(stat_text(&arg.path, &found.attr, target.as_deref()))
+    })?;
+    emit(text.as_bytes())?;
+    Ok(0)
+}
+
+/// What `stat` prints for `attr`.
+fn stat_text(path: &[u8], a: &Attr, target: Option<&[u8]>) -> String {
+    let mut name = String::from_utf8_lossy(path).into_owned();
+    if let Some(t) = target {
+        name = format!("{name} -> {}", String::from_utf8_lossy(t));
+    }
+    let (major, minor) = crate::hostsys::split_rdev(a.rdev);
+    let mut s = String::new();
+    s += &format!("  File: {name}\n");
+    s += &format!("  Type: {}\n", type_name(a.kind));
+    s += &format!(
+        "  Size: {:<12} Blocks: {:<10} Links: {}\n",
+        a.size, a.blocks, a.nlink
+    );
+    s += &format!(" Inode: {:<12} Generation: {}\n", a.ino, a.generation);
+    s += &format!(
+        "Access: ({:04o}/{})  Uid: {}  Gid: {}\n",
+        a.perm,
+        mode_string(a.kind, a.perm),
+        a.uid,
+        a.gid
+    );
+    s += &format!("Device type: {major},{minor} (rdev {:#x})\n", a.rdev);
+    s += &format!("Access: {}\n", full_time(a.atime));
+    s += &format!("Modify: {}\n", full_time(a.mtime));
+    s += &format!("Change: {}\n", full_time(a.ctime));
+    s += &format!(" Birth: {}\n", full_time(a.crtime));
+    s
+}
+
+/// `lanefs cat`.
+pub fn cat(args: &PathArg) -> CmdResult<i32> {
+    let arg = parse_image_arg(&args.target)?;
+    let what = arg.display();
+    with_fs(&arg.image, true, |fs| {
+        let found = resolve(fs, &arg.path, true).ctx(&what)?;
+        match found.attr.kind {
+            FileType::Regular => stream(fs, found.attr.ino, &what),
+            FileType::Directory => Err(Failure::new(&what, lanefs::Error::IsDir)),
+            _ => Err(Failure::new(&what, Error::msg("not a regular file"))),
+        }
+    })?;
+    Ok(0)
+}
+
+/// Copy the data of `ino` to standard output in 1 MiB chunks.
+fn stream(fs: &Fs, ino: lanefs::Ino, what: &str) -> CmdResult<()> {
+    let mut buf = vec![0u8; CAT_CHUNK];
+    let mut out = std::io::stdout().lock();
+    let mut off = 0u64;
+    loop {
+        let n = fs.read(ino, off, &mut buf).ctx(what)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n]).ctx("standard output")?;
+        off += n as u64;
+    }
+    out.flush().ctx("standard output")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanefs::Timespec;
+
+    /// A regular-looking inode with a fixed mtime.
+    fn attr(kind: FileType, perm: u16, size: u64) -> Attr {
+        let t = Timespec {
+            sec: 1_234_567_890,
+            nsec: 1,
+        };
+        Attr {
+            ino: 12,
+            kind,
+            perm,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            size,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            rdev: 0,
+            generation: 0,
+        }
+    }
+
+    #[test]
+    fn long_rows_align_and_show_targets() {
+        let rows = vec![
+            Row {
+                name: b"big".to_vec(),
+                attr: attr(FileType::Regular, 0o640, 3 << 20),
+                target: None,
+            },
+            Row {
+                name: b"l".to_vec(),
+                attr: attr(FileType::Symlink, 0o777, 3),
+                target: Some(b"big".to_vec()),
+            },
+        ];
+        let text = String::from_utf8(format_rows(&rows)).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "-rw-r----- 1 0 0 3145728 2009-02-13 23:31 big");
+        assert_eq!(
+            lines[1],
+            "lrwxrwxrwx 1 0 0       3 2009-02-13 23:31 l -> big"
+        );
+    }
+
+    #[test]
+    fn stat_shows_nanoseconds() {
+        let text = stat_text(b"/f", &attr(FileType::Regular, 0o644, 5), None);
+        assert!(
+            text.contains("Modify: 2009-02-13 23:31:30.000000001 +0000"),
+            "{text}"
+        );
+        assert!(text.contains("(0644/-rw-r--r--)"), "{text}");
+    }
+}

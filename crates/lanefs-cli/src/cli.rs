@@ -1,0 +1,193 @@
+//! The command line: every command and its options.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// ext4 in user space: format, check and inspect images, and work on files inside them
+/// without mounting.
+#[derive(Debug, Parser)]
+#[command(name = "lanefs", version, about, long_about = None)]
+pub struct Cli {
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every command.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Format an image file (created sparse) or a block device as ext4.
+    Mkfs(MkfsArgs),
+    /// Check an image for errors (exit 0 clean, 4 errors left, 8 operational error).
+    Fsck(FsckArgs),
+    /// Show what the superblock and group descriptors say.
+    Info(InfoArgs),
+    /// List a directory inside an image.
+    Ls(LsArgs),
+    /// Show every attribute of a file inside an image.
+    Stat(PathArg),
+    /// Write a file inside an image to standard output.
+    Cat(PathArg),
+    /// Create a directory inside an image.
+    Mkdir(MkdirArgs),
+    /// Remove files or directories inside an image.
+    Rm(RmArgs),
+    /// Copy files into or out of an image (IMAGE:/PATH names a path inside an image).
+    Cp(CpArgs),
+    /// Run the benchmark workloads.
+    Bench(BenchArgs),
+}
+
+impl Command {
+    /// The command's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Mkfs(_) => "mkfs",
+            Command::Fsck(_) => "fsck",
+            Command::Info(_) => "info",
+            Command::Ls(_) => "ls",
+            Command::Stat(_) => "stat",
+            Command::Cat(_) => "cat",
+            Command::Mkdir(_) => "mkdir",
+            Command::Rm(_) => "rm",
+            Command::Cp(_) => "cp",
+            Command::Bench(_) => "bench",
+        }
+    }
+}
+
+/// Options of `mkfs`.
+#[derive(Debug, Args)]
+pub struct MkfsArgs {
+    /// Image file or block device.
+    pub image: PathBuf,
+    /// Size of the image file, e.g. 4G, 512M or bytes (K/M/G/T are powers of 1024);
+    /// creates or resizes the file. Without it an existing file or device keeps its size.
+    #[arg(short, long)]
+    pub size: Option<String>,
+    /// Volume label (at most 16 bytes).
+    #[arg(short = 'L', long)]
+    pub label: Option<String>,
+    /// Bytes of space per inode, e.g. 16K.
+    #[arg(short = 'i', long)]
+    pub inode_ratio: Option<String>,
+    /// Journal size in file-system blocks (0: no journal).
+    #[arg(short = 'J', long)]
+    pub journal_blocks: Option<u32>,
+    /// Percentage of blocks reserved for root.
+    #[arg(short = 'm', long)]
+    pub reserved_percent: Option<u32>,
+    /// Overwrite an image that already holds an ext4 file system.
+    #[arg(short, long)]
+    pub force: bool,
+}
+
+/// Options of `fsck`.
+#[derive(Debug, Args)]
+pub struct FsckArgs {
+    /// Image file or block device.
+    pub image: PathBuf,
+    /// Say more about what is checked.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+/// Options of `info`.
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    /// Image file or block device.
+    pub image: PathBuf,
+}
+
+/// Options of `ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Long listing: mode, links, owner, group, size, modification time, name.
+    #[arg(short = 'l')]
+    pub long: bool,
+    /// Show entries whose names start with '.', including '.' and '..'.
+    #[arg(short = 'a')]
+    pub all: bool,
+    /// IMAGE:/PATH (a bare IMAGE lists its root).
+    pub target: String,
+}
+
+/// A single `IMAGE:/PATH`.
+#[derive(Debug, Args)]
+pub struct PathArg {
+    /// IMAGE:/PATH.
+    pub target: String,
+}
+
+/// Options of `mkdir`.
+#[derive(Debug, Args)]
+pub struct MkdirArgs {
+    /// Create missing parents; an existing directory is no error.
+    #[arg(short, long)]
+    pub parents: bool,
+    /// IMAGE:/PATH of each directory to create.
+    #[arg(required = true)]
+    pub targets: Vec<String>,
+}
+
+/// Options of `rm`.
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// Remove directories and everything in them.
+    #[arg(short, long, visible_short_alias = 'R')]
+    pub recursive: bool,
+    /// Ignore paths that do not exist.
+    #[arg(short, long)]
+    pub force: bool,
+    /// IMAGE:/PATH of each entry to remove.
+    #[arg(required = true)]
+    pub targets: Vec<String>,
+}
+
+/// Options of `cp`.
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// Copy directories recursively.
+    #[arg(short, long, visible_short_alias = 'R')]
+    pub recursive: bool,
+    /// Sources, then the destination; exactly one side is IMAGE:/PATH.
+    #[arg(required = true, num_args = 2..)]
+    pub paths: Vec<String>,
+}
+
+/// Options of `bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Workloads to run (all when none is named).
+    pub workloads: Vec<String>,
+    /// Thread counts to sweep, e.g. 1,2,4.
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Repetitions of the whole sweep.
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Measured seconds per duration-timed run.
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Warm-up seconds before each duration-timed run.
+    #[arg(long)]
+    pub warmup: Option<f64>,
+    /// Files per thread for mdtest.
+    #[arg(long)]
+    pub files: Option<usize>,
+    /// Run on real syscalls in this directory instead of the engine.
+    #[arg(long, conflicts_with_all = ["image", "size"])]
+    pub path: Option<PathBuf>,
+    /// Image file for the engine (default: a temporary file).
+    #[arg(long)]
+    pub image: Option<PathBuf>,
+    /// Size of the image, e.g. 4G.
+    #[arg(long)]
+    pub size: Option<String>,
+    /// Also write all records as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Collect and print lock statistics.
+    #[arg(long)]
+    pub lockstat: bool,
+}

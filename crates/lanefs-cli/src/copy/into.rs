@@ -1,0 +1,318 @@
+//! Copying host files and trees into an image.
+
+use super::{nonzero_pieces, read_full, timespec, CHUNK};
+use crate::error::{CmdResult, Context, Error, Failure};
+use crate::hostsys::rdev_to_ext4;
+use crate::imgpath::{resolve_dest, Dest, ImageArg};
+use crate::progress::Progress;
+use crate::session::{join_display, with_fs};
+use lanefs::{Attr, FileType, Fs, Ino, Owner, SetAttr};
+use std::fs::Metadata;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Copy `srcs` from the host to `dst` inside an image.
+pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i32> {
+    let metas = host_sources(srcs, recursive)?;
+    let progress = if Progress::wanted() {
+        Progress::new(srcs.iter().map(|s| host_total(s)).sum())
+    } else {
+        Progress::hidden()
+    };
+    let result = with_fs(&dst.image, false, |fs| {
+        let dest = resolve_dest(fs, &dst.path).ctx(dst.display())?;
+        let is_dir = matches!(&dest, Dest::Exists(f) if f.attr.kind == FileType::Directory);
+        if srcs.len() > 1 && !is_dir {
+            return Err(Failure::new(dst.display(), lanefs::Error::NotDir));
+        }
+        let copier = Copier {
+            fs,
+            progress: &progress,
+        };
+        for (src, meta) in srcs.iter().zip(&metas) {
+            let (dir, name, shown) = place(&dest, src, dst)?;
+            copier.entry(src, meta, dir, &name, &shown)?;
+        }
+        Ok(0)
+    });
+    progress.finish();
+    result
+}
+
+/// The metadata of each source, refusing directories without `-r`.
+fn host_sources(srcs: &[PathBuf], recursive: bool) -> CmdResult<Vec<Metadata>> {
+    let mut metas = Vec::with_capacity(srcs.len());
+    for src in srcs {
+        let meta = std::fs::symlink_metadata(src).ctx(src.display())?;
+        if meta.is_dir() && !recursive {
+            return Err(Failure::new(
+                src.display(),
+                Error::msg("is a directory (use -r)"),
+            ));
+        }
+        metas.push(meta);
+    }
+    Ok(metas)
+}
+
+/// Bytes of regular files under `path` (symlinks not followed).
+fn host_total(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return if meta.is_file() { meta.len() } else { 0 };
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    entries.flatten().map(|e| host_total(&e.path())).sum()
+}
+
+/// The last component of host path `src`.
+fn basename(src: &Path) -> CmdResult<Vec<u8>> {
+    if let Some(name) = src.file_name() {
+        return Ok(name.as_bytes().to_vec());
+    }
+    let real = std::fs::canonicalize(src).ctx(src.display())?;
+    match real.file_name() {
+        Some(name) => Ok(name.as_bytes().to_vec()),
+        None => Err(Failure::new(
+            src.display(),
+            Error::msg("cannot copy the root directory"),
+        )),
+    }
+}
+
+/// Directory, name and display of where `src` goes for destination `dest`.
+fn place(dest: &Dest, src: &Path, dst: &ImageArg) -> CmdResult<(Ino, Vec<u8>, String)> {
+    match dest {
+        Dest::Exists(found) if found.attr.kind == FileType::Directory => {
+            let name = basename(src)?;
+            Ok((
+                found.attr.ino,
+                name.clone(),
+                join_display(&dst.display(), &name),
+            ))
+        }
+        Dest::Exists(found) => match &found.entry {
+            Some((dir, name)) => Ok((*dir, name.clone(), dst.display())),
+            None => Err(Failure::new(dst.display(), lanefs::Error::IsDir)),
+        },
+        Dest::New { dir, name } => Ok((*dir, name.clone(), dst.display())),
+    }
+}
+
+/// The owner a host file has.
+fn owner_of(meta: &Metadata) -> Owner {
+    Owner {
+        uid: meta.uid(),
+        gid: meta.gid(),
+    }
+}
+
+/// Permission bits of a host file.
+fn perm_of(meta: &Metadata) -> u16 {
+    (meta.mode() & 0o7777) as u16
+}
+
+/// One copy into one mounted image.
+struct Copier<'a> {
+    fs: &'a Fs,
+    progress: &'a Progress,
+}
+
+impl Copier<'_> {
+    /// What `dir` already holds under `name`, if anything.
+    fn existing(&self, dir: Ino, name: &[u8], shown: &str) -> CmdResult<Option<Attr>> {
+        match self.fs.lookup(dir, name) {
+            Ok(attr) => Ok(Some(attr)),
+            Err(lanefs::Error::NotFound) => Ok(None),
+            Err(e) => Err(Failure::new(shown, e)),
+        }
+    }
+
+    /// Copy host `src` (not followed if a symlink) to `dir/name`, shown as `shown`.
+    fn entry(
+        &self,
+        src: &Path,
+        meta: &Metadata,
+        dir: Ino,
+        name: &[u8],
+        shown: &str,
+    ) -> CmdResult<()> {
+        let existing = self.existing(dir, name, shown)?;
+        if meta.is_dir() {
+            return self.directory(src, meta, dir, name, existing, shown);
+        }
+        let mut reuse = None;
+        if let Some(old) = existing {
+            if old.kind == FileType::Directory {
+                return Err(Failure::new(
+                    shown,
+                    Error::msg("cannot overwrite a directory with a non-directory"),
+                ));
+            }
+            if meta.is_file() && old.kind == FileType::Regular {
+                reuse = Some(old.ino);
+            } else {
+                self.fs.unlink(dir, name).ctx(shown)?;
+            }
+        }
+        let ft = meta.file_type();
+        let ino = if ft.is_file() {
+            self.file(src, meta, dir, name, reuse, shown)?
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(src).ctx(src.display())?;
+            let target = target.as_os_str().as_bytes();
+            self.fs
+                .symlink(dir, name, target, owner_of(meta))
+                .ctx(shown)?
+                .ino
+        } else {
+            let rdev = rdev_to_ext4(meta.rdev());
+            self.fs
+                .mknod(dir, name, meta.mode(), rdev, owner_of(meta))
+                .ctx(shown)?
+                .ino
+        };
+        self.finish(ino, meta, shown)
+    }
+
+    /// Copy host directory `src` and everything in it, then its attributes.
+    fn directory(
+        &self,
+        src: &Path,
+        meta: &Metadata,
+        dir: Ino,
+        name: &[u8],
+        existing: Option<Attr>,
+        shown: &str,
+    ) -> CmdResult<()> {
+        let ino = match existing {
+            Some(old) if old.kind == FileType::Directory => old.ino,
+            Some(_) => {
+                return Err(Failure::new(
+                    shown,
+                    Error::msg("cannot overwrite a non-directory with a directory"),
+                ))
+            }
+            None => {
+                self.fs
+                    .mkdir(dir, name, perm_of(meta), owner_of(meta))
+                    .ctx(shown)?
+                    .ino
+            }
+        };
+        let mut children: Vec<_> = std::fs::read_dir(src)
+            .and_then(|it| it.collect::<std::io::Result<Vec<_>>>())
+            .ctx(src.display())?;
+        children.sort_by_key(|e| e.file_name());
+        for child in children {
+            let path = child.path();
+            let child_meta = std::fs::symlink_metadata(&path).ctx(path.display())?;
+            let child_name = child.file_name();
+            let child_shown = join_display(shown, child_name.as_bytes());
+            self.entry(&path, &child_meta, ino, child_name.as_bytes(), &child_shown)?;
+        }
+        self.finish(ino, meta, shown)
+    }
+
+    /// Copy the data of regular file `src` into a new file `dir/name` or over `reuse`.
+    fn file(
+        &self,
+        src: &Path,
+        meta: &Metadata,
+        dir: Ino,
+        name: &[u8],
+        reuse: Option<Ino>,
+        shown: &str,
+    ) -> CmdResult<Ino> {
+        let ino = match reuse {
+            Some(ino) => {
+                self.fs.open(ino).ctx(shown)?;
+                ino
+            }
+            None => {
+                self.fs
+                    .create(dir, name, perm_of(meta), owner_of(meta))
+                    .ctx(shown)?
+                    .ino
+            }
+        };
+        let written = self.fill(src, ino, reuse.is_some(), shown);
+        let released = self.fs.release(ino).ctx(shown);
+        written?;
+        released?;
+        Ok(ino)
+    }
+
+    /// Write the data of `src` into open file `ino` (emptied first if `truncate`).
+    fn fill(&self, src: &Path, ino: Ino, truncate: bool, shown: &str) -> CmdResult<()> {
+        if truncate {
+            self.fs
+                .setattr(
+                    ino,
+                    &SetAttr {
+                        size: Some(0),
+                        ..SetAttr::default()
+                    },
+                )
+                .ctx(shown)?;
+        }
+        let mut file = std::fs::File::open(src).ctx(src.display())?;
+        let mut buf = vec![0u8; CHUNK];
+        let mut off = 0u64;
+        loop {
+            let n =
+                read_full(&mut buf, |_, b| file.read(b).map_err(Error::from)).ctx(src.display())?;
+            if n == 0 {
+                break;
+            }
+            for (at, piece) in nonzero_pieces(&buf[..n]) {
+                self.write_all(ino, off + at as u64, piece).ctx(shown)?;
+            }
+            off += n as u64;
+            self.progress.add(n as u64);
+        }
+        self.fs
+            .setattr(
+                ino,
+                &SetAttr {
+                    size: Some(off),
+                    ..SetAttr::default()
+                },
+            )
+            .ctx(shown)?;
+        Ok(())
+    }
+
+    /// Write all of `data` at `off`.
+    fn write_all(&self, ino: Ino, mut off: u64, mut data: &[u8]) -> Result<(), Error> {
+        while !data.is_empty() {
+            let n = self.fs.write(ino, off, data)?;
+            if n == 0 {
+                return Err(Error::msg("write made no progress"));
+            }
+            data = &data[n.min(data.len())..];
+            off += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Give `ino` the owner, permissions and times of host `meta`.
+    fn finish(&self, ino: Ino, meta: &Metadata, shown: &str) -> CmdResult<()> {
+        let set = SetAttr {
+            perm: (!meta.file_type().is_symlink()).then(|| perm_of(meta)),
+            uid: Some(meta.uid()),
+            gid: Some(meta.gid()),
+            atime: Some(timespec(meta.atime(), meta.atime_nsec())),
+            mtime: Some(timespec(meta.mtime(), meta.mtime_nsec())),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(ino, &set).ctx(shown)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,189 @@
+//! `mkfs`, `fsck` and `info`: whole-image commands.
+
+use crate::cli::{FsckArgs, InfoArgs, MkfsArgs};
+use crate::error::{CmdResult, Context, Error, Failure};
+use crate::size::{human, parse_size};
+use lanefs::fsck::{check, FsckOptions, FsckReport};
+use lanefs::info::report as info_report;
+use lanefs::mkfs::{format, MkfsOptions};
+use lanefs::{BlockDevice, FileDevice};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::path::Path;
+
+/// fsck exit code for operational errors (image unreadable).
+pub const FSCK_OPERATIONAL: i32 = 8;
+
+/// Byte offset of the ext4 superblock magic.
+const MAGIC_OFFSET: u64 = 1080;
+
+/// The ext4 superblock magic.
+const EXT4_MAGIC: u16 = 0xEF53;
+
+/// What is at the path `mkfs` is asked to format.
+enum Existing {
+    /// Nothing.
+    Missing,
+    /// A regular file of this many bytes.
+    File(u64),
+    /// A block device.
+    Device,
+}
+
+/// Look at `path` before formatting it.
+fn existing(path: &Path) -> CmdResult<Existing> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_block_device() => Ok(Existing::Device),
+        Ok(m) if m.is_file() => Ok(Existing::File(m.len())),
+        Ok(_) => Err(Failure::new(
+            path.display(),
+            Error::msg("not a regular file or block device"),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Existing::Missing),
+        Err(e) => Err(Failure::new(path.display(), e)),
+    }
+}
+
+/// Whether `path` holds an ext4 superblock magic.
+fn holds_ext4(path: &Path) -> CmdResult<bool> {
+    let file = std::fs::File::open(path).ctx(path.display())?;
+    let mut magic = [0u8; 2];
+    match file.read_exact_at(&mut magic, MAGIC_OFFSET) {
+        Ok(()) => Ok(u16::from_le_bytes(magic) == EXT4_MAGIC),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(Failure::new(path.display(), e)),
+    }
+}
+
+/// Engine options from the command line.
+fn mkfs_options(args: &MkfsArgs) -> CmdResult<MkfsOptions> {
+    let mut opts = MkfsOptions::default();
+    if let Some(label) = &args.label {
+        opts.label = label.clone();
+    }
+    if let Some(ratio) = &args.inode_ratio {
+        opts.inode_ratio =
+            parse_size(ratio).map_err(|e| Failure::new("--inode-ratio", Error::Msg(e)))?;
+    }
+    if args.journal_blocks.is_some() {
+        opts.journal_blocks = args.journal_blocks;
+    }
+    if let Some(pct) = args.reserved_percent {
+        opts.reserved_percent = pct;
+    }
+    Ok(opts)
+}
+
+/// Open or create the device to format; the flag says whether the file was created.
+fn open_target(args: &MkfsArgs, size: Option<u64>) -> CmdResult<(FileDevice, bool)> {
+    let path = &args.image;
+    let what = path.display();
+    let found = existing(path)?;
+    let is_ext4 = matches!(found, Existing::File(len) if len > 0) && holds_ext4(path)?;
+    if is_ext4 && !args.force {
+        let msg = "already holds an ext4 file system (use --force to overwrite)";
+        return Err(Failure::new(what, Error::msg(msg)));
+    }
+    match (found, size) {
+        (Existing::Device, Some(_)) => Err(Failure::new(
+            what,
+            Error::msg("is a block device: its own size is used, drop --size"),
+        )),
+        (Existing::Device, None) | (Existing::File(_), None) => {
+            Ok((FileDevice::open(path, false).ctx(what)?, false))
+        }
+        (Existing::Missing, None) => Err(Failure::new(
+            what,
+            Error::msg("does not exist: give --size to create it"),
+        )),
+        (found, Some(size)) => {
+            let created = matches!(found, Existing::Missing);
+            Ok((FileDevice::create(path, size).ctx(what)?, created))
+        }
+    }
+}
+
+/// `lanefs mkfs`.
+pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
+    let size = match &args.size {
+        Some(s) => Some(parse_size(s).map_err(|e| Failure::new("--size", Error::Msg(e)))?),
+        None => None,
+    };
+    let opts = mkfs_options(args)?;
+    let (dev, created) = open_target(args, size)?;
+    if let Err(e) = format(&dev, &opts).and_then(|()| dev.flush()) {
+        drop(dev);
+        if created {
+            let _ = std::fs::remove_file(&args.image);
+        }
+        return Err(Failure::new(args.image.display(), e));
+    }
+    let line = format!(
+        "formatted {} as ext4 ({})\n",
+        args.image.display(),
+        human(dev.size())
+    );
+    std::io::stdout()
+        .write_all(line.as_bytes())
+        .ctx("standard output")?;
+    Ok(0)
+}
+
+/// Checker options from the command line.
+#[allow(clippy::needless_update)]
+fn fsck_options(args: &FsckArgs) -> FsckOptions {
+    FsckOptions {
+        verbose: args.verbose,
+        ..FsckOptions::default()
+    }
+}
+
+/// What `fsck` prints for `report`: problems, notes when verbose, and the summary.
+fn fsck_text(report: &FsckReport, verbose: bool) -> String {
+    let mut text = String::new();
+    for p in &report.problems {
+        text += &format!("{p}\n");
+    }
+    if report.problems_omitted > 0 {
+        text += &format!("... and {} more problem(s)\n", report.problems_omitted);
+    }
+    if verbose {
+        for n in &report.notes {
+            text += &format!("note: {n}\n");
+        }
+    }
+    text += &format!("{}\n", report.summary().trim_end());
+    text
+}
+
+/// `lanefs fsck`.
+pub fn fsck(args: &FsckArgs) -> CmdResult<i32> {
+    let what = args.image.display();
+    let op = |e: Error| Failure::new(&what, e).with_code(FSCK_OPERATIONAL);
+    let dev = open_device(&args.image).map_err(op)?;
+    let report = check(&dev, &fsck_options(args)).map_err(|e| op(e.into()))?;
+    let text = fsck_text(&report, args.verbose);
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .map_err(|e| op(e.into()))?;
+    Ok(report.exit_code())
+}
+
+/// Open an image or device read-only; a missing path gives a plain host error.
+fn open_device(path: &Path) -> Result<FileDevice, Error> {
+    std::fs::metadata(path)?;
+    Ok(FileDevice::open(path, true)?)
+}
+
+/// `lanefs info`.
+pub fn info(args: &InfoArgs) -> CmdResult<i32> {
+    let what = args.image.display();
+    let dev = open_device(&args.image).ctx(&what)?;
+    let text = info_report(&dev).ctx(&what)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).ctx("standard output")?;
+    if !text.ends_with('\n') {
+        out.write_all(b"\n").ctx("standard output")?;
+    }
+    Ok(0)
+}

@@ -1,0 +1,104 @@
+//! The few host system calls std does not offer, each wrapped once.
+
+use lanefs::Timespec;
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Effective user id of this process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Effective group id of this process.
+pub fn egid() -> u32 {
+    // SAFETY: getegid has no preconditions and cannot fail.
+    unsafe { libc::getegid() }
+}
+
+/// Let a write to a closed pipe end the process quietly, like other Unix tools.
+pub fn default_sigpipe() {
+    // SAFETY: restoring the default disposition of SIGPIPE is always allowed.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// `path` as a C string.
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+/// A libc timespec for `t`.
+fn c_time(t: Timespec) -> libc::timespec {
+    libc::timespec {
+        tv_sec: t.sec as libc::time_t,
+        tv_nsec: t.nsec as libc::c_long,
+    }
+}
+
+/// Set access and modification time of `path` with nanoseconds; with `follow == false`
+/// a symbolic link itself is changed.
+pub fn set_times(path: &Path, atime: Timespec, mtime: Timespec, follow: bool) -> io::Result<()> {
+    let p = c_path(path)?;
+    let times = [c_time(atime), c_time(mtime)];
+    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+    // SAFETY: `p` is a valid NUL-terminated string and `times` holds two timespecs.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), flags) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Create a device node, FIFO or socket at `path` with full `mode` and host `dev`.
+pub fn mknod(path: &Path, mode: u32, dev: u64) -> io::Result<()> {
+    let p = c_path(path)?;
+    // SAFETY: `p` is a valid NUL-terminated string.
+    let rc = unsafe { libc::mknod(p.as_ptr(), mode as libc::mode_t, dev as libc::dev_t) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The ext4 (Linux `new_encode_dev`) device number for a host `st_rdev`.
+pub fn rdev_to_ext4(dev: u64) -> u32 {
+    let major = libc::major(dev as libc::dev_t);
+    let minor = libc::minor(dev as libc::dev_t);
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
+}
+
+/// The host `dev_t` for an ext4 device number.
+pub fn rdev_from_ext4(rdev: u32) -> u64 {
+    let (major, minor) = split_rdev(rdev);
+    libc::makedev(major, minor) as u64
+}
+
+/// Major and minor of an ext4 device number.
+pub fn split_rdev(rdev: u32) -> (u32, u32) {
+    (
+        (rdev & 0xfff00) >> 8,
+        (rdev & 0xff) | ((rdev >> 12) & 0xfff00),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rdev_round_trips() {
+        for (ma, mi) in [(1, 3), (8, 0), (259, 65536), (4095, 1 << 19)] {
+            let host = libc::makedev(ma, mi) as u64;
+            let e = rdev_to_ext4(host);
+            assert_eq!(split_rdev(e), (ma, mi));
+            assert_eq!(rdev_from_ext4(e), host);
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! `lanefs`: format, check and inspect ext4 images, and work on the files inside them
+//! without mounting.
+
+mod bench;
+mod browse;
+mod cli;
+mod copy;
+mod error;
+mod format;
+mod hostsys;
+mod imgpath;
+mod modify;
+mod progress;
+mod session;
+mod show;
+mod size;
+
+use clap::Parser;
+use cli::{Cli, Command};
+use error::{one_line, CmdResult, EXIT_FAILURE};
+use std::io::Write;
+use std::sync::OnceLock;
+
+/// The running command's name, for the panic hook's message.
+static COMMAND: OnceLock<&'static str> = OnceLock::new();
+
+/// Print a panic as one line instead of a trace.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let cmd = COMMAND.get().copied().unwrap_or("error");
+        let line = one_line(&format!("lanefs: {cmd}: internal error: {msg}{at}"));
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }));
+}
+
+/// Run one command.
+fn dispatch(command: &Command) -> CmdResult<i32> {
+    match command {
+        Command::Mkfs(a) => format::mkfs(a),
+        Command::Fsck(a) => format::fsck(a),
+        Command::Info(a) => format::info(a),
+        Command::Ls(a) => browse::ls(a),
+        Command::Stat(a) => browse::stat(a),
+        Command::Cat(a) => browse::cat(a),
+        Command::Mkdir(a) => modify::mkdir(a),
+        Command::Rm(a) => modify::rm(a),
+        Command::Cp(a) => copy::cp(a),
+        Command::Bench(a) => bench::bench(a),
+    }
+}
+
+fn main() {
+    install_panic_hook();
+    hostsys::default_sigpipe();
+    let cli = Cli::parse();
+    let name = cli.command.name();
+    let _ = COMMAND.set(name);
+    let code = match std::panic::catch_unwind(|| dispatch(&cli.command)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(failure)) => {
+            let _ = writeln!(std::io::stderr(), "{}", failure.line(name));
+            failure.code
+        }
+        Err(_) => EXIT_FAILURE,
+    };
+    let _ = std::io::stdout().flush();
+    std::process::exit(code);
+}

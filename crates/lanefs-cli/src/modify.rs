@@ -1,0 +1,135 @@
+//! `mkdir` and `rm`: changing the tree inside an image.
+
+use crate::cli::{MkdirArgs, RmArgs};
+use crate::error::{CmdResult, Context, Error, Failure};
+use crate::hostsys::{egid, euid};
+use crate::imgpath::{components, parse_image_arg, resolve, resolve_dest, Dest, ImageArg};
+use crate::session::{read_dir_all, with_fs};
+use lanefs::{FileType, Fs, Ino, Owner};
+use std::path::Path;
+
+/// Permission bits of directories `mkdir` creates.
+const DIR_PERM: u16 = 0o755;
+
+/// The owner of inodes this process creates.
+pub fn own_owner() -> Owner {
+    Owner {
+        uid: euid(),
+        gid: egid(),
+    }
+}
+
+/// Parse every argument; all must be in one image.
+fn parse_all(targets: &[String]) -> CmdResult<(std::path::PathBuf, Vec<ImageArg>)> {
+    let args = targets
+        .iter()
+        .map(|t| parse_image_arg(t))
+        .collect::<CmdResult<Vec<_>>>()?;
+    let image = args.first().map(|a| a.image.clone()).unwrap_or_default();
+    if let Some(other) = args.iter().find(|a| a.image != image) {
+        let msg = format!("all paths must be in one image ({})", image.display());
+        return Err(Failure::new(other.display(), Error::msg(msg)));
+    }
+    Ok((image, args))
+}
+
+/// Run `each` on every argument inside one mount of their image.
+fn for_each_in_image(
+    targets: &[String],
+    mut each: impl FnMut(&Fs, &ImageArg) -> CmdResult<()>,
+) -> CmdResult<i32> {
+    let (image, args) = parse_all(targets)?;
+    with_fs(Path::new(&image), false, |fs| {
+        args.iter().try_for_each(|a| each(fs, a))
+    })?;
+    Ok(0)
+}
+
+/// `lanefs mkdir`.
+pub fn mkdir(args: &MkdirArgs) -> CmdResult<i32> {
+    for_each_in_image(&args.targets, |fs, arg| {
+        let result = if args.parents {
+            mkdir_parents(fs, &arg.path)
+        } else {
+            mkdir_one(fs, &arg.path)
+        };
+        result.ctx(arg.display())
+    })
+}
+
+/// Create the directory `path`, whose parent must exist.
+fn mkdir_one(fs: &Fs, path: &[u8]) -> Result<(), Error> {
+    match resolve_dest(fs, path)? {
+        Dest::Exists(_) => Err(lanefs::Error::Exists.into()),
+        Dest::New { dir, name } => {
+            fs.mkdir(dir, &name, DIR_PERM, own_owner())?;
+            Ok(())
+        }
+    }
+}
+
+/// Create `path` and every missing parent; existing directories are fine.
+fn mkdir_parents(fs: &Fs, path: &[u8]) -> Result<(), Error> {
+    let comps = components(path);
+    for i in 0..comps.len() {
+        let prefix = join_path(&comps[..=i]);
+        match resolve(fs, &prefix, true) {
+            Ok(found) if found.attr.kind == FileType::Directory => {}
+            Ok(_) => return Err(lanefs::Error::NotDir.into()),
+            Err(e) if e.is_not_found() => {
+                let parent = resolve(fs, &join_path(&comps[..i]), true)?;
+                fs.mkdir(parent.attr.ino, &comps[i], DIR_PERM, own_owner())?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// "/a/b/c" from components.
+fn join_path(comps: &[Vec<u8>]) -> Vec<u8> {
+    let mut p = b"/".to_vec();
+    p.extend(comps.join(&b'/'));
+    p
+}
+
+/// `lanefs rm`.
+pub fn rm(args: &RmArgs) -> CmdResult<i32> {
+    for_each_in_image(&args.targets, |fs, arg| rm_one(fs, arg, args))
+}
+
+/// Remove one argument.
+fn rm_one(fs: &Fs, arg: &ImageArg, args: &RmArgs) -> CmdResult<()> {
+    let what = arg.display();
+    let found = match resolve(fs, &arg.path, false) {
+        Ok(found) => found,
+        Err(e) if e.is_not_found() && args.force => return Ok(()),
+        Err(e) => return Err(Failure::new(what, e)),
+    };
+    let Some((dir, name)) = found.entry else {
+        let msg = "refusing to remove '/', '.' or '..'";
+        return Err(Failure::new(what, Error::msg(msg)));
+    };
+    if found.attr.kind != FileType::Directory {
+        return fs.unlink(dir, &name).ctx(what);
+    }
+    if !args.recursive {
+        return Err(Failure::new(what, Error::msg("is a directory (use -r)")));
+    }
+    remove_tree(fs, found.attr.ino, &what)?;
+    fs.rmdir(dir, &name).ctx(what)
+}
+
+/// Remove everything inside directory `dir`, shown as `what` in messages.
+fn remove_tree(fs: &Fs, dir: Ino, what: &str) -> CmdResult<()> {
+    for entry in read_dir_all(fs, dir).ctx(what)? {
+        let child = crate::session::join_display(what, &entry.name);
+        if entry.kind == FileType::Directory {
+            remove_tree(fs, entry.ino, &child)?;
+            fs.rmdir(dir, &entry.name).ctx(&child)?;
+        } else {
+            fs.unlink(dir, &entry.name).ctx(&child)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! Mounting an image for the length of one command, and small engine helpers.
+
+use crate::error::{CmdResult, Context, Failure};
+use lanefs::{DirEntry, Fs, Ino, MountOptions};
+use std::path::Path;
+
+/// Entries `readdir` returns per call.
+const READDIR_BATCH: usize = 256;
+
+/// Mount options for a command.
+#[allow(clippy::needless_update)]
+fn mount_options(read_only: bool) -> MountOptions {
+    MountOptions {
+        read_only,
+        ..MountOptions::default()
+    }
+}
+
+/// Mount `image`, run `work`, and unmount (which writes everything back), whatever `work`
+/// returned. An error of `work` wins over an error of the unmount.
+pub fn with_fs<T>(
+    image: &Path,
+    read_only: bool,
+    work: impl FnOnce(&Fs) -> CmdResult<T>,
+) -> CmdResult<T> {
+    let what = image.display();
+    if let Err(e) = std::fs::metadata(image) {
+        return Err(Failure::new(what, e));
+    }
+    let fs = Fs::mount_path(image, mount_options(read_only)).ctx(&what)?;
+    let result = work(&fs);
+    let unmounted = fs.unmount().ctx(format!("{what}: unmount"));
+    let value = result?;
+    unmounted?;
+    Ok(value)
+}
+
+/// Every entry of directory `dir` except `.` and `..`.
+pub fn read_dir_all(fs: &Fs, dir: Ino) -> lanefs::Result<Vec<DirEntry>> {
+    let mut all = Vec::new();
+    let mut pos = 0;
+    loop {
+        let batch = fs.readdir(dir, pos, READDIR_BATCH)?;
+        let Some(last) = batch.last() else { break };
+        if last.next == pos {
+            break;
+        }
+        pos = last.next;
+        all.extend(
+            batch
+                .into_iter()
+                .filter(|e| e.name != b"." && e.name != b".."),
+        );
+    }
+    Ok(all)
+}
+
+/// `dir/name` for messages, with `dir` shown as given.
+pub fn join_display(dir: &str, name: &[u8]) -> String {
+    let name = String::from_utf8_lossy(name);
+    if dir.ends_with('/') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
