@@ -120,43 +120,30 @@ impl ExtentMap {
         }
     }
 
-    /// Remove the mapping of `[start, end)`; returns the freed physical runs.
-    pub fn remove_range(&mut self, start: u32, end: u64) -> Vec<(u64, u32)> {
+    /// Split extents at `start` and `end`; returns the keys of the extents inside.
+    fn isolate(&mut self, start: u32, end: u64) -> Vec<u32> {
         self.split_at(start);
         if end < 1 << 32 {
             self.split_at(end as u32);
         }
-        let keys: Vec<u32> = self
-            .map
+        self.map
             .range(start..)
             .take_while(|(k, _)| u64::from(**k) < end)
             .map(|(k, _)| *k)
-            .collect();
-        keys.iter()
-            .filter_map(|k| self.map.remove(k))
-            .map(|e| (e.pblk, e.len))
             .collect()
+    }
+
+    /// Remove the mapping of `[start, end)`; returns the freed physical runs.
+    pub fn remove_range(&mut self, start: u32, end: u64) -> Vec<(u64, u32)> {
+        let keys = self.isolate(start, end);
+        keys.iter().filter_map(|k| self.map.remove(k)).map(|e| (e.pblk, e.len)).collect()
     }
 
     /// Mark `[start, start+len)` written (it must be mapped); merges afterwards.
     pub fn mark_written(&mut self, start: u32, len: u32) {
-        let end = u64::from(start) + u64::from(len);
-        self.split_at(start);
-        if end < 1 << 32 {
-            self.split_at(end as u32);
-        }
-        let keys: Vec<u32> = self
-            .map
-            .range(start..)
-            .take_while(|(k, _)| u64::from(**k) < end)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in keys {
+        for k in self.isolate(start, u64::from(start) + u64::from(len)) {
             if let Some(e) = self.map.remove(&k) {
-                self.insert(Extent {
-                    unwritten: false,
-                    ..e
-                });
+                self.insert(Extent { unwritten: false, ..e });
             }
         }
     }
