@@ -210,6 +210,10 @@ pub fn set_dx_csum(inode_seed: u32, b: &mut [u8], count_off: usize) {
         usize::from(le16(b, count_off + 2)),
     );
     let t = count_off + 8 * limit;
+    if t + 8 > b.len() || count > limit {
+        // Corrupt count/limit: no room for a tail, so nothing to checksum.
+        return;
+    }
     let c = dx_csum(inode_seed, b, count_off, count, t);
     put32(b, t, 0);
     put32(b, t + 4, c);

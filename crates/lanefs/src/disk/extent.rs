@@ -169,8 +169,12 @@ pub fn block_csum(inode_seed: u32, b: &[u8]) -> u32 {
 }
 
 /// Store the tail checksum (the block must already be encoded with `encode_block`).
+/// A block whose header claims more entries than fit gets no checksum (it is corrupt).
 pub fn set_block_csum(inode_seed: u32, b: &mut [u8]) {
     let off = 12 + 12 * usize::from(le16(b, 4));
+    if off + 4 > b.len() {
+        return;
+    }
     let c = block_csum(inode_seed, b);
     put32(b, off, c);
 }
