@@ -50,8 +50,9 @@ pub struct Fs {
     bs: u32,
 }
 
-/// Largest file size: 2^32 blocks.
-const MAX_FILE_BLOCKS: u64 = 1 << 32;
+/// Largest file size: 2^32 - 1 blocks, ext4's s_maxbytes (the last logical block stays
+/// unused so that an extent's end fits in 32 bits).
+const MAX_FILE_BLOCKS: u64 = (1 << 32) - 1;
 /// Dirty metadata blocks kept before a write-back is forced (256 MiB).
 const DIRTY_LIMIT: usize = 65536;
 /// Link count at which directories switch to "many" (dir_nlink).
@@ -107,7 +108,10 @@ impl Fs {
             read_only,
             bs,
         };
-        let root = fs.iget(ROOT_INO)?;
+        let root = fs.iget(ROOT_INO).map_err(|e| match e {
+            Error::NotFound => Error::corrupt("inode", ROOT_INO, "root directory inode is not in use"),
+            e => e,
+        })?;
         if FileType::from_mode(root.state.read().d.mode()) != Some(FileType::Directory) {
             return Err(Error::corrupt("inode", ROOT_INO, "root is not a directory"));
         }
@@ -295,6 +299,9 @@ fn check_journal(sb: &Superblock, al: &Allocator, bufs: &BufCache) -> Result<()>
     if jino == 0 {
         return Err(Error::Unsupported("external journal device".into()));
     }
+    if jino > u64::from(al.geo.ipg) * u64::from(al.geo.groups) {
+        return Err(Error::corrupt("superblock", 0, format!("journal inode {jino} out of range")));
+    }
     let d = inode::read_disk_inode(al, bufs, jino)?;
     let mut st = InodeState {
         d,
@@ -364,6 +371,14 @@ fn validate_desc(geo: &Geometry, g: u32, d: &GroupDesc) -> Result<()> {
             "group descriptor",
             at,
             "free counts larger than the group",
+        ));
+    }
+    // The allocator computes `ipg - itable_unused` and bumps used_dirs: keep both in range.
+    if d.itable_unused() > geo.ipg || d.used_dirs() > geo.ipg {
+        return Err(Error::corrupt(
+            "group descriptor",
+            at,
+            "unused inode or directory count larger than the group",
         ));
     }
     Ok(())

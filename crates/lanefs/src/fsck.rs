@@ -25,6 +25,22 @@ use crate::dev::BlockDevice;
 use crate::disk::extent::{self, Extent, Index, Node};
 use crate::disk::group::{self, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_HUGE_FILE, FL_INDEX, FL_INLINE_DATA};
+
+/// Inode flag: immutable (from the ext4 headers; `disk` does not name it).
+const FL_IMMUTABLE: u32 = 0x10;
+/// Inode flag: append only.
+const FL_APPEND: u32 = 0x20;
+/// Inode flag: encrypted.
+const FL_ENCRYPT: u32 = 0x800;
+/// Inode flag: AFS directory (imagic_inodes).
+const FL_IMAGIC: u32 = 0x2000;
+/// Inode flag: casefolded directory.
+const FL_CASEFOLD: u32 = 0x4000_0000;
+/// COMPAT imagic_inodes (not named by `disk`).
+const COMPAT_IMAGIC_INODES: u32 = 0x2;
+/// COMPAT bits e2fsck accepts: dir_prealloc, imagic_inodes, has_journal, ext_attr,
+/// resize_inode, dir_index, sparse_super2, fast_commit, stable_inodes, orphan_file.
+const COMPAT_KNOWN: u32 = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20 | 0x200 | 0x400 | 0x800 | 0x1000;
 use crate::disk::superblock::{
     compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, MAGIC, SB_OFFSET, SB_SIZE,
 };
@@ -50,6 +66,7 @@ const READ_CHUNK: u64 = 4 << 20;
 const MAX_DUP_CLAIMS: usize = 10_000;
 /// Longest orphan chain followed.
 const MAX_ORPHANS: usize = 100_000;
+const BADBLOCKS_INO: u32 = 1;
 const ROOT_INO: u32 = 2;
 const RESIZE_INO: u32 = 7;
 const JOURNAL_INO: u32 = 8;
@@ -159,7 +176,11 @@ impl FsckReport {
     /// One-line summary like e2fsck's last line, with the problem count.
     pub fn summary(&self) -> String {
         let n = self.problems.len() as u64 + self.problems_omitted;
-        let verdict = if n == 0 { "clean".to_string() } else { format!("{n} problem(s)") };
+        let verdict = if n == 0 {
+            "clean".to_string()
+        } else {
+            format!("{n} problem(s)")
+        };
         format!(
             "{verdict}: {}/{} inodes, {}/{} blocks, {} dirs, {} files, {} symlinks, {} special",
             self.inodes_used,
@@ -229,26 +250,53 @@ impl Geo {
     pub(crate) fn from_sb(sb: &Superblock, dev_size: u64) -> Result<Geo> {
         let bad = |d: String| Err(Error::corrupt("superblock", 0, d));
         if sb.has_ro_compat(ro_compat::BIGALLOC) {
-            return Err(Error::Unsupported("bigalloc file systems are not checked".into()));
+            return Err(Error::Unsupported(
+                "bigalloc file systems are not checked".into(),
+            ));
         }
         if sb.has_incompat(incompat::META_BG) {
-            return Err(Error::Unsupported("meta_bg file systems are not checked".into()));
+            return Err(Error::Unsupported(
+                "meta_bg file systems are not checked".into(),
+            ));
+        }
+        if sb.rev_level() > 1 {
+            return bad(format!(
+                "revision {} is newer than this checker",
+                sb.rev_level()
+            ));
         }
         let bs = u64::from(sb.block_size());
         let first_data = u64::from(sb.first_data_block());
         if first_data != u64::from(bs == 1024) {
-            return bad(format!("first data block {first_data} invalid for {bs}-byte blocks"));
+            return bad(format!(
+                "first data block {first_data} invalid for {bs}-byte blocks"
+            ));
         }
-        let (bpg, ipg) = (u64::from(sb.blocks_per_group()), u64::from(sb.inodes_per_group()));
+        let (bpg, ipg) = (
+            u64::from(sb.blocks_per_group()),
+            u64::from(sb.inodes_per_group()),
+        );
         if bpg % 8 != 0 || ipg % 8 != 0 {
-            return bad(format!("blocks per group {bpg} / inodes per group {ipg} not multiples of 8"));
+            return bad(format!(
+                "blocks per group {bpg} / inodes per group {ipg} not multiples of 8"
+            ));
         }
-        let isz = if sb.rev_level() == 0 { 128 } else { u64::from(sb.inode_size()) };
-        let first_ino = if sb.rev_level() == 0 { 11 } else { sb.first_ino() };
+        let isz = if sb.rev_level() == 0 {
+            128
+        } else {
+            u64::from(sb.inode_size())
+        };
+        let first_ino = if sb.rev_level() == 0 {
+            11
+        } else {
+            sb.first_ino()
+        };
         let groups = sb.group_count();
         let inodes = u64::from(sb.inodes_count());
         if groups == 0 || u64::from(first_ino) > inodes {
-            return bad(format!("{groups} groups, first inode {first_ino} of {inodes}"));
+            return bad(format!(
+                "{groups} groups, first inode {first_ino} of {inodes}"
+            ));
         }
         let desc_size = u64::from(sb.desc_size());
         let gdt_blocks = (u64::from(groups) * desc_size).div_ceil(bs);
@@ -259,10 +307,14 @@ impl Geo {
         };
         let base = 1 + gdt_blocks + reserved_gdt;
         if base >= bpg || first_data + base > sb.blocks_count() {
-            return bad(format!("{gdt_blocks} descriptor + {reserved_gdt} reserved blocks do not fit a group"));
+            return bad(format!(
+                "{gdt_blocks} descriptor + {reserved_gdt} reserved blocks do not fit a group"
+            ));
         }
         if inodes.saturating_mul(isz) > dev_size {
-            return bad(format!("inode tables ({inodes} x {isz} bytes) exceed the device"));
+            return bad(format!(
+                "inode tables ({inodes} x {isz} bytes) exceed the device"
+            ));
         }
         Ok(Geo {
             bs,
@@ -293,7 +345,8 @@ impl Geo {
 
     /// Blocks in group `g` (the last group may be short).
     pub(crate) fn group_len(&self, g: u32) -> u64 {
-        self.bpg.min(self.blocks.saturating_sub(self.group_first(g)))
+        self.bpg
+            .min(self.blocks.saturating_sub(self.group_first(g)))
     }
 
     /// Whether group descriptors carry checksums (and the UNINIT flags mean something).
@@ -312,9 +365,16 @@ impl Geo {
             return Vec::new();
         }
         let s = self.group_first(g);
-        let mut v = vec![(s, 1, Owner::Super(g)), (s + 1, self.gdt_blocks, Owner::Gdt(g))];
+        let mut v = vec![
+            (s, 1, Owner::Super(g)),
+            (s + 1, self.gdt_blocks, Owner::Gdt(g)),
+        ];
         if self.reserved_gdt > 0 {
-            v.push((s + 1 + self.gdt_blocks, self.reserved_gdt, Owner::ReservedGdt(g)));
+            v.push((
+                s + 1 + self.gdt_blocks,
+                self.reserved_gdt,
+                Owner::ReservedGdt(g),
+            ));
         }
         v
     }
@@ -329,7 +389,11 @@ impl Geo {
 /// unusable geometry is an error.
 pub(crate) fn load_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, Vec<Problem>)> {
     if dev.size() < SB_OFFSET + SB_SIZE as u64 {
-        return Err(Error::corrupt("superblock", 0, "device too small for a superblock"));
+        return Err(Error::corrupt(
+            "superblock",
+            0,
+            "device too small for a superblock",
+        ));
     }
     let mut sb = Superblock::zeroed();
     dev.read_at(SB_OFFSET, &mut sb.raw[..])?;
@@ -337,7 +401,10 @@ pub(crate) fn load_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, Vec<
         return Err(Error::corrupt(
             "superblock",
             0,
-            format!("bad magic {:#06x} (not an ext2/3/4 file system)", sb.magic()),
+            format!(
+                "bad magic {:#06x} (not an ext2/3/4 file system)",
+                sb.magic()
+            ),
         ));
     }
     let mut problems = Vec::new();
@@ -367,7 +434,11 @@ pub(crate) fn read_group_descs(dev: &dyn BlockDevice, geo: &Geo) -> Result<Vec<G
     for g in 0..geo.groups as usize {
         let raw = buf.get(g * ds..(g + 1) * ds).unwrap_or(&[]);
         if raw.len() != ds {
-            return Err(Error::corrupt("group descriptors", 1, "table shorter than group count"));
+            return Err(Error::corrupt(
+                "group descriptors",
+                1,
+                "table shorter than group count",
+            ));
         }
         v.push(GroupDesc { raw: raw.to_vec() });
     }
@@ -378,7 +449,11 @@ pub(crate) fn read_group_descs(dev: &dyn BlockDevice, geo: &Geo) -> Result<Vec<G
 pub(crate) fn read_blocks(dev: &dyn BlockDevice, geo: &Geo, start: u64, n: u64) -> Result<Vec<u8>> {
     let bytes = n.checked_mul(geo.bs).filter(|&b| b <= 1 << 31);
     let (Some(bytes), true) = (bytes, geo.in_fs(start, n)) else {
-        return Err(Error::corrupt("block range", start, format!("{n} blocks outside the file system")));
+        return Err(Error::corrupt(
+            "block range",
+            start,
+            format!("{n} blocks outside the file system"),
+        ));
     };
     let mut buf = vec![0u8; bytes as usize];
     dev.read_at(start * geo.bs, &mut buf)?;
@@ -386,7 +461,11 @@ pub(crate) fn read_blocks(dev: &dyn BlockDevice, geo: &Geo, start: u64, n: u64) 
 }
 
 /// Read single blocks at scattered locations, coalescing neighbours into larger reads.
-pub(crate) fn read_scattered(dev: &dyn BlockDevice, geo: &Geo, blocks: &[u64]) -> Result<Vec<Vec<u8>>> {
+pub(crate) fn read_scattered(
+    dev: &dyn BlockDevice,
+    geo: &Geo,
+    blocks: &[u64],
+) -> Result<Vec<Vec<u8>>> {
     let mut order: Vec<usize> = (0..blocks.len()).collect();
     order.sort_by_key(|&i| blocks[i]);
     let mut out = vec![Vec::new(); blocks.len()];
@@ -394,7 +473,10 @@ pub(crate) fn read_scattered(dev: &dyn BlockDevice, geo: &Geo, blocks: &[u64]) -
     while k < order.len() {
         let start = blocks[order[k]];
         let mut j = k + 1;
-        while j < order.len() && blocks[order[j]] <= blocks[order[j - 1]] + 1 && blocks[order[j]] - start < 256 {
+        while j < order.len()
+            && blocks[order[j]] <= blocks[order[j - 1]] + 1
+            && blocks[order[j]] - start < 256
+        {
             j += 1;
         }
         let n = blocks[order[j - 1]] - start + 1;
@@ -436,7 +518,11 @@ fn gdt_crc16(uuid: &[u8], g: u32, raw: &[u8]) -> u16 {
         for &b in data {
             crc ^= u16::from(b);
             for _ in 0..8 {
-                crc = if crc & 1 != 0 { (crc >> 1) ^ 0xA001 } else { crc >> 1 };
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xA001
+                } else {
+                    crc >> 1
+                };
             }
         }
         crc
@@ -499,7 +585,12 @@ struct Claims {
 
 impl Claims {
     fn new(blocks: u64) -> Claims {
-        Claims { bits: vec![0; blocks.div_ceil(64) as usize], log: Vec::new(), dups: Vec::new(), max_len: 0 }
+        Claims {
+            bits: vec![0; blocks.div_ceil(64) as usize],
+            log: Vec::new(),
+            dups: Vec::new(),
+            max_len: 0,
+        }
     }
 
     /// Mark `[start, start+len)` (inside the fs) used by `owner`; returns how many of those
@@ -511,7 +602,11 @@ impl Claims {
         while b < end {
             let bit = b % 64;
             let n = (64 - bit).min(end - b);
-            let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << bit };
+            let mask = if n == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << n) - 1) << bit
+            };
             if let Some(w) = self.bits.get_mut((b / 64) as usize) {
                 conflicts += u64::from((*w & mask).count_ones());
                 *w |= mask;
@@ -527,7 +622,9 @@ impl Claims {
     }
 
     fn is_used(&self, b: u64) -> bool {
-        self.bits.get((b / 64) as usize).is_some_and(|w| w & (1 << (b % 64)) != 0)
+        self.bits
+            .get((b / 64) as usize)
+            .is_some_and(|w| w & (1 << (b % 64)) != 0)
     }
 
     fn count(&self) -> u64 {
@@ -635,6 +732,17 @@ struct Htree {
     leaves: HashMap<u64, (u32, u32)>,
 }
 
+/// The "." or ".." entry at the start of a directory.
+struct Dot<'b> {
+    /// 0 for ".", 1 for "..".
+    i: usize,
+    ino: u32,
+    name: &'b [u8],
+    /// The byte after the expected name, which must be NUL.
+    pad: u8,
+    ft: u8,
+}
+
 /// Per-directory state while its blocks are parsed.
 #[derive(Default)]
 struct DirScan {
@@ -659,6 +767,11 @@ struct Checker<'a> {
     parent: HashMap<u32, u32>,
     dotdot: HashMap<u32, u32>,
     xattrs: HashMap<u64, XattrRef>,
+    /// Blocks listed by the bad blocks inode.
+    bad_blocks: Vec<Run>,
+    /// Whether dtimes below the inode count are taken as orphan links (e2fsck's
+    /// low_dtime_check: off when the superblock's own times are that small).
+    low_dtime_check: bool,
 }
 
 /// Check the ext4 image on `dev` without modifying it.
@@ -714,10 +827,14 @@ fn check_supported(sb: &Superblock) -> Result<()> {
     let bad = sb.feature_incompat() & unsupported_incompat;
     if bad != 0 {
         let names = crate::disk::superblock::feature_names(bad, incompat::NAMES);
-        return Err(Error::Unsupported(format!("fsck does not check features: {names}")));
+        return Err(Error::Unsupported(format!(
+            "fsck does not check features: {names}"
+        )));
     }
     if sb.has_compat(COMPAT_SPARSE_SUPER2) {
-        return Err(Error::Unsupported("fsck does not check sparse_super2".into()));
+        return Err(Error::Unsupported(
+            "fsck does not check sparse_super2".into(),
+        ));
     }
     Ok(())
 }
@@ -774,7 +891,12 @@ fn fmt_ranges(ranges: &[(u64, u64, bool)], total: usize) -> String {
 
 /// Differences between `computed` and `ondisk` over the first `n` bits, as ranges offset by
 /// `base`: `+` used but marked free, `-` marked used but free.
-fn diff_bits(computed: &[u8], ondisk: &[u8], n: usize, base: u64) -> (Vec<(u64, u64, bool)>, usize) {
+fn diff_bits(
+    computed: &[u8],
+    ondisk: &[u8],
+    n: usize,
+    base: u64,
+) -> (Vec<(u64, u64, bool)>, usize) {
     let mut ranges = Vec::new();
     let mut total = 0;
     let mut cur: Option<(u64, u64, bool)> = None;
@@ -815,6 +937,8 @@ impl<'a> Checker<'a> {
     fn new(dev: &'a dyn BlockDevice, sb: Superblock, geo: Geo, verbose: bool) -> Checker<'a> {
         let n = geo.inodes as usize + 1;
         let claims = Claims::new(geo.blocks);
+        let busted = |t: u32| t != 0 && t < sb.inodes_count();
+        let low_dtime_check = !(busted(sb.wtime()) || busted(sb.mtime()) || busted(sb.mkfs_time()));
         Checker {
             dev,
             sb,
@@ -831,6 +955,8 @@ impl<'a> Checker<'a> {
             parent: HashMap::new(),
             dotdot: HashMap::new(),
             xattrs: HashMap::new(),
+            bad_blocks: Vec::new(),
+            low_dtime_check,
         }
     }
 
@@ -838,7 +964,10 @@ impl<'a> Checker<'a> {
         let t = Instant::now();
         f(self)?;
         if self.verbose {
-            self.out.note("TIMING", format!("pass {name}: {:.3} s", t.elapsed().as_secs_f64()));
+            self.out.note(
+                "TIMING",
+                format!("pass {name}: {:.3} s", t.elapsed().as_secs_f64()),
+            );
         }
         Ok(())
     }
@@ -885,39 +1014,114 @@ impl<'a> Checker<'a> {
         let sb = &self.sb;
         let mut p: Vec<(&'static str, String)> = Vec::new();
         if sb.has_incompat(incompat::RECOVER) {
-            p.push(("JOURNAL_NEEDS_RECOVERY", "superblock has needs_recovery set: the journal must be replayed".into()));
+            p.push((
+                "JOURNAL_NEEDS_RECOVERY",
+                "superblock has needs_recovery set: the journal must be replayed".into(),
+            ));
         }
         if sb.metadata_csum() && sb.raw[SB_CHECKSUM_TYPE] != 1 {
-            p.push(("SB_CHECKSUM_TYPE", format!("checksum type {} is not crc32c", sb.raw[SB_CHECKSUM_TYPE])));
+            p.push((
+                "SB_CHECKSUM_TYPE",
+                format!("checksum type {} is not crc32c", sb.raw[SB_CHECKSUM_TYPE]),
+            ));
         }
         if sb.metadata_csum() && sb.has_ro_compat(ro_compat::GDT_CSUM) {
-            p.push(("SB_FEATURES", "both metadata_csum and uninit_bg are set".into()));
+            p.push((
+                "SB_FEATURES",
+                "both metadata_csum and uninit_bg are set".into(),
+            ));
         }
         if sb.r_blocks_count() > sb.blocks_count() {
-            p.push(("SB_GEOMETRY", format!("reserved blocks {} exceed block count", sb.r_blocks_count())));
+            p.push((
+                "SB_GEOMETRY",
+                format!("reserved blocks {} exceed block count", sb.r_blocks_count()),
+            ));
+        }
+        if sb.log_cluster_size() != sb.log_block_size() {
+            p.push((
+                "SB_GEOMETRY",
+                format!(
+                    "cluster size log {} != block size log {} without bigalloc",
+                    sb.log_cluster_size(),
+                    sb.log_block_size()
+                ),
+            ));
+        }
+        let orphan_ino = le32(&sb.raw[..], SB_ORPHAN_FILE_INUM);
+        let names_inode =
+            orphan_ino >= self.geo.first_ino && u64::from(orphan_ino) <= self.geo.inodes;
+        if sb.has_compat(COMPAT_ORPHAN_FILE) && !names_inode {
+            p.push((
+                "SB_ORPHAN_FILE",
+                "orphan_file feature is set but the orphan file inode number is invalid".into(),
+            ));
+        }
+        let ds = sb.desc_size_raw();
+        if ds > 1024 || (ds != 0 && !ds.is_power_of_two()) {
+            p.push((
+                "SB_GEOMETRY",
+                format!("group descriptor size field {ds} invalid"),
+            ));
+        }
+        if u64::from(sb.reserved_gdt_blocks()) > self.geo.bs / 4 {
+            p.push((
+                "SB_GEOMETRY",
+                format!(
+                    "reserved GDT blocks {} exceed {}",
+                    sb.reserved_gdt_blocks(),
+                    self.geo.bs / 4
+                ),
+            ));
         }
         if sb.clusters_per_group() != sb.blocks_per_group() {
-            p.push(("SB_GEOMETRY", format!("clusters per group {} != blocks per group {}", sb.clusters_per_group(), sb.blocks_per_group())));
+            p.push((
+                "SB_GEOMETRY",
+                format!(
+                    "clusters per group {} != blocks per group {}",
+                    sb.clusters_per_group(),
+                    sb.blocks_per_group()
+                ),
+            ));
         }
-        if self.geo.flex && sb.log_groups_per_flex() > 31 {
-            p.push(("SB_GEOMETRY", format!("log groups per flex {} too large", sb.log_groups_per_flex())));
+        if sb.log_groups_per_flex() > 31 {
+            p.push((
+                "SB_GEOMETRY",
+                format!("log groups per flex {} too large", sb.log_groups_per_flex()),
+            ));
         }
         if sb.def_hash_version() > 5 {
-            p.push(("SB_GEOMETRY", format!("default hash version {} unknown", sb.def_hash_version())));
+            p.push((
+                "SB_GEOMETRY",
+                format!("default hash version {} unknown", sb.def_hash_version()),
+            ));
         }
         self.check_journal_fields(&mut p);
+        // e2fsck processes orphans as part of recovery and does not count a non-empty list
+        // as an error; what the orphans leave behind (zero links, low dtimes, bitmap
+        // differences) is reported by the inode and bitmap checks.
         if sb.last_orphan() != 0 {
-            p.push(("ORPHAN_LIST", format!("orphan list is not empty (head inode {})", sb.last_orphan())));
+            let msg = format!("orphan list is not empty (head inode {})", sb.last_orphan());
+            self.out.note("ORPHAN_LIST", msg);
+        }
+        if sb.has_ro_compat(ro_compat::ORPHAN_PRESENT) {
+            let msg = "orphan_present is set: the orphan file holds inodes to clean up";
+            self.out.note("ORPHAN_LIST", msg.into());
         }
         for (code, msg) in p {
             self.out.add(code, msg);
         }
         let state = self.sb.state();
         if state & STATE_ERROR != 0 {
-            self.out.note("SB_ERROR_STATE", "superblock records that the kernel found errors".into());
+            self.out.note(
+                "SB_ERROR_STATE",
+                "superblock records that the kernel found errors".into(),
+            );
         }
         if state & STATE_VALID == 0 {
-            self.out.note("SB_NOT_CLEAN", "file system was not cleanly unmounted".into());
+            self.out.note(
+                "SB_NOT_CLEAN",
+                "file system was not cleanly unmounted".into(),
+            );
         }
         self.collect_special_inodes();
     }
@@ -928,11 +1132,27 @@ impl<'a> Checker<'a> {
         let ro = self.sb.feature_ro_compat() & !known(ro_compat::NAMES);
         if inc != 0 {
             let n = crate::disk::superblock::feature_names(inc, &[]);
-            self.out.add("SB_UNKNOWN_FEATURE", format!("unknown incompat features: {n}"));
+            self.out.add(
+                "SB_UNKNOWN_FEATURE",
+                format!("unknown incompat features: {n}"),
+            );
         }
         if ro != 0 {
             let n = crate::disk::superblock::feature_names(ro, &[]);
-            self.out.add("SB_UNKNOWN_FEATURE", format!("unknown ro_compat features: {n}"));
+            self.out.add(
+                "SB_UNKNOWN_FEATURE",
+                format!("unknown ro_compat features: {n}"),
+            );
+        }
+        // e2fsck also refuses COMPAT bits it does not know (and lazy_bg, exclude_inode,
+        // exclude_bitmap, which it never supported).
+        let cp = self.sb.feature_compat() & !COMPAT_KNOWN;
+        if cp != 0 {
+            let n = crate::disk::superblock::feature_names(cp, crate::info::COMPAT_NAMES);
+            self.out.add(
+                "SB_UNKNOWN_FEATURE",
+                format!("unsupported compat features: {n}"),
+            );
         }
     }
 
@@ -940,12 +1160,24 @@ impl<'a> Checker<'a> {
         let sb = &self.sb;
         let inum = sb.journal_inum();
         if sb.has_compat(compat::HAS_JOURNAL) {
-            let external = inum == 0 && sb.raw[0xD0..0xE0].iter().any(|&b| b != 0);
-            if inum != JOURNAL_INO && !external {
-                p.push(("JOURNAL_BAD_INODE", format!("journal inode number is {inum}, expected {JOURNAL_INO}")));
+            // e2fsck takes a set journal UUID to mean an external journal.
+            let external = sb.raw[0xD0..0xE0].iter().any(|&b| b != 0);
+            if external && inum != 0 {
+                p.push((
+                    "JOURNAL_BAD_INODE",
+                    format!("superblock names both journal inode {inum} and an external journal"),
+                ));
+            } else if inum != JOURNAL_INO && !external {
+                p.push((
+                    "JOURNAL_BAD_INODE",
+                    format!("journal inode number is {inum}, expected {JOURNAL_INO}"),
+                ));
             }
         } else if inum != 0 {
-            p.push(("JOURNAL_BAD_INODE", format!("no has_journal feature but journal inode {inum} set")));
+            p.push((
+                "JOURNAL_BAD_INODE",
+                format!("no has_journal feature but journal inode {inum} set"),
+            ));
         }
     }
 
@@ -989,18 +1221,37 @@ impl<'a> Checker<'a> {
         self.check_desc_csum(g, &desc);
         let raw_flags = desc.flags();
         let uninit = BG_INODE_UNINIT | BG_BLOCK_UNINIT;
-        let flags = if self.geo.desc_csum() { raw_flags } else { raw_flags & !uninit };
+        let flags = if self.geo.desc_csum() {
+            raw_flags
+        } else {
+            raw_flags & !uninit
+        };
+        // e2fsck offers to fix these two but does not count them as errors.
         if !self.geo.desc_csum() && raw_flags & uninit != 0 {
-            self.out.add("GROUP_DESC_FLAGS", format!("group {g}: UNINIT flags {raw_flags:#x} without descriptor checksums"));
+            self.out.note(
+                "GROUP_DESC_FLAGS",
+                format!("group {g}: UNINIT flags {raw_flags:#x} without descriptor checksums"),
+            );
         }
         if g + 1 == self.geo.groups && flags & BG_BLOCK_UNINIT != 0 {
-            self.out.add("GROUP_DESC_FLAGS", format!("group {g}: last group has BLOCK_UNINIT set"));
+            self.out.note(
+                "GROUP_DESC_FLAGS",
+                format!("group {g}: last group has BLOCK_UNINIT set"),
+            );
         }
         self.check_desc_counts(g, &desc);
         let bb_ok = self.check_location(g, "block bitmap", desc.block_bitmap(), 1);
         let ib_ok = self.check_location(g, "inode bitmap", desc.inode_bitmap(), 1);
-        let it_ok = self.check_location(g, "inode table", desc.inode_table(), self.geo.itable_blocks);
-        GroupInfo { desc, flags, bb_ok, ib_ok, it_ok, ibitmap: Bitmap::Unreadable }
+        let it_ok =
+            self.check_location(g, "inode table", desc.inode_table(), self.geo.itable_blocks);
+        GroupInfo {
+            desc,
+            flags,
+            bb_ok,
+            ib_ok,
+            it_ok,
+            ibitmap: Bitmap::Unreadable,
+        }
     }
 
     fn check_desc_csum(&mut self, g: u32, d: &GroupDesc) {
@@ -1014,7 +1265,10 @@ impl<'a> Checker<'a> {
         if d.checksum() != want {
             self.out.add(
                 "GROUP_DESC_CHECKSUM",
-                format!("group {g}: descriptor checksum {:#06x}, computed {want:#06x}", d.checksum()),
+                format!(
+                    "group {g}: descriptor checksum {:#06x}, computed {want:#06x}",
+                    d.checksum()
+                ),
             );
         }
     }
@@ -1032,23 +1286,38 @@ impl<'a> Checker<'a> {
             bad.push(format!("directories {} > {ipg} inodes", d.used_dirs()));
         }
         if self.geo.desc_csum() && d.itable_unused() > d.free_inodes() {
-            bad.push(format!("unused inodes {} > free inodes {}", d.itable_unused(), d.free_inodes()));
+            bad.push(format!(
+                "unused inodes {} > free inodes {}",
+                d.itable_unused(),
+                d.free_inodes()
+            ));
         }
         if !bad.is_empty() {
-            self.out.add("GROUP_DESC_COUNTS", format!("group {g}: {}", bad.join(", ")));
+            self.out.add(
+                "GROUP_DESC_COUNTS",
+                format!("group {g}: {}", bad.join(", ")),
+            );
         }
     }
 
     /// Whether a bitmap or table at `start` (`n` blocks) lies where it may.
     fn check_location(&mut self, g: u32, what: &str, start: u64, n: u64) -> bool {
         if !self.geo.in_fs(start, n) {
-            self.out.add("GROUP_META_RANGE", format!("group {g}: {what} at block {start} ({n} blocks) is outside the file system"));
+            self.out.add(
+                "GROUP_META_RANGE",
+                format!(
+                    "group {g}: {what} at block {start} ({n} blocks) is outside the file system"
+                ),
+            );
             return false;
         }
         let first = self.geo.group_first(g);
         let inside = start >= first && start + n <= first + self.geo.group_len(g);
         if !self.geo.flex && !inside {
-            self.out.add("GROUP_META_RANGE", format!("group {g}: {what} at block {start} is not in its group"));
+            self.out.add(
+                "GROUP_META_RANGE",
+                format!("group {g}: {what} at block {start} is not in its group"),
+            );
             return false;
         }
         true
@@ -1073,7 +1342,11 @@ impl<'a> Checker<'a> {
                 v.push((d.inode_bitmap(), 1, Owner::InodeBitmap(g32)));
             }
             if gi.it_ok {
-                v.push((d.inode_table(), self.geo.itable_blocks, Owner::InodeTable(g32)));
+                v.push((
+                    d.inode_table(),
+                    self.geo.itable_blocks,
+                    Owner::InodeTable(g32),
+                ));
             }
             for (s, n, owner) in v {
                 self.claims.claim(s, n, owner);
@@ -1093,7 +1366,59 @@ impl<'a> Checker<'a> {
         self.report_dups();
         self.check_xattr_refs();
         self.check_orphan_chain()?;
+        self.check_stray_inode_numbers();
+        self.check_bad_blocks_in_tables();
         Ok(())
+    }
+
+    /// Quota and orphan-file inode numbers left in the superblock without their feature:
+    /// e2fsck still treats the inode they name as special, which breaks it if it is in use.
+    fn check_stray_inode_numbers(&mut self) {
+        let mut v = Vec::new();
+        if !self.sb.has_ro_compat(ro_compat::QUOTA) {
+            // (A stray project quota number is accepted by e2fsck.)
+            v.push(("SB_QUOTA_INODE", le32(&self.sb.raw[..], SB_USR_QUOTA_INUM)));
+            v.push(("SB_QUOTA_INODE", le32(&self.sb.raw[..], SB_GRP_QUOTA_INUM)));
+        }
+        if !self.sb.has_compat(COMPAT_ORPHAN_FILE) {
+            v.push((
+                "SB_ORPHAN_FILE",
+                le32(&self.sb.raw[..], SB_ORPHAN_FILE_INUM),
+            ));
+        }
+        for (code, ino) in v {
+            if ino >= self.geo.first_ino && self.inode_in_use(u64::from(ino)) {
+                let msg = format!(
+                    "superblock names in-use inode {ino} as a special inode without the feature"
+                );
+                self.out.add(code, msg);
+            }
+        }
+    }
+
+    /// Blocks the bad blocks inode lists inside an inode table block holding in-use inodes.
+    fn check_bad_blocks_in_tables(&mut self) {
+        let runs = std::mem::take(&mut self.bad_blocks);
+        let per_block = self.geo.bs / self.geo.isz;
+        for g in 0..self.geo.groups {
+            let gi = &self.groups[g as usize];
+            let (it, n) = (gi.desc.inode_table(), self.geo.itable_blocks);
+            if !gi.it_ok {
+                continue;
+            }
+            for r in &runs {
+                let (a, b) = (r.pblk.max(it), (r.pblk + r.len).min(it + n));
+                for blk in (a..b).take(MAX_RANGES) {
+                    let first = u64::from(g) * self.geo.ipg + (blk - it) * per_block + 1;
+                    if (first..first + per_block).any(|i| self.inode_in_use(i)) {
+                        self.out.add(
+                            "BADBLOCK_IN_ITABLE",
+                            format!("inode table block {blk} of group {g} holds inodes in use but is listed as bad"),
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// Read every initialized inode bitmap (in coalesced reads) and verify its checksum.
@@ -1111,10 +1436,37 @@ impl<'a> Checker<'a> {
             let maps = read_scattered(self.dev, &self.geo, &blocks)?;
             for (&(g, _), map) in chunk.iter().zip(maps) {
                 self.verify_bitmap_csum(g as u32, &map, false);
+                self.check_bitmap_padding(g as u32, &map, false);
                 self.groups[g].ibitmap = Bitmap::Loaded(map);
             }
         }
         Ok(())
+    }
+
+    /// The bytes of a bitmap block past the group's bits must be 0xff (e2fsck 1.45+ checks
+    /// this), and in the last group so must the bits of blocks past the end of the fs.
+    fn check_bitmap_padding(&mut self, g: u32, map: &[u8], block: bool) {
+        let bits = if block { self.geo.bpg } else { self.geo.ipg } as usize;
+        let tail_ok = map
+            .get(bits / 8..)
+            .is_some_and(|t| t.iter().all(|&b| b == 0xFF));
+        let len = if block {
+            self.geo.group_len(g) as usize
+        } else {
+            bits
+        };
+        let end_ok = (len..bits).all(|i| test_bit(map, i));
+        if !tail_ok || !end_ok {
+            let (code, what) = if block {
+                ("BLOCK_BITMAP_PADDING", "block")
+            } else {
+                ("INODE_BITMAP_PADDING", "inode")
+            };
+            self.out.add(
+                code,
+                format!("group {g}: padding at the end of the {what} bitmap is not set"),
+            );
+        }
     }
 
     fn verify_bitmap_csum(&mut self, g: u32, map: &[u8], block: bool) {
@@ -1124,13 +1476,27 @@ impl<'a> Checker<'a> {
         let d = &self.groups[g as usize].desc;
         let wide = self.geo.desc_size >= 64;
         let (bytes, stored, what, code) = if block {
-            (self.geo.bpg / 8, d.block_bitmap_csum(), "block", "BLOCK_BITMAP_CSUM")
+            (
+                self.geo.bpg / 8,
+                d.block_bitmap_csum(),
+                "block",
+                "BLOCK_BITMAP_CSUM",
+            )
         } else {
-            (self.geo.ipg / 8, d.inode_bitmap_csum(), "inode", "INODE_BITMAP_CSUM")
+            (
+                self.geo.ipg / 8,
+                d.inode_bitmap_csum(),
+                "inode",
+                "INODE_BITMAP_CSUM",
+            )
         };
         let want = group::bitmap_csum(self.geo.seed, map, (bytes as usize).min(map.len()), wide);
         if want != stored {
-            let at = if block { d.block_bitmap() } else { d.inode_bitmap() };
+            let at = if block {
+                d.block_bitmap()
+            } else {
+                d.inode_bitmap()
+            };
             self.out.add(code, format!("group {g}: {what} bitmap (block {at}) checksum {stored:#010x}, computed {want:#010x}"));
         }
     }
@@ -1177,8 +1543,7 @@ impl<'a> Checker<'a> {
             self.dev.read_at(table * self.geo.bs + i * isz, &mut buf)?;
             for k in 0..n {
                 let raw = &buf[(k * isz) as usize..((k + 1) * isz) as usize];
-                let on_bitmap = self.bitmap_bit(g, i + k);
-                self.scan_inode((base + i + k + 1) as u32, raw, on_bitmap)?;
+                self.scan_inode((base + i + k + 1) as u32, raw)?;
             }
             i += n;
         }
@@ -1186,71 +1551,208 @@ impl<'a> Checker<'a> {
     }
 
     /// Decide whether an inode is in use (as e2fsck: it has links) and check it if so.
-    fn scan_inode(&mut self, ino: u32, raw: &[u8], on_bitmap: bool) -> Result<()> {
-        if ino < self.geo.first_ino {
-            return self.scan_reserved(ino, raw);
-        }
+    fn scan_inode(&mut self, ino: u32, raw: &[u8]) -> Result<()> {
         let inode = DiskInode::from_bytes(raw);
+        self.check_inode_csum(ino, &inode);
+        if self.is_low_dtime(&inode) {
+            let msg = format!(
+                "inode {ino} has dtime {} as if on a (lost) orphan list",
+                inode.dtime()
+            );
+            self.out.add("ORPHAN_DTIME", msg);
+        }
+        if ino < self.geo.first_ino {
+            return self.scan_reserved(ino, &inode);
+        }
         if self.special.contains(&ino) {
             return self.check_special(ino, &inode);
         }
+        // As e2fsck: an inode is in use when it has links, whatever the bitmap says (pass 5
+        // reports the bitmap difference).
         if inode.links() == 0 {
+            if inode.dtime() == 0 && inode.mode() != 0 {
+                self.out.add(
+                    "INODE_ZERO_DTIME",
+                    format!("deleted inode {ino} has zero dtime"),
+                );
+            }
             return Ok(());
         }
-        let csum_ok = !self.geo.csum || inode.checksum() == inode.compute_checksum(self.geo.seed, ino);
-        // A free slot below the itable watermark may hold stale bytes: only believe it is in
-        // use if the bitmap says so or it is a well-formed live inode.
-        if !on_bitmap && (!csum_ok || inode.dtime() != 0 || mode_ft(inode.mode()).is_none()) {
-            return Ok(());
-        }
-        self.check_inode(ino, &inode, csum_ok)
+        self.check_inode(ino, &inode)
     }
 
-    fn scan_reserved(&mut self, ino: u32, raw: &[u8]) -> Result<()> {
+    /// A dtime smaller than the inode count is an orphan-list link, not a time.
+    fn is_low_dtime(&self, inode: &DiskInode) -> bool {
+        let d = inode.dtime();
+        self.low_dtime_check && d != 0 && u64::from(d) < self.geo.inodes
+    }
+
+    /// Verify an inode slot's checksum. As e2fsck, every slot read is verified, in use or
+    /// not, except one whose first 128 bytes are zero (never written).
+    fn check_inode_csum(&mut self, ino: u32, inode: &DiskInode) -> bool {
+        if !self.geo.csum || inode.raw[..128].iter().all(|&b| b == 0) {
+            return true;
+        }
+        let (stored, want) = (inode.checksum(), inode.compute_checksum(self.geo.seed, ino));
+        if stored != want {
+            self.out.add(
+                "INODE_CHECKSUM",
+                format!("inode {ino}: checksum {stored:#010x}, computed {want:#010x}"),
+            );
+        }
+        stored == want
+    }
+
+    fn scan_reserved(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
         self.kind[ino as usize] = K_RESERVED;
-        let inode = DiskInode::from_bytes(raw);
+        if ino == BADBLOCKS_INO {
+            return self.check_badblocks_inode(inode);
+        }
         if ino == ROOT_INO {
-            return self.check_root(&inode);
+            return self.check_root(inode);
         }
         if ino == RESIZE_INO && self.sb.has_compat(compat::RESIZE_INODE) {
-            return self.check_resize_inode(&inode);
+            return self.check_resize_inode(inode);
         }
         if self.special.contains(&ino) {
-            return self.check_special(ino, &inode);
+            return self.check_special(ino, inode);
         }
+        self.check_unused_reserved(ino, inode)
+    }
+
+    /// A reserved inode with no role in this file system, checked as e2fsck does: the
+    /// quota and journal slots must be clear, the others must have no mode (5: not a
+    /// directory; 7: regular), and whatever they map must agree with i_blocks and i_size.
+    fn check_unused_reserved(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
+        self.check_reserved_flags(ino, inode, 0);
+        if matches!(ino, 3 | 4 | JOURNAL_INO) {
+            if inode.links() != 0 || le32(&inode.raw, 0x1C) != 0 || le32(inode.iblock(), 0) != 0 {
+                self.out.add(
+                    "RESERVED_INODE_BAD",
+                    format!("reserved inode {ino} is not in use but contains data"),
+                );
+            }
+            return Ok(());
+        }
+        let mode = inode.mode();
+        let bad_mode = match ino {
+            5 => mode_ft(mode) == Some(FT_DIR),
+            RESIZE_INO => mode != 0 && mode_ft(mode) != Some(FT_REG),
+            _ => mode != 0,
+        };
+        if ino == RESIZE_INO && inode.iblock().iter().any(|&b| b != 0) {
+            self.out.add(
+                "RESIZE_INODE_INVALID",
+                "resize inode 7 maps blocks without the resize_inode feature".into(),
+            );
+        }
+        if bad_mode {
+            self.out.add(
+                "RESERVED_INODE_BAD",
+                format!("reserved inode {ino} has mode {mode:#o}"),
+            );
+        }
+        if inode.raw[..128].iter().all(|&b| b == 0) {
+            return Ok(());
+        }
+        // e2fsck reports a bad xattr block number only for inodes some directory names.
+        let xattr = if self.geo.in_fs(self.file_acl(inode), 1) {
+            self.check_xattr_block(ino, inode)?
+        } else {
+            0
+        };
+        // Only directories and regular files have block maps (ext2fs_inode_has_valid_blocks).
+        let w = match mode_ft(mode) {
+            Some(FT_REG | FT_DIR) => self.walk_blocks(ino, inode, false)?,
+            _ => Walk::default(),
+        };
+        self.check_iblocks(ino, inode, w.blocks + xattr);
+        self.check_size(ino, inode, FT_REG, &w);
+        Ok(())
+    }
+
+    /// Flags no reserved or special inode may carry (they are never directories), plus
+    /// `extra` (e.g. ENCRYPT, which makes e2fsck reject a journal).
+    fn check_reserved_flags(&mut self, ino: u32, inode: &DiskInode, extra: u32) {
+        if inode.flags() & (FL_INDEX | FL_CASEFOLD | extra) != 0 {
+            let msg = format!(
+                "reserved inode {ino} has invalid flags {:#x}",
+                inode.flags()
+            );
+            self.out.add("INODE_BAD_FLAGS", msg);
+        }
+    }
+
+    /// The bad blocks inode lists unusable blocks with a classic block map (usually none).
+    /// As e2fsck: its owner fields must be clear, and a listed block may lie anywhere (even
+    /// in metadata), so listed blocks are only marked used, never reported as shared.
+    fn check_badblocks_inode(&mut self, inode: &DiskInode) -> Result<()> {
+        let ino = BADBLOCKS_INO;
+        if inode.mode() != 0
+            || le16(&inode.raw, 0x2) != 0
+            || le16(&inode.raw, 0x18) != 0
+            || inode.links() != 0
+            || inode.flags() & FL_INLINE_DATA != 0
+            || self.file_acl(inode) != 0
+        {
+            self.out.add(
+                "BADBLOCKS_INODE_INVALID",
+                "bad blocks inode 1 has a mode, owner, links or xattr block".into(),
+            );
+        }
+        if inode.iblock().iter().all(|&b| b == 0) {
+            return Ok(());
+        }
+        let mut w = Walk {
+            ino,
+            collect: true,
+            ..Walk::default()
+        };
+        self.walk_indirect(&mut w, inode)?;
+        self.bad_blocks = w.runs;
         Ok(())
     }
 
     fn check_root(&mut self, inode: &DiskInode) -> Result<()> {
         if inode.mode() == 0 || inode.links() == 0 {
-            self.out.add("ROOT_MISSING", "root inode 2 is not in use".into());
+            self.out
+                .add("ROOT_MISSING", "root inode 2 is not in use".into());
             return Ok(());
         }
         if mode_ft(inode.mode()) != Some(FT_DIR) {
-            self.out.add("ROOT_NOT_DIR", format!("root inode 2 has mode {:#o}, not a directory", inode.mode()));
+            self.out.add(
+                "ROOT_NOT_DIR",
+                format!("root inode 2 has mode {:#o}, not a directory", inode.mode()),
+            );
             return Ok(());
         }
-        let csum_ok = !self.geo.csum || inode.checksum() == inode.compute_checksum(self.geo.seed, ROOT_INO);
-        self.check_inode(ROOT_INO, inode, csum_ok)
+        self.check_inode(ROOT_INO, inode)
     }
 
     /// Check an inode that is in use; records its kind, links and directory blocks.
-    fn check_inode(&mut self, ino: u32, inode: &DiskInode, csum_ok: bool) -> Result<()> {
+    fn check_inode(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
         self.links[ino as usize] = inode.links();
-        if !csum_ok {
-            self.out.add("INODE_CHECKSUM", format!("inode {ino}: checksum {:#010x}, computed {:#010x}", inode.checksum(), inode.compute_checksum(self.geo.seed, ino)));
-        }
         self.check_extra_isize(ino, inode);
         let Some(ft) = mode_ft(inode.mode()) else {
-            self.out.add("INODE_BAD_MODE", format!("inode {ino}: mode {:#o} has no valid file type", inode.mode()));
+            self.out.add(
+                "INODE_BAD_MODE",
+                format!(
+                    "inode {ino}: mode {:#o} has no valid file type",
+                    inode.mode()
+                ),
+            );
             self.kind[ino as usize] = K_BAD_MODE;
             return Ok(());
         };
         self.kind[ino as usize] = ft;
-        if inode.dtime() != 0 {
-            self.out.add("INODE_DTIME_SET", format!("inode {ino} is in use but has dtime {} set", inode.dtime()));
+        if inode.dtime() != 0 && !self.is_low_dtime(inode) {
+            self.out.add(
+                "INODE_DTIME_SET",
+                format!("inode {ino} is in use but has dtime {} set", inode.dtime()),
+            );
         }
         self.check_flags(ino, inode, ft);
+        self.check_zero_fields(ino, inode);
         let xattr = self.check_xattr_block(ino, inode)?;
         let walk = match ft {
             FT_REG | FT_DIR => self.walk_blocks(ino, inode, ft == FT_DIR)?,
@@ -1265,7 +1767,12 @@ impl<'a> Checker<'a> {
         if ft == FT_DIR {
             let seed = inode.csum_seed(self.geo.seed, ino);
             let indexed = inode.flags() & FL_INDEX != 0 && self.sb.has_compat(compat::DIR_INDEX);
-            self.dirs.push(DirRec { ino, seed, indexed, runs: walk.runs });
+            self.dirs.push(DirRec {
+                ino,
+                seed,
+                indexed,
+                runs: walk.runs,
+            });
         }
         Ok(())
     }
@@ -1275,8 +1782,61 @@ impl<'a> Checker<'a> {
             return;
         }
         let extra = u64::from(inode.extra_isize());
-        if extra > self.geo.isz - 128 || extra % 4 != 0 {
-            self.out.add("INODE_EXTRA_ISIZE", format!("inode {ino}: i_extra_isize {extra} invalid for {}-byte inodes", self.geo.isz));
+        // It must cover itself and i_checksum_hi (e2fsck allows 0).
+        if (extra != 0 && extra < 4) || extra > self.geo.isz - 128 || extra % 4 != 0 {
+            self.out.add(
+                "INODE_EXTRA_ISIZE",
+                format!(
+                    "inode {ino}: i_extra_isize {extra} invalid for {}-byte inodes",
+                    self.geo.isz
+                ),
+            );
+            return;
+        }
+        let area = &inode.raw[(128 + extra) as usize..];
+        if area.len() >= 8 && le32(area, 0) == XATTR_MAGIC {
+            if let Some(why) = xattr_entries_error(area, 4, 4, true) {
+                self.out.add(
+                    "XATTR_BAD_ENTRY",
+                    format!("inode {ino}: in-inode extended attributes: {why}"),
+                );
+            }
+        }
+    }
+
+    /// Fields e2fsck requires to be zero (its "process_bad_inode" checks).
+    fn check_zero_fields(&mut self, ino: u32, inode: &DiskInode) {
+        let mut bad = Vec::new();
+        if le32(&inode.raw, 0x70) != 0 {
+            bad.push(format!("i_faddr is {}", le32(&inode.raw, 0x70)));
+        }
+        if !self.sb.has_incompat(incompat::BIT64) && le16(&inode.raw, 0x76) != 0 {
+            bad.push(format!(
+                "i_file_acl_hi is {} without 64bit",
+                le16(&inode.raw, 0x76)
+            ));
+        }
+        if !self.sb.has_ro_compat(ro_compat::HUGE_FILE) && le16(&inode.raw, 0x74) != 0 {
+            bad.push(format!(
+                "i_blocks_hi is {} without huge_file",
+                le16(&inode.raw, 0x74)
+            ));
+        }
+        if !bad.is_empty() {
+            self.out.add(
+                "INODE_BAD_FIELD",
+                format!("inode {ino}: {} (should be zero)", bad.join(", ")),
+            );
+        }
+    }
+
+    /// The xattr block number (the high half only counts with the 64bit feature).
+    fn file_acl(&self, inode: &DiskInode) -> u64 {
+        let lo = u64::from(le32(&inode.raw, 0x68));
+        if self.sb.has_incompat(incompat::BIT64) {
+            lo | (u64::from(le16(&inode.raw, 0x76)) << 32)
+        } else {
+            lo
         }
     }
 
@@ -1295,8 +1855,19 @@ impl<'a> Checker<'a> {
         if fl & FL_INLINE_DATA != 0 {
             bad.push("INLINE_DATA set without the inline_data feature");
         }
+        if fl & FL_IMAGIC != 0 && !self.sb.has_compat(COMPAT_IMAGIC_INODES) {
+            bad.push("IMAGIC set without the imagic_inodes feature");
+        }
+        // Images with these features are refused up front, so the flags are always stray.
+        // (e2fsck 1.47 ignores stray VERITY and EA_INODE flags; so does this check.)
+        if fl & (FL_ENCRYPT | FL_CASEFOLD) != 0 {
+            bad.push("ENCRYPT or CASEFOLD set without the feature");
+        }
         if !bad.is_empty() {
-            self.out.add("INODE_BAD_FLAGS", format!("inode {ino}: flags {fl:#x}: {}", bad.join(", ")));
+            self.out.add(
+                "INODE_BAD_FLAGS",
+                format!("inode {ino}: flags {fl:#x}: {}", bad.join(", ")),
+            );
         }
     }
 
@@ -1318,7 +1889,10 @@ impl<'a> Checker<'a> {
         let want = counted.saturating_mul(self.geo.bs / 512);
         let have = self.stored_iblocks(inode);
         if want != have {
-            self.out.add("INODE_BAD_IBLOCKS", format!("inode {ino}: i_blocks is {have}, counted {want} (512-byte units)"));
+            self.out.add(
+                "INODE_BAD_IBLOCKS",
+                format!("inode {ino}: i_blocks is {have}, counted {want} (512-byte units)"),
+            );
         }
     }
 
@@ -1327,7 +1901,10 @@ impl<'a> Checker<'a> {
         if ft == FT_DIR {
             let nblk = w.last_lblk.map_or(0, |l| l + 1);
             if size % bs != 0 || size != nblk.saturating_mul(bs) {
-                self.out.add("DIR_BAD_SIZE", format!("directory inode {ino}: size {size}, but {nblk} blocks are mapped"));
+                self.out.add(
+                    "DIR_BAD_SIZE",
+                    format!("directory inode {ino}: size {size}, but {nblk} blocks are mapped"),
+                );
             }
             return;
         }
@@ -1336,7 +1913,10 @@ impl<'a> Checker<'a> {
         }
         if let Some(li) = w.last_init {
             if size < li.saturating_mul(bs) {
-                self.out.add("INODE_BAD_SIZE", format!("inode {ino}: size {size} ends before initialized block {li}"));
+                self.out.add(
+                    "INODE_BAD_SIZE",
+                    format!("inode {ino}: size {size} ends before initialized block {li}"),
+                );
                 return;
             }
         }
@@ -1344,10 +1924,16 @@ impl<'a> Checker<'a> {
         let max = if inode.flags() & FL_EXTENTS != 0 {
             (bs << 32) - 1
         } else {
-            (12 + per + per * per + per * per * per).saturating_mul(bs).min(bs << 32) - 1
+            (12 + per + per * per + per * per * per)
+                .saturating_mul(bs)
+                .min(bs << 32)
+                - 1
         };
         if size > max {
-            self.out.add("INODE_BAD_SIZE", format!("inode {ino}: size {size} exceeds the largest mappable {max}"));
+            self.out.add(
+                "INODE_BAD_SIZE",
+                format!("inode {ino}: size {size} exceeds the largest mappable {max}"),
+            );
         }
     }
 
@@ -1356,15 +1942,29 @@ impl<'a> Checker<'a> {
         if inode.flags() & (FL_INDEX | FL_EXTENTS | FL_INLINE_DATA) != 0 {
             bad.push("has INDEX/EXTENTS/INLINE_DATA flags".to_string());
         }
-        if inode.iblock()[16..].iter().any(|&b| b != 0) {
-            bad.push("i_block beyond the device number is not zero".to_string());
+        // The kernel does not clear the rest of i_block for devices, so (as e2fsck) those
+        // words only count when the immutable or append-only flag is set, which can never be
+        // set on a device; the flag alone is reported but not counted, as e2fsck does.
+        if inode.flags() & (FL_IMMUTABLE | FL_APPEND) != 0 {
+            if inode.iblock()[16..].iter().any(|&b| b != 0) {
+                bad.push("is immutable/append-only with data past the device number".to_string());
+            }
+            self.note_immutable(ino);
         }
         if inode.size() != 0 {
             bad.push(format!("size {} is not zero", inode.size()));
         }
         if !bad.is_empty() {
-            self.out.add("DEVICE_BAD", format!("{} inode {ino}: {}", ft_name(ft), bad.join(", ")));
+            self.out.add(
+                "DEVICE_BAD",
+                format!("{} inode {ino}: {}", ft_name(ft), bad.join(", ")),
+            );
         }
+    }
+
+    fn note_immutable(&mut self, ino: u32) {
+        let msg = format!("special file inode {ino} has the immutable or append-only flag");
+        self.out.note("SPECIAL_IMMUTABLE", msg);
     }
 
     fn check_symlink(&mut self, ino: u32, inode: &DiskInode) -> Result<Walk> {
@@ -1372,27 +1972,45 @@ impl<'a> Checker<'a> {
         if size > 0 && size < crate::disk::inode::IBLOCK_SIZE as u64 {
             let ib = inode.iblock();
             let len = ib.iter().position(|&c| c == 0).unwrap_or(ib.len()) as u64;
+            if inode.flags() & (FL_IMMUTABLE | FL_APPEND) != 0 {
+                self.note_immutable(ino);
+            }
             if inode.flags() & FL_EXTENTS != 0 {
-                self.out.add("SYMLINK_BAD", format!("fast symlink inode {ino} has the EXTENTS flag"));
+                self.out.add(
+                    "SYMLINK_BAD",
+                    format!("fast symlink inode {ino} has the EXTENTS flag"),
+                );
             } else if len != size {
-                self.out.add("SYMLINK_BAD", format!("fast symlink inode {ino}: size {size}, target is {len} bytes"));
+                self.out.add(
+                    "SYMLINK_BAD",
+                    format!("fast symlink inode {ino}: size {size}, target is {len} bytes"),
+                );
             }
             return Ok(Walk::default());
         }
         let w = self.walk_blocks(ino, inode, true)?;
         if size == 0 || size >= self.geo.bs {
-            self.out.add("SYMLINK_BAD", format!("symlink inode {ino}: size {size} invalid"));
+            self.out.add(
+                "SYMLINK_BAD",
+                format!("symlink inode {ino}: size {size} invalid"),
+            );
             return Ok(w);
         }
         let single = w.runs.len() == 1 && w.runs[0].lblk == 0 && w.runs[0].len == 1;
         if !single || w.bad > 0 {
-            self.out.add("SYMLINK_BAD", format!("symlink inode {ino}: must map exactly block 0"));
+            self.out.add(
+                "SYMLINK_BAD",
+                format!("symlink inode {ino}: must map exactly block 0"),
+            );
             return Ok(w);
         }
         let b = self.read_block(w.runs[0].pblk)?;
         let len = b.iter().position(|&c| c == 0).unwrap_or(b.len()) as u64;
         if len != size {
-            self.out.add("SYMLINK_BAD", format!("symlink inode {ino}: size {size}, target is {len} bytes"));
+            self.out.add(
+                "SYMLINK_BAD",
+                format!("symlink inode {ino}: size {size}, target is {len} bytes"),
+            );
         }
         Ok(w)
     }
@@ -1400,18 +2018,28 @@ impl<'a> Checker<'a> {
     /// Check an inode that holds file-system data (journal, quota, orphan file).
     fn check_special(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
         self.kind[ino as usize] = K_RESERVED;
+        self.check_reserved_flags(ino, inode, FL_ENCRYPT);
         let journal = self.sb.has_compat(compat::HAS_JOURNAL) && ino == self.sb.journal_inum();
         if mode_ft(inode.mode()) != Some(FT_REG) || inode.links() == 0 {
-            let code = if journal { "JOURNAL_BAD_INODE" } else { "SPECIAL_INODE_BAD" };
-            self.out.add(code, format!("inode {ino} (special) has mode {:#o}, links {}", inode.mode(), inode.links()));
+            let code = if journal {
+                "JOURNAL_BAD_INODE"
+            } else {
+                "SPECIAL_INODE_BAD"
+            };
+            self.out.add(
+                code,
+                format!(
+                    "inode {ino} (special) has mode {:#o}, links {}",
+                    inode.mode(),
+                    inode.links()
+                ),
+            );
             return Ok(());
-        }
-        if self.geo.csum && inode.checksum() != inode.compute_checksum(self.geo.seed, ino) {
-            self.out.add("INODE_CHECKSUM", format!("inode {ino} (special): checksum mismatch"));
         }
         let xattr = self.check_xattr_block(ino, inode)?;
         let w = self.walk_blocks(ino, inode, journal)?;
         self.check_iblocks(ino, inode, w.blocks + xattr);
+        self.check_size(ino, inode, FT_REG, &w);
         if journal {
             self.check_journal_sb(ino, inode, &w)?;
         }
@@ -1420,20 +2048,32 @@ impl<'a> Checker<'a> {
 
     fn check_journal_sb(&mut self, ino: u32, inode: &DiskInode, w: &Walk) -> Result<()> {
         let Some(first) = w.runs.first().filter(|r| r.lblk == 0) else {
-            self.out.add("JOURNAL_BAD_INODE", format!("journal inode {ino} does not map block 0"));
+            self.out.add(
+                "JOURNAL_BAD_INODE",
+                format!("journal inode {ino} does not map block 0"),
+            );
             return Ok(());
         };
         let b = self.read_block(first.pblk)?;
         match jbd2::needs_recovery(&b) {
-            None => self.out.add("JOURNAL_BAD_SUPERBLOCK", format!("journal superblock (block {}) has bad magic", first.pblk)),
-            Some(true) => self.out.add("JOURNAL_NEEDS_RECOVERY", "journal is not empty: it must be replayed".into()),
+            None => self.out.add(
+                "JOURNAL_BAD_SUPERBLOCK",
+                format!("journal superblock (block {}) has bad magic", first.pblk),
+            ),
+            Some(true) => self.out.add(
+                "JOURNAL_NEEDS_RECOVERY",
+                "journal is not empty: it must be replayed".into(),
+            ),
             Some(false) => {}
         }
         let be = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let (jbs, maxlen) = (u64::from(be(0xC)), u64::from(be(0x10)));
         let have = inode.size() / self.geo.bs;
         if jbd2::needs_recovery(&b).is_some() && (jbs != self.geo.bs || maxlen > have) {
-            self.out.add("JOURNAL_BAD_SUPERBLOCK", format!("journal block size {jbs}, length {maxlen}, inode holds {have} blocks"));
+            self.out.add(
+                "JOURNAL_BAD_SUPERBLOCK",
+                format!("journal block size {jbs}, length {maxlen}, inode holds {have} blocks"),
+            );
         }
         Ok(())
     }
@@ -1442,18 +2082,24 @@ impl<'a> Checker<'a> {
     /// blocks, each listing its backups (e2fsck's check_resize_inode). Only the double
     /// indirect block is claimed here; the reserved GDT blocks are claimed as metadata.
     fn check_resize_inode(&mut self, inode: &DiskInode) -> Result<()> {
+        self.check_reserved_flags(RESIZE_INO, inode, 0);
+        // Its size only has to fit a block-mapped file (e2fsck's check_blocks).
+        self.check_size(RESIZE_INO, inode, FT_REG, &Walk::default());
         if mode_ft(inode.mode()) != Some(FT_REG) {
-            self.out.add("RESIZE_INODE_INVALID", format!("resize inode 7 has mode {:#o}", inode.mode()));
+            self.out.add(
+                "RESIZE_INODE_INVALID",
+                format!("resize inode 7 has mode {:#o}", inode.mode()),
+            );
             return Ok(());
-        }
-        if self.geo.csum && inode.checksum() != inode.compute_checksum(self.geo.seed, RESIZE_INO) {
-            self.out.add("INODE_CHECKSUM", "inode 7 (resize): checksum mismatch".into());
         }
         let ib = inode.iblock();
         let dind = u64::from(le32(ib, 13 * 4));
         let others = (0..15).filter(|&i| i != 13).any(|i| le32(ib, 4 * i) != 0);
         if others || !self.geo.in_fs(dind, 1) || (dind == 0) != (self.geo.reserved_gdt == 0) {
-            self.out.add("RESIZE_INODE_INVALID", format!("resize inode 7: block map invalid (double indirect {dind})"));
+            self.out.add(
+                "RESIZE_INODE_INVALID",
+                format!("resize inode 7: block map invalid (double indirect {dind})"),
+            );
             return Ok(());
         }
         if dind == 0 {
@@ -1461,11 +2107,17 @@ impl<'a> Checker<'a> {
         }
         self.claims.claim(dind, 1, Owner::Inode(RESIZE_INO));
         if let Some(bad) = self.resize_layout_error(dind)? {
-            self.out.add("RESIZE_INODE_INVALID", format!("resize inode 7: {bad}"));
+            self.out
+                .add("RESIZE_INODE_INVALID", format!("resize inode 7: {bad}"));
             return Ok(());
         }
         let backups = self.geo.backup_groups().count() as u64;
-        let counted = 1 + self.geo.reserved_gdt * (1 + backups);
+        let xattr = if self.geo.in_fs(self.file_acl(inode), 1) {
+            self.check_xattr_block(RESIZE_INO, inode)?
+        } else {
+            0
+        };
+        let counted = 1 + self.geo.reserved_gdt * (1 + backups) + xattr;
         self.check_iblocks(RESIZE_INO, inode, counted);
         Ok(())
     }
@@ -1480,13 +2132,17 @@ impl<'a> Checker<'a> {
             let pblk = first + i;
             let slot = ((g.gdt_blocks + i) % per) as usize;
             if u64::from(le32(&dbuf, 4 * slot)) != pblk {
-                return Ok(Some(format!("double indirect entry {slot} is not reserved GDT block {pblk}")));
+                return Ok(Some(format!(
+                    "double indirect entry {slot} is not reserved GDT block {pblk}"
+                )));
             }
             let blk = &ind[(i * g.bs) as usize..((i + 1) * g.bs) as usize];
             for (k, bg) in g.backup_groups().enumerate() {
                 let want = pblk + u64::from(bg) * g.bpg;
                 if k as u64 >= per || u64::from(le32(blk, 4 * k)) != want {
-                    return Ok(Some(format!("reserved GDT block {pblk} does not list backup {want}")));
+                    return Ok(Some(format!(
+                        "reserved GDT block {pblk} does not list backup {want}"
+                    )));
                 }
             }
         }
@@ -1498,7 +2154,12 @@ impl<'a> Checker<'a> {
     // -----------------------------------------------------------------------------------
 
     fn walk_blocks(&mut self, ino: u32, inode: &DiskInode, collect: bool) -> Result<Walk> {
-        let mut w = Walk { ino, seed: inode.csum_seed(self.geo.seed, ino), collect, ..Walk::default() };
+        let mut w = Walk {
+            ino,
+            seed: inode.csum_seed(self.geo.seed, ino),
+            collect,
+            ..Walk::default()
+        };
         if inode.flags() & FL_EXTENTS != 0 {
             let root = inode.iblock().to_vec();
             self.extent_node(&mut w, &root, None, None, (0, 1 << 32))?;
@@ -1517,12 +2178,23 @@ impl<'a> Checker<'a> {
             w.aborted = true;
             return;
         }
-        self.out.add("BLOCK_OUT_OF_RANGE", format!("inode {}: {what} {blk} is outside the file system", w.ino));
+        self.out.add(
+            "BLOCK_OUT_OF_RANGE",
+            format!("inode {}: {what} {blk} is outside the file system", w.ino),
+        );
     }
 
     /// Record `len` data blocks at logical `lblk`, physical `pblk` (already range-checked).
     fn map_data(&mut self, w: &mut Walk, lblk: u64, pblk: u64, len: u64, init: bool) {
-        self.claims.claim(pblk, len, Owner::Inode(w.ino));
+        if w.ino == BADBLOCKS_INO {
+            for b in pblk..pblk + len {
+                if !self.claims.is_used(b) {
+                    self.claims.claim(b, 1, Owner::Inode(w.ino));
+                }
+            }
+        } else {
+            self.claims.claim(pblk, len, Owner::Inode(w.ino));
+        }
         w.blocks += len;
         let last = lblk + len - 1;
         w.last_lblk = Some(w.last_lblk.map_or(last, |l| l.max(last)));
@@ -1535,7 +2207,10 @@ impl<'a> Checker<'a> {
         w.mapped += len;
         if w.mapped > self.geo.blocks {
             if w.mapped - len <= self.geo.blocks {
-                self.out.add("DIR_TOO_BIG", format!("inode {}: maps more blocks than the file system has", w.ino));
+                self.out.add(
+                    "DIR_TOO_BIG",
+                    format!("inode {}: maps more blocks than the file system has", w.ino),
+                );
             }
             return;
         }
@@ -1545,31 +2220,60 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn extent_node(&mut self, w: &mut Walk, buf: &[u8], at: Option<u64>, want_depth: Option<u16>, range: (u64, u64)) -> Result<()> {
+    fn extent_node(
+        &mut self,
+        w: &mut Walk,
+        buf: &[u8],
+        at: Option<u64>,
+        want_depth: Option<u16>,
+        range: (u64, u64),
+    ) -> Result<()> {
         let place = at.map_or("i_block".to_string(), |b| format!("block {b}"));
         let node = match extent::decode_node(buf, at.unwrap_or(0)) {
             Ok(n) => n,
             Err(e) => {
-                self.out.add("EXTENT_BAD_HEADER", format!("inode {}: extent node in {place}: {e}", w.ino));
+                self.out.add(
+                    "EXTENT_BAD_HEADER",
+                    format!("inode {}: extent node in {place}: {e}", w.ino),
+                );
                 w.bad += 1;
                 return Ok(());
             }
         };
-        let cap = if at.is_some() { extent::block_capacity(buf.len()) } else { extent::node_capacity(buf.len()) };
+        let cap = if at.is_some() {
+            extent::block_capacity(buf.len())
+        } else {
+            extent::node_capacity(buf.len())
+        };
         if usize::from(le16(buf, 4)) + 2 < cap {
-            self.out.add("EXTENT_BAD_HEADER", format!("inode {}: extent node in {place}: max entries {} below capacity {cap}", w.ino, le16(buf, 4)));
+            self.out.add(
+                "EXTENT_BAD_HEADER",
+                format!(
+                    "inode {}: extent node in {place}: max entries {} below capacity {cap}",
+                    w.ino,
+                    le16(buf, 4)
+                ),
+            );
         }
         let depth = match &node {
             Node::Leaf(_) => 0,
             Node::Index(d, _) => *d,
         };
         if want_depth.is_some_and(|d| d != depth) {
-            self.out.add("EXTENT_BAD_DEPTH", format!("inode {}: extent node in {place} has depth {depth}, expected {}", w.ino, want_depth.unwrap_or(0)));
+            self.out.add(
+                "EXTENT_BAD_DEPTH",
+                format!(
+                    "inode {}: extent node in {place} has depth {depth}, expected {}",
+                    w.ino,
+                    want_depth.unwrap_or(0)
+                ),
+            );
             return Ok(());
         }
         if let (Some(b), true) = (at, self.geo.csum) {
             if let Err(e) = extent::verify_block_csum(w.seed, buf, b) {
-                self.out.add("EXTENT_CHECKSUM", format!("inode {}: {e}", w.ino));
+                self.out
+                    .add("EXTENT_CHECKSUM", format!("inode {}: {e}", w.ino));
             }
         }
         match node {
@@ -1590,7 +2294,13 @@ impl<'a> Checker<'a> {
         }
         let len = u64::from(e.len);
         if u64::from(e.lblk) < range.0 || e.lend() > range.1 {
-            self.out.add("EXTENT_OUT_OF_ORDER", format!("inode {}: extent at logical {} (+{len}) outside its index range {}..{}", w.ino, e.lblk, range.0, range.1));
+            self.out.add(
+                "EXTENT_OUT_OF_ORDER",
+                format!(
+                    "inode {}: extent at logical {} (+{len}) outside its index range {}..{}",
+                    w.ino, e.lblk, range.0, range.1
+                ),
+            );
             return;
         }
         if !self.geo.in_fs(e.pblk, len) {
@@ -1600,12 +2310,25 @@ impl<'a> Checker<'a> {
         self.map_data(w, u64::from(e.lblk), e.pblk, len, !e.unwritten);
     }
 
-    fn index_entry(&mut self, w: &mut Walk, ix: &Index, depth: u16, child: (u64, u64), range: (u64, u64)) -> Result<()> {
+    fn index_entry(
+        &mut self,
+        w: &mut Walk,
+        ix: &Index,
+        depth: u16,
+        child: (u64, u64),
+        range: (u64, u64),
+    ) -> Result<()> {
         if w.aborted {
             return Ok(());
         }
         if child.0 < range.0 || child.0 >= range.1 {
-            self.out.add("EXTENT_OUT_OF_ORDER", format!("inode {}: index key {} outside its range {}..{}", w.ino, child.0, range.0, range.1));
+            self.out.add(
+                "EXTENT_OUT_OF_ORDER",
+                format!(
+                    "inode {}: index key {} outside its range {}..{}",
+                    w.ino, child.0, range.0, range.1
+                ),
+            );
             return Ok(());
         }
         if !self.geo.in_fs(ix.child, 1) {
@@ -1621,7 +2344,13 @@ impl<'a> Checker<'a> {
         let b = self.read_block(ix.child)?;
         let first_key = u64::from(le32(&b, 12));
         if le16(&b, 0) == extent::EXT_MAGIC && le16(&b, 2) > 0 && first_key != child.0 {
-            self.out.add("EXTENT_INDEX_START", format!("inode {}: index key {} but child block {} starts at {first_key}", w.ino, child.0, ix.child));
+            self.out.add(
+                "EXTENT_INDEX_START",
+                format!(
+                    "inode {}: index key {} but child block {} starts at {first_key}",
+                    w.ino, child.0, ix.child
+                ),
+            );
         }
         self.extent_node(w, &b, Some(ix.child), Some(depth.saturating_sub(1)), child)
     }
@@ -1690,12 +2419,22 @@ impl<'a> Checker<'a> {
 
     /// Account the inode's xattr block; returns the blocks to count in i_blocks (0 or 1).
     fn check_xattr_block(&mut self, ino: u32, inode: &DiskInode) -> Result<u64> {
-        let b = inode.file_acl();
+        let b = self.file_acl(inode);
         if b == 0 {
             return Ok(0);
         }
+        if !self.sb.has_compat(compat::EXT_ATTR) {
+            self.out.add(
+                "XATTR_BAD_BLOCK",
+                format!("inode {ino}: xattr block {b} without the ext_attr feature"),
+            );
+            return Ok(0);
+        }
         if !self.geo.in_fs(b, 1) {
-            self.out.add("XATTR_BAD_BLOCK", format!("inode {ino}: xattr block {b} is outside the file system"));
+            self.out.add(
+                "XATTR_BAD_BLOCK",
+                format!("inode {ino}: xattr block {b} is outside the file system"),
+            );
             return Ok(0);
         }
         if let Some(r) = self.xattrs.get_mut(&b) {
@@ -1705,13 +2444,28 @@ impl<'a> Checker<'a> {
         self.claims.claim(b, 1, Owner::Xattr(ino));
         let buf = self.read_block(b)?;
         let valid = self.check_xattr_contents(ino, b, &buf);
-        self.xattrs.insert(b, XattrRef { refs: 1, stored: le32(&buf, 4), valid, first: ino });
+        self.xattrs.insert(
+            b,
+            XattrRef {
+                refs: 1,
+                stored: le32(&buf, 4),
+                valid,
+                first: ino,
+            },
+        );
         Ok(1)
     }
 
     fn check_xattr_contents(&mut self, ino: u32, b: u64, buf: &[u8]) -> bool {
         if le32(buf, 0) != XATTR_MAGIC || le32(buf, 8) != 1 {
-            self.out.add("XATTR_BAD_BLOCK", format!("inode {ino}: xattr block {b} has magic {:#010x}, h_blocks {}", le32(buf, 0), le32(buf, 8)));
+            self.out.add(
+                "XATTR_BAD_BLOCK",
+                format!(
+                    "inode {ino}: xattr block {b} has magic {:#010x}, h_blocks {}",
+                    le32(buf, 0),
+                    le32(buf, 8)
+                ),
+            );
             return false;
         }
         if self.geo.csum {
@@ -1720,17 +2474,31 @@ impl<'a> Checker<'a> {
             c = crc32c_raw(c, &[0; 4]);
             c = crc32c_raw(c, &buf[0x14..]);
             if c != le32(buf, 0x10) {
-                self.out.add("XATTR_CHECKSUM", format!("xattr block {b} (inode {ino}): checksum {:#010x}, computed {c:#010x}", le32(buf, 0x10)));
+                self.out.add(
+                    "XATTR_CHECKSUM",
+                    format!(
+                        "xattr block {b} (inode {ino}): checksum {:#010x}, computed {c:#010x}",
+                        le32(buf, 0x10)
+                    ),
+                );
             }
         }
-        if let Some(why) = xattr_entries_error(buf) {
-            self.out.add("XATTR_BAD_ENTRY", format!("xattr block {b} (inode {ino}): {why}"));
+        if let Some(why) = xattr_entries_error(buf, 32, 0, false) {
+            self.out.add(
+                "XATTR_BAD_ENTRY",
+                format!("xattr block {b} (inode {ino}): {why}"),
+            );
         }
         true
     }
 
     fn check_xattr_refs(&mut self) {
-        let mut v: Vec<_> = self.xattrs.iter().filter(|(_, r)| r.valid && r.refs != u64::from(r.stored)).map(|(&b, r)| (b, r.refs, r.stored, r.first)).collect();
+        let mut v: Vec<_> = self
+            .xattrs
+            .iter()
+            .filter(|(_, r)| r.valid && r.refs != u64::from(r.stored))
+            .map(|(&b, r)| (b, r.refs, r.stored, r.first))
+            .collect();
         v.sort_unstable();
         for (b, refs, stored, first) in v {
             self.out.add("XATTR_REFCOUNT", format!("xattr block {b} (first used by inode {first}): refcount {stored}, referenced by {refs} inodes"));
@@ -1739,7 +2507,13 @@ impl<'a> Checker<'a> {
 
     fn report_dups(&mut self) {
         if self.claims.dups.len() > MAX_DUP_CLAIMS {
-            self.out.add("DUP_BLOCK", format!("{} overlapping claims; only the first {MAX_DUP_CLAIMS} are resolved", self.claims.dups.len()));
+            self.out.add(
+                "DUP_BLOCK",
+                format!(
+                    "{} overlapping claims; only the first {MAX_DUP_CLAIMS} are resolved",
+                    self.claims.dups.len()
+                ),
+            );
         }
         for ((a, b), (first, n)) in self.claims.resolve() {
             let code = match (a.is_meta(), b.is_meta()) {
@@ -1747,8 +2521,13 @@ impl<'a> Checker<'a> {
                 (true, false) | (false, true) => "BLOCK_IS_METADATA",
                 (false, false) => "DUP_BLOCK",
             };
-            let what = if a == b { format!("claimed twice by {a}") } else { format!("claimed by both {a} and {b}") };
-            self.out.add(code, format!("{n} block(s) from {first} {what}"));
+            let what = if a == b {
+                format!("claimed twice by {a}")
+            } else {
+                format!("claimed by both {a} and {b}")
+            };
+            self.out
+                .add(code, format!("{n} block(s) from {first} {what}"));
         }
     }
 
@@ -1770,7 +2549,10 @@ impl<'a> Checker<'a> {
         let mut seen = HashSet::new();
         while ino != 0 && seen.len() < MAX_ORPHANS {
             if ino < self.geo.first_ino || u64::from(ino) > self.geo.inodes || !seen.insert(ino) {
-                self.out.add("ORPHAN_LIST", format!("orphan list reaches invalid or repeated inode {ino}"));
+                self.out.note(
+                    "ORPHAN_LIST",
+                    format!("orphan list reaches invalid or repeated inode {ino}"),
+                );
                 break;
             }
             match self.read_inode(ino)? {
@@ -1796,24 +2578,36 @@ impl<'a> Checker<'a> {
 
     fn lookup(runs: &[Run], lblk: u64) -> Option<u64> {
         let i = runs.partition_point(|r| r.lblk + r.len <= lblk);
-        runs.get(i).filter(|r| r.lblk <= lblk).map(|r| r.pblk + (lblk - r.lblk))
+        runs.get(i)
+            .filter(|r| r.lblk <= lblk)
+            .map(|r| r.pblk + (lblk - r.lblk))
     }
 
     fn check_dir(&mut self, d: &DirRec) -> Result<()> {
         let nblocks = d.runs.iter().map(|r| r.lblk + r.len).max().unwrap_or(0);
         if nblocks == 0 {
-            self.out.add("DIR_NO_BLOCKS", format!("directory inode {} has no blocks", d.ino));
+            self.out.add(
+                "DIR_NO_BLOCKS",
+                format!("directory inode {} has no blocks", d.ino),
+            );
             return Ok(());
         }
         let mut expect = 0;
         for r in &d.runs {
             if r.lblk > expect {
-                self.out.add("DIR_HOLE", format!("directory inode {} has a hole at block {expect}", d.ino));
+                self.out.add(
+                    "DIR_HOLE",
+                    format!("directory inode {} has a hole at block {expect}", d.ino),
+                );
                 break;
             }
             expect = r.lblk + r.len;
         }
-        let ht = if d.indexed { self.scan_htree(d, nblocks)? } else { None };
+        let ht = if d.indexed {
+            self.scan_htree(d, nblocks)?
+        } else {
+            None
+        };
         let mut st = DirScan::default();
         let per_read = (READ_CHUNK / self.geo.bs).max(1);
         for r in &d.runs {
@@ -1828,13 +2622,26 @@ impl<'a> Checker<'a> {
                 k += n;
             }
         }
-        if !st.dot || !st.dotdot {
-            self.out.add("DIR_NO_DOT", format!("directory inode {}: missing '.' or '..' entry", d.ino));
+        for (seen, name) in [(st.dot, "."), (st.dotdot, "..")] {
+            if !seen {
+                self.out.add(
+                    "DIR_NO_DOT",
+                    format!("directory inode {}: no '{name}' entry", d.ino),
+                );
+            }
         }
         Ok(())
     }
 
-    fn dir_block(&mut self, d: &DirRec, st: &mut DirScan, lblk: u64, pblk: u64, b: &[u8], ht: Option<&Htree>) {
+    fn dir_block(
+        &mut self,
+        d: &DirRec,
+        st: &mut DirScan,
+        lblk: u64,
+        pblk: u64,
+        b: &[u8],
+        ht: Option<&Htree>,
+    ) {
         if let Some(h) = ht {
             if h.nodes.contains(&lblk) {
                 if lblk == 0 {
@@ -1847,18 +2654,38 @@ impl<'a> Checker<'a> {
         let entries = match dir::parse_block(b, tail, pblk) {
             Ok(v) => v,
             Err(e) => {
-                self.out.add("DIR_BAD_ENTRY", format!("directory inode {}, block {lblk}: {e}", d.ino));
-                return;
+                self.out.add(
+                    "DIR_BAD_ENTRY",
+                    format!("directory inode {}, block {lblk}: {e}", d.ino),
+                );
+                // Keep the entries before the damage, as e2fsck's salvage does, so one bad
+                // record does not orphan everything else in the block.
+                salvage_prefix(b, tail)
             }
         };
         let range = ht.and_then(|h| h.leaves.get(&lblk).copied());
         if ht.is_some() && range.is_none() {
-            self.out.add("HTREE_UNREFERENCED", format!("directory inode {}: block {lblk} is not referenced by the htree", d.ino));
+            self.out.add(
+                "HTREE_UNREFERENCED",
+                format!(
+                    "directory inode {}: block {lblk} is not referenced by the htree",
+                    d.ino
+                ),
+            );
         }
         let mut hashes: Option<(u32, u32)> = None;
         for (i, e) in entries.iter().enumerate() {
             if lblk == 0 && i < 2 {
-                self.dot_entry(d, st, i, e.ino, &e.name);
+                // The byte after the name ("." or "..") must be NUL.
+                let pad = b.get(e.off + 8 + i + 1).copied().unwrap_or(0);
+                let dot = Dot {
+                    i,
+                    ino: e.ino,
+                    name: &e.name,
+                    pad,
+                    ft: e.ft,
+                };
+                self.dot_entry(d, st, dot);
                 continue;
             }
             if e.ino == 0 {
@@ -1880,42 +2707,94 @@ impl<'a> Checker<'a> {
     /// Verify a leaf's checksum tail; returns whether the tail is present.
     fn leaf_tail(&mut self, d: &DirRec, pblk: u64, b: &[u8]) -> bool {
         if !dir::has_tail(b) {
-            self.out.add("DIR_MISSING_TAIL", format!("directory inode {}: block {pblk} has no checksum tail", d.ino));
+            self.out.add(
+                "DIR_MISSING_TAIL",
+                format!(
+                    "directory inode {}: block {pblk} has no checksum tail",
+                    d.ino
+                ),
+            );
             return false;
         }
         if let Err(e) = dir::verify_leaf_csum(d.seed, b, pblk) {
-            self.out.add("DIR_CHECKSUM", format!("directory inode {}: {e}", d.ino));
+            self.out
+                .add("DIR_CHECKSUM", format!("directory inode {}: {e}", d.ino));
         }
         true
     }
 
     fn dx_root_dots(&mut self, d: &DirRec, st: &mut DirScan, b: &[u8]) {
-        self.dot_entry(d, st, 0, le32(b, 0), &b[8..8 + usize::from(b[6]).min(4)]);
-        self.dot_entry(d, st, 1, le32(b, 12), &b[20..20 + usize::from(b[18]).min(4)]);
+        let name = &b[8..8 + usize::from(b[6]).min(4)];
+        self.dot_entry(
+            d,
+            st,
+            Dot {
+                i: 0,
+                ino: le32(b, 0),
+                name,
+                pad: b[9],
+                ft: b[7],
+            },
+        );
+        let name = &b[20..20 + usize::from(b[18]).min(4)];
+        self.dot_entry(
+            d,
+            st,
+            Dot {
+                i: 1,
+                ino: le32(b, 12),
+                name,
+                pad: b[22],
+                ft: b[19],
+            },
+        );
     }
 
-    /// The first two entries of block 0: "." naming the directory, ".." naming its parent.
-    fn dot_entry(&mut self, d: &DirRec, st: &mut DirScan, i: usize, ino: u32, name: &[u8]) {
-        if i == 0 {
+    /// The first two entries of block 0: "." naming the directory, ".." naming its parent,
+    /// both NUL terminated and typed as directories.
+    fn dot_entry(&mut self, d: &DirRec, st: &mut DirScan, e: Dot<'_>) {
+        let want: &[u8] = if e.i == 0 { b"." } else { b".." };
+        let at = format!("directory inode {}, entry {}", d.ino, show(want));
+        if e.name == want {
+            if e.pad != 0 {
+                self.out
+                    .add("DIR_BAD_DOT", format!("{at}: name is not NUL terminated"));
+            }
+            self.check_entry_type(&at, e.ft, FT_DIR);
+        }
+        if e.i == 0 {
             st.dot = true;
-            if name != b"." || ino != d.ino {
-                self.out.add("DIR_BAD_DOT", format!("directory inode {}: first entry is '{}' -> {ino}, not '.' -> itself", d.ino, show(name)));
+            if e.name != b"." || e.ino != d.ino {
+                self.out.add(
+                    "DIR_BAD_DOT",
+                    format!(
+                        "{at}: first entry is '{}' -> {}, not '.' -> itself",
+                        show(e.name),
+                        e.ino
+                    ),
+                );
                 return;
             }
             self.bump_ref(d.ino);
             return;
         }
         st.dotdot = true;
-        if name != b".." {
-            self.out.add("DIR_BAD_DOTDOT", format!("directory inode {}: second entry is '{}', not '..'", d.ino, show(name)));
+        if e.name != b".." {
+            self.out.add(
+                "DIR_BAD_DOTDOT",
+                format!("{at}: second entry is '{}'", show(e.name)),
+            );
             return;
         }
-        if !self.inode_in_use(u64::from(ino)) || ino == 0 {
-            self.out.add("DIR_BAD_DOTDOT", format!("directory inode {}: '..' points to unused inode {ino}", d.ino));
+        if e.ino == 0 || !self.inode_in_use(u64::from(e.ino)) {
+            self.out.add(
+                "DIR_BAD_DOTDOT",
+                format!("{at}: points to unused inode {}", e.ino),
+            );
             return;
         }
-        self.dotdot.insert(d.ino, ino);
-        self.bump_ref(ino);
+        self.dotdot.insert(d.ino, e.ino);
+        self.bump_ref(e.ino);
     }
 
     fn bump_ref(&mut self, ino: u32) {
@@ -1931,26 +2810,40 @@ impl<'a> Checker<'a> {
             self.out.add("DIR_BAD_NAME", format!("{at}: invalid name"));
         }
         if e.name == b"." || e.name == b".." {
-            self.out.add("DIR_DUP_DOT", format!("{at}: extra '.' or '..' entry"));
+            self.out
+                .add("DIR_DUP_DOT", format!("{at}: extra '.' or '..' entry"));
             return;
         }
-        if u64::from(ino) > self.geo.inodes || ino < self.geo.first_ino || self.special.contains(&ino) {
-            self.out.add("DIR_ENTRY_BAD_INODE", format!("{at}: refers to reserved or invalid inode {ino}"));
+        if u64::from(ino) > self.geo.inodes
+            || ino < self.geo.first_ino
+            || self.special.contains(&ino)
+        {
+            self.out.add(
+                "DIR_ENTRY_BAD_INODE",
+                format!("{at}: refers to reserved or invalid inode {ino}"),
+            );
             return;
         }
         let kind = self.kind[ino as usize];
         if kind == K_FREE {
-            self.out.add("DIR_ENTRY_UNUSED_INODE", format!("{at}: refers to unused inode {ino}"));
+            self.out.add(
+                "DIR_ENTRY_UNUSED_INODE",
+                format!("{at}: refers to unused inode {ino}"),
+            );
             return;
         }
         self.bump_ref(ino);
         self.check_entry_type(&at, e.ft, kind);
         if st.names.len() < MAX_NAMES_PER_DIR && !st.names.insert(e.name.clone()) {
-            self.out.add("DIR_DUP_ENTRY", format!("{at}: duplicate name"));
+            self.out
+                .add("DIR_DUP_ENTRY", format!("{at}: duplicate name"));
         }
         if kind == FT_DIR {
             if let Some(p) = self.parent.get(&ino) {
-                self.out.add("DIR_MULTIPLY_LINKED", format!("{at}: directory {ino} is already linked from directory {p}"));
+                self.out.add(
+                    "DIR_MULTIPLY_LINKED",
+                    format!("{at}: directory {ino} is already linked from directory {p}"),
+                );
             } else {
                 self.parent.insert(ino, d.ino);
             }
@@ -1966,7 +2859,13 @@ impl<'a> Checker<'a> {
             return;
         };
         if ft != want {
-            self.out.add("DIR_ENTRY_BAD_TYPE", format!("{at}: file type {ft}, inode is a {} (type {want})", ft_name(kind)));
+            self.out.add(
+                "DIR_ENTRY_BAD_TYPE",
+                format!(
+                    "{at}: file type {ft}, inode is a {} (type {want})",
+                    ft_name(kind)
+                ),
+            );
         }
     }
 
@@ -1980,7 +2879,8 @@ impl<'a> Checker<'a> {
         let info = match dir::decode_root_info(&root, p0) {
             Ok(i) => i,
             Err(e) => {
-                self.out.add("HTREE_BAD_ROOT", format!("directory inode {}: {e}", d.ino));
+                self.out
+                    .add("HTREE_BAD_ROOT", format!("directory inode {}: {e}", d.ino));
                 return Ok(None);
             }
         };
@@ -1989,13 +2889,19 @@ impl<'a> Checker<'a> {
         };
         let unsigned = self.sb.flags() & FLAG_UNSIGNED_HASH != 0 && info.hash_version <= hash::TEA;
         let version = info.hash_version + if unsigned { 3 } else { 0 };
-        let mut ht = Htree { version, nodes: HashSet::from([0]), leaves: HashMap::new() };
+        let mut ht = Htree {
+            version,
+            nodes: HashSet::from([0]),
+            leaves: HashMap::new(),
+        };
         let mut seen = HashSet::from([0u64]);
         let mut level = self.dx_children(d, &ents, (0, 0xFFFF_FFFE), nblocks, &mut seen);
         for _ in 0..info.indirect_levels {
             let mut next = Vec::new();
             for (lblk, range) in level {
-                let Some(pb) = Self::lookup(&d.runs, lblk) else { continue };
+                let Some(pb) = Self::lookup(&d.runs, lblk) else {
+                    continue;
+                };
                 let b = self.read_block(pb)?;
                 if let Some(e) = self.dx_block(d, &b, dir::DX_NODE_COUNT_OFF, pb) {
                     ht.nodes.insert(lblk);
@@ -2008,30 +2914,51 @@ impl<'a> Checker<'a> {
         Ok(Some(ht))
     }
 
-    fn dx_block(&mut self, d: &DirRec, b: &[u8], count_off: usize, pblk: u64) -> Option<Vec<(u32, u32)>> {
+    fn dx_block(
+        &mut self,
+        d: &DirRec,
+        b: &[u8],
+        count_off: usize,
+        pblk: u64,
+    ) -> Option<Vec<(u32, u32)>> {
         if self.geo.csum {
             if let Err(e) = dir::verify_dx_csum(d.seed, b, count_off, pblk) {
-                self.out.add("HTREE_CHECKSUM", format!("directory inode {}: {e}", d.ino));
+                self.out
+                    .add("HTREE_CHECKSUM", format!("directory inode {}: {e}", d.ino));
             }
         }
         match dir::decode_dx(b, count_off, self.geo.csum, pblk) {
             Ok(e) => Some(e.entries),
             Err(e) => {
-                self.out.add("HTREE_BAD_NODE", format!("directory inode {}: {e}", d.ino));
+                self.out
+                    .add("HTREE_BAD_NODE", format!("directory inode {}: {e}", d.ino));
                 None
             }
         }
     }
 
     /// Children of one index block with the hash range each may hold.
-    fn dx_children(&mut self, d: &DirRec, ents: &[(u32, u32)], range: (u32, u32), nblocks: u64, seen: &mut HashSet<u64>) -> Vec<(u64, (u32, u32))> {
+    fn dx_children(
+        &mut self,
+        d: &DirRec,
+        ents: &[(u32, u32)],
+        range: (u32, u32),
+        nblocks: u64,
+        seen: &mut HashSet<u64>,
+    ) -> Vec<(u64, (u32, u32))> {
         let mut out = Vec::new();
         let mut prev = range.0;
         for (i, &(h, blk)) in ents.iter().enumerate() {
             let lo = if i == 0 { range.0 } else { h & !1 };
             let hi = ents.get(i + 1).map_or(range.1, |&(n, _)| n & !1);
             if lo < prev || lo < range.0 || lo > range.1 {
-                self.out.add("HTREE_HASH_ORDER", format!("directory inode {}: index entry {i} hash {lo:#x} out of order", d.ino));
+                self.out.add(
+                    "HTREE_HASH_ORDER",
+                    format!(
+                        "directory inode {}: index entry {i} hash {lo:#x} out of order",
+                        d.ino
+                    ),
+                );
             }
             prev = prev.max(lo);
             let blk = u64::from(blk & DX_BLOCK_MASK);
@@ -2054,7 +2981,10 @@ impl<'a> Checker<'a> {
         }
         if let Some(&dd) = self.dotdot.get(&ROOT_INO) {
             if dd != ROOT_INO {
-                self.out.add("DIR_BAD_DOTDOT", format!("root directory: '..' is {dd}, should be 2"));
+                self.out.add(
+                    "DIR_BAD_DOTDOT",
+                    format!("root directory: '..' is {dd}, should be 2"),
+                );
             }
         }
         // 0 unknown, 1 on the current path, 2 connected to the root, 3 disconnected.
@@ -2064,9 +2994,14 @@ impl<'a> Checker<'a> {
             self.resolve_dir(d, &mut color);
         }
         for &d in &dirs {
-            let (Some(&p), Some(&dd)) = (self.parent.get(&d), self.dotdot.get(&d)) else { continue };
+            let (Some(&p), Some(&dd)) = (self.parent.get(&d), self.dotdot.get(&d)) else {
+                continue;
+            };
             if d != ROOT_INO && p != dd {
-                self.out.add("DIR_BAD_DOTDOT", format!("directory inode {d}: '..' is {dd}, but it is linked from {p}"));
+                self.out.add(
+                    "DIR_BAD_DOTDOT",
+                    format!("directory inode {d}: '..' is {dd}, but it is linked from {p}"),
+                );
             }
         }
     }
@@ -2091,7 +3026,10 @@ impl<'a> Checker<'a> {
             match self.parent.get(&cur) {
                 Some(&p) => cur = p,
                 None => {
-                    self.out.add("UNATTACHED_INODE", format!("directory inode {cur} is not reachable from the root"));
+                    self.out.add(
+                        "UNATTACHED_INODE",
+                        format!("directory inode {cur} is not reachable from the root"),
+                    );
                     break 3;
                 }
             }
@@ -2105,13 +3043,21 @@ impl<'a> Checker<'a> {
         let dir_nlink = self.sb.has_ro_compat(ro_compat::DIR_NLINK);
         for ino in 1..self.kind.len() {
             let kind = self.kind[ino];
-            if !(FT_REG..=FT_LNK).contains(&kind) || (ino < self.geo.first_ino as usize && ino != ROOT_INO as usize) {
+            if !(FT_REG..=FT_LNK).contains(&kind)
+                || (ino < self.geo.first_ino as usize && ino != ROOT_INO as usize)
+            {
                 continue;
             }
             let (links, mut counted) = (u32::from(self.links[ino]), u32::from(self.refs[ino]));
             if counted == 0 {
                 if kind != FT_DIR {
-                    self.out.add("UNATTACHED_INODE", format!("inode {ino} ({}, links {links}) is not in any directory", ft_name(kind)));
+                    self.out.add(
+                        "UNATTACHED_INODE",
+                        format!(
+                            "inode {ino} ({}, links {links}) is not in any directory",
+                            ft_name(kind)
+                        ),
+                    );
                 }
                 continue;
             }
@@ -2119,7 +3065,13 @@ impl<'a> Checker<'a> {
                 counted = 1;
             }
             if counted != links {
-                self.out.add("LINK_COUNT", format!("inode {ino} ({}): i_links_count is {links}, counted {counted}", ft_name(kind)));
+                self.out.add(
+                    "LINK_COUNT",
+                    format!(
+                        "inode {ino} ({}): i_links_count is {links}, counted {counted}",
+                        ft_name(kind)
+                    ),
+                );
             }
         }
     }
@@ -2142,10 +3094,22 @@ impl<'a> Checker<'a> {
             free_inodes += self.check_inode_group(g);
         }
         if self.sb.free_blocks_count() != free_blocks {
-            self.out.note("SB_FREE_BLOCKS", format!("superblock free blocks {}, counted {free_blocks}", self.sb.free_blocks_count()));
+            self.out.note(
+                "SB_FREE_BLOCKS",
+                format!(
+                    "superblock free blocks {}, counted {free_blocks}",
+                    self.sb.free_blocks_count()
+                ),
+            );
         }
         if u64::from(self.sb.free_inodes_count()) != free_inodes {
-            self.out.note("SB_FREE_INODES", format!("superblock free inodes {}, counted {free_inodes}", self.sb.free_inodes_count()));
+            self.out.note(
+                "SB_FREE_INODES",
+                format!(
+                    "superblock free inodes {}, counted {free_inodes}",
+                    self.sb.free_inodes_count()
+                ),
+            );
         }
         Ok(())
     }
@@ -2155,7 +3119,11 @@ impl<'a> Checker<'a> {
         let mut want = Vec::new();
         for g in start..end {
             let gi = &self.groups[g as usize];
-            out.push(if gi.flags & BG_BLOCK_UNINIT != 0 { Bitmap::Uninit } else { Bitmap::Unreadable });
+            out.push(if gi.flags & BG_BLOCK_UNINIT != 0 {
+                Bitmap::Uninit
+            } else {
+                Bitmap::Unreadable
+            });
             if gi.flags & BG_BLOCK_UNINIT == 0 && gi.bb_ok {
                 want.push((g, gi.desc.block_bitmap()));
             }
@@ -2164,6 +3132,7 @@ impl<'a> Checker<'a> {
         let maps = read_scattered(self.dev, &self.geo, &blocks)?;
         for (&(g, _), map) in want.iter().zip(maps) {
             self.verify_bitmap_csum(g, &map, true);
+            self.check_bitmap_padding(g, &map, true);
             out[(g - start) as usize] = Bitmap::Loaded(map);
         }
         Ok(out)
@@ -2181,18 +3150,34 @@ impl<'a> Checker<'a> {
         let used = crate::disk::count_ones(&computed, len as usize) as u64;
         let ondisk = match map {
             Bitmap::Loaded(m) => Some(m),
-            Bitmap::Uninit => Some(uninit_block_bitmap(&self.geo, g, &self.groups[g as usize].desc)),
+            Bitmap::Uninit => Some(uninit_block_bitmap(
+                &self.geo,
+                g,
+                &self.groups[g as usize].desc,
+            )),
             Bitmap::Unreadable => None,
         };
         if let Some(m) = ondisk {
             let (ranges, total) = diff_bits(&computed, &m, len as usize, first);
             if total > 0 {
-                self.out.add("BLOCK_BITMAP_MISMATCH", format!("group {g}: block bitmap differences: {}", fmt_ranges(&ranges, total)));
+                self.out.add(
+                    "BLOCK_BITMAP_MISMATCH",
+                    format!(
+                        "group {g}: block bitmap differences: {}",
+                        fmt_ranges(&ranges, total)
+                    ),
+                );
             }
         }
         let stored = u64::from(self.groups[g as usize].desc.free_blocks());
         if stored != len - used {
-            self.out.add("GROUP_FREE_BLOCKS", format!("group {g}: free blocks count is {stored}, counted {}", len - used));
+            self.out.add(
+                "GROUP_FREE_BLOCKS",
+                format!(
+                    "group {g}: free blocks count is {stored}, counted {}",
+                    len - used
+                ),
+            );
         }
         len - used
     }
@@ -2218,44 +3203,144 @@ impl<'a> Checker<'a> {
             Bitmap::Uninit => Some(vec![0u8; ipg.div_ceil(8)]),
             Bitmap::Unreadable => None,
         };
-        let (stored_free, stored_dirs) = (u64::from(gi.desc.free_inodes()), u64::from(gi.desc.used_dirs()));
+        let (stored_free, stored_dirs) = (
+            u64::from(gi.desc.free_inodes()),
+            u64::from(gi.desc.used_dirs()),
+        );
         if let Some(m) = ondisk {
             let (ranges, total) = diff_bits(&computed, &m, ipg, base as u64);
             if total > 0 {
-                self.out.add("INODE_BITMAP_MISMATCH", format!("group {g}: inode bitmap differences: {}", fmt_ranges(&ranges, total)));
+                self.out.add(
+                    "INODE_BITMAP_MISMATCH",
+                    format!(
+                        "group {g}: inode bitmap differences: {}",
+                        fmt_ranges(&ranges, total)
+                    ),
+                );
             }
         }
         let free = self.geo.ipg - used;
         if stored_free != free {
-            self.out.add("GROUP_FREE_INODES", format!("group {g}: free inodes count is {stored_free}, counted {free}"));
+            self.out.add(
+                "GROUP_FREE_INODES",
+                format!("group {g}: free inodes count is {stored_free}, counted {free}"),
+            );
         }
         if stored_dirs != dirs {
-            self.out.add("GROUP_DIRS_COUNT", format!("group {g}: directories count is {stored_dirs}, counted {dirs}"));
+            self.out.add(
+                "GROUP_DIRS_COUNT",
+                format!("group {g}: directories count is {stored_dirs}, counted {dirs}"),
+            );
         }
         free
     }
 }
 
-/// Validate the entry table of an xattr block: entries end with a zero word, names and
-/// values stay inside the block.
-fn xattr_entries_error(buf: &[u8]) -> Option<String> {
-    let mut off = 0x20;
-    while off + 4 <= buf.len() && le32(buf, off) != 0 {
-        if off + 16 > buf.len() {
-            return Some(format!("entry at {off} truncated"));
+/// The valid entries at the start of a leaf block that `dir::parse_block` rejected: the same
+/// record checks, stopping at the first bad record instead of failing.
+fn salvage_prefix(b: &[u8], csum: bool) -> Vec<dir::RawEntry> {
+    let end = dir::entries_end(b.len(), csum);
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off + 8 <= end {
+        let rec_len = usize::from(le16(b, off + 4));
+        let name_len = usize::from(b[off + 6]);
+        if rec_len < 8 || rec_len % 4 != 0 || off + rec_len > end || 8 + name_len > rec_len {
+            break;
         }
-        let name_len = usize::from(buf[off]);
-        let value_offs = usize::from(le16(buf, off + 2));
-        let value_inum = le32(buf, off + 4);
-        let value_size = le32(buf, off + 8) as usize;
-        let next = off + ((16 + name_len + 3) & !3);
-        if name_len == 0 || next > buf.len() {
-            return Some(format!("entry at {off}: name length {name_len}"));
+        out.push(dir::RawEntry {
+            off,
+            ino: le32(b, off),
+            rec_len,
+            ft: b[off + 7],
+            name: b[off + 8..off + 8 + name_len].to_vec(),
+        });
+        off += rec_len;
+    }
+    out
+}
+
+/// Hash of an xattr entry (name, then value words), as ext2fs computes it with signed or
+/// unsigned name characters.
+fn xattr_hash(name: &[u8], value: &[u8], signed: bool) -> u32 {
+    let mut h = 0u32;
+    for &c in name {
+        let c = if signed {
+            c as i8 as i32 as u32
+        } else {
+            u32::from(c)
+        };
+        h = (h << 5) ^ (h >> 27) ^ c;
+    }
+    for w in value.chunks_exact(4) {
+        h = (h << 16) ^ (h >> 16) ^ le32(w, 0);
+    }
+    h
+}
+
+/// Reserve `[start, start+n)` of an xattr area; false if it leaves the area or overlaps an
+/// earlier reservation (e2fsck's "allocation collision").
+fn xattr_reserve(regions: &mut Vec<(usize, usize)>, area: usize, start: usize, n: usize) -> bool {
+    let Some(end) = start.checked_add(n).filter(|&e| e <= area) else {
+        return false;
+    };
+    if regions.iter().any(|&(a, b)| start < b && a < end) {
+        return false;
+    }
+    regions.push((start, end));
+    true
+}
+
+/// Validate an xattr entry table (e2fsck's check_ext_attr and check_ea_in_inode): entries
+/// from `first`, values at `value_base + e_value_offs`, nothing overlapping, names indexed,
+/// hashes matching. `in_inode` allows the zero hash old in-inode entries carry.
+fn xattr_entries_error(
+    area: &[u8],
+    first: usize,
+    value_base: usize,
+    in_inode: bool,
+) -> Option<String> {
+    let mut regions = vec![(0, first)];
+    let mut off = first;
+    while off + 16 <= area.len() && le32(area, off) != 0 {
+        let (name_len, index) = (usize::from(area[off]), area[off + 1]);
+        let value_offs = usize::from(le16(area, off + 2));
+        let (value_inum, value_size) = (le32(area, off + 4), le32(area, off + 8) as usize);
+        let len = (16 + name_len + 3) & !3;
+        if !xattr_reserve(&mut regions, area.len(), off, len) {
+            return Some(format!("entry at {off} overlaps or leaves the area"));
         }
-        if value_inum == 0 && value_size > 0 && value_offs.checked_add(value_size).is_none_or(|e| e > buf.len()) {
-            return Some(format!("entry at {off}: value {value_offs}+{value_size} outside the block"));
+        if index == 0 && !in_inode {
+            return Some(format!("entry at {off} has name index 0"));
         }
-        off = next;
+        if value_inum != 0 {
+            return Some(format!(
+                "entry at {off} keeps its value in inode {value_inum}"
+            ));
+        }
+        let (vstart, vlen) = (value_base + value_offs, (value_size + 3) & !3);
+        if value_size > 0 && !xattr_reserve(&mut regions, area.len(), vstart, vlen) {
+            return Some(format!(
+                "entry at {off}: value {value_offs}+{value_size} overlaps or leaves the area"
+            ));
+        }
+        let name = &area[off + 16..off + 16 + name_len];
+        let value = area
+            .get(vstart..vstart + if value_size > 0 { vlen } else { 0 })
+            .unwrap_or(&[]);
+        let stored = le32(area, off + 12);
+        let ok = (in_inode && stored == 0)
+            || stored == xattr_hash(name, value, false)
+            || stored == xattr_hash(name, value, true);
+        if !ok {
+            return Some(format!(
+                "entry at {off}: hash {stored:#010x} does not match"
+            ));
+        }
+        off += len;
+    }
+    if !xattr_reserve(&mut regions, area.len(), off, 4) {
+        return Some(format!("end marker at {off} overlaps or leaves the area"));
     }
     None
 }

@@ -212,6 +212,15 @@ pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeSta
             return Err(Error::corrupt("extent tree", ino, "overlapping extents"));
         }
     }
+    // Directory code walks blocks 0..size/bs and appends at size/bs: both must match the
+    // map, or a corrupt size makes it allocate huge block lists or map a block twice.
+    if crate::types::FileType::from_mode(st.d.mode()) == Some(crate::types::FileType::Directory) {
+        let (end, bs) = (out.last().map_or(0, |e| e.lend()), u64::from(al.geo.bs));
+        if !st.d.size().is_multiple_of(bs) || st.d.size() / bs != end {
+            let msg = format!("directory size {} does not match its {end} mapped blocks", st.d.size());
+            return Err(Error::corrupt("inode", ino, msg));
+        }
+    }
     st.ext = Some(ExtentMap::from_extents(out));
     st.tree_blocks = tree;
     Ok(())

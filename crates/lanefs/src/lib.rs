@@ -9,6 +9,8 @@ pub mod error;
 pub mod dir;
 pub mod extmap;
 pub mod fs;
+pub mod fsck;
+pub mod info;
 pub mod inode;
 pub mod journal;
 pub mod page;

@@ -48,7 +48,8 @@ pub(super) mod links {
 fn inc_dir_links(d: &mut DiskInode) {
     let l = d.links();
     if l != 1 {
-        d.set_links(if l + 1 >= LINK_MAX { 1 } else { l + 1 });
+        // Saturating: a corrupt count near u16::MAX must not overflow.
+        d.set_links(if l.saturating_add(1) >= LINK_MAX { 1 } else { l + 1 });
     }
 }
 
@@ -391,6 +392,11 @@ impl Fs {
         let mut dst = d.state.write();
         self.load(&d, &mut dst)?;
         self.dir_guard(&dst)?;
+        // As Linux: an existing name wins over what is wrong with the source.
+        let ctx = self.ctx();
+        if ctx.lookup(newdir, &dst, newname)?.is_some() {
+            return Err(Error::Exists);
+        }
         if ino == newdir {
             return Err(Error::NotPermitted);
         }
@@ -403,10 +409,6 @@ impl Fs {
         }
         if cst.d.links() >= LINK_MAX {
             return Err(Error::TooManyLinks);
-        }
-        let ctx = self.ctx();
-        if ctx.lookup(newdir, &dst, newname)?.is_some() {
-            return Err(Error::Exists);
         }
         let h = self.journal.start();
         ctx.add(

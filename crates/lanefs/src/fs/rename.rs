@@ -31,18 +31,35 @@ impl Fs {
             }
         }
         let _cross = (dir != newdir).then(|| self.rename_lock.lock());
+        // Under the rename lock no directory changes parent, so the ".." chains read here,
+        // before any directory is locked, stay true while the directories are locked.
+        let chains = if dir == newdir {
+            None
+        } else {
+            Some((self.ancestors(dir)?, self.ancestors(newdir)?))
+        };
         let od = self.iget(dir)?;
         let nd = self.iget(newdir)?;
-        let (mut ost, mut nst) = if dir == newdir {
-            (self.lock_dir(&od)?, None)
-        } else if self.is_ancestor(newdir, dir)? {
-            let n = self.lock_dir(&nd)?;
-            (self.lock_dir(&od)?, Some(n))
-        } else {
-            let o = self.lock_dir(&od)?;
-            (o, Some(self.lock_dir(&nd)?))
+        let (mut ost, mut nst) = match &chains {
+            None => (self.lock_dir(&od)?, None),
+            Some((up_old, _)) if up_old.contains(&newdir) => {
+                let n = self.lock_dir(&nd)?;
+                (self.lock_dir(&od)?, Some(n))
+            }
+            Some(_) => {
+                let o = self.lock_dir(&od)?;
+                (o, Some(self.lock_dir(&nd)?))
+            }
         };
-        self.rename_locked(dir, &mut ost, name, newdir, nst.as_mut(), newname)
+        self.rename_locked(
+            dir,
+            &mut ost,
+            name,
+            newdir,
+            nst.as_mut(),
+            newname,
+            chains.as_ref(),
+        )
     }
 
     fn lock_dir<'a>(&self, d: &'a Arc<Inode>) -> Result<Guard<'a>> {
@@ -52,24 +69,25 @@ impl Fs {
         Ok(st)
     }
 
-    /// Whether `anc` is `ino` or one of its ancestors (walking ".."; the rename lock
-    /// keeps the tree's shape still while we walk).
-    fn is_ancestor(&self, anc: Ino, ino: Ino) -> Result<bool> {
+    /// Directory `ino` and its ancestors up to the root (walking ".."; the caller holds the
+    /// rename lock, which keeps the tree's shape still, and no inode lock).
+    fn ancestors(&self, ino: Ino) -> Result<Vec<Ino>> {
+        let mut out = vec![ino];
         let mut cur = ino;
         for _ in 0..65536 {
-            if cur == anc {
-                return Ok(true);
-            }
             if cur == ROOT_INO {
-                return Ok(false);
+                return Ok(out);
             }
             let i = self.iget(cur)?;
             let st = self.read_loaded(&i)?;
+            self.dir_guard_pub(&st)?;
             cur = self.ctx().dotdot(cur, &st)?;
+            out.push(cur);
         }
         Err(Error::corrupt("directory", ino, "loop in .. chain"))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn rename_locked(
         &self,
         dir: Ino,
@@ -78,6 +96,7 @@ impl Fs {
         newdir: Ino,
         mut nst: Option<&mut Guard<'_>>,
         newname: &[u8],
+        chains: Option<&(Vec<Ino>, Vec<Ino>)>,
     ) -> Result<()> {
         let ctx = self.ctx();
         let (sino, _) = ctx.lookup(dir, ost, name)?.ok_or(Error::NotFound)?;
@@ -85,14 +104,22 @@ impl Fs {
             let tdir: &InodeState = nst.as_deref().map_or(&**ost, |g| &**g);
             ctx.lookup(newdir, tdir, newname)?.map(|t| t.0)
         };
+        if let Some((up_old, up_new)) = chains {
+            // As Linux: the source must not be the new parent or above it (EINVAL), the
+            // target not the old parent or above it (ENOTEMPTY). Checked before the children
+            // are locked: the source may be the locked new parent itself.
+            if up_new.contains(&sino) {
+                return Err(Error::Invalid("cannot move a directory into itself".into()));
+            }
+            if target.is_some_and(|t| up_old.contains(&t)) {
+                return Err(Error::NotEmpty);
+            }
+        }
         if target == Some(sino) {
             return Ok(());
         }
         let src = self.iget(sino)?;
         let tgt = target.map(|t| self.iget(t)).transpose()?;
-        if target == Some(dir) || target == Some(newdir) {
-            return Err(Error::NotEmpty);
-        }
         // Children in inode-number order.
         let (mut sst, mut tst) = match &tgt {
             Some(t) if t.ino < sino => {
@@ -107,9 +134,6 @@ impl Fs {
         };
         self.load(&src, &mut sst)?;
         let src_dir = FileType::from_mode(sst.d.mode()) == Some(FileType::Directory);
-        if src_dir && dir != newdir && self.is_ancestor(sino, newdir)? {
-            return Err(Error::Invalid("cannot move a directory into itself".into()));
-        }
         if let (Some(t), Some(ts)) = (&tgt, tst.as_mut()) {
             self.load(t, ts)?;
             self.check_replace(t.ino, ts, src_dir)?;
