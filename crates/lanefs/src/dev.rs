@@ -158,3 +158,48 @@ impl BlockDevice for MemDevice {
         self.data.read().len() as u64
     }
 }
+
+/// Wraps the device a mount writes through and remembers the first failed write or
+/// flush, so the mount can turn read-only (ext4's `errors=remount-ro`): memory is then
+/// ahead of the device, and what was committed before the failure must stay as it is.
+/// A failed read changes nothing and only fails its operation.
+pub struct ErrorLatch {
+    inner: std::sync::Arc<dyn BlockDevice>,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl ErrorLatch {
+    /// Watch `inner`.
+    pub fn new(inner: std::sync::Arc<dyn BlockDevice>) -> ErrorLatch {
+        ErrorLatch {
+            inner,
+            failed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+    /// Whether a write or flush has failed.
+    pub fn failed(&self) -> bool {
+        self.failed.load(std::sync::atomic::Ordering::Acquire)
+    }
+    fn note<T>(&self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.failed
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        r
+    }
+}
+
+impl BlockDevice for ErrorLatch {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.inner.read_at(off, buf)
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
+        self.note(self.inner.write_at(off, buf))
+    }
+    fn flush(&self) -> Result<()> {
+        self.note(self.inner.flush())
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}

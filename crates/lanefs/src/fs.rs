@@ -8,7 +8,7 @@
 
 use crate::alloc::{Allocator, Geometry};
 use crate::buf::{Buf, BufCache};
-use crate::dev::{BlockDevice, FileDevice};
+use crate::dev::{BlockDevice, ErrorLatch, FileDevice};
 use crate::dir::DirCtx;
 use crate::disk::group::GroupDesc;
 use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_INLINE_DATA};
@@ -36,6 +36,7 @@ pub struct MountOptions {
 /// A mounted ext4 file system, shared by any number of threads (`Arc<Fs>`).
 pub struct Fs {
     dev: Arc<dyn BlockDevice>,
+    latch: Arc<ErrorLatch>,
     bufs: Arc<BufCache>,
     journal: Journal,
     al: Allocator,
@@ -71,6 +72,8 @@ impl Fs {
 
     /// Mount the file system on `dev`.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
+        let latch = Arc::new(ErrorLatch::new(dev));
+        let dev: Arc<dyn BlockDevice> = latch.clone();
         let mut raw = vec![0u8; sbm::SB_SIZE];
         if dev.size() < sbm::SB_OFFSET + sbm::SB_SIZE as u64 {
             return Err(Error::corrupt(
@@ -106,10 +109,13 @@ impl Fs {
             bufs,
             al,
             read_only,
+            latch,
             bs,
         };
         let root = fs.iget(ROOT_INO).map_err(|e| match e {
-            Error::NotFound => Error::corrupt("inode", ROOT_INO, "root directory inode is not in use"),
+            Error::NotFound => {
+                Error::corrupt("inode", ROOT_INO, "root directory inode is not in use")
+            }
             e => e,
         })?;
         if FileType::from_mode(root.state.read().d.mode()) != Some(FileType::Directory) {
@@ -144,12 +150,18 @@ impl Fs {
         }
     }
 
+    /// Refuse changes on a read-only mount, or after a device error turned it read-only.
     fn check_rw(&self) -> Result<()> {
-        if self.read_only {
+        if self.read_only || self.latch.failed() {
             Err(Error::ReadOnly)
         } else {
             Ok(())
         }
+    }
+
+    /// Whether changes are refused (read-only mount or an earlier device error).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only || self.latch.failed()
     }
 
     /// The cached inode `ino`, loading it from disk on a miss.
@@ -300,7 +312,11 @@ fn check_journal(sb: &Superblock, al: &Allocator, bufs: &BufCache) -> Result<()>
         return Err(Error::Unsupported("external journal device".into()));
     }
     if jino > u64::from(al.geo.ipg) * u64::from(al.geo.groups) {
-        return Err(Error::corrupt("superblock", 0, format!("journal inode {jino} out of range")));
+        return Err(Error::corrupt(
+            "superblock",
+            0,
+            format!("journal inode {jino} out of range"),
+        ));
     }
     let d = inode::read_disk_inode(al, bufs, jino)?;
     let mut st = InodeState {

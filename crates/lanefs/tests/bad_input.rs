@@ -1519,6 +1519,11 @@ fn failing_writes_give_io_errors_and_keep_committed_data() {
                 refused == 0 || io > 0,
                 "budget {budget}: {refused} writes refused, no operation reported it"
             );
+            // A device error turns the mount read-only: nothing may succeed afterwards.
+            assert_eq!(
+                ok_after_io, 0,
+                "budget {budget}: changes accepted after a device error"
+            );
             println!(
                 "budget {budget}: {refused} writes refused, {io} operations failed with Io/ReadOnly, {ok_after_io} succeeded after the first failure"
             );

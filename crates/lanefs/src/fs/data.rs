@@ -375,6 +375,11 @@ impl Fs {
         if self.read_only {
             return Ok(());
         }
+        if self.latch.failed() {
+            return Err(Error::Io(
+                "an earlier device error made the mount read-only".into(),
+            ));
+        }
         let inodes = self.icache.all();
         let _commit = self.journal.lock_commit();
         for i in &inodes {
@@ -408,6 +413,12 @@ impl Fs {
         if self.read_only {
             return Ok(());
         }
+        if self.latch.failed() {
+            return Err(Error::Io(
+                "an earlier device error made the mount read-only; unmounted without writing"
+                    .into(),
+            ));
+        }
         for i in self.icache.all() {
             if i.is_open() {
                 i.open.store(1, std::sync::atomic::Ordering::Release);
@@ -423,7 +434,7 @@ impl Fs {
 impl Drop for Fs {
     fn drop(&mut self) {
         // Best effort for callers that never unmounted: dirty state must not be lost.
-        if !self.read_only && self.bufs.dirty_count() > 0 {
+        if !self.is_read_only() && self.bufs.dirty_count() > 0 {
             let _ = self.sync();
         }
     }

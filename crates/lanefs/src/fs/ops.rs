@@ -49,7 +49,11 @@ fn inc_dir_links(d: &mut DiskInode) {
     let l = d.links();
     if l != 1 {
         // Saturating: a corrupt count near u16::MAX must not overflow.
-        d.set_links(if l.saturating_add(1) >= LINK_MAX { 1 } else { l + 1 });
+        d.set_links(if l.saturating_add(1) >= LINK_MAX {
+            1
+        } else {
+            l + 1
+        });
     }
 }
 
@@ -588,7 +592,7 @@ impl Fs {
                 .map_err(|_| Error::Invalid(format!("inode {ino} is not open")));
         }
         let mut st = i.state.write();
-        if st.freed || st.d.links() > 0 || i.is_open() || self.read_only {
+        if st.freed || st.d.links() > 0 || i.is_open() || self.is_read_only() {
             return Ok(());
         }
         self.load(&i, &mut st)?;
