@@ -136,14 +136,20 @@ impl ExtentMap {
     /// Remove the mapping of `[start, end)`; returns the freed physical runs.
     pub fn remove_range(&mut self, start: u32, end: u64) -> Vec<(u64, u32)> {
         let keys = self.isolate(start, end);
-        keys.iter().filter_map(|k| self.map.remove(k)).map(|e| (e.pblk, e.len)).collect()
+        keys.iter()
+            .filter_map(|k| self.map.remove(k))
+            .map(|e| (e.pblk, e.len))
+            .collect()
     }
 
     /// Mark `[start, start+len)` written (it must be mapped); merges afterwards.
     pub fn mark_written(&mut self, start: u32, len: u32) {
         for k in self.isolate(start, u64::from(start) + u64::from(len)) {
             if let Some(e) = self.map.remove(&k) {
-                self.insert(Extent { unwritten: false, ..e });
+                self.insert(Extent {
+                    unwritten: false,
+                    ..e
+                });
             }
         }
     }

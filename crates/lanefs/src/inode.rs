@@ -217,7 +217,10 @@ pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeSta
     if crate::types::FileType::from_mode(st.d.mode()) == Some(crate::types::FileType::Directory) {
         let (end, bs) = (out.last().map_or(0, |e| e.lend()), u64::from(al.geo.bs));
         if !st.d.size().is_multiple_of(bs) || st.d.size() / bs != end {
-            let msg = format!("directory size {} does not match its {end} mapped blocks", st.d.size());
+            let msg = format!(
+                "directory size {} does not match its {end} mapped blocks",
+                st.d.size()
+            );
             return Err(Error::corrupt("inode", ino, msg));
         }
     }

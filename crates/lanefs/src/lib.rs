@@ -4,17 +4,17 @@
 pub mod alloc;
 pub mod buf;
 pub mod dev;
+pub mod dir;
 pub mod disk;
 pub mod error;
-pub mod dir;
 pub mod extmap;
 pub mod fs;
 pub mod fsck;
 pub mod info;
 pub mod inode;
 pub mod journal;
-pub mod page;
 pub mod mkfs;
+pub mod page;
 pub mod sync;
 pub mod types;
 
