@@ -4,10 +4,10 @@
 //! clean, unreferenced blocks are evicted once a shard passes its bound.
 
 use crate::dev::BlockDevice;
+use crate::dirty::{DirtyCount, DirtyFlag};
 use crate::error::Result;
 use crate::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_SHARD};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const SHARDS: usize = 64;
@@ -19,7 +19,7 @@ pub struct Buf {
     /// Block number.
     pub blk: u64,
     data: RwLock<Box<[u8]>>,
-    dirty: AtomicBool,
+    dirty: DirtyFlag,
 }
 
 impl Buf {
@@ -33,7 +33,7 @@ impl Buf {
     }
     /// Whether the block differs from the device.
     pub fn is_dirty(&self) -> bool {
-        self.dirty.load(Ordering::Acquire)
+        self.dirty.is_set()
     }
 }
 
@@ -42,7 +42,7 @@ pub struct BufCache {
     dev: Arc<dyn BlockDevice>,
     bs: usize,
     shards: Vec<Mutex<HashMap<u64, Arc<Buf>>>>,
-    dirty_count: AtomicUsize,
+    dirty_count: DirtyCount,
 }
 
 impl BufCache {
@@ -55,7 +55,7 @@ impl BufCache {
             dev,
             bs,
             shards,
-            dirty_count: AtomicUsize::new(0),
+            dirty_count: DirtyCount::new(),
         }
     }
 
@@ -98,7 +98,7 @@ impl BufCache {
         let b = Arc::new(Buf {
             blk,
             data: RwLock::new(&BUFFER, data),
-            dirty: AtomicBool::new(false),
+            dirty: DirtyFlag::new(),
         });
         m.insert(blk, b.clone());
         b
@@ -106,23 +106,19 @@ impl BufCache {
 
     /// Mark `b` dirty (called by handles).
     pub fn dirty(&self, b: &Buf) {
-        if !b.dirty.swap(true, Ordering::AcqRel) {
-            self.dirty_count.fetch_add(1, Ordering::Relaxed);
-        }
+        b.dirty.mark(&self.dirty_count);
     }
 
     /// Blocks waiting for write-back.
     pub fn dirty_count(&self) -> usize {
-        self.dirty_count.load(Ordering::Relaxed)
+        self.dirty_count.get()
     }
 
     /// Drop a freed block from the cache so a stale copy is never written over new data.
     pub fn forget(&self, blk: u64) {
         let removed = self.shard(blk).lock().remove(&blk);
         if let Some(b) = removed {
-            if b.dirty.swap(false, Ordering::AcqRel) {
-                self.dirty_count.fetch_sub(1, Ordering::Relaxed);
-            }
+            b.dirty.clear(&self.dirty_count);
         }
     }
 
@@ -134,8 +130,7 @@ impl BufCache {
         }
         dirty.sort_by_key(|b| b.blk);
         for b in dirty {
-            if b.dirty.swap(false, Ordering::AcqRel) {
-                self.dirty_count.fetch_sub(1, Ordering::Relaxed);
+            if b.dirty.clear(&self.dirty_count) {
                 let d = b.read();
                 if let Err(e) = self.dev.write_at(b.blk * self.bs as u64, &d) {
                     drop(d);

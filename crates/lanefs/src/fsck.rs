@@ -25,6 +25,14 @@ use crate::dev::BlockDevice;
 use crate::disk::extent::{self, Extent, Index, Node};
 use crate::disk::group::{self, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_HUGE_FILE, FL_INDEX, FL_INLINE_DATA};
+use crate::disk::superblock::{
+    compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, MAGIC, SB_OFFSET, SB_SIZE,
+};
+use crate::disk::{crc32c_raw, dir, hash, jbd2, le16, le32, test_bit};
+use crate::error::{Error, Result};
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::time::Instant;
 
 /// Inode flag: immutable (from the ext4 headers; `disk` does not name it).
 const FL_IMMUTABLE: u32 = 0x10;
@@ -41,14 +49,6 @@ const COMPAT_IMAGIC_INODES: u32 = 0x2;
 /// COMPAT bits e2fsck accepts: dir_prealloc, imagic_inodes, has_journal, ext_attr,
 /// resize_inode, dir_index, sparse_super2, fast_commit, stable_inodes, orphan_file.
 const COMPAT_KNOWN: u32 = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20 | 0x200 | 0x400 | 0x800 | 0x1000;
-use crate::disk::superblock::{
-    compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, MAGIC, SB_OFFSET, SB_SIZE,
-};
-use crate::disk::{crc32c_raw, dir, hash, jbd2, le16, le32, test_bit};
-use crate::error::{Error, Result};
-use std::collections::{HashMap, HashSet};
-use std::fmt;
-use std::time::Instant;
 
 /// Most problems a report stores; further ones are only counted.
 pub const MAX_PROBLEMS: usize = 10_000;
@@ -58,12 +58,20 @@ const MAX_BAD_BLOCKS: u32 = 12;
 const MAX_RANGES: usize = 8;
 /// Largest link count; a directory with more subdirectories keeps 1 (dir_nlink).
 const LINK_MAX: u32 = 65_000;
+/// Runs overlapping other owners tolerated in one inode before its map is abandoned.
+const MAX_CONFLICTS_PER_INODE: u32 = 1000;
+/// Problems stored per directory (the rest are counted).
+const MAX_PROBLEMS_PER_DIR: u32 = 100;
 /// Names remembered per directory for duplicate detection.
 const MAX_NAMES_PER_DIR: usize = 1 << 20;
 /// Largest single read of inode tables or directory blocks.
 const READ_CHUNK: u64 = 4 << 20;
 /// Duplicate claims resolved to owners (the rest are counted).
 const MAX_DUP_CLAIMS: usize = 10_000;
+/// Claim comparisons spent naming the owners of shared blocks.
+const MAX_RESOLVE_STEPS: u64 = 20_000_000;
+/// Other owners named per owner of shared blocks.
+const MAX_OWNERS_LISTED: usize = 8;
 /// Longest orphan chain followed.
 const MAX_ORPHANS: usize = 100_000;
 const BADBLOCKS_INO: u32 = 1;
@@ -128,7 +136,8 @@ impl fmt::Display for Problem {
 pub struct FsckReport {
     /// Inconsistencies e2fsck would fix (each makes the exit code 4).
     pub problems: Vec<Problem>,
-    /// Problems found beyond [`MAX_PROBLEMS`], counted but not stored.
+    /// Problems found beyond [`MAX_PROBLEMS`] (or beyond one directory's share of 100),
+    /// counted but not stored.
     pub problems_omitted: u64,
     /// Informational findings that e2fsck does not count as errors (for example a stale
     /// superblock free count, which the kernel only updates lazily), and timings when verbose.
@@ -195,16 +204,27 @@ impl FsckReport {
     }
 }
 
-/// Collects problems, storing at most [`MAX_PROBLEMS`].
+/// Collects problems, storing at most [`MAX_PROBLEMS`], and at most a scope's limit while
+/// a scope (one directory) is open, so one garbage structure cannot crowd out the rest.
 #[derive(Default)]
 struct Sink {
     problems: Vec<Problem>,
     omitted: u64,
     notes: Vec<Problem>,
+    /// Open scope: problems it may still store, and how many it dropped.
+    scope: Option<(u32, u64)>,
 }
 
 impl Sink {
     fn add(&mut self, code: &'static str, message: String) {
+        if let Some((left, dropped)) = &mut self.scope {
+            if *left == 0 {
+                *dropped += 1;
+                self.omitted += 1;
+                return;
+            }
+            *left -= 1;
+        }
         if self.problems.len() < MAX_PROBLEMS {
             self.problems.push(Problem { code, message });
         } else {
@@ -215,6 +235,13 @@ impl Sink {
         if self.notes.len() < MAX_PROBLEMS {
             self.notes.push(Problem { code, message });
         }
+    }
+    fn begin_scope(&mut self, limit: u32) {
+        self.scope = Some((limit, 0));
+    }
+    /// Close the scope; returns how many problems it dropped (counted as omitted).
+    fn end_scope(&mut self) -> u64 {
+        self.scope.take().map_or(0, |(_, dropped)| dropped)
     }
 }
 
@@ -248,6 +275,14 @@ pub(crate) struct Geo {
 impl Geo {
     /// Derive the geometry; an error means the superblock cannot be used at all.
     pub(crate) fn from_sb(sb: &Superblock, dev_size: u64) -> Result<Geo> {
+        Self::check_layout(sb)?;
+        let geo = Self::compute(sb);
+        geo.validate(sb, dev_size)?;
+        Ok(geo)
+    }
+
+    /// Layouts the checker does not model, and fields it cannot work without.
+    fn check_layout(sb: &Superblock) -> Result<()> {
         let bad = |d: String| Err(Error::corrupt("superblock", 0, d));
         if sb.has_ro_compat(ro_compat::BIGALLOC) {
             return Err(Error::Unsupported(
@@ -265,77 +300,75 @@ impl Geo {
                 sb.rev_level()
             ));
         }
-        let bs = u64::from(sb.block_size());
-        let first_data = u64::from(sb.first_data_block());
-        if first_data != u64::from(bs == 1024) {
+        let (bs, first_data) = (sb.block_size(), sb.first_data_block());
+        if first_data != u32::from(bs == 1024) {
             return bad(format!(
                 "first data block {first_data} invalid for {bs}-byte blocks"
             ));
         }
-        let (bpg, ipg) = (
-            u64::from(sb.blocks_per_group()),
-            u64::from(sb.inodes_per_group()),
-        );
+        let (bpg, ipg) = (sb.blocks_per_group(), sb.inodes_per_group());
         if bpg % 8 != 0 || ipg % 8 != 0 {
             return bad(format!(
-                "blocks per group {bpg} / inodes per group {ipg} not multiples of 8"
+                "blocks ({bpg}) or inodes ({ipg}) per group not a multiple of 8"
             ));
         }
-        let isz = if sb.rev_level() == 0 {
-            128
-        } else {
-            u64::from(sb.inode_size())
-        };
-        let first_ino = if sb.rev_level() == 0 {
-            11
-        } else {
-            sb.first_ino()
-        };
+        Ok(())
+    }
+
+    /// Derive the geometry (every input is bounded by `Superblock::decode`).
+    fn compute(sb: &Superblock) -> Geo {
+        let bs = u64::from(sb.block_size());
+        let old = sb.rev_level() == 0;
+        let isz = if old { 128 } else { u64::from(sb.inode_size()) };
+        let ipg = u64::from(sb.inodes_per_group());
         let groups = sb.group_count();
-        let inodes = u64::from(sb.inodes_count());
-        if groups == 0 || u64::from(first_ino) > inodes {
-            return bad(format!(
-                "{groups} groups, first inode {first_ino} of {inodes}"
-            ));
-        }
         let desc_size = u64::from(sb.desc_size());
-        let gdt_blocks = (u64::from(groups) * desc_size).div_ceil(bs);
-        let reserved_gdt = if sb.has_compat(compat::RESIZE_INODE) {
-            u64::from(sb.reserved_gdt_blocks())
-        } else {
-            0
-        };
-        let base = 1 + gdt_blocks + reserved_gdt;
-        if base >= bpg || first_data + base > sb.blocks_count() {
-            return bad(format!(
-                "{gdt_blocks} descriptor + {reserved_gdt} reserved blocks do not fit a group"
-            ));
-        }
-        if inodes.saturating_mul(isz) > dev_size {
-            return bad(format!(
-                "inode tables ({inodes} x {isz} bytes) exceed the device"
-            ));
-        }
-        Ok(Geo {
+        let resize = sb.has_compat(compat::RESIZE_INODE);
+        Geo {
             bs,
             blocks: sb.blocks_count(),
-            first_data,
-            bpg,
+            first_data: u64::from(sb.first_data_block()),
+            bpg: u64::from(sb.blocks_per_group()),
             ipg,
             isz,
             groups,
             desc_size,
-            inodes,
-            first_ino,
+            inodes: u64::from(sb.inodes_count()),
+            first_ino: if old { 11 } else { sb.first_ino() },
             csum: sb.metadata_csum(),
             gdt_csum: sb.has_ro_compat(ro_compat::GDT_CSUM),
             seed: sb.csum_seed(),
             flex: sb.has_incompat(incompat::FLEX_BG),
             sparse: sb.has_ro_compat(ro_compat::SPARSE_SUPER),
-            gdt_blocks,
-            reserved_gdt,
+            gdt_blocks: (u64::from(groups) * desc_size).div_ceil(bs),
+            reserved_gdt: if resize {
+                u64::from(sb.reserved_gdt_blocks())
+            } else {
+                0
+            },
             itable_blocks: (ipg * isz).div_ceil(bs),
-        })
+        }
+    }
+
+    /// Refuse a geometry the checker cannot walk safely.
+    fn validate(&self, sb: &Superblock, dev_size: u64) -> Result<()> {
+        let bad = |d: String| Err(Error::corrupt("superblock", 0, d));
+        if self.groups == 0 || u64::from(self.first_ino) > self.inodes {
+            let (g, f, n) = (self.groups, self.first_ino, self.inodes);
+            return bad(format!("{g} groups, first inode {f} of {n}"));
+        }
+        let base = 1 + self.gdt_blocks + self.reserved_gdt;
+        if base >= self.bpg || self.first_data + base > sb.blocks_count() {
+            let (d, r) = (self.gdt_blocks, self.reserved_gdt);
+            return bad(format!(
+                "{d} descriptor + {r} reserved blocks do not fit a group"
+            ));
+        }
+        if self.inodes.saturating_mul(self.isz) > dev_size {
+            let (n, s) = (self.inodes, self.isz);
+            return bad(format!("inode tables ({n} x {s} bytes) exceed the device"));
+        }
+        Ok(())
     }
 
     /// First block of group `g`.
@@ -631,31 +664,72 @@ impl Claims {
         self.bits.iter().map(|w| u64::from(w.count_ones())).sum()
     }
 
-    /// For every claim that hit already-claimed blocks: (earlier owner, later owner) with
-    /// the first overlapping block and the number of blocks they share.
-    fn resolve(&self) -> Vec<((Owner, Owner), (u64, u64))> {
+    /// For every owner whose claims hit already-claimed blocks: what it shares and with
+    /// whom (like e2fsck pass 1B). Bounded in steps and in owners listed; the flag says
+    /// whether the step budget ran out.
+    fn resolve(&self) -> (Vec<(Owner, Shared)>, bool) {
         let mut order: Vec<usize> = (0..self.log.len()).collect();
         order.sort_by_key(|&i| self.log[i].0);
         let starts: Vec<u64> = order.iter().map(|&i| self.log[i].0).collect();
-        let mut pairs: HashMap<(Owner, Owner), (u64, u64)> = HashMap::new();
+        let mut by_owner: HashMap<Owner, Shared> = HashMap::new();
+        let mut steps = 0u64;
         for &d in self.dups.iter().take(MAX_DUP_CLAIMS) {
             let (ds, dl, downer) = self.log[d];
             let de = ds + dl;
             let lo = starts.partition_point(|&s| s + self.max_len <= ds);
             for &i in order[lo..].iter().take_while(|&&i| self.log[i].0 < de) {
+                steps += 1;
+                if steps > MAX_RESOLVE_STEPS {
+                    return (Self::sorted(by_owner), true);
+                }
                 let (s, l, owner) = self.log[i];
                 let (a, b) = (s.max(ds), (s + l).min(de));
                 if i >= d || a >= b {
                     continue;
                 }
-                let e = pairs.entry((owner, downer)).or_insert((a, 0));
-                e.0 = e.0.min(a);
-                e.1 += b - a;
+                by_owner
+                    .entry(downer)
+                    .or_insert_with(|| Shared::at(a))
+                    .add(owner, a, b - a);
             }
         }
-        let mut v: Vec<_> = pairs.into_iter().collect();
-        v.sort();
+        (Self::sorted(by_owner), false)
+    }
+
+    fn sorted(m: HashMap<Owner, Shared>) -> Vec<(Owner, Shared)> {
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort_by_key(|(o, _)| *o);
         v
+    }
+}
+
+/// Blocks one owner shares with earlier claimants.
+struct Shared {
+    first: u64,
+    blocks: u64,
+    others: Vec<Owner>,
+    more: u64,
+}
+
+impl Shared {
+    fn at(first: u64) -> Shared {
+        Shared {
+            first,
+            blocks: 0,
+            others: Vec::new(),
+            more: 0,
+        }
+    }
+    fn add(&mut self, owner: Owner, first: u64, n: u64) {
+        self.first = self.first.min(first);
+        self.blocks += n;
+        if !self.others.contains(&owner) {
+            if self.others.len() < MAX_OWNERS_LISTED {
+                self.others.push(owner);
+            } else {
+                self.more += 1;
+            }
+        }
     }
 }
 
@@ -706,6 +780,8 @@ struct Walk {
     mapped: u64,
     bad: u32,
     aborted: bool,
+    /// Runs that overlapped blocks already claimed.
+    conflicts: u32,
 }
 
 /// A directory found in pass 1, checked in pass 2.
@@ -772,6 +848,9 @@ struct Checker<'a> {
     /// Whether dtimes below the inode count are taken as orphan links (e2fsck's
     /// low_dtime_check: off when the superblock's own times are that small).
     low_dtime_check: bool,
+    /// Directory blocks pass 2 may still parse, and whether it ran out.
+    dir_budget: u64,
+    dir_budget_spent: bool,
 }
 
 /// Check the ext4 image on `dev` without modifying it.
@@ -937,6 +1016,7 @@ impl<'a> Checker<'a> {
     fn new(dev: &'a dyn BlockDevice, sb: Superblock, geo: Geo, verbose: bool) -> Checker<'a> {
         let n = geo.inodes as usize + 1;
         let claims = Claims::new(geo.blocks);
+        let geo_blocks = geo.blocks;
         let busted = |t: u32| t != 0 && t < sb.inodes_count();
         let low_dtime_check = !(busted(sb.wtime()) || busted(sb.mtime()) || busted(sb.mkfs_time()));
         Checker {
@@ -957,6 +1037,8 @@ impl<'a> Checker<'a> {
             xattrs: HashMap::new(),
             bad_blocks: Vec::new(),
             low_dtime_check,
+            dir_budget: 2 * geo_blocks,
+            dir_budget_spent: false,
         }
     }
 
@@ -1011,19 +1093,27 @@ impl<'a> Checker<'a> {
 
     fn pass_superblock(&mut self) {
         self.check_features();
+        let mut p = self.superblock_field_problems();
+        p.extend(self.superblock_geometry_problems());
+        self.check_journal_fields(&mut p);
+        for (code, msg) in p {
+            self.out.add(code, msg);
+        }
+        self.superblock_notes();
+        self.collect_special_inodes();
+    }
+
+    /// Flags and fields whose values are simply invalid.
+    fn superblock_field_problems(&self) -> Vec<(&'static str, String)> {
         let sb = &self.sb;
         let mut p: Vec<(&'static str, String)> = Vec::new();
         if sb.has_incompat(incompat::RECOVER) {
-            p.push((
-                "JOURNAL_NEEDS_RECOVERY",
-                "superblock has needs_recovery set: the journal must be replayed".into(),
-            ));
+            let msg = "superblock has needs_recovery set: the journal must be replayed";
+            p.push(("JOURNAL_NEEDS_RECOVERY", msg.into()));
         }
         if sb.metadata_csum() && sb.raw[SB_CHECKSUM_TYPE] != 1 {
-            p.push((
-                "SB_CHECKSUM_TYPE",
-                format!("checksum type {} is not crc32c", sb.raw[SB_CHECKSUM_TYPE]),
-            ));
+            let msg = format!("checksum type {} is not crc32c", sb.raw[SB_CHECKSUM_TYPE]);
+            p.push(("SB_CHECKSUM_TYPE", msg));
         }
         if sb.metadata_csum() && sb.has_ro_compat(ro_compat::GDT_CSUM) {
             p.push((
@@ -1031,99 +1121,92 @@ impl<'a> Checker<'a> {
                 "both metadata_csum and uninit_bg are set".into(),
             ));
         }
-        if sb.r_blocks_count() > sb.blocks_count() {
-            p.push((
-                "SB_GEOMETRY",
-                format!("reserved blocks {} exceed block count", sb.r_blocks_count()),
-            ));
-        }
-        if sb.log_cluster_size() != sb.log_block_size() {
-            p.push((
-                "SB_GEOMETRY",
-                format!(
-                    "cluster size log {} != block size log {} without bigalloc",
-                    sb.log_cluster_size(),
-                    sb.log_block_size()
-                ),
-            ));
-        }
         let orphan_ino = le32(&sb.raw[..], SB_ORPHAN_FILE_INUM);
         let names_inode =
             orphan_ino >= self.geo.first_ino && u64::from(orphan_ino) <= self.geo.inodes;
         if sb.has_compat(COMPAT_ORPHAN_FILE) && !names_inode {
-            p.push((
-                "SB_ORPHAN_FILE",
-                "orphan_file feature is set but the orphan file inode number is invalid".into(),
+            let msg = "orphan_file feature is set but the orphan file inode number is invalid";
+            p.push(("SB_ORPHAN_FILE", msg.into()));
+        }
+        if sb.def_hash_version() > 5 {
+            let msg = format!("default hash version {} unknown", sb.def_hash_version());
+            p.push(("SB_GEOMETRY", msg));
+        }
+        p
+    }
+
+    /// Geometry fields e2fsck validates beyond what the checker itself needs.
+    fn superblock_geometry_problems(&self) -> Vec<(&'static str, String)> {
+        let sb = &self.sb;
+        let mut bad = Vec::new();
+        if sb.r_blocks_count() > sb.blocks_count() {
+            bad.push(format!(
+                "reserved blocks {} exceed block count",
+                sb.r_blocks_count()
+            ));
+        }
+        if sb.log_cluster_size() != sb.log_block_size() {
+            let (c, b) = (sb.log_cluster_size(), sb.log_block_size());
+            bad.push(format!(
+                "cluster size log {c} != block size log {b} without bigalloc"
             ));
         }
         let ds = sb.desc_size_raw();
         if ds > 1024 || (ds != 0 && !ds.is_power_of_two()) {
-            p.push((
-                "SB_GEOMETRY",
-                format!("group descriptor size field {ds} invalid"),
-            ));
+            bad.push(format!("group descriptor size field {ds} invalid"));
         }
-        if u64::from(sb.reserved_gdt_blocks()) > self.geo.bs / 4 {
-            p.push((
-                "SB_GEOMETRY",
-                format!(
-                    "reserved GDT blocks {} exceed {}",
-                    sb.reserved_gdt_blocks(),
-                    self.geo.bs / 4
-                ),
+        let rgdt = u64::from(sb.reserved_gdt_blocks());
+        if rgdt > self.geo.bs / 4 {
+            bad.push(format!(
+                "reserved GDT blocks {rgdt} exceed {}",
+                self.geo.bs / 4
             ));
         }
         if sb.clusters_per_group() != sb.blocks_per_group() {
-            p.push((
-                "SB_GEOMETRY",
-                format!(
-                    "clusters per group {} != blocks per group {}",
-                    sb.clusters_per_group(),
-                    sb.blocks_per_group()
-                ),
-            ));
+            let (c, b) = (sb.clusters_per_group(), sb.blocks_per_group());
+            bad.push(format!("clusters per group {c} != blocks per group {b}"));
         }
         if sb.log_groups_per_flex() > 31 {
-            p.push((
-                "SB_GEOMETRY",
-                format!("log groups per flex {} too large", sb.log_groups_per_flex()),
+            bad.push(format!(
+                "log groups per flex {} too large",
+                sb.log_groups_per_flex()
             ));
         }
-        if sb.def_hash_version() > 5 {
-            p.push((
-                "SB_GEOMETRY",
-                format!("default hash version {} unknown", sb.def_hash_version()),
-            ));
-        }
-        self.check_journal_fields(&mut p);
+        bad.into_iter().map(|m| ("SB_GEOMETRY", m)).collect()
+    }
+
+    /// Findings e2fsck does not count as errors.
+    fn superblock_notes(&mut self) {
+        let sb = &self.sb;
+        let mut n: Vec<(&'static str, String)> = Vec::new();
         // e2fsck processes orphans as part of recovery and does not count a non-empty list
         // as an error; what the orphans leave behind (zero links, low dtimes, bitmap
         // differences) is reported by the inode and bitmap checks.
         if sb.last_orphan() != 0 {
-            let msg = format!("orphan list is not empty (head inode {})", sb.last_orphan());
-            self.out.note("ORPHAN_LIST", msg);
+            n.push((
+                "ORPHAN_LIST",
+                format!("orphan list is not empty (head inode {})", sb.last_orphan()),
+            ));
         }
         if sb.has_ro_compat(ro_compat::ORPHAN_PRESENT) {
             let msg = "orphan_present is set: the orphan file holds inodes to clean up";
-            self.out.note("ORPHAN_LIST", msg.into());
+            n.push(("ORPHAN_LIST", msg.into()));
         }
-        for (code, msg) in p {
-            self.out.add(code, msg);
-        }
-        let state = self.sb.state();
-        if state & STATE_ERROR != 0 {
-            self.out.note(
+        if sb.state() & STATE_ERROR != 0 {
+            n.push((
                 "SB_ERROR_STATE",
                 "superblock records that the kernel found errors".into(),
-            );
+            ));
         }
-        if state & STATE_VALID == 0 {
-            self.out.note(
+        if sb.state() & STATE_VALID == 0 {
+            n.push((
                 "SB_NOT_CLEAN",
                 "file system was not cleanly unmounted".into(),
-            );
+            ));
         }
-        self.collect_special_inodes();
+        for (code, msg) in n {
+            self.out.note(code, msg);
+        }
     }
 
     fn check_features(&mut self) {
@@ -1399,24 +1482,21 @@ impl<'a> Checker<'a> {
     /// Blocks the bad blocks inode lists inside an inode table block holding in-use inodes.
     fn check_bad_blocks_in_tables(&mut self) {
         let runs = std::mem::take(&mut self.bad_blocks);
-        let per_block = self.geo.bs / self.geo.isz;
         for g in 0..self.geo.groups {
             let gi = &self.groups[g as usize];
-            let (it, n) = (gi.desc.inode_table(), self.geo.itable_blocks);
             if !gi.it_ok {
                 continue;
             }
-            for r in &runs {
-                let (a, b) = (r.pblk.max(it), (r.pblk + r.len).min(it + n));
-                for blk in (a..b).take(MAX_RANGES) {
-                    let first = u64::from(g) * self.geo.ipg + (blk - it) * per_block + 1;
-                    if (first..first + per_block).any(|i| self.inode_in_use(i)) {
-                        self.out.add(
-                            "BADBLOCK_IN_ITABLE",
-                            format!("inode table block {blk} of group {g} holds inodes in use but is listed as bad"),
-                        );
-                    }
-                }
+            // e2fsck takes every inode in such a block (below the watermark) as in use.
+            let it = gi.desc.inode_table();
+            let n = (self.initialized_inodes(g) * self.geo.isz).div_ceil(self.geo.bs);
+            let hit = runs.iter().find(|r| r.pblk < it + n && it < r.pblk + r.len);
+            if let Some(r) = hit {
+                let msg = format!(
+                    "group {g}: bad block {} lies in the inode table",
+                    r.pblk.max(it)
+                );
+                self.out.add("BADBLOCK_IN_ITABLE", msg);
             }
         }
     }
@@ -1589,18 +1669,15 @@ impl<'a> Checker<'a> {
 
     /// Verify an inode slot's checksum. As e2fsck, every slot read is verified, in use or
     /// not, except one whose first 128 bytes are zero (never written).
-    fn check_inode_csum(&mut self, ino: u32, inode: &DiskInode) -> bool {
+    fn check_inode_csum(&mut self, ino: u32, inode: &DiskInode) {
         if !self.geo.csum || inode.raw[..128].iter().all(|&b| b == 0) {
-            return true;
+            return;
         }
         let (stored, want) = (inode.checksum(), inode.compute_checksum(self.geo.seed, ino));
         if stored != want {
-            self.out.add(
-                "INODE_CHECKSUM",
-                format!("inode {ino}: checksum {stored:#010x}, computed {want:#010x}"),
-            );
+            let msg = format!("inode {ino}: checksum {stored:#010x}, computed {want:#010x}");
+            self.out.add("INODE_CHECKSUM", msg);
         }
-        stored == want
     }
 
     fn scan_reserved(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
@@ -1656,11 +1733,7 @@ impl<'a> Checker<'a> {
             return Ok(());
         }
         // e2fsck reports a bad xattr block number only for inodes some directory names.
-        let xattr = if self.geo.in_fs(self.file_acl(inode), 1) {
-            self.check_xattr_block(ino, inode)?
-        } else {
-            0
-        };
+        let xattr = self.reserved_xattr_block(ino, inode)?;
         // Only directories and regular files have block maps (ext2fs_inode_has_valid_blocks).
         let w = match mode_ft(mode) {
             Some(FT_REG | FT_DIR) => self.walk_blocks(ino, inode, false)?,
@@ -1669,6 +1742,16 @@ impl<'a> Checker<'a> {
         self.check_iblocks(ino, inode, w.blocks + xattr);
         self.check_size(ino, inode, FT_REG, &w);
         Ok(())
+    }
+
+    /// The xattr block of an inode no directory names: e2fsck reports an out-of-range
+    /// number only for inodes reached from a directory, so it is ignored here.
+    fn reserved_xattr_block(&mut self, ino: u32, inode: &DiskInode) -> Result<u64> {
+        if self.geo.in_fs(self.file_acl(inode), 1) {
+            self.check_xattr_block(ino, inode)
+        } else {
+            Ok(0)
+        }
     }
 
     /// Flags no reserved or special inode may carry (they are never directories), plus
@@ -1693,7 +1776,7 @@ impl<'a> Checker<'a> {
             || le16(&inode.raw, 0x18) != 0
             || inode.links() != 0
             || inode.flags() & FL_INLINE_DATA != 0
-            || self.file_acl(inode) != 0
+            || le32(&inode.raw, 0x68) != 0
         {
             self.out.add(
                 "BADBLOCKS_INODE_INVALID",
@@ -2036,7 +2119,7 @@ impl<'a> Checker<'a> {
             );
             return Ok(());
         }
-        let xattr = self.check_xattr_block(ino, inode)?;
+        let xattr = self.reserved_xattr_block(ino, inode)?;
         let w = self.walk_blocks(ino, inode, journal)?;
         self.check_iblocks(ino, inode, w.blocks + xattr);
         self.check_size(ino, inode, FT_REG, &w);
@@ -2112,11 +2195,7 @@ impl<'a> Checker<'a> {
             return Ok(());
         }
         let backups = self.geo.backup_groups().count() as u64;
-        let xattr = if self.geo.in_fs(self.file_acl(inode), 1) {
-            self.check_xattr_block(RESIZE_INO, inode)?
-        } else {
-            0
-        };
+        let xattr = self.reserved_xattr_block(RESIZE_INO, inode)?;
         let counted = 1 + self.geo.reserved_gdt * (1 + backups) + xattr;
         self.check_iblocks(RESIZE_INO, inode, counted);
         Ok(())
@@ -2192,8 +2271,17 @@ impl<'a> Checker<'a> {
                     self.claims.claim(b, 1, Owner::Inode(w.ino));
                 }
             }
-        } else {
-            self.claims.claim(pblk, len, Owner::Inode(w.ino));
+        } else if self.claims.claim(pblk, len, Owner::Inode(w.ino)) > 0 {
+            // Bound the claim log: an inode re-claiming blocks this often is garbage.
+            w.conflicts += 1;
+            if w.conflicts > MAX_CONFLICTS_PER_INODE && !w.aborted {
+                w.aborted = true;
+                let msg = format!(
+                    "inode {}: more than {MAX_CONFLICTS_PER_INODE} extents overlap other owners, rest of the map skipped",
+                    w.ino
+                );
+                self.out.add("INODE_TOO_MANY_BAD_BLOCKS", msg);
+            }
         }
         w.blocks += len;
         let last = lblk + len - 1;
@@ -2507,27 +2595,43 @@ impl<'a> Checker<'a> {
 
     fn report_dups(&mut self) {
         if self.claims.dups.len() > MAX_DUP_CLAIMS {
-            self.out.add(
-                "DUP_BLOCK",
-                format!(
-                    "{} overlapping claims; only the first {MAX_DUP_CLAIMS} are resolved",
-                    self.claims.dups.len()
-                ),
+            let msg = format!(
+                "{} overlapping claims; only the first {MAX_DUP_CLAIMS} are resolved",
+                self.claims.dups.len()
             );
+            self.out.add("DUP_BLOCK", msg);
         }
-        for ((a, b), (first, n)) in self.claims.resolve() {
-            let code = match (a.is_meta(), b.is_meta()) {
-                (true, true) => "GROUP_META_OVERLAP",
-                (true, false) | (false, true) => "BLOCK_IS_METADATA",
-                (false, false) => "DUP_BLOCK",
-            };
-            let what = if a == b {
-                format!("claimed twice by {a}")
-            } else {
-                format!("claimed by both {a} and {b}")
-            };
+        let (shared, truncated) = self.claims.resolve();
+        if truncated {
             self.out
-                .add(code, format!("{n} block(s) from {first} {what}"));
+                .add("DUP_BLOCK", "too many overlaps to name every owner".into());
+        }
+        for (owner, sh) in shared {
+            let (meta, files): (Vec<Owner>, Vec<Owner>) =
+                sh.others.iter().partition(|o| o.is_meta());
+            let more = if sh.more > 0 {
+                format!(" and {} more", sh.more)
+            } else {
+                String::new()
+            };
+            for (list, code) in [(meta, "BLOCK_IS_METADATA"), (files, "DUP_BLOCK")] {
+                if list.is_empty() {
+                    continue;
+                }
+                let code = if owner.is_meta() {
+                    "GROUP_META_OVERLAP"
+                } else {
+                    code
+                };
+                let names: Vec<String> = list.iter().map(|o| o.to_string()).collect();
+                let msg = format!(
+                    "{owner}: {} block(s) from {} also claimed by {}{more}",
+                    sh.blocks,
+                    sh.first,
+                    names.join(", ")
+                );
+                self.out.add(code, msg);
+            }
         }
     }
 
@@ -2576,6 +2680,22 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
+    /// Directory blocks parsed overall are bounded: in a sound file system each block has
+    /// one owner, so more than twice the block count means directories share blocks (which
+    /// pass 1 reported) and parsing them again would only cost time.
+    fn spend_dir_budget(&mut self, n: u64) -> bool {
+        if let Some(left) = self.dir_budget.checked_sub(n) {
+            self.dir_budget = left;
+            return true;
+        }
+        if !self.dir_budget_spent {
+            self.dir_budget_spent = true;
+            let msg = "directories map more blocks than the file system holds; scan stopped";
+            self.out.add("DIR_SCAN_LIMIT", msg.into());
+        }
+        false
+    }
+
     fn lookup(runs: &[Run], lblk: u64) -> Option<u64> {
         let i = runs.partition_point(|r| r.lblk + r.len <= lblk);
         runs.get(i)
@@ -2583,7 +2703,22 @@ impl<'a> Checker<'a> {
             .map(|r| r.pblk + (lblk - r.lblk))
     }
 
+    /// Check one directory, storing at most [`MAX_PROBLEMS_PER_DIR`] of its problems.
     fn check_dir(&mut self, d: &DirRec) -> Result<()> {
+        self.out.begin_scope(MAX_PROBLEMS_PER_DIR);
+        let r = self.check_dir_blocks(d);
+        let dropped = self.out.end_scope();
+        if dropped > 0 {
+            let msg = format!(
+                "directory inode {}: {dropped} further problems not listed",
+                d.ino
+            );
+            self.out.add("DIR_MORE_PROBLEMS", msg);
+        }
+        r
+    }
+
+    fn check_dir_blocks(&mut self, d: &DirRec) -> Result<()> {
         let nblocks = d.runs.iter().map(|r| r.lblk + r.len).max().unwrap_or(0);
         if nblocks == 0 {
             self.out.add(
@@ -2614,6 +2749,9 @@ impl<'a> Checker<'a> {
             let mut k = 0;
             while k < r.len {
                 let n = per_read.min(r.len - k);
+                if !self.spend_dir_budget(n) {
+                    return Ok(());
+                }
                 let buf = read_blocks(self.dev, &self.geo, r.pblk + k, n)?;
                 for (j, blk) in buf.chunks(self.geo.bs as usize).enumerate() {
                     let off = k + j as u64;
@@ -2663,16 +2801,6 @@ impl<'a> Checker<'a> {
                 salvage_prefix(b, tail)
             }
         };
-        let range = ht.and_then(|h| h.leaves.get(&lblk).copied());
-        if ht.is_some() && range.is_none() {
-            self.out.add(
-                "HTREE_UNREFERENCED",
-                format!(
-                    "directory inode {}: block {lblk} is not referenced by the htree",
-                    d.ino
-                ),
-            );
-        }
         let mut hashes: Option<(u32, u32)> = None;
         for (i, e) in entries.iter().enumerate() {
             if lblk == 0 && i < 2 {
@@ -2697,10 +2825,28 @@ impl<'a> Checker<'a> {
                 hashes = Some(hashes.map_or((hv, hv), |(a, b)| (a.min(hv), b.max(hv))));
             }
         }
-        if let (Some((lo, hi)), Some((mn, mx))) = (range, hashes) {
-            if mn < lo || mx > hi {
-                self.out.add("HTREE_HASH_RANGE", format!("directory inode {}: leaf block {lblk} holds hashes {mn:#x}..{mx:#x} outside its index range {lo:#x}..{hi:#x}", d.ino));
-            }
+        if let Some(h) = ht {
+            self.check_leaf_hashes(d, h, lblk, hashes);
+        }
+    }
+
+    /// An htree leaf must be referenced by the index, and its names must hash into the
+    /// range its index entry gives it (inclusive at the top, for hash collisions).
+    fn check_leaf_hashes(&mut self, d: &DirRec, h: &Htree, lblk: u64, hashes: Option<(u32, u32)>) {
+        let Some(&(lo, hi)) = h.leaves.get(&lblk) else {
+            let msg = format!(
+                "directory inode {}: block {lblk} is not referenced by the htree",
+                d.ino
+            );
+            self.out.add("HTREE_UNREFERENCED", msg);
+            return;
+        };
+        if let Some((mn, mx)) = hashes.filter(|&(mn, mx)| mn < lo || mx > hi) {
+            let msg = format!(
+                "directory inode {}: leaf block {lblk} holds hashes {mn:#x}..{mx:#x} outside its index range {lo:#x}..{hi:#x}",
+                d.ino
+            );
+            self.out.add("HTREE_HASH_RANGE", msg);
         }
     }
 
@@ -2858,7 +3004,11 @@ impl<'a> Checker<'a> {
         } else {
             return;
         };
-        if ft != want {
+        if ft == 0 && want != 0 {
+            // e2fsck just sets a missing type ("Setting filetype"), not counted as an error.
+            self.out
+                .note("DIR_ENTRY_NO_TYPE", format!("{at}: no file type recorded"));
+        } else if ft != want {
             self.out.add(
                 "DIR_ENTRY_BAD_TYPE",
                 format!(
@@ -2884,6 +3034,11 @@ impl<'a> Checker<'a> {
                 return Ok(None);
             }
         };
+        if let Some(why) = self.dx_root_info_error(&root, info) {
+            let msg = format!("directory inode {}: htree root {why}", d.ino);
+            self.out.add("HTREE_BAD_ROOT", msg);
+            return Ok(None);
+        }
         let Some(ents) = self.dx_block(d, &root, dir::DX_ROOT_COUNT_OFF, p0) else {
             return Ok(None);
         };
@@ -2902,6 +3057,9 @@ impl<'a> Checker<'a> {
                 let Some(pb) = Self::lookup(&d.runs, lblk) else {
                     continue;
                 };
+                if !self.spend_dir_budget(1) {
+                    return Ok(None);
+                }
                 let b = self.read_block(pb)?;
                 if let Some(e) = self.dx_block(d, &b, dir::DX_NODE_COUNT_OFF, pb) {
                     ht.nodes.insert(lblk);
@@ -2912,6 +3070,29 @@ impl<'a> Checker<'a> {
         }
         ht.leaves.extend(level);
         Ok(Some(ht))
+    }
+
+    /// Root info fields e2fsck's handle_htree rejects beyond `dir::decode_root_info`.
+    fn dx_root_info_error(&self, root: &[u8], info: dir::DxRootInfo) -> Option<String> {
+        let max_levels = if self.sb.has_incompat(incompat::LARGEDIR) {
+            3
+        } else {
+            2
+        };
+        if le32(root, 0x18) != 0 {
+            Some("reserved field is not zero".into())
+        } else if info.hash_version > hash::TEA {
+            Some(format!(
+                "hash version {} is not legacy, half_md4 or tea",
+                info.hash_version
+            ))
+        } else if info.indirect_levels >= max_levels {
+            Some(format!("has {} indirect levels", info.indirect_levels))
+        } else if root[0x1F] & 1 != 0 {
+            Some("has an incompatible flag set".into())
+        } else {
+            None
+        }
     }
 
     fn dx_block(

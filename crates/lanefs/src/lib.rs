@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod buf;
 pub mod dev;
 pub mod dir;
+pub mod dirty;
 pub mod disk;
 pub mod error;
 pub mod extmap;
