@@ -102,7 +102,13 @@ impl Fs {
         let (first, last) = (off / bs, (end - 1) / bs);
         // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
         let fresh = self.fresh_blocks(&st, first, last);
-        self.allocate(&h, &i, &mut st, first, last + 1 - first, false)?;
+        if let Err(e) = self.allocate(&h, &i, &mut st, first, last + 1 - first, false) {
+            // Out of space part way: give back what this write mapped, so the file is
+            // as it was (no written blocks past its size), and persist that.
+            self.unmap_new(&h, &i, &mut st, first, &fresh)?;
+            self.store(&h, ino, &mut st)?;
+            return Err(e);
+        }
         let ext = st
             .ext
             .as_mut()
@@ -121,6 +127,29 @@ impl Fs {
         drop(st);
         self.maybe_writeback()?;
         Ok(data.len())
+    }
+
+    /// Free blocks mapped by a failed write: those that were holes before it.
+    fn unmap_new(
+        &self,
+        h: &Handle,
+        i: &Inode,
+        st: &mut InodeState,
+        first: u64,
+        fresh: &[bool],
+    ) -> Result<()> {
+        for (k, &f) in fresh.iter().enumerate() {
+            let l = first + k as u64;
+            let was_unwritten = st
+                .ext
+                .as_ref()
+                .and_then(|e| e.find(l as u32))
+                .is_some_and(|e| e.unwritten);
+            if f && !was_unwritten {
+                self.unmap(h, i, st, l, l + 1)?;
+            }
+        }
+        Ok(())
     }
 
     fn fresh_blocks(&self, st: &InodeState, first: u64, last: u64) -> Vec<bool> {
@@ -254,7 +283,12 @@ impl Fs {
             self.punch(&h, &i, &mut st, off, end)?;
         } else {
             let first = off / bs;
-            self.allocate(&h, &i, &mut st, first, end.div_ceil(bs) - first, true)?;
+            if let Err(e) = self.allocate(&h, &i, &mut st, first, end.div_ceil(bs) - first, true) {
+                // As ext4: what was allocated stays (unwritten, reads as zeros), the size
+                // does not change; persist it so the bitmaps and the tree agree.
+                self.store(&h, ino, &mut st)?;
+                return Err(e);
+            }
             if !mode.keep_size && end > st.d.size() {
                 st.d.set_size(end);
             }
@@ -433,8 +467,18 @@ impl Fs {
 
 impl Drop for Fs {
     fn drop(&mut self) {
-        // Best effort for callers that never unmounted: dirty state must not be lost.
-        if !self.is_read_only() && self.bufs.dirty_count() > 0 {
+        // Best effort for callers that never unmounted: release what is still open (an
+        // unlinked file's blocks) and write everything back, as unmount does.
+        if self.is_read_only() {
+            return;
+        }
+        for i in self.icache.all() {
+            if i.is_open() {
+                i.open.store(1, std::sync::atomic::Ordering::Release);
+                let _ = self.release(i.ino);
+            }
+        }
+        if self.bufs.dirty_count() > 0 {
             let _ = self.sync();
         }
     }

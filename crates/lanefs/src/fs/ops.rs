@@ -254,6 +254,8 @@ impl Fs {
             .and_then(|_| ctx.add(&h, dir, &mut dst, name, ino, kind.dirent_code()));
         if let Err(e) = res {
             self.undo_new(&h, ino, &mut cst, kind);
+            // The directory may have grown (a leaf split) before the failure: persist it.
+            self.store(&h, dir, &mut dst)?;
             return Err(e);
         }
         if kind == FileType::Directory {
