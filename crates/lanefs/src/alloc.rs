@@ -174,6 +174,22 @@ impl Allocator {
         })
     }
 
+    /// Store the block bitmap's checksum in its descriptor.
+    fn set_block_csum(&self, d: &mut GroupDesc, map: &[u8]) {
+        if self.geo.csum {
+            let bytes = self.geo.bpg as usize / 8;
+            d.set_block_bitmap_csum(bitmap_csum(self.geo.seed, map, bytes, true));
+        }
+    }
+
+    /// Store the inode bitmap's checksum in its descriptor.
+    fn set_inode_csum(&self, d: &mut GroupDesc, map: &[u8]) {
+        if self.geo.csum {
+            let bytes = self.geo.ipg as usize / 8;
+            d.set_inode_bitmap_csum(bitmap_csum(self.geo.seed, map, bytes, true));
+        }
+    }
+
     /// Write descriptor `g` into its GDT block (caller holds the group lock).
     fn store_desc(&self, h: &Handle, g: u32, d: &mut GroupDesc) {
         if self.geo.csum {
@@ -273,14 +289,7 @@ impl Allocator {
             for b in s..s + l {
                 set_bit(&mut map, b);
             }
-            if self.geo.csum {
-                d.set_block_bitmap_csum(bitmap_csum(
-                    self.geo.seed,
-                    &map,
-                    self.geo.bpg as usize / 8,
-                    true,
-                ));
-            }
+            self.set_block_csum(d, &map);
             (s, l)
         };
         h.dirty(&bm);
@@ -350,14 +359,7 @@ impl Allocator {
                     freed += 1;
                 }
             }
-            if self.geo.csum {
-                d.set_block_bitmap_csum(bitmap_csum(
-                    self.geo.seed,
-                    &map,
-                    self.geo.bpg as usize / 8,
-                    true,
-                ));
-            }
+            self.set_block_csum(d, &map);
         }
         h.dirty(&bm);
         let free = d.free_blocks() + freed as u32;
@@ -450,9 +452,7 @@ impl Allocator {
                 return Ok(None);
             };
             set_bit(&mut map, bit);
-            if self.geo.csum {
-                d.set_inode_bitmap_csum(bitmap_csum(self.geo.seed, &map, ipg / 8, true));
-            }
+            self.set_inode_csum(d, &map);
             bit
         };
         h.dirty(&ib);
@@ -492,14 +492,7 @@ impl Allocator {
                 ));
             }
             clear_bit(&mut map, bit);
-            if self.geo.csum {
-                d.set_inode_bitmap_csum(bitmap_csum(
-                    self.geo.seed,
-                    &map,
-                    self.geo.ipg as usize / 8,
-                    true,
-                ));
-            }
+            self.set_inode_csum(d, &map);
         }
         h.dirty(&ib);
         d.set_free_inodes(d.free_inodes() + 1);
