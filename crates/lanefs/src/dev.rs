@@ -1,7 +1,7 @@
 //! Block devices: where bytes live. An image file, a raw block device, or memory.
 
 use crate::error::{Error, Result};
-use parking_lot::RwLock;
+use crate::sync::{RwLock, MEM_DEVICE};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -107,13 +107,13 @@ impl MemDevice {
     /// A zero-filled device of `size` bytes.
     pub fn new(size: u64) -> MemDevice {
         MemDevice {
-            data: RwLock::new(vec![0; size as usize]),
+            data: RwLock::new(&MEM_DEVICE, vec![0; size as usize]),
         }
     }
     /// A device holding `bytes`.
     pub fn from_vec(bytes: Vec<u8>) -> MemDevice {
         MemDevice {
-            data: RwLock::new(bytes),
+            data: RwLock::new(&MEM_DEVICE, bytes),
         }
     }
     /// A copy of the whole device.

@@ -25,6 +25,7 @@
 //! | 50 | [`BUFFER`] | one cached metadata block's bytes |
 //! | 60 | [`BUF_SHARD`] | one shard of the metadata buffer cache map (leaf) |
 //! | 70 | [`SUPER`] | the in-memory superblock copy (leaf, rare) |
+//! | 80 | [`MEM_DEVICE`] | a memory device's bytes (tests, benchmarks; leaf) |
 //!
 //! Guards are `!Send` (as `parking_lot`'s are without its `send_guard` feature), which the
 //! checker relies on: a hold is recorded in the thread that took it. A guard passed to
@@ -181,8 +182,10 @@ pub static BUFFER: LockClass = LockClass::new("buffer", 50, false);
 pub static BUF_SHARD: LockClass = LockClass::new("buf_shard", 60, false);
 /// The in-memory copy of the superblock. Leaf lock, taken rarely.
 pub static SUPER: LockClass = LockClass::new("super", 70, false);
+/// The bytes of a memory device (tests and benchmarks). Leaf lock.
+pub static MEM_DEVICE: LockClass = LockClass::new("mem_device", 80, false);
 
-static ALL_CLASSES: [&LockClass; 10] = [
+static ALL_CLASSES: [&LockClass; 11] = [
     &RENAME,
     &INODE,
     &JOURNAL_STATE,
@@ -193,6 +196,7 @@ static ALL_CLASSES: [&LockClass; 10] = [
     &BUFFER,
     &BUF_SHARD,
     &SUPER,
+    &MEM_DEVICE,
 ];
 
 /// Every class of the engine, in lock order (increasing rank).
@@ -790,7 +794,7 @@ mod tests {
     fn classes_are_in_lock_order() {
         // Goal: the declared order is the lock order, and names are unique.
         let classes = all_classes();
-        assert_eq!(classes.len(), 10);
+        assert_eq!(classes.len(), 11);
         for pair in classes.windows(2) {
             assert!(
                 pair[0].rank() < pair[1].rank(),
@@ -810,7 +814,10 @@ mod tests {
             "group",
         ];
         assert_eq!(&names[..6], &expected);
-        assert_eq!(&names[6..], &["page", "buffer", "buf_shard", "super"]);
+        assert_eq!(
+            &names[6..],
+            &["page", "buffer", "buf_shard", "super", "mem_device"]
+        );
         assert!(INODE.nestable() && !GROUP.nestable());
     }
 
