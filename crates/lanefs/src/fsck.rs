@@ -26,7 +26,7 @@ use crate::disk::extent::{self, Extent, Index, Node};
 use crate::disk::group::{self, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_HUGE_FILE, FL_INDEX, FL_INLINE_DATA};
 use crate::disk::superblock::{
-    compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, MAGIC, SB_OFFSET, SB_SIZE,
+    compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE,
 };
 use crate::disk::{crc32c_raw, dir, hash, jbd2, le16, le32, test_bit};
 use crate::error::{Error, Result};
@@ -430,16 +430,7 @@ pub(crate) fn load_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, Vec<
     }
     let mut sb = Superblock::zeroed();
     dev.read_at(SB_OFFSET, &mut sb.raw[..])?;
-    if sb.magic() != MAGIC {
-        return Err(Error::corrupt(
-            "superblock",
-            0,
-            format!(
-                "bad magic {:#06x} (not an ext2/3/4 file system)",
-                sb.magic()
-            ),
-        ));
-    }
+    sb.check_magic()?;
     let mut problems = Vec::new();
     if sb.metadata_csum() && sb.checksum() != sb.compute_checksum() {
         problems.push(Problem {

@@ -3,6 +3,8 @@
 //! Method: format sparse images of several sizes, run `e2fsck -fn` and `dumpe2fs -h`;
 //! loop-mount one image, use it, unmount and check it again.
 
+mod common;
+
 use lanefs::disk::superblock::Superblock;
 use lanefs::mkfs::{format, MkfsOptions};
 use lanefs::{BlockDevice, Error, FileDevice, MemDevice};
@@ -37,26 +39,6 @@ fn make_image(dir: &Path, size: u64, opts: &MkfsOptions) -> (PathBuf, f64) {
     (path, t.elapsed().as_secs_f64())
 }
 
-/// Run `e2fsck -fn` and fail with its output unless it exits 0.
-fn fsck_clean(path: &Path) {
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(path)
-        .output()
-        .expect("run e2fsck");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "e2fsck -fn {} failed:\n{text}",
-        path.display()
-    );
-}
-
 /// `dumpe2fs -h` output.
 fn dumpe2fs(path: &Path) -> String {
     let out = Command::new("dumpe2fs")
@@ -89,7 +71,7 @@ fn format_and_check(test: &str, size: u64, opts: &MkfsOptions) -> Option<String>
     let td = tempfile::tempdir().expect("tempdir");
     let (path, secs) = make_image(td.path(), size, opts);
     println!("{test}: mkfs of {} MiB took {:.3} s", size >> 20, secs);
-    fsck_clean(&path);
+    common::assert_fsck_clean(&path);
     let dump = dumpe2fs(&path);
     assert_eq!(field(&dump, "Filesystem features"), FEATURES);
     assert_eq!(field(&dump, "Filesystem flags"), "signed_directory_hash");
@@ -303,5 +285,5 @@ fn kernel_mounts_300m() {
             data
         );
     }
-    fsck_clean(&img);
+    common::assert_fsck_clean(&img);
 }

@@ -392,6 +392,18 @@ impl Superblock {
         }
     }
 
+    /// Refuse anything that is not an ext2/3/4 superblock.
+    pub fn check_magic(&self) -> Result<()> {
+        if self.magic() != MAGIC {
+            let detail = format!(
+                "bad magic {:#06x} (not an ext2/3/4 file system)",
+                self.magic()
+            );
+            return Err(Error::corrupt("superblock", 0, detail));
+        }
+        Ok(())
+    }
+
     /// Decode and validate the superblock bytes read from the device.
     ///
     /// Checks the magic, the checksum and every geometry field lanefs relies on, so a
@@ -403,16 +415,7 @@ impl Superblock {
         let mut raw = Box::new([0u8; SB_SIZE]);
         raw.copy_from_slice(&bytes[..SB_SIZE]);
         let sb = Superblock { raw };
-        if sb.magic() != MAGIC {
-            return Err(Error::corrupt(
-                "superblock",
-                0,
-                format!(
-                    "bad magic {:#06x} (not an ext2/3/4 file system)",
-                    sb.magic()
-                ),
-            ));
-        }
+        sb.check_magic()?;
         if sb.metadata_csum() && sb.checksum() != sb.compute_checksum() {
             return Err(Error::corrupt(
                 "superblock",

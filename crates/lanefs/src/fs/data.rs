@@ -109,12 +109,16 @@ impl Fs {
             self.store(&h, ino, &mut st)?;
             return Err(e);
         }
-        let ext = st
-            .ext
-            .as_mut()
-            .ok_or_else(|| Error::Unsupported("no extents".into()))?;
-        ext.mark_written(first as u32, (last + 1 - first) as u32);
-        st.ext_dirty = true;
+        // Only a write over holes or unwritten blocks changes the map: a plain overwrite
+        // leaves the extent tree as it is.
+        if fresh.iter().any(|&f| f) {
+            let ext = st
+                .ext
+                .as_mut()
+                .ok_or_else(|| Error::Unsupported("no extents".into()))?;
+            ext.mark_written(first as u32, (last + 1 - first) as u32);
+            st.ext_dirty = true;
+        }
         self.copy_in(&i, &st, off, data, &fresh)?;
         if end > st.d.size() {
             st.d.set_size(end);
