@@ -27,10 +27,22 @@ mod rename;
 use std::sync::Arc;
 
 /// Mount options: which mechanism or baseline each part runs.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
     /// Mount read-only.
     pub read_only: bool,
+    /// Commit the running transaction at least this often (ext4's `commit=5`);
+    /// `Duration::ZERO` commits only on fsync, sync, unmount and a full journal.
+    pub commit_interval: std::time::Duration,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            read_only: false,
+            commit_interval: std::time::Duration::from_secs(5),
+        }
+    }
 }
 
 /// A mounted ext4 file system, shared by any number of threads (`Arc<Fs>`).

