@@ -70,11 +70,24 @@ impl Geometry {
     }
 }
 
+/// A group's descriptor and its frees not yet committed, under the group lock.
+struct GroupState {
+    d: GroupDesc,
+    /// Blocks freed by transactions not yet committed: (offset, length, transaction).
+    /// Their bitmap bits are already clear (in the freeing transaction) but they must not
+    /// be handed out until that transaction commits.
+    busy_blocks: Vec<(u32, u32, u64)>,
+    /// Inode bits freed by transactions not yet committed: (bit, transaction).
+    busy_inodes: Vec<(u32, u64)>,
+}
+
 /// One allocation group.
 pub struct Group {
     /// Group number.
     pub no: u32,
-    desc: Mutex<GroupDesc>,
+    desc: Mutex<GroupState>,
+    /// Whether `busy_blocks` or `busy_inodes` may be non-empty (read without the lock).
+    has_busy: std::sync::atomic::AtomicBool,
     /// Free blocks (mirror of the descriptor, readable without the lock).
     pub free_blocks: AtomicU32,
     /// Free inodes.
@@ -122,7 +135,15 @@ impl Allocator {
                 block_bitmap: d.block_bitmap(),
                 inode_bitmap: d.inode_bitmap(),
                 inode_table: d.inode_table(),
-                desc: Mutex::new(&GROUP, d),
+                desc: Mutex::new(
+                    &GROUP,
+                    GroupState {
+                        d,
+                        busy_blocks: Vec::new(),
+                        busy_inodes: Vec::new(),
+                    },
+                ),
+                has_busy: std::sync::atomic::AtomicBool::new(false),
             })
             .collect();
         Allocator {
@@ -140,7 +161,31 @@ impl Allocator {
 
     /// A copy of group `g`'s descriptor.
     pub fn desc(&self, g: u32) -> GroupDesc {
-        self.groups[g as usize].desc.lock().clone()
+        self.groups[g as usize].desc.lock().d.clone()
+    }
+
+    /// Whether some frees wait for their transaction to commit (an ENOSPC may then go
+    /// away after a commit).
+    pub fn has_pending_frees(&self) -> bool {
+        self.groups
+            .iter()
+            .any(|g| g.has_busy.load(Ordering::Acquire))
+    }
+
+    /// Transaction `tid` committed: blocks and inodes it (and earlier ones) freed become
+    /// allocatable.
+    pub fn release_committed(&self, tid: u64) {
+        for g in &self.groups {
+            if !g.has_busy.load(Ordering::Acquire) {
+                continue;
+            }
+            let mut st = g.desc.lock();
+            st.busy_blocks.retain(|b| b.2 > tid);
+            st.busy_inodes.retain(|b| b.1 > tid);
+            if st.busy_blocks.is_empty() && st.busy_inodes.is_empty() {
+                g.has_busy.store(false, Ordering::Release);
+            }
+        }
     }
 
     /// Total free blocks (sum of the per-group counters).
@@ -273,7 +318,8 @@ impl Allocator {
         let grp = &self.groups[g as usize];
         let bm = self.bufs.get(grp.block_bitmap)?;
         let mut dg = grp.desc.lock();
-        let d = &mut *dg;
+        let gs = &mut *dg;
+        let d = &mut gs.d;
         if d.free_blocks() == 0 {
             return Ok(None);
         }
@@ -283,7 +329,19 @@ impl Allocator {
             if d.flags() & BG_BLOCK_UNINIT != 0 {
                 self.init_block_bitmap(g, &mut map);
             }
-            let Some((s, l)) = find_run(&map, start as usize, len, want as usize) else {
+            let run = if gs.busy_blocks.is_empty() {
+                find_run(&map, start as usize, len, want as usize)
+            } else {
+                // Search a copy with the not-yet-committed frees still marked used.
+                let mut view = map.to_vec();
+                for &(o, n, _) in &gs.busy_blocks {
+                    for b in o..o + n {
+                        set_bit(&mut view, b as usize);
+                    }
+                }
+                find_run(&view, start as usize, len, want as usize)
+            };
+            let Some((s, l)) = run else {
                 return Ok(None);
             };
             for b in s..s + l {
@@ -328,6 +386,7 @@ impl Allocator {
         if metadata {
             for b in start..start + len {
                 self.bufs.forget(b);
+                h.revoke(b);
             }
         }
         let mut b = start;
@@ -345,7 +404,8 @@ impl Allocator {
         let grp = &self.groups[g as usize];
         let bm = self.bufs.get(grp.block_bitmap)?;
         let mut dg = grp.desc.lock();
-        let d = &mut *dg;
+        let gs = &mut *dg;
+        let d = &mut gs.d;
         let mut freed = 0;
         {
             let mut map = bm.write();
@@ -366,6 +426,8 @@ impl Allocator {
         d.set_free_blocks(free);
         grp.free_blocks.store(free, Ordering::Relaxed);
         self.store_desc(h, g, d);
+        gs.busy_blocks.push((off as u32, n as u32, h.tid()));
+        grp.has_busy.store(true, Ordering::Release);
         if freed != n {
             return Err(Error::corrupt(
                 "block bitmap",
@@ -430,7 +492,8 @@ impl Allocator {
         let grp = &self.groups[g as usize];
         let ib = self.bufs.get(grp.inode_bitmap)?;
         let mut dg = grp.desc.lock();
-        let d = &mut *dg;
+        let gs = &mut *dg;
+        let d = &mut gs.d;
         if d.free_inodes() == 0 {
             return Ok(None);
         }
@@ -448,8 +511,16 @@ impl Allocator {
             } else {
                 0
             };
-            let Some(bit) = find_zero(&map, from, ipg) else {
-                return Ok(None);
+            let mut from = from;
+            let bit = loop {
+                let Some(bit) = find_zero(&map, from, ipg) else {
+                    return Ok(None);
+                };
+                // Skip inodes freed by a transaction that has not committed yet.
+                if !gs.busy_inodes.iter().any(|b| b.0 as usize == bit) {
+                    break bit;
+                }
+                from = bit + 1;
             };
             set_bit(&mut map, bit);
             self.set_inode_csum(d, &map);
@@ -480,7 +551,8 @@ impl Allocator {
         let grp = &self.groups[g as usize];
         let ib = self.bufs.get(grp.inode_bitmap)?;
         let mut dg = grp.desc.lock();
-        let d = &mut *dg;
+        let gs = &mut *dg;
+        let d = &mut gs.d;
         let bit = ((ino - 1) % u64::from(self.geo.ipg)) as usize;
         {
             let mut map = ib.write();
@@ -502,6 +574,8 @@ impl Allocator {
             grp.used_dirs.store(d.used_dirs(), Ordering::Relaxed);
         }
         self.store_desc(h, g, d);
+        gs.busy_inodes.push((bit as u32, h.tid()));
+        grp.has_busy.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -509,7 +583,7 @@ impl Allocator {
     pub fn inode_in_use(&self, ino: u64) -> Result<bool> {
         let g = self.geo.group_of_inode(ino);
         let grp = &self.groups[g as usize];
-        if grp.desc.lock().flags() & BG_INODE_UNINIT != 0 {
+        if grp.desc.lock().d.flags() & BG_INODE_UNINIT != 0 {
             return Ok(false);
         }
         let ib = self.bufs.get(grp.inode_bitmap)?;

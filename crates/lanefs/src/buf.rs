@@ -1,13 +1,19 @@
 //! Cache of metadata blocks: bitmaps, inode tables, descriptors, directory and extent
 //! blocks. Sharded by block number (lock class `buf_shard`, a leaf lock); each block's
-//! bytes have their own lock (class `buffer`). Dirty blocks stay cached until written back;
-//! clean, unreferenced blocks are evicted once a shard passes its bound.
+//! bytes have their own lock (class `buffer`).
+//!
+//! A buffer is dirty (pinned) from the moment a handle changes it until the journal has
+//! written its committed contents to the home location (checkpoint): its newest bytes
+//! are then only in memory and in the log, so it must not be evicted and re-read. Clean,
+//! unreferenced blocks are evicted once a shard passes its bound. Buffers are never written
+//! from here: the journal writes snapshots taken at commit.
 
 use crate::dev::BlockDevice;
 use crate::dirty::{DirtyCount, DirtyFlag};
 use crate::error::Result;
 use crate::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_SHARD};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 const SHARDS: usize = 64;
@@ -20,6 +26,10 @@ pub struct Buf {
     pub blk: u64,
     data: RwLock<Box<[u8]>>,
     dirty: DirtyFlag,
+    /// The transaction this buffer was last added to (0: none).
+    pub(crate) jtid: AtomicU64,
+    /// Freed as metadata: a commit must not log or write it.
+    pub(crate) forgotten: AtomicBool,
 }
 
 impl Buf {
@@ -31,7 +41,7 @@ impl Buf {
     pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
         self.data.write()
     }
-    /// Whether the block differs from the device.
+    /// Whether the block differs from its home location.
     pub fn is_dirty(&self) -> bool {
         self.dirty.is_set()
     }
@@ -99,47 +109,46 @@ impl BufCache {
             blk,
             data: RwLock::new(&BUFFER, data),
             dirty: DirtyFlag::new(),
+            jtid: AtomicU64::new(0),
+            forgotten: AtomicBool::new(false),
         });
         m.insert(blk, b.clone());
         b
     }
 
-    /// Mark `b` dirty (called by handles).
+    /// Mark `b` dirty (pinned until checkpoint; called by handles and commit).
     pub fn dirty(&self, b: &Buf) {
         b.dirty.mark(&self.dirty_count);
     }
 
-    /// Blocks waiting for write-back.
-    pub fn dirty_count(&self) -> usize {
-        self.dirty_count.get()
-    }
-
-    /// Drop a freed block from the cache so a stale copy is never written over new data.
-    pub fn forget(&self, blk: u64) {
-        let removed = self.shard(blk).lock().remove(&blk);
-        if let Some(b) = removed {
+    /// Unpin `b` after its committed contents reached home, unless a transaction newer
+    /// than `upto` has changed it since.
+    pub fn clean_if_checkpointed(&self, b: &Buf, upto: u64) {
+        if b.jtid.load(Ordering::Acquire) <= upto {
             b.dirty.clear(&self.dirty_count);
         }
     }
 
-    /// Write every dirty block to the device (in block order).
-    pub fn write_back(&self) -> Result<()> {
-        let mut dirty: Vec<Arc<Buf>> = Vec::new();
-        for s in &self.shards {
-            dirty.extend(s.lock().values().filter(|b| b.is_dirty()).cloned());
+    /// Put replayed contents in the cache, pinned (a read-only mount's replay overlay).
+    pub fn insert_pinned(&self, blk: u64, data: &[u8]) {
+        let b = self.insert(blk, vec![0u8; self.bs].into_boxed_slice());
+        b.write().copy_from_slice(data);
+        self.dirty(&b);
+    }
+
+    /// Blocks pinned in memory (changed, not yet checkpointed).
+    pub fn dirty_count(&self) -> usize {
+        self.dirty_count.get()
+    }
+
+    /// Drop a freed metadata block from the cache: a stale copy must never be logged or
+    /// written over the block's next use.
+    pub fn forget(&self, blk: u64) {
+        let removed = self.shard(blk).lock().remove(&blk);
+        if let Some(b) = removed {
+            b.forgotten.store(true, Ordering::Release);
+            b.dirty.clear(&self.dirty_count);
         }
-        dirty.sort_by_key(|b| b.blk);
-        for b in dirty {
-            if b.dirty.clear(&self.dirty_count) {
-                let d = b.read();
-                if let Err(e) = self.dev.write_at(b.blk * self.bs as u64, &d) {
-                    drop(d);
-                    self.dirty(&b);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Read bytes straight from the device (data blocks; never cached here).

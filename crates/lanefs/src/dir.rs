@@ -268,7 +268,7 @@ impl DirCtx<'_> {
         h: &Handle,
         ino: u64,
         st: &InodeState,
-        b: &Buf,
+        b: &Arc<Buf>,
         entries: &[RawEntry],
         name: &[u8],
         child: u64,
@@ -308,7 +308,7 @@ impl DirCtx<'_> {
         false
     }
 
-    fn init_leaf(&self, h: &Handle, ino: u64, st: &InodeState, b: &Buf) {
+    fn init_leaf(&self, h: &Handle, ino: u64, st: &InodeState, b: &Arc<Buf>) {
         let mut d = b.write();
         dd::init_empty_leaf(&mut d, self.csum());
         if self.csum() {
@@ -376,7 +376,14 @@ impl DirCtx<'_> {
     }
 
     /// Rewrite a leaf block with `entries` packed in order.
-    fn write_leaf(&self, h: &Handle, ino: u64, st: &InodeState, b: &Buf, entries: &[&RawEntry]) {
+    fn write_leaf(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &InodeState,
+        b: &Arc<Buf>,
+        entries: &[&RawEntry],
+    ) {
         let mut d = b.write();
         dd::init_empty_leaf(&mut d, self.csum());
         let end = dd::entries_end(self.bs(), self.csum());

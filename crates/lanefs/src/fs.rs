@@ -16,13 +16,14 @@ use crate::disk::jbd2;
 use crate::disk::superblock::{self as sbm, compat, incompat, ro_compat, Superblock};
 use crate::error::{Error, Result};
 use crate::inode::{self, ICache, Inode, InodeState};
-use crate::journal::{Handle, Journal};
-use crate::sync::{Mutex, RwLockReadGuard, RENAME, SUPER};
+use crate::journal::{self, Handle, Journal, LogArea, Replay};
+use crate::sync::{Mutex, RwLockReadGuard, ORPHAN, RENAME, SUPER};
 use crate::types::*;
 use std::path::Path;
 
 mod data;
 mod ops;
+mod orphan;
 mod rename;
 use std::sync::Arc;
 
@@ -51,10 +52,14 @@ pub struct Fs {
     latch: Arc<ErrorLatch>,
     bufs: Arc<BufCache>,
     journal: Journal,
-    al: Allocator,
+    al: Arc<Allocator>,
     icache: ICache,
     sb: Mutex<Superblock>,
     rename_lock: Mutex<()>,
+    /// The orphan list in chain order (head first): unlinked inodes still open.
+    orphans: Mutex<Vec<Ino>>,
+    timer: std::sync::OnceLock<std::thread::JoinHandle<()>>,
+    timer_stop: std::sync::atomic::AtomicBool,
     read_only: bool,
     seed: [u32; 4],
     unsigned: bool,
@@ -66,8 +71,6 @@ pub struct Fs {
 /// Largest file size: 2^32 - 1 blocks, ext4's s_maxbytes (the last logical block stays
 /// unused so that an extent's end fits in 32 bits).
 const MAX_FILE_BLOCKS: u64 = (1 << 32) - 1;
-/// Dirty metadata blocks kept before a write-back is forced (256 MiB).
-const DIRTY_LIMIT: usize = 65536;
 /// Link count at which directories switch to "many" (dir_nlink).
 const LINK_MAX: u16 = 65000;
 
@@ -82,20 +85,13 @@ impl Fs {
         Fs::mount(Arc::new(dev), opts)
     }
 
-    /// Mount the file system on `dev`.
+    /// Mount the file system on `dev`: replay the journal if it holds committed
+    /// transactions (in memory only on a read-only mount), then release the inodes left
+    /// on the orphan list.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
         let latch = Arc::new(ErrorLatch::new(dev));
         let dev: Arc<dyn BlockDevice> = latch.clone();
-        let mut raw = vec![0u8; sbm::SB_SIZE];
-        if dev.size() < sbm::SB_OFFSET + sbm::SB_SIZE as u64 {
-            return Err(Error::corrupt(
-                "superblock",
-                0,
-                "device too small to hold a superblock",
-            ));
-        }
-        dev.read_at(sbm::SB_OFFSET, &mut raw)?;
-        let sb = Superblock::decode(&raw, dev.size())?;
+        let sb = read_super(&*dev)?;
         let read_only = check_features(&sb)? || opts.read_only;
         let bs = sb.block_size();
         if bs != 4096 {
@@ -103,19 +99,55 @@ impl Fs {
                 "block size {bs} (lanefs supports 4096)"
             )));
         }
+        let (log, replay) = open_journal(&sb, &dev)?;
+        let mut next_tid = log
+            .as_ref()
+            .map_or(1, |l| u64::from(l.js.sequence()).max(1));
         let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize));
+        let mut sb = sb;
+        if let Some(r) = &replay {
+            next_tid = u64::from(r.end_tid.wrapping_add(1)).max(1);
+            if read_only {
+                for (blk, data) in &r.blocks {
+                    bufs.insert_pinned(*blk, data);
+                }
+                sb = Superblock::decode(&bufs.get(0)?.read()[1024..2048], dev.size())?;
+            } else {
+                for (blk, data) in &r.blocks {
+                    dev.write_at(blk * u64::from(bs), data)?;
+                }
+                dev.flush()?;
+                sb = read_super(&*dev)?;
+            }
+            check_features(&sb)?;
+        }
         let geo = geometry(&sb);
         let (descs, gdt) = read_gdt(&geo, &bufs)?;
-        let al = Allocator::new(geo, descs, gdt, bufs.clone());
-        check_journal(&sb, &al, &bufs)?;
+        let al = Arc::new(Allocator::new(geo, descs, gdt, bufs.clone()));
+        let mut log = log;
+        if let (Some(l), false) = (log.as_mut(), read_only) {
+            // An empty log starting at its first block, in the format lanefs writes.
+            let f = (l.js.incompat() & !(jbd2::INCOMPAT_CSUM_V2 | jbd2::INCOMPAT_ASYNC_COMMIT))
+                | jbd2::INCOMPAT_64BIT
+                | jbd2::INCOMPAT_CSUM_V3
+                | jbd2::INCOMPAT_REVOKE;
+            l.js.set_incompat(f);
+            l.js.set_start(l.first(), next_tid as u32);
+            l.write_super(&*dev)?;
+            dev.flush()?;
+        }
+        let journal = Journal::new(dev.clone(), bufs.clone(), log, next_tid, bs as usize);
+        let alc = al.clone();
+        journal.set_on_commit(Box::new(move |tid| alc.release_committed(tid)));
         let fs = Fs {
-            journal: Journal::new(bufs.clone()),
+            journal,
             seed: sb.hash_seed(),
             unsigned: sb.flags() & sbm::FLAG_UNSIGNED_HASH != 0,
             def_hash: sb.def_hash_version(),
             dir_index: sb.has_compat(compat::DIR_INDEX),
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
+            orphans: Mutex::new(&ORPHAN, Vec::new()),
             icache: ICache::default(),
             dev,
             bufs,
@@ -123,6 +155,8 @@ impl Fs {
             read_only,
             latch,
             bs,
+            timer: std::sync::OnceLock::new(),
+            timer_stop: std::sync::atomic::AtomicBool::new(false),
         };
         let root = fs.iget(ROOT_INO).map_err(|e| match e {
             Error::NotFound => {
@@ -135,8 +169,13 @@ impl Fs {
         }
         if !read_only {
             fs.mark_mounted()?;
+            fs.process_orphans()?;
         }
-        Ok(Arc::new(fs))
+        let fs = Arc::new(fs);
+        if !read_only && !opts.commit_interval.is_zero() {
+            fs.start_timer(opts.commit_interval);
+        }
+        Ok(fs)
     }
 
     fn mark_mounted(&self) -> Result<()> {
@@ -145,10 +184,38 @@ impl Fs {
         sb.set_state(sb.state() & !1);
         sb.set_mnt_count(sb.mnt_count().wrapping_add(1));
         sb.set_mtime(now().sec as u32);
+        if self.journal.has_log() {
+            // Until a clean unmount, the log may hold committed transactions.
+            sb.set_feature_incompat(sb.feature_incompat() | incompat::RECOVER);
+        }
         sb.update_checksum();
         let raw = sb.raw.clone();
         drop(sbg);
-        self.dev.write_at(sbm::SB_OFFSET, &raw[..])
+        self.dev.write_at(sbm::SB_OFFSET, &raw[..])?;
+        self.dev.flush()?;
+        // The cached block 0 (read later, for journaled superblock updates) sees this.
+        self.bufs.forget(0);
+        Ok(())
+    }
+
+    /// Commit on a timer (ext4's `commit=`), writing dirty data pages first.
+    fn start_timer(self: &Arc<Self>, every: std::time::Duration) {
+        let weak = Arc::downgrade(self);
+        let t = std::thread::Builder::new()
+            .name("lanefs-commit".into())
+            .spawn(move || loop {
+                std::thread::park_timeout(every);
+                let Some(fs) = weak.upgrade() else { return };
+                if fs.timer_stop.load(std::sync::atomic::Ordering::Acquire) {
+                    return;
+                }
+                if !fs.is_read_only() {
+                    let _ = fs.flush_pages().and_then(|()| fs.journal.commit_running());
+                }
+            });
+        if let Ok(t) = t {
+            let _ = self.timer.set(t);
+        }
     }
 
     fn ctx(&self) -> DirCtx<'_> {
@@ -191,7 +258,10 @@ impl Fs {
         if d.flags() & FL_INLINE_DATA != 0 {
             return Err(Error::Unsupported(format!("inode {ino} has inline data")));
         }
-        Ok(self.icache.insert(inode::new_inode(ino, d)))
+        let i = inode::new_inode(ino, d);
+        // Its last change may be in any uncommitted transaction: fsync commits them.
+        i.state.write().tid = self.journal.running_tid();
+        Ok(self.icache.insert(i))
     }
 
     /// Read-lock an inode's state with its extent map loaded.
@@ -223,10 +293,19 @@ impl Fs {
         Ok(())
     }
 
-    /// Persist an inode: its extent tree if changed, then its bytes.
+    /// Persist an inode: its extent tree if changed, then its bytes. An inode on the
+    /// orphan list stores its list link (in `dtime`) under the orphan lock.
     fn store(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
         if st.ext_dirty {
             inode::store_tree(&self.al, &self.bufs, h, ino, st)?;
+        }
+        st.tid = h.tid();
+        if st.d.links() == 0 && !st.freed {
+            let o = self.orphans.lock();
+            if let Some(k) = o.iter().position(|&x| x == ino) {
+                st.d.set_dtime(o.get(k + 1).copied().unwrap_or(0) as u32);
+            }
+            return inode::store_inode(&self.al, &self.bufs, h, ino, &mut st.d);
         }
         inode::store_inode(&self.al, &self.bufs, h, ino, &mut st.d)
     }
@@ -275,11 +354,6 @@ fn check_features(sb: &Superblock) -> Result<bool> {
             "unknown INCOMPAT feature(s): {names}"
         )));
     }
-    if sb.has_incompat(incompat::RECOVER) {
-        return Err(Error::Unsupported(
-            "the journal needs recovery (needs_recovery is set): replay it with e2fsck or a kernel mount first".into(),
-        ));
-    }
     if !sb.has_incompat(incompat::FILETYPE) {
         return Err(Error::Unsupported(
             "directories without the filetype feature".into(),
@@ -314,48 +388,76 @@ fn geometry(sb: &Superblock) -> Geometry {
     }
 }
 
-/// Refuse a journal that holds transactions not yet replayed (jbd2 `s_start != 0`).
-fn check_journal(sb: &Superblock, al: &Allocator, bufs: &BufCache) -> Result<()> {
+fn read_super(dev: &dyn BlockDevice) -> Result<Superblock> {
+    let mut raw = vec![0u8; sbm::SB_SIZE];
+    if dev.size() < sbm::SB_OFFSET + sbm::SB_SIZE as u64 {
+        return Err(Error::corrupt(
+            "superblock",
+            0,
+            "device too small to hold a superblock",
+        ));
+    }
+    dev.read_at(sbm::SB_OFFSET, &mut raw)?;
+    Superblock::decode(&raw, dev.size())
+}
+
+/// Find the journal's log and, if it holds committed transactions (`needs_recovery`, or
+/// a non-zero log start), what replaying them writes.
+fn open_journal(
+    sb: &Superblock,
+    dev: &Arc<dyn BlockDevice>,
+) -> Result<(Option<LogArea>, Option<Replay>)> {
     if !sb.has_compat(compat::HAS_JOURNAL) {
-        return Ok(());
+        if sb.has_incompat(incompat::RECOVER) {
+            return Err(Error::corrupt(
+                "superblock",
+                0,
+                "needs_recovery is set but the file system has no journal",
+            ));
+        }
+        return Ok((None, None));
     }
     let jino = u64::from(sb.journal_inum());
     if jino == 0 {
         return Err(Error::Unsupported("external journal device".into()));
     }
-    if jino > u64::from(al.geo.ipg) * u64::from(al.geo.groups) {
+    // Read the journal inode through a throwaway cache: replay may rewrite what it read.
+    let bufs = Arc::new(BufCache::new(dev.clone(), sb.block_size() as usize));
+    let geo = geometry(sb);
+    if jino > u64::from(geo.ipg) * u64::from(geo.groups) {
         return Err(Error::corrupt(
             "superblock",
             0,
             format!("journal inode {jino} out of range"),
         ));
     }
-    let d = inode::read_disk_inode(al, bufs, jino)?;
+    let (descs, gdt) = read_gdt(&geo, &bufs)?;
+    let al = Allocator::new(geo, descs, gdt, bufs.clone());
+    let d = inode::read_disk_inode(&al, &bufs, jino)?;
     let mut st = InodeState {
         d,
         ext: None,
         tree_blocks: Vec::new(),
         ext_dirty: false,
         freed: false,
+        tid: 0,
     };
-    inode::load_extents(al, bufs, jino, &mut st)?;
-    let first = st.ext.as_ref().and_then(|e| e.find(0));
-    let Some(first) = first else {
-        return Err(Error::corrupt(
-            "journal inode",
-            jino,
-            "journal has no first block",
-        ));
+    inode::load_extents(&al, &bufs, jino, &mut st)?;
+    let ext = st.ext.unwrap_or_default();
+    let bs = sb.block_size() as usize;
+    let read = |b: u64| -> Result<Vec<u8>> {
+        let mut v = vec![0u8; bs];
+        dev.read_at(b * bs as u64, &mut v)?;
+        Ok(v)
     };
-    let b = bufs.get(first.pblk)?;
-    let data = b.read();
-    match jbd2::needs_recovery(&data) {
-        None => Err(Error::corrupt("journal superblock", first.pblk, "bad jbd2 magic")),
-        Some(true) => Err(Error::Unsupported(
-            "the journal needs recovery (it holds unreplayed transactions): replay it with e2fsck or a kernel mount first".into(),
-        )),
-        Some(false) => Ok(()),
-    }
+    let area = LogArea::new(&ext, jino, sb.blocks_count(), read, bs)?;
+    let needs = sb.has_incompat(incompat::RECOVER) || area.js.start() != 0;
+    let replay = if needs && area.js.start() != 0 {
+        Some(journal::recover(&area, &**dev, sb.blocks_count())?)
+    } else {
+        None
+    };
+    Ok((Some(area), replay))
 }
 
 fn read_gdt(geo: &Geometry, bufs: &BufCache) -> Result<(Vec<GroupDesc>, Vec<Arc<Buf>>)> {

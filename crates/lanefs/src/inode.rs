@@ -15,7 +15,7 @@ use crate::journal::Handle;
 use crate::page::PageMap;
 use crate::sync::{Mutex, RwLock, ICACHE_BUCKET, INODE, PAGE};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Mutable state of a cached inode.
@@ -30,6 +30,8 @@ pub struct InodeState {
     pub ext_dirty: bool,
     /// The inode has been released on disk; any further use is an error.
     pub freed: bool,
+    /// The newest transaction that may hold a change to this inode (fsync commits it).
+    pub tid: u64,
 }
 
 /// A cached inode.
@@ -42,6 +44,8 @@ pub struct Inode {
     pub pages: Mutex<PageMap>,
     /// Open references (files opened, created, or held by the bench).
     pub open: AtomicU32,
+    /// The transaction that last put this inode on its ordered-data list.
+    pub ordered_tid: AtomicU64,
 }
 
 impl Inode {
@@ -137,6 +141,7 @@ pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
             tree_blocks: Vec::new(),
             ext_dirty: false,
             freed: false,
+            tid: 0,
         },
     )
 }
@@ -148,6 +153,7 @@ pub fn inode_from_state(ino: u64, st: InodeState) -> Inode {
         state: RwLock::new(&INODE, st),
         pages: Mutex::new(&PAGE, PageMap::default()),
         open: AtomicU32::new(0),
+        ordered_tid: AtomicU64::new(0),
     }
 }
 

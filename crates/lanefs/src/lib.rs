@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod buf;
+pub mod crashdev;
 pub mod dev;
 pub mod dir;
 pub mod dirty;
@@ -19,6 +20,7 @@ pub mod page;
 pub mod sync;
 pub mod types;
 
+pub use crashdev::CrashDevice;
 pub use dev::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};
 pub use fs::{Fs, MountOptions};

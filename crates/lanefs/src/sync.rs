@@ -17,12 +17,16 @@
 //! |---:|---|---|
 //! | 5 | [`RENAME`] | cross-directory renames (serialized, as in Linux) |
 //! | 10 | [`INODE`] | per-inode state; nestable: ancestor directory before descendant, directory before child |
-//! | 30 | [`JOURNAL_STATE`] | the running transaction (handle start/stop, commit) |
+//! | 20 | [`JOURNAL_COMMIT`] | one commit or checkpoint at a time (held across its IO) |
+//! | 25 | [`JOURNAL_GATE`] | waits for a locked transaction to drain or the next to open |
+//! | 30 | [`JOURNAL_STATE`] | the pointer to the running transaction (read to join it) |
 //! | 32 | [`ICACHE_BUCKET`] | one inode-cache bucket (brief, never across IO) |
 //! | 35 | [`STREAM_GOAL`] | the global stream goal (baseline allocator only) |
+//! | 38 | [`ORPHAN`] | the orphan list and journaled superblock updates |
 //! | 40 | [`GROUP`] | one allocation group's bitmaps and counters (one at a time) |
 //! | 45 | [`PAGE`] | one inode's page cache |
 //! | 50 | [`BUFFER`] | one cached metadata block's bytes |
+//! | 55 | [`TX_LIST`] | a running transaction's buffer, revoke and ordered-inode lists |
 //! | 60 | [`BUF_SHARD`] | one shard of the metadata buffer cache map (leaf) |
 //! | 70 | [`SUPER`] | the in-memory superblock copy (leaf, rare) |
 //! | 80 | [`MEM_DEVICE`] | a memory device's bytes (tests, benchmarks; leaf) |
@@ -163,14 +167,22 @@ pub static RENAME: LockClass = LockClass::new("rename", 5, false);
 /// Per-inode state. Nestable: a parent directory before its child, or two directories (rename)
 /// in increasing inode number.
 pub static INODE: LockClass = LockClass::new("inode", 10, true);
-/// The journal's running transaction state: handle start/stop and commit. Short critical
-/// sections, never across IO.
+/// Commit: one commit (or checkpoint) at a time; held across its IO. Taken by fsync, sync,
+/// the commit timer and a handle start that finds the journal full.
+pub static JOURNAL_COMMIT: LockClass = LockClass::new("journal_commit", 20, false);
+/// The gate where handle starts wait while a transaction is locked for commit, and where
+/// commit waits for the last handle of its transaction to stop. Held only around a wait.
+pub static JOURNAL_GATE: LockClass = LockClass::new("journal_gate", 25, false);
+/// The pointer to the running transaction: read (briefly, never across an operation) to
+/// join it, written once per commit to open the next one.
 pub static JOURNAL_STATE: LockClass = LockClass::new("journal_state", 30, false);
 /// One inode-cache hash bucket. Held briefly, never while doing IO. Ranked after the
 /// journal because a new inode is inserted inside the handle that allocated it.
 pub static ICACHE_BUCKET: LockClass = LockClass::new("icache_bucket", 32, false);
 /// The one global stream goal of the baseline allocator (`mb_stream_goal=global`).
 pub static STREAM_GOAL: LockClass = LockClass::new("stream_goal", 35, false);
+/// The orphan list (unlinked-but-open inodes) and journaled superblock updates.
+pub static ORPHAN: LockClass = LockClass::new("orphan", 38, false);
 /// One allocation group's bitmaps and counters. At most one group lock held at a time, never
 /// across IO.
 pub static GROUP: LockClass = LockClass::new("group", 40, false);
@@ -178,6 +190,8 @@ pub static GROUP: LockClass = LockClass::new("group", 40, false);
 pub static PAGE: LockClass = LockClass::new("page", 45, false);
 /// The bytes of one cached metadata block.
 pub static BUFFER: LockClass = LockClass::new("buffer", 50, false);
+/// A running transaction's lists (buffers, revokes, ordered inodes), sharded. Leaf-like.
+pub static TX_LIST: LockClass = LockClass::new("tx_list", 55, false);
 /// One shard of the metadata buffer cache's map. Leaf lock.
 pub static BUF_SHARD: LockClass = LockClass::new("buf_shard", 60, false);
 /// The in-memory copy of the superblock. Leaf lock, taken rarely.
@@ -185,15 +199,19 @@ pub static SUPER: LockClass = LockClass::new("super", 70, false);
 /// The bytes of a memory device (tests and benchmarks). Leaf lock.
 pub static MEM_DEVICE: LockClass = LockClass::new("mem_device", 80, false);
 
-static ALL_CLASSES: [&LockClass; 11] = [
+static ALL_CLASSES: [&LockClass; 15] = [
     &RENAME,
     &INODE,
+    &JOURNAL_COMMIT,
+    &JOURNAL_GATE,
     &JOURNAL_STATE,
     &ICACHE_BUCKET,
     &STREAM_GOAL,
+    &ORPHAN,
     &GROUP,
     &PAGE,
     &BUFFER,
+    &TX_LIST,
     &BUF_SHARD,
     &SUPER,
     &MEM_DEVICE,
@@ -794,7 +812,7 @@ mod tests {
     fn classes_are_in_lock_order() {
         // Goal: the declared order is the lock order, and names are unique.
         let classes = all_classes();
-        assert_eq!(classes.len(), 11);
+        assert_eq!(classes.len(), 15);
         for pair in classes.windows(2) {
             assert!(
                 pair[0].rank() < pair[1].rank(),
@@ -808,15 +826,25 @@ mod tests {
         let expected = [
             "rename",
             "inode",
+            "journal_commit",
+            "journal_gate",
             "journal_state",
             "icache_bucket",
             "stream_goal",
+            "orphan",
             "group",
         ];
-        assert_eq!(&names[..6], &expected);
+        assert_eq!(&names[..9], &expected);
         assert_eq!(
-            &names[6..],
-            &["page", "buffer", "buf_shard", "super", "mem_device"]
+            &names[9..],
+            &[
+                "page",
+                "buffer",
+                "tx_list",
+                "buf_shard",
+                "super",
+                "mem_device"
+            ]
         );
         assert!(INODE.nestable() && !GROUP.nestable());
     }

@@ -1,43 +1,475 @@
-//! jbd2 journal superblock (big-endian), enough to format and inspect a journal.
+//! jbd2 journal structures (big-endian): the journal superblock, block headers,
+//! descriptor blocks with their tags, revoke blocks and commit blocks, and the checksums
+//! of checksum v2/v3. Layouts follow include/linux/jbd2.h.
+
+use super::crc32c_raw;
 
 /// jbd2 magic number.
 pub const JBD2_MAGIC: u32 = 0xC03B3998;
+/// Block type: descriptor.
+pub const DESCRIPTOR: u32 = 1;
+/// Block type: commit.
+pub const COMMIT: u32 = 2;
+/// Block type: superblock v1.
+pub const SUPERBLOCK_V1: u32 = 3;
 /// Block type: superblock v2.
 pub const SUPERBLOCK_V2: u32 = 4;
+/// Block type: revoke.
+pub const REVOKE: u32 = 5;
+
+/// Compat: v1 commit-block checksums (crc32, not verified by lanefs).
+pub const COMPAT_CHECKSUM: u32 = 0x1;
+/// Incompat: revoke blocks.
+pub const INCOMPAT_REVOKE: u32 = 0x1;
 /// Incompat: 64-bit block numbers.
 pub const INCOMPAT_64BIT: u32 = 0x2;
+/// Incompat: asynchronous commit.
+pub const INCOMPAT_ASYNC_COMMIT: u32 = 0x4;
+/// Incompat: checksum v2.
+pub const INCOMPAT_CSUM_V2: u32 = 0x8;
 /// Incompat: checksum v3.
 pub const INCOMPAT_CSUM_V3: u32 = 0x10;
+/// Incompat: fast commits.
+pub const INCOMPAT_FAST_COMMIT: u32 = 0x20;
+/// Incompat features lanefs replays.
+pub const INCOMPAT_KNOWN: u32 =
+    INCOMPAT_REVOKE | INCOMPAT_64BIT | INCOMPAT_ASYNC_COMMIT | INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3;
 
-fn be32(b: &mut [u8], off: usize, v: u32) {
+/// Tag flag: the block began with the magic, which was zeroed in the log.
+pub const FLAG_ESCAPE: u32 = 1;
+/// Tag flag: the UUID of the previous tag applies (no UUID follows).
+pub const FLAG_SAME_UUID: u32 = 2;
+/// Tag flag: last tag of the descriptor.
+pub const FLAG_LAST_TAG: u32 = 8;
+
+/// Checksum type crc32c in the superblock.
+pub const CRC32C_CHKSUM: u8 = 4;
+
+/// Bytes of the checksum tail at the end of descriptor and revoke blocks (v2/v3).
+pub const TAIL: usize = 4;
+/// Bytes of the common block header.
+pub const HEADER: usize = 12;
+/// Offset of the first record in a revoke block.
+pub const REVOKE_HEADER: usize = 16;
+
+fn be32(b: &[u8], off: usize) -> u32 {
+    u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+fn put_be32(b: &mut [u8], off: usize, v: u32) {
     b[off..off + 4].copy_from_slice(&v.to_be_bytes());
 }
 
-fn get_be32(b: &[u8], off: usize) -> u32 {
-    u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+fn be16(b: &[u8], off: usize) -> u16 {
+    u16::from_be_bytes([b[off], b[off + 1]])
+}
+
+fn be64(b: &[u8], off: usize) -> u64 {
+    (u64::from(be32(b, off)) << 32) | u64::from(be32(b, off + 4))
+}
+
+/// The journal superblock, kept as its raw first 1024 bytes.
+#[derive(Clone, Debug)]
+pub struct JournalSuper {
+    /// Raw bytes (the first 1024 bytes of the journal's block 0).
+    pub raw: Vec<u8>,
+}
+
+impl JournalSuper {
+    /// Decode, or say what is wrong.
+    pub fn decode(b: &[u8]) -> Result<JournalSuper, String> {
+        if b.len() < 1024 {
+            return Err("journal superblock shorter than 1024 bytes".into());
+        }
+        if be32(b, 0) != JBD2_MAGIC {
+            return Err("bad jbd2 magic".into());
+        }
+        let t = be32(b, 4);
+        if t != SUPERBLOCK_V1 && t != SUPERBLOCK_V2 {
+            return Err(format!("block type {t} is not a journal superblock"));
+        }
+        Ok(JournalSuper {
+            raw: b[..1024].to_vec(),
+        })
+    }
+    /// Whether this is a v2 superblock (features valid).
+    pub fn v2(&self) -> bool {
+        be32(&self.raw, 4) == SUPERBLOCK_V2
+    }
+    /// Journal block size.
+    pub fn block_size(&self) -> u32 {
+        be32(&self.raw, 0xC)
+    }
+    /// Blocks in the journal.
+    pub fn maxlen(&self) -> u32 {
+        be32(&self.raw, 0x10)
+    }
+    /// First log block.
+    pub fn first(&self) -> u32 {
+        be32(&self.raw, 0x14)
+    }
+    /// First transaction expected in the log.
+    pub fn sequence(&self) -> u32 {
+        be32(&self.raw, 0x18)
+    }
+    /// Block of the log's start (0: the log is empty).
+    pub fn start(&self) -> u32 {
+        be32(&self.raw, 0x1C)
+    }
+    /// Error recorded by an aborted journal.
+    pub fn errno(&self) -> i32 {
+        be32(&self.raw, 0x20) as i32
+    }
+    /// Compat features.
+    pub fn compat(&self) -> u32 {
+        if self.v2() {
+            be32(&self.raw, 0x24)
+        } else {
+            0
+        }
+    }
+    /// Incompat features.
+    pub fn incompat(&self) -> u32 {
+        if self.v2() {
+            be32(&self.raw, 0x28)
+        } else {
+            0
+        }
+    }
+    /// UUID.
+    pub fn uuid(&self) -> [u8; 16] {
+        let mut u = [0u8; 16];
+        u.copy_from_slice(&self.raw[0x30..0x40]);
+        u
+    }
+    /// Set the log start and the sequence of its first transaction.
+    pub fn set_start(&mut self, start: u32, sequence: u32) {
+        put_be32(&mut self.raw, 0x1C, start);
+        put_be32(&mut self.raw, 0x18, sequence);
+    }
+    /// Set the incompat features (and the crc32c checksum type for checksum v3).
+    pub fn set_incompat(&mut self, f: u32) {
+        put_be32(&mut self.raw, 0x4, SUPERBLOCK_V2);
+        put_be32(&mut self.raw, 0x28, f);
+        if f & (INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3) != 0 {
+            self.raw[0x50] = CRC32C_CHKSUM;
+            // v2/v3 checksums replace the v1 commit checksum.
+            let c = be32(&self.raw, 0x24) & !COMPAT_CHECKSUM;
+            put_be32(&mut self.raw, 0x24, c);
+        }
+    }
+    /// Whether checksum v2 or v3 is on.
+    pub fn csum(&self) -> bool {
+        self.incompat() & (INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3) != 0
+    }
+    /// The seed of every log checksum: crc32c of the UUID.
+    pub fn csum_seed(&self) -> u32 {
+        crc32c_raw(!0, &self.raw[0x30..0x40])
+    }
+    /// Recompute the superblock checksum (v2/v3 only).
+    pub fn update_checksum(&mut self) {
+        if self.csum() {
+            put_be32(&mut self.raw, 0xFC, 0);
+            let c = crc32c_raw(!0, &self.raw);
+            put_be32(&mut self.raw, 0xFC, c);
+        }
+    }
+    /// Whether the stored checksum matches (true when checksums are off).
+    pub fn checksum_ok(&self) -> bool {
+        if !self.csum() {
+            return true;
+        }
+        let mut r = self.raw.clone();
+        put_be32(&mut r, 0xFC, 0);
+        crc32c_raw(!0, &r) == be32(&self.raw, 0xFC)
+    }
+    /// Bytes of one descriptor tag under these features.
+    pub fn tag_bytes(&self) -> usize {
+        let f = self.incompat();
+        if f & INCOMPAT_CSUM_V3 != 0 {
+            return 16;
+        }
+        let mut sz = 12;
+        if f & INCOMPAT_CSUM_V2 != 0 {
+            sz += 2;
+        }
+        if f & INCOMPAT_64BIT != 0 {
+            sz
+        } else {
+            sz - 4
+        }
+    }
+    /// Bytes of one revoke record.
+    pub fn revoke_record_bytes(&self) -> usize {
+        if self.incompat() & INCOMPAT_64BIT != 0 {
+            8
+        } else {
+            4
+        }
+    }
 }
 
 /// Format a clean, empty v2 journal superblock into `b` (one block).
 pub fn format_superblock(b: &mut [u8], block_size: u32, blocks: u32, uuid: [u8; 16]) {
     b.fill(0);
-    be32(b, 0x0, JBD2_MAGIC);
-    be32(b, 0x4, SUPERBLOCK_V2);
-    be32(b, 0x8, 0);
-    be32(b, 0xC, block_size);
-    be32(b, 0x10, blocks);
-    be32(b, 0x14, 1); // s_first: first log block
-    be32(b, 0x18, 1); // s_sequence
-    be32(b, 0x1C, 0); // s_start: 0 = clean
+    put_be32(b, 0x0, JBD2_MAGIC);
+    put_be32(b, 0x4, SUPERBLOCK_V2);
+    put_be32(b, 0x8, 0);
+    put_be32(b, 0xC, block_size);
+    put_be32(b, 0x10, blocks);
+    put_be32(b, 0x14, 1); // s_first: first log block
+    put_be32(b, 0x18, 1); // s_sequence
+    put_be32(b, 0x1C, 0); // s_start: 0 = clean
     b[0x30..0x40].copy_from_slice(&uuid);
-    be32(b, 0x40, 1); // s_nr_users
-    be32(b, 0x48, 0); // s_max_transaction
-    be32(b, 0x4C, 0);
+    put_be32(b, 0x40, 1); // s_nr_users
+    put_be32(b, 0x48, 0); // s_max_transaction
+    put_be32(b, 0x4C, 0);
 }
 
 /// Whether the journal superblock says the log needs replay (s_start != 0).
 pub fn needs_recovery(b: &[u8]) -> Option<bool> {
-    if b.len() < 0x20 || get_be32(b, 0) != JBD2_MAGIC {
+    if b.len() < 0x20 || be32(b, 0) != JBD2_MAGIC {
         return None;
     }
-    Some(get_be32(b, 0x1C) != 0)
+    Some(be32(b, 0x1C) != 0)
+}
+
+/// A log block's header: (block type, sequence), or None without the magic.
+pub fn header(b: &[u8]) -> Option<(u32, u32)> {
+    if b.len() < HEADER || be32(b, 0) != JBD2_MAGIC {
+        return None;
+    }
+    Some((be32(b, 4), be32(b, 8)))
+}
+
+/// Write a block header.
+pub fn put_header(b: &mut [u8], kind: u32, seq: u32) {
+    put_be32(b, 0, JBD2_MAGIC);
+    put_be32(b, 4, kind);
+    put_be32(b, 8, seq);
+}
+
+/// Whether a data block must be escaped (it starts with the magic).
+pub fn needs_escape(b: &[u8]) -> bool {
+    be32(b, 0) == JBD2_MAGIC
+}
+
+/// Restore an escaped block's magic.
+pub fn unescape(b: &mut [u8]) {
+    put_be32(b, 0, JBD2_MAGIC);
+}
+
+/// Set the checksum tail of a descriptor or revoke block.
+pub fn set_tail_csum(seed: u32, b: &mut [u8]) {
+    let n = b.len();
+    put_be32(b, n - TAIL, 0);
+    let c = crc32c_raw(seed, b);
+    put_be32(b, n - TAIL, c);
+}
+
+/// Verify the checksum tail of a descriptor or revoke block.
+pub fn tail_csum_ok(seed: u32, b: &[u8]) -> bool {
+    let n = b.len();
+    let mut c = b.to_vec();
+    put_be32(&mut c, n - TAIL, 0);
+    crc32c_raw(seed, &c) == be32(b, n - TAIL)
+}
+
+/// The v3 checksum of a logged block (as stored in the log) for transaction `seq`.
+pub fn block_csum(seed: u32, seq: u32, data: &[u8]) -> u32 {
+    let c = crc32c_raw(seed, &seq.to_be_bytes());
+    crc32c_raw(c, data)
+}
+
+/// One descriptor tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tag {
+    /// Home block.
+    pub blocknr: u64,
+    /// FLAG_* bits.
+    pub flags: u32,
+    /// Block checksum (v2: low 16 bits; v3: 32 bits).
+    pub csum: u32,
+}
+
+/// Encode a tag at `off` (tag layout of `js`).
+pub fn put_tag(js: &JournalSuper, b: &mut [u8], off: usize, t: &Tag) {
+    put_be32(b, off, t.blocknr as u32);
+    if js.incompat() & INCOMPAT_CSUM_V3 != 0 {
+        put_be32(b, off + 4, t.flags);
+        put_be32(b, off + 8, (t.blocknr >> 32) as u32);
+        put_be32(b, off + 12, t.csum);
+    } else {
+        b[off + 4..off + 6].copy_from_slice(&(t.csum as u16).to_be_bytes());
+        b[off + 6..off + 8].copy_from_slice(&(t.flags as u16).to_be_bytes());
+        if js.incompat() & INCOMPAT_64BIT != 0 {
+            put_be32(b, off + 8, (t.blocknr >> 32) as u32);
+        }
+    }
+}
+
+/// The tags of a descriptor block, in order (stops at the last tag or the usable end).
+pub fn tags(js: &JournalSuper, b: &[u8]) -> Vec<Tag> {
+    let tb = js.tag_bytes();
+    let end = b.len() - if js.csum() { TAIL } else { 0 };
+    let v3 = js.incompat() & INCOMPAT_CSUM_V3 != 0;
+    let big = js.incompat() & INCOMPAT_64BIT != 0;
+    let mut out = Vec::new();
+    let mut off = HEADER;
+    while off + tb <= end {
+        let lo = u64::from(be32(b, off));
+        // The flags' low 16 bits sit at offset 6 in every layout.
+        let flags = u32::from(be16(b, off + 6));
+        let hi = if big { u64::from(be32(b, off + 8)) } else { 0 };
+        let csum = if v3 {
+            be32(b, off + 12)
+        } else {
+            u32::from(be16(b, off + 4))
+        };
+        out.push(Tag {
+            blocknr: lo | (hi << 32),
+            flags,
+            csum,
+        });
+        off += tb;
+        if flags & FLAG_SAME_UUID == 0 {
+            off += 16;
+        }
+        if flags & FLAG_LAST_TAG != 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// The block numbers of a revoke block, or None if its count is impossible.
+pub fn revoke_records(js: &JournalSuper, b: &[u8]) -> Option<Vec<u64>> {
+    let count = be32(b, 12) as usize;
+    let tail = if js.csum() { TAIL } else { 0 };
+    if count < REVOKE_HEADER || count > b.len() - tail {
+        return None;
+    }
+    let rb = js.revoke_record_bytes();
+    let mut out = Vec::new();
+    let mut off = REVOKE_HEADER;
+    while off + rb <= count {
+        out.push(if rb == 8 {
+            be64(b, off)
+        } else {
+            u64::from(be32(b, off))
+        });
+        off += rb;
+    }
+    Some(out)
+}
+
+/// Fill a revoke block with `records` (as many as fit); returns how many were taken.
+pub fn put_revoke(js: &JournalSuper, b: &mut [u8], seq: u32, records: &[u64]) -> usize {
+    b.fill(0);
+    put_header(b, REVOKE, seq);
+    let rb = js.revoke_record_bytes();
+    let tail = if js.csum() { TAIL } else { 0 };
+    let room = (b.len() - tail - REVOKE_HEADER) / rb;
+    let n = room.min(records.len());
+    let mut off = REVOKE_HEADER;
+    for &r in &records[..n] {
+        if rb == 8 {
+            put_be32(b, off, (r >> 32) as u32);
+            put_be32(b, off + 4, r as u32);
+        } else {
+            put_be32(b, off, r as u32);
+        }
+        off += rb;
+    }
+    put_be32(b, 12, off as u32);
+    if js.csum() {
+        set_tail_csum(js.csum_seed(), b);
+    }
+    n
+}
+
+/// Fill a commit block for transaction `seq`.
+pub fn put_commit(js: &JournalSuper, b: &mut [u8], seq: u32, sec: u64, nsec: u32) {
+    b.fill(0);
+    put_header(b, COMMIT, seq);
+    put_be32(b, 48, (sec >> 32) as u32);
+    put_be32(b, 52, sec as u32);
+    put_be32(b, 56, nsec);
+    if js.csum() {
+        let c = crc32c_raw(js.csum_seed(), b);
+        put_be32(b, 16, c);
+    }
+}
+
+/// Whether a commit block's checksum holds (true without v2/v3 checksums).
+pub fn commit_csum_ok(js: &JournalSuper, b: &[u8]) -> bool {
+    if !js.csum() {
+        return true;
+    }
+    let mut c = b.to_vec();
+    put_be32(&mut c, 16, 0);
+    crc32c_raw(js.csum_seed(), &c) == be32(b, 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn js() -> JournalSuper {
+        let mut b = vec![0u8; 4096];
+        format_superblock(&mut b, 4096, 1024, [7; 16]);
+        let mut j = JournalSuper::decode(&b).unwrap();
+        j.set_incompat(INCOMPAT_64BIT | INCOMPAT_CSUM_V3 | INCOMPAT_REVOKE);
+        j.update_checksum();
+        j
+    }
+
+    #[test]
+    fn superblock_checksum_round_trip() {
+        let mut j = js();
+        assert!(j.checksum_ok());
+        j.set_start(5, 9);
+        assert!(!j.checksum_ok());
+        j.update_checksum();
+        assert!(j.checksum_ok());
+        assert_eq!((j.start(), j.sequence(), j.tag_bytes()), (5, 9, 16));
+    }
+
+    #[test]
+    fn tags_round_trip() {
+        let j = js();
+        let mut b = vec![0u8; 4096];
+        put_header(&mut b, DESCRIPTOR, 3);
+        let t1 = Tag {
+            blocknr: 0x1_0000_0005,
+            flags: FLAG_ESCAPE,
+            csum: 0xdead_beef,
+        };
+        let t2 = Tag {
+            blocknr: 9,
+            flags: FLAG_SAME_UUID | FLAG_LAST_TAG,
+            csum: 1,
+        };
+        put_tag(&j, &mut b, HEADER, &t1);
+        put_tag(&j, &mut b, HEADER + 16 + 16, &t2);
+        set_tail_csum(j.csum_seed(), &mut b);
+        assert!(tail_csum_ok(j.csum_seed(), &b));
+        assert_eq!(tags(&j, &b), vec![t1, t2]);
+    }
+
+    #[test]
+    fn revoke_and_commit_round_trip() {
+        let j = js();
+        let mut b = vec![0u8; 4096];
+        let recs: Vec<u64> = (0..1000).map(|i| i * 3 + (1 << 33)).collect();
+        let n = put_revoke(&j, &mut b, 4, &recs);
+        assert_eq!(n, (4096 - 4 - 16) / 8);
+        assert!(tail_csum_ok(j.csum_seed(), &b));
+        assert_eq!(revoke_records(&j, &b).unwrap(), recs[..n].to_vec());
+        put_commit(&j, &mut b, 4, 1_700_000_000, 5);
+        assert!(commit_csum_ok(&j, &b));
+        assert_eq!(header(&b), Some((COMMIT, 4)));
+        b[100] ^= 1;
+        assert!(!commit_csum_ok(&j, &b));
+    }
 }

@@ -83,6 +83,10 @@ impl Fs {
 
     /// Write `data` at `off`; returns bytes written.
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+        self.retry_nospace(|| self.write_once(ino, off, data))
+    }
+
+    fn write_once(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
         self.check_rw()?;
         if data.is_empty() {
             return Ok(0);
@@ -118,6 +122,8 @@ impl Fs {
                 .ok_or_else(|| Error::Unsupported("no extents".into()))?;
             ext.mark_written(first as u32, (last + 1 - first) as u32);
             st.ext_dirty = true;
+            // Newly mapped data must reach the device before this transaction commits.
+            h.add_ordered(&i);
         }
         self.copy_in(&i, &st, off, data, &fresh)?;
         if end > st.d.size() {
@@ -127,9 +133,6 @@ impl Fs {
         st.d.set_mtime(t);
         st.d.set_ctime(t);
         self.store(&h, ino, &mut st)?;
-        drop(h);
-        drop(st);
-        self.maybe_writeback()?;
         Ok(data.len())
     }
 
@@ -269,6 +272,10 @@ impl Fs {
 
     /// Allocate or punch `[off, off+len)`.
     pub fn fallocate(&self, ino: Ino, mode: FallocMode, off: u64, len: u64) -> Result<()> {
+        self.retry_nospace(|| self.fallocate_once(ino, mode, off, len))
+    }
+
+    fn fallocate_once(&self, ino: Ino, mode: FallocMode, off: u64, len: u64) -> Result<()> {
         self.check_rw()?;
         if len == 0 {
             return Err(Error::Invalid("fallocate length 0".into()));
@@ -324,7 +331,14 @@ impl Fs {
     }
 
     /// Free the blocks of `[a, b)` and drop their pages.
-    fn unmap(&self, h: &Handle, i: &Inode, st: &mut InodeState, a: u64, b: u64) -> Result<()> {
+    pub(super) fn unmap(
+        &self,
+        h: &Handle,
+        i: &Inode,
+        st: &mut InodeState,
+        a: u64,
+        b: u64,
+    ) -> Result<()> {
         if b <= a {
             return Ok(());
         }
@@ -394,61 +408,93 @@ impl Fs {
         Ok(())
     }
 
-    /// Write back when dirty metadata passes its bound (called with no handle open).
-    pub(super) fn maybe_writeback(&self) -> Result<()> {
-        if self.bufs.dirty_count() > super::DIRTY_LIMIT {
-            self.sync()?;
+    /// Run `f`; on ENOSPC while frees wait for their commit, commit and try again (as
+    /// ext4's `ext4_should_retry_alloc`), so ENOSPC means the space is really gone.
+    pub(super) fn retry_nospace<T>(&self, f: impl Fn() -> Result<T>) -> Result<T> {
+        let mut tries = 0;
+        loop {
+            match f() {
+                Err(Error::NoSpace) if tries < 3 && self.al.has_pending_frees() => {
+                    tries += 1;
+                    self.journal.commit_running()?;
+                }
+                r => return r,
+            }
         }
-        Ok(())
     }
 
-    /// Make the data and metadata of `ino` durable (today: a full sync).
-    pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
-        let _ = (ino, datasync);
-        self.sync()
-    }
-
-    /// Journal counters since mount.
-    pub fn journal_stats(&self) -> crate::journal::JournalStats {
-        crate::journal::JournalStats::default()
-    }
-
-    /// Write everything dirty to the device and flush it.
-    pub fn sync(&self) -> Result<()> {
-        if self.read_only {
-            return Ok(());
-        }
-        if self.latch.failed() {
-            return Err(Error::Io(
-                "an earlier device error made the mount read-only".into(),
-            ));
-        }
-        let inodes = self.icache.all();
-        let _commit = self.journal.lock_commit();
-        for i in &inodes {
+    /// Write every cached inode's dirty pages to the device (no flush).
+    pub(super) fn flush_pages(&self) -> Result<()> {
+        for i in self.icache.all() {
             let mut p = i.pages.lock();
             if !p.is_empty() {
                 p.write_back(&*self.dev, self.bs as usize)?;
             }
         }
-        self.bufs.write_back()?;
-        self.write_super(false)?;
+        Ok(())
+    }
+
+    /// Make the data and metadata of `ino` durable: write its pages, then commit the
+    /// newest transaction that changed it (or only flush, if that one is committed).
+    /// Concurrent fsyncs share commits.
+    pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
+        let _ = datasync;
+        if self.read_only {
+            return Ok(());
+        }
+        self.check_io()?;
+        let tid = match self.icache.peek(ino) {
+            Some(i) => {
+                let tid = i.state.read().tid;
+                let mut p = i.pages.lock();
+                if !p.is_empty() {
+                    p.write_back(&*self.dev, self.bs as usize)?;
+                }
+                tid
+            }
+            // Not cached: nothing dirty in memory, but its last change may be uncommitted.
+            None => self.journal.running_tid(),
+        };
+        if tid > self.journal.committed_tid() {
+            self.journal.commit_upto(tid)?;
+        }
+        // The commit (ours or another's) may have flushed before our data writes.
         self.dev.flush()
     }
 
-    fn write_super(&self, clean: bool) -> Result<()> {
-        let mut sbg = self.sb.lock();
-        let sb = &mut *sbg;
-        sb.set_free_blocks_count(self.al.free_blocks());
-        sb.set_free_inodes_count(self.al.free_inodes() as u32);
-        sb.set_wtime(now().sec as u32);
-        if clean {
-            sb.set_state(sb.state() | 1);
+    fn check_io(&self) -> Result<()> {
+        if self.latch.failed() || self.journal.is_aborted() {
+            return Err(Error::Io(
+                "an earlier device error aborted the journal and made the mount read-only".into(),
+            ));
         }
-        sb.update_checksum();
-        let raw = sb.raw.clone();
-        drop(sbg);
-        self.dev.write_at(sbm::SB_OFFSET, &raw[..])
+        Ok(())
+    }
+
+    /// Make everything durable: write dirty pages, commit, and checkpoint (so the home
+    /// locations are current and the log is empty).
+    pub fn sync(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.check_io()?;
+        self.flush_pages()?;
+        {
+            let h = self.journal.start();
+            let mut o = self.orphans.lock();
+            let (fb, fi) = (self.al.free_blocks(), self.al.free_inodes() as u32);
+            self.update_sb(&h, &mut o, |sb| {
+                sb.set_free_blocks_count(fb);
+                sb.set_free_inodes_count(fi);
+                sb.set_wtime(now().sec as u32);
+            })?;
+        }
+        self.journal.sync()
+    }
+
+    /// Journal counters since mount.
+    pub fn journal_stats(&self) -> crate::journal::JournalStats {
+        self.journal.stats()
     }
 
     /// Write everything and release the device. Inodes still open are released first.
@@ -456,12 +502,8 @@ impl Fs {
         if self.read_only {
             return Ok(());
         }
-        if self.latch.failed() {
-            return Err(Error::Io(
-                "an earlier device error made the mount read-only; unmounted without writing"
-                    .into(),
-            ));
-        }
+        self.check_io()?;
+        self.stop_timer();
         for i in self.icache.all() {
             if i.is_open() {
                 i.open.store(1, std::sync::atomic::Ordering::Release);
@@ -469,16 +511,49 @@ impl Fs {
             }
         }
         self.sync()?;
-        self.write_super(true)?;
+        self.journal.mark_empty()?;
+        self.dev.flush()?;
+        self.write_super_clean()
+    }
+
+    /// The clean-unmount superblock, written in place: log empty, no recovery needed.
+    fn write_super_clean(&self) -> Result<()> {
+        let mut sbg = self.sb.lock();
+        let sb = &mut *sbg;
+        sb.set_free_blocks_count(self.al.free_blocks());
+        sb.set_free_inodes_count(self.al.free_inodes() as u32);
+        sb.set_wtime(now().sec as u32);
+        sb.set_state(sb.state() | 1);
+        sb.set_feature_incompat(
+            sb.feature_incompat() & !crate::disk::superblock::incompat::RECOVER,
+        );
+        sb.update_checksum();
+        let raw = sb.raw.clone();
+        drop(sbg);
+        self.dev.write_at(sbm::SB_OFFSET, &raw[..])?;
         self.dev.flush()
+    }
+
+    fn stop_timer(&self) {
+        self.timer_stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        if let Some(t) = self.timer.get() {
+            t.thread().unpark();
+        }
     }
 }
 
 impl Drop for Fs {
     fn drop(&mut self) {
+        self.stop_timer();
+        if let Some(t) = self.timer.take() {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
         // Best effort for callers that never unmounted: release what is still open (an
-        // unlinked file's blocks) and write everything back, as unmount does.
-        if self.is_read_only() {
+        // unlinked file's blocks) and unmount cleanly, as unmount does.
+        if self.is_read_only() || self.journal.is_aborted() {
             return;
         }
         for i in self.icache.all() {
@@ -487,8 +562,8 @@ impl Drop for Fs {
                 let _ = self.release(i.ino);
             }
         }
-        if self.bufs.dirty_count() > 0 {
-            let _ = self.sync();
+        if self.sync().is_ok() && self.journal.mark_empty().is_ok() && self.dev.flush().is_ok() {
+            let _ = self.write_super_clean();
         }
     }
 }

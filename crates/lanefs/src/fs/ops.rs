@@ -163,7 +163,6 @@ impl Fs {
             None,
         )?;
         i.open.fetch_add(1, Ordering::AcqRel);
-        self.maybe_writeback()?;
         Ok(a)
     }
 
@@ -179,7 +178,6 @@ impl Fs {
                 None,
             )?
             .0;
-        self.maybe_writeback()?;
         Ok(a)
     }
 
@@ -217,6 +215,18 @@ impl Fs {
 
     /// Common path of every create: lock the directory, allocate and link a new inode.
     fn make(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        mode: u16,
+        rdev: u32,
+        owner: Owner,
+        target: Option<&[u8]>,
+    ) -> Result<(Attr, Arc<Inode>)> {
+        self.retry_nospace(|| self.make_once(dir, name, mode, rdev, owner, target))
+    }
+
+    fn make_once(
         &self,
         dir: Ino,
         name: &[u8],
@@ -306,6 +316,7 @@ impl Fs {
             tree_blocks: Vec::new(),
             ext_dirty: false,
             freed: false,
+            tid: 0,
         }
     }
 
@@ -391,6 +402,10 @@ impl Fs {
 
     /// Add a hard link `newdir/newname` to `ino`.
     pub fn link(&self, ino: Ino, newdir: Ino, newname: &[u8]) -> Result<Attr> {
+        self.retry_nospace(|| self.link_once(ino, newdir, newname))
+    }
+
+    fn link_once(&self, ino: Ino, newdir: Ino, newname: &[u8]) -> Result<Attr> {
         self.check_rw()?;
         check_name(newname)?;
         let d = self.iget(newdir)?;
@@ -499,6 +514,10 @@ impl Fs {
     /// Returns whether it was freed (the caller evicts it after the handle ends).
     fn drop_link(&self, h: &Handle, c: &Inode, st: &mut InodeState) -> Result<bool> {
         if st.d.links() > 0 || c.is_open() {
+            if st.d.links() == 0 {
+                // Last name gone, still open: survive a crash on the orphan list.
+                self.orphan_add(h, c.ino)?;
+            }
             self.store(h, c.ino, st)?;
             return Ok(false);
         }
@@ -509,6 +528,7 @@ impl Fs {
     /// Release an unreferenced inode: its blocks, xattr block and bitmap bit.
     pub(super) fn free_inode(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
         let kind = kind_of(st);
+        self.orphan_del(h, ino)?;
         self.free_blocks_of(h, st, kind)?;
         st.d.set_size(0);
         st.d.set_links(0);

@@ -18,6 +18,10 @@ type Guard<'a> = RwLockWriteGuard<'a, InodeState>;
 impl Fs {
     /// Rename, replacing an existing target if it is compatible.
     pub fn rename(&self, dir: Ino, name: &[u8], newdir: Ino, newname: &[u8]) -> Result<()> {
+        self.retry_nospace(|| self.rename_once(dir, name, newdir, newname))
+    }
+
+    fn rename_once(&self, dir: Ino, name: &[u8], newdir: Ino, newname: &[u8]) -> Result<()> {
         self.check_rw()?;
         for n in [name, newname] {
             if n == b"." || n == b".." || n.is_empty() {

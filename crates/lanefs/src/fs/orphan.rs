@@ -1,0 +1,133 @@
+//! The orphan list: inodes whose last name is gone while they are still open live on
+//! ext4's `s_last_orphan` chain (each inode's `dtime` names the next), so a crash before
+//! their last close does not leak them: the next mount (or e2fsck, or the kernel) frees
+//! them. Changes to the chain and to the superblock that heads it are journaled like any
+//! metadata, under the `orphan` lock, which also orders the superblock's updates.
+
+use super::{Fs, MAX_FILE_BLOCKS};
+use crate::disk::inode::DiskInode;
+use crate::disk::superblock::Superblock;
+use crate::error::{Error, Result};
+use crate::inode;
+use crate::journal::Handle;
+use crate::sync::MutexGuard;
+use crate::types::{FileType, Ino};
+
+impl Fs {
+    /// Change the superblock inside handle `h`: the in-memory copy and block 0's bytes.
+    /// Holding the orphan lock orders concurrent updates.
+    pub(super) fn update_sb(
+        &self,
+        h: &Handle,
+        _order: &mut MutexGuard<'_, Vec<Ino>>,
+        f: impl FnOnce(&mut Superblock),
+    ) -> Result<()> {
+        let raw = {
+            let mut sb = self.sb.lock();
+            f(&mut sb);
+            sb.update_checksum();
+            sb.raw.clone()
+        };
+        let b = self.bufs.get(0)?;
+        b.write()[1024..2048].copy_from_slice(&raw[..]);
+        h.dirty(&b);
+        Ok(())
+    }
+
+    /// Put `ino` (no links left, still open) at the head of the orphan list.
+    pub(super) fn orphan_add(&self, h: &Handle, ino: Ino) -> Result<()> {
+        let mut o = self.orphans.lock();
+        if o.contains(&ino) {
+            return Ok(());
+        }
+        o.insert(0, ino);
+        self.update_sb(h, &mut o, |sb| sb.set_last_orphan(ino as u32))
+    }
+
+    /// Take `ino` off the orphan list, relinking its predecessor (or the superblock).
+    pub(super) fn orphan_del(&self, h: &Handle, ino: Ino) -> Result<()> {
+        let mut o = self.orphans.lock();
+        let Some(k) = o.iter().position(|&x| x == ino) else {
+            return Ok(());
+        };
+        let next = o.get(k + 1).copied().unwrap_or(0) as u32;
+        if k == 0 {
+            self.update_sb(h, &mut o, |sb| sb.set_last_orphan(next))?;
+        } else {
+            // The predecessor's in-memory dtime is not trusted for orphans: `store` takes
+            // the link from this list, so patching its on-disk bytes here is enough.
+            let prev = o[k - 1];
+            let loc = self.al.inode_loc(prev)?;
+            let isz = self.al.geo.inode_size as usize;
+            let b = self.bufs.get(loc.blk)?;
+            {
+                let mut w = b.write();
+                let mut d = DiskInode::from_bytes(&w[loc.off..loc.off + isz]);
+                d.set_dtime(next);
+                if self.al.geo.csum {
+                    d.update_checksum(self.al.geo.seed, prev as u32);
+                }
+                w[loc.off..loc.off + isz].copy_from_slice(&d.raw);
+            }
+            h.dirty(&b);
+        }
+        o.remove(k);
+        Ok(())
+    }
+
+    /// At mount: free the inodes left on the orphan list (no links: deleted while open)
+    /// and finish truncates (links left: blocks past the size are freed), as the kernel
+    /// and e2fsck do. A broken chain stops the walk at the bad link.
+    pub(super) fn process_orphans(&self) -> Result<()> {
+        let head = u64::from(self.sb.lock().last_orphan());
+        if head == 0 {
+            return Ok(());
+        }
+        let max = u64::from(self.al.geo.ipg) * u64::from(self.al.geo.groups);
+        let mut chain: Vec<Ino> = Vec::new();
+        let mut ino = head;
+        while ino != 0 {
+            if ino > max || ino < u64::from(self.al.geo.first_ino) || chain.contains(&ino) {
+                break;
+            }
+            let d = inode::read_disk_inode(&self.al, &self.bufs, ino)?;
+            if FileType::from_mode(d.mode()).is_none() || !self.al.inode_in_use(ino)? {
+                break;
+            }
+            chain.push(ino);
+            ino = u64::from(d.dtime());
+        }
+        *self.orphans.lock() = chain.clone();
+        for ino in chain {
+            let d = inode::read_disk_inode(&self.al, &self.bufs, ino)?;
+            let i = self.icache.insert(inode::new_inode(ino, d));
+            let mut st = i.state.write();
+            self.load(&i, &mut st)?;
+            let h = self.journal.start();
+            if st.d.links() == 0 {
+                self.free_inode(&h, ino, &mut st)?;
+                drop(h);
+                drop(st);
+                self.icache.remove_if(ino, &i);
+            } else {
+                let keep = st.d.size().div_ceil(u64::from(self.bs));
+                self.unmap(&h, &i, &mut st, keep, MAX_FILE_BLOCKS)?;
+                self.orphan_del(&h, ino)?;
+                st.d.set_dtime(0);
+                self.store(&h, ino, &mut st)?;
+            }
+        }
+        {
+            // Whatever the walk could not reach is dropped from the chain.
+            let h = self.journal.start();
+            let mut o = self.orphans.lock();
+            if !o.is_empty() {
+                return Err(Error::Io("orphan list not empty after cleanup".into()));
+            }
+            if self.sb.lock().last_orphan() != 0 {
+                self.update_sb(&h, &mut o, |sb| sb.set_last_orphan(0))?;
+            }
+        }
+        self.journal.commit_running()
+    }
+}

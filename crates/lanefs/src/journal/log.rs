@@ -1,0 +1,179 @@
+//! The log area: where the journal's blocks live on the device, and the circular log
+//! inside it (`first..maxlen`, wrapping back to `first`).
+
+use crate::dev::BlockDevice;
+use crate::disk::jbd2::JournalSuper;
+use crate::error::{Error, Result};
+use crate::extmap::{ExtentMap, Mapping};
+
+/// The journal inode's blocks and its superblock.
+pub struct LogArea {
+    /// Physical runs of the journal: (first journal block, first device block, length).
+    runs: Vec<(u32, u64, u32)>,
+    /// The journal superblock as last written.
+    pub js: JournalSuper,
+    /// Device block of the journal superblock.
+    pub sb_blk: u64,
+    /// Block size.
+    pub bs: usize,
+}
+
+impl LogArea {
+    /// Map a journal inode's extents; `ino` only names it in errors.
+    pub fn new(
+        ext: &ExtentMap,
+        ino: u64,
+        dev_blocks: u64,
+        read: impl Fn(u64) -> Result<Vec<u8>>,
+        bs: usize,
+    ) -> Result<LogArea> {
+        let mut runs = Vec::new();
+        let mut l = 0u32;
+        loop {
+            match ext.map(l) {
+                Mapping::Mapped(p, _, left) => {
+                    if p.checked_add(u64::from(left))
+                        .is_none_or(|e| e > dev_blocks)
+                    {
+                        return Err(Error::corrupt(
+                            "journal inode",
+                            ino,
+                            "journal block outside the file system",
+                        ));
+                    }
+                    runs.push((l, p, left));
+                    l = l.checked_add(left).ok_or_else(|| {
+                        Error::corrupt("journal inode", ino, "journal extent overflows")
+                    })?;
+                }
+                Mapping::Hole(_) => break,
+            }
+        }
+        let Some(&(_, sb_blk, _)) = runs.first() else {
+            return Err(Error::corrupt(
+                "journal inode",
+                ino,
+                "journal has no first block",
+            ));
+        };
+        let raw = read(sb_blk)?;
+        let js = JournalSuper::decode(&raw)
+            .map_err(|e| Error::corrupt("journal superblock", sb_blk, e))?;
+        let area = LogArea {
+            runs,
+            js,
+            sb_blk,
+            bs,
+        };
+        area.validate(l)?;
+        Ok(area)
+    }
+
+    fn validate(&self, mapped: u32) -> Result<()> {
+        let js = &self.js;
+        let bad = |why: String| Err(Error::corrupt("journal superblock", self.sb_blk, why));
+        if js.block_size() as usize != self.bs {
+            return bad(format!(
+                "journal block size {} differs from the file system's {}",
+                js.block_size(),
+                self.bs
+            ));
+        }
+        if js.maxlen() > mapped {
+            return bad(format!(
+                "journal claims {} blocks but its inode maps {mapped}",
+                js.maxlen()
+            ));
+        }
+        if js.first() == 0 || js.first() + 2 >= js.maxlen() {
+            return bad(format!(
+                "log area {}..{} is empty or invalid",
+                js.first(),
+                js.maxlen()
+            ));
+        }
+        let start = js.start();
+        if start != 0 && (start < js.first() || start >= js.maxlen()) {
+            return bad(format!("log start {start} outside the log area"));
+        }
+        if !js.checksum_ok() {
+            return bad("checksum mismatch".into());
+        }
+        Ok(())
+    }
+
+    /// First log block.
+    pub fn first(&self) -> u32 {
+        self.js.first()
+    }
+    /// One past the last log block.
+    pub fn end(&self) -> u32 {
+        self.js.maxlen()
+    }
+    /// Blocks in the circular log.
+    pub fn len(&self) -> u32 {
+        self.end() - self.first()
+    }
+    /// The log position after `pos`, wrapping.
+    pub fn next(&self, pos: u32) -> u32 {
+        if pos + 1 >= self.end() {
+            self.first()
+        } else {
+            pos + 1
+        }
+    }
+    /// Blocks from `from` up to `to` going forward (wrapping).
+    pub fn distance(&self, from: u32, to: u32) -> u32 {
+        if to >= from {
+            to - from
+        } else {
+            self.len() - (from - to)
+        }
+    }
+    /// Device block of journal block `pos`.
+    pub fn phys(&self, pos: u32) -> u64 {
+        let i = self.runs.partition_point(|r| r.0 <= pos) - 1;
+        let (l, p, _) = self.runs[i];
+        p + u64::from(pos - l)
+    }
+    /// Read journal block `pos`.
+    pub fn read(&self, dev: &dyn BlockDevice, pos: u32) -> Result<Vec<u8>> {
+        let mut b = vec![0u8; self.bs];
+        dev.read_at(self.phys(pos) * self.bs as u64, &mut b)?;
+        Ok(b)
+    }
+    /// Write `blocks` to consecutive log positions from `pos` (wrapping), coalescing
+    /// physically contiguous runs; returns the position after the last.
+    pub fn write_run(
+        &self,
+        dev: &dyn BlockDevice,
+        mut pos: u32,
+        blocks: &[Vec<u8>],
+    ) -> Result<u32> {
+        let mut run: Vec<u8> = Vec::new();
+        let mut run_start = 0u64;
+        for b in blocks {
+            let p = self.phys(pos);
+            if !run.is_empty() && run_start + (run.len() / self.bs) as u64 != p {
+                dev.write_at(run_start * self.bs as u64, &run)?;
+                run.clear();
+            }
+            if run.is_empty() {
+                run_start = p;
+            }
+            run.extend_from_slice(b);
+            pos = self.next(pos);
+        }
+        if !run.is_empty() {
+            dev.write_at(run_start * self.bs as u64, &run)?;
+        }
+        Ok(pos)
+    }
+    /// Write the journal superblock (with a fresh checksum) in place.
+    pub fn write_super(&mut self, dev: &dyn BlockDevice) -> Result<()> {
+        self.js.update_checksum();
+        let mut b = self.read(dev, 0)?;
+        b[..1024].copy_from_slice(&self.js.raw);
+        dev.write_at(self.sb_blk * self.bs as u64, &b)
+    }
+}

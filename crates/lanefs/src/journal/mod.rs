@@ -1,0 +1,525 @@
+//! Transactions, handles, commit and checkpoint, in jbd2's model and on-disk format.
+//!
+//! Every metadata change happens inside a [`Handle`], which joins the running
+//! transaction: one read of the running-transaction pointer and one atomic increment of
+//! its `updates` count at start, one decrement at stop. No lock is held across the
+//! operation, so handles of different threads never wait for each other.
+//!
+//! Commit (at most one at a time, `journal_commit`):
+//! 1. lock the running transaction T: handle starts now wait at the gate, and commit waits
+//!    for T's open handles to stop (a Dekker pair on `locked`/`updates`, both SeqCst);
+//! 2. snapshot T's buffers (a memcpy each), take its revoke and ordered-inode lists, open
+//!    T+1 and let waiting handles in: the pause lasts only the copies;
+//! 3. write the dirty pages of T's ordered inodes (data blocks T mapped: ext4's
+//!    `data=ordered`), then the log: revoke blocks, descriptor blocks each followed by the
+//!    copies they tag (64-bit tags, checksum v3, escaped when a copy starts with the
+//!    magic), flush, then the commit block, flush;
+//! 4. T is committed: its snapshots join the checkpoint set, blocks it revoked leave it,
+//!    and the frees T made become allocatable (the `on_commit` hook).
+//!
+//! Checkpoint writes the checkpoint set (the newest committed copy of every logged block)
+//! home, flushes, and moves the log tail to the head in the journal superblock. It runs
+//! when a commit would not fit in the free log space, on `sync` and at unmount. A block
+//! changed many times is one buffer in one transaction and logged once per commit.
+//!
+//! Without a journal (`has_journal` off) commit writes the snapshots home directly.
+//! A failed write or flush aborts the journal: every later commit fails, the mount is
+//! read-only (through the device's error latch), and what was committed stays.
+
+mod log;
+mod recovery;
+
+pub use log::LogArea;
+pub use recovery::{recover, Replay};
+
+use crate::buf::{Buf, BufCache};
+use crate::dev::BlockDevice;
+use crate::disk::jbd2;
+use crate::error::{Error, Result};
+use crate::inode::Inode;
+use crate::sync::{Condvar, Mutex, RwLock, JOURNAL_COMMIT, JOURNAL_GATE, JOURNAL_STATE, TX_LIST};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const LISTS: usize = 16;
+
+/// One transaction: the running one collects handles' changes; commit writes it.
+pub struct Transaction {
+    tid: u64,
+    updates: AtomicUsize,
+    locked: AtomicBool,
+    lists: Vec<Mutex<Vec<Arc<Buf>>>>,
+    nbufs: AtomicUsize,
+    revoked: Mutex<Vec<u64>>,
+    ordered: Mutex<Vec<Arc<Inode>>>,
+}
+
+impl Transaction {
+    fn new(tid: u64) -> Transaction {
+        Transaction {
+            tid,
+            updates: AtomicUsize::new(0),
+            locked: AtomicBool::new(false),
+            lists: (0..LISTS)
+                .map(|_| Mutex::new(&TX_LIST, Vec::new()))
+                .collect(),
+            nbufs: AtomicUsize::new(0),
+            revoked: Mutex::new(&TX_LIST, Vec::new()),
+            ordered: Mutex::new(&TX_LIST, Vec::new()),
+        }
+    }
+}
+
+/// Commit-side state: the log position and the checkpoint set.
+struct CommitState {
+    log: Option<LogArea>,
+    /// Log position where the next transaction starts.
+    head: u32,
+    /// Log position of the oldest transaction not yet checkpointed.
+    tail: u32,
+    /// Newest committed copy of every block in the log: (contents, buffer).
+    cp: BTreeMap<u64, (Box<[u8]>, Arc<Buf>)>,
+    /// Highest transaction whose snapshots are in `cp` or home.
+    last_committed: u64,
+}
+
+/// Journal counters since mount, for benchmarks (`Fs::journal_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Blocks written to the log: descriptors, metadata copies, revoke and commit blocks.
+    pub log_blocks: u64,
+    /// Checkpoints: committed metadata written to its home location and log space freed.
+    pub checkpoints: u64,
+    /// Handles started.
+    pub handles: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    commits: AtomicU64,
+    log_blocks: AtomicU64,
+    checkpoints: AtomicU64,
+    handles: AtomicU64,
+}
+
+/// The journal of one mount.
+pub struct Journal {
+    dev: Arc<dyn BlockDevice>,
+    bufs: Arc<BufCache>,
+    running: RwLock<Arc<Transaction>>,
+    gate: Mutex<()>,
+    gate_cv: Condvar,
+    commit: Mutex<CommitState>,
+    committed: AtomicU64,
+    aborted: AtomicBool,
+    /// A running transaction past this many buffers is committed at the next handle start.
+    max_tx: usize,
+    on_commit: std::sync::OnceLock<Box<dyn Fn(u64) + Send + Sync>>,
+    counters: Counters,
+    has_log: bool,
+    bs: usize,
+}
+
+/// An open handle: metadata changes made through it belong to its transaction.
+pub struct Handle<'a> {
+    j: &'a Journal,
+    t: Arc<Transaction>,
+}
+
+impl Journal {
+    /// A journal over `log` (None: no journal, commits write home), whose next
+    /// transaction is `next_tid`. The caller has already written the journal superblock
+    /// describing an empty log starting at its first block.
+    pub fn new(
+        dev: Arc<dyn BlockDevice>,
+        bufs: Arc<BufCache>,
+        log: Option<LogArea>,
+        next_tid: u64,
+        bs: usize,
+    ) -> Journal {
+        let (head, max_tx) = match &log {
+            Some(l) => (l.first(), (l.len() as usize / 4).max(8)),
+            None => (0, 16384),
+        };
+        Journal {
+            has_log: log.is_some(),
+            dev,
+            bufs,
+            running: RwLock::new(&JOURNAL_STATE, Arc::new(Transaction::new(next_tid))),
+            gate: Mutex::new(&JOURNAL_GATE, ()),
+            gate_cv: Condvar::new(),
+            commit: Mutex::new(
+                &JOURNAL_COMMIT,
+                CommitState {
+                    log,
+                    head,
+                    tail: head,
+                    cp: BTreeMap::new(),
+                    last_committed: next_tid - 1,
+                },
+            ),
+            committed: AtomicU64::new(next_tid - 1),
+            aborted: AtomicBool::new(false),
+            max_tx,
+            on_commit: std::sync::OnceLock::new(),
+            counters: Counters::default(),
+            bs,
+        }
+    }
+
+    /// Call `f(tid)` after each commit (releases the frees the transaction made).
+    pub fn set_on_commit(&self, f: Box<dyn Fn(u64) + Send + Sync>) {
+        let _ = self.on_commit.set(f);
+    }
+
+    /// Whether the file system has a log (has_journal).
+    pub fn has_log(&self) -> bool {
+        self.has_log
+    }
+
+    /// Start a handle (lock order: after inode locks, before group and buffer locks).
+    /// Commits first when the running transaction has outgrown a quarter of the log.
+    pub fn start(&self) -> Handle<'_> {
+        self.counters.handles.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let t = self.running.read().clone();
+            if t.nbufs.load(Ordering::Relaxed) > self.max_tx && !self.is_aborted() {
+                // Best effort: a failed commit aborts the journal, which the operation
+                // notices at its next check.
+                let _ = self.commit_upto(t.tid);
+                continue;
+            }
+            t.updates.fetch_add(1, Ordering::SeqCst);
+            if !t.locked.load(Ordering::SeqCst) {
+                return Handle { j: self, t };
+            }
+            self.leave(&t);
+            let mut g = self.gate.lock();
+            while self.running.read().tid == t.tid {
+                self.gate_cv
+                    .wait_for(&mut g, std::time::Duration::from_millis(10));
+            }
+        }
+    }
+
+    fn leave(&self, t: &Transaction) {
+        if t.updates.fetch_sub(1, Ordering::SeqCst) == 1 && t.locked.load(Ordering::SeqCst) {
+            let _g = self.gate.lock();
+            self.gate_cv.notify_all();
+        }
+    }
+
+    /// The running transaction's id.
+    pub fn running_tid(&self) -> u64 {
+        self.running.read().tid
+    }
+
+    /// The newest committed transaction.
+    pub fn committed_tid(&self) -> u64 {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    /// Whether a failed write aborted the journal.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    /// Counters since mount.
+    pub fn stats(&self) -> JournalStats {
+        let c = &self.counters;
+        JournalStats {
+            commits: c.commits.load(Ordering::Relaxed),
+            log_blocks: c.log_blocks.load(Ordering::Relaxed),
+            checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            handles: c.handles.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Make transaction `tid` (and everything before it) durable. Concurrent callers
+    /// share one commit (group commit): whoever gets the commit lock first commits the
+    /// running transaction, the others find it done.
+    pub fn commit_upto(&self, tid: u64) -> Result<()> {
+        if self.committed_tid() >= tid {
+            return self.check_aborted();
+        }
+        let mut cs = self.commit.lock();
+        self.check_aborted()?;
+        if self.committed_tid() >= tid {
+            return Ok(());
+        }
+        let r = self.commit_locked(&mut cs);
+        if r.is_err() {
+            self.aborted.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    /// Commit the running transaction.
+    pub fn commit_running(&self) -> Result<()> {
+        self.commit_upto(self.running_tid())
+    }
+
+    fn check_aborted(&self) -> Result<()> {
+        if self.is_aborted() {
+            Err(Error::Io(
+                "the journal was aborted by an earlier write error; the mount is read-only".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn commit_locked(&self, cs: &mut CommitState) -> Result<()> {
+        let t = self.running.read().clone();
+        // 1. Lock T and wait for its handles.
+        t.locked.store(true, Ordering::SeqCst);
+        {
+            let mut g = self.gate.lock();
+            while t.updates.load(Ordering::SeqCst) != 0 {
+                self.gate_cv
+                    .wait_for(&mut g, std::time::Duration::from_millis(10));
+            }
+        }
+        // 2. Snapshot, then open T+1.
+        let mut snaps: Vec<(Box<[u8]>, Arc<Buf>)> = Vec::new();
+        for l in &t.lists {
+            let list = std::mem::take(&mut *l.lock());
+            for b in list {
+                if !b.forgotten.load(Ordering::Acquire) {
+                    let copy = b.read().clone();
+                    snaps.push((copy, b));
+                }
+            }
+        }
+        let mut revoked = std::mem::take(&mut *t.revoked.lock());
+        let ordered = std::mem::take(&mut *t.ordered.lock());
+        *self.running.write() = Arc::new(Transaction::new(t.tid + 1));
+        {
+            let _g = self.gate.lock();
+            self.gate_cv.notify_all();
+        }
+        // 3. Ordered data, then the log.
+        for i in &ordered {
+            i.pages.lock().write_back(&*self.dev, self.bs)?;
+        }
+        snaps.sort_by_key(|s| s.1.blk);
+        revoked.sort_unstable();
+        revoked.dedup();
+        if cs.log.is_some() {
+            if !snaps.is_empty() || !revoked.is_empty() {
+                self.write_log(cs, t.tid, &snaps, &revoked)?;
+            } else if !ordered.is_empty() {
+                self.dev.flush()?;
+            }
+        }
+        // 4. Committed.
+        for r in &revoked {
+            cs.cp.remove(r);
+        }
+        for (data, b) in snaps {
+            cs.cp.insert(b.blk, (data, b));
+        }
+        cs.last_committed = t.tid;
+        if cs.log.is_none() {
+            self.checkpoint_locked(cs)?;
+        }
+        self.committed.store(t.tid, Ordering::Release);
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = self.on_commit.get() {
+            f(t.tid);
+        }
+        Ok(())
+    }
+
+    /// Write transaction `tid` to the log: revokes, descriptors with their copies, flush,
+    /// commit block, flush. Checkpoints first when it would not fit.
+    fn write_log(
+        &self,
+        cs: &mut CommitState,
+        tid: u64,
+        snaps: &[(Box<[u8]>, Arc<Buf>)],
+        revoked: &[u64],
+    ) -> Result<()> {
+        let log = cs.log.as_ref().ok_or_else(|| Error::Io("no log".into()))?;
+        let js = &log.js;
+        let seq = tid as u32;
+        let seed = js.csum_seed();
+        let bs = self.bs;
+        let mut blocks: Vec<Vec<u8>> = Vec::new();
+        let mut rest = revoked;
+        while !rest.is_empty() {
+            let mut b = vec![0u8; bs];
+            let n = jbd2::put_revoke(js, &mut b, seq, rest);
+            rest = &rest[n..];
+            blocks.push(b);
+        }
+        let tb = js.tag_bytes();
+        let room = bs - jbd2::HEADER - if js.csum() { jbd2::TAIL } else { 0 };
+        let per_desc = (room - 16) / tb;
+        for chunk in snaps.chunks(per_desc) {
+            let mut d = vec![0u8; bs];
+            jbd2::put_header(&mut d, jbd2::DESCRIPTOR, seq);
+            let mut off = jbd2::HEADER;
+            let mut copies = Vec::with_capacity(chunk.len());
+            for (k, (data, b)) in chunk.iter().enumerate() {
+                let mut copy = data.to_vec();
+                let mut flags = 0;
+                if jbd2::needs_escape(&copy) {
+                    copy[..4].fill(0);
+                    flags |= jbd2::FLAG_ESCAPE;
+                }
+                if k > 0 {
+                    flags |= jbd2::FLAG_SAME_UUID;
+                }
+                if k + 1 == chunk.len() {
+                    flags |= jbd2::FLAG_LAST_TAG;
+                }
+                let tag = jbd2::Tag {
+                    blocknr: b.blk,
+                    flags,
+                    csum: jbd2::block_csum(seed, seq, &copy),
+                };
+                jbd2::put_tag(js, &mut d, off, &tag);
+                off += tb;
+                if k == 0 {
+                    d[off..off + 16].copy_from_slice(&js.uuid());
+                    off += 16;
+                }
+                copies.push(copy);
+            }
+            if js.csum() {
+                jbd2::set_tail_csum(seed, &mut d);
+            }
+            blocks.push(d);
+            blocks.extend(copies);
+        }
+        let need = blocks.len() as u32 + 1;
+        if need + 1 > log.len() {
+            return Err(Error::Io(format!(
+                "transaction {tid} needs {need} log blocks but the journal holds {}",
+                log.len()
+            )));
+        }
+        let used = log.distance(cs.tail, cs.head);
+        if used + need + 1 > log.len() {
+            self.checkpoint_locked(cs)?;
+        }
+        let log = cs.log.as_ref().ok_or_else(|| Error::Io("no log".into()))?;
+        let pos = log.write_run(&*self.dev, cs.head, &blocks)?;
+        self.dev.flush()?;
+        let mut c = vec![0u8; bs];
+        let now = crate::types::Timespec::now();
+        jbd2::put_commit(&log.js, &mut c, seq, now.sec as u64, now.nsec);
+        let end = log.write_run(&*self.dev, pos, &[c])?;
+        self.dev.flush()?;
+        cs.head = end;
+        self.counters
+            .log_blocks
+            .fetch_add(u64::from(need), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Write every committed copy home, flush, and empty the log (tail = head).
+    fn checkpoint_locked(&self, cs: &mut CommitState) -> Result<()> {
+        let bs = self.bs as u64;
+        let mut run: Vec<u8> = Vec::new();
+        let mut run_start = 0u64;
+        for (&blk, (data, _)) in &cs.cp {
+            if !run.is_empty() && run_start + run.len() as u64 / bs != blk {
+                self.dev.write_at(run_start * bs, &run)?;
+                run.clear();
+            }
+            if run.is_empty() {
+                run_start = blk;
+            }
+            run.extend_from_slice(data);
+            if run.len() >= 1 << 20 {
+                self.dev.write_at(run_start * bs, &run)?;
+                run.clear();
+            }
+        }
+        if !run.is_empty() {
+            self.dev.write_at(run_start * bs, &run)?;
+        }
+        self.dev.flush()?;
+        let upto = cs.last_committed;
+        let head = cs.head;
+        if let Some(log) = cs.log.as_mut() {
+            log.js.set_start(head, (upto + 1) as u32);
+            log.write_super(&*self.dev)?;
+            self.dev.flush()?;
+            self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        }
+        cs.tail = head;
+        for (_, (_, b)) in std::mem::take(&mut cs.cp) {
+            self.bufs.clean_if_checkpointed(&b, upto);
+        }
+        Ok(())
+    }
+
+    /// Commit the running transaction and checkpoint everything (sync).
+    pub fn sync(&self) -> Result<()> {
+        self.commit_running()?;
+        let mut cs = self.commit.lock();
+        self.check_aborted()?;
+        let r = self.checkpoint_locked(&mut cs);
+        if r.is_err() {
+            self.aborted.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    /// After a final `sync`: mark the log empty (s_start = 0) for a clean unmount.
+    pub fn mark_empty(&self) -> Result<()> {
+        let mut cs = self.commit.lock();
+        self.check_aborted()?;
+        let next = cs.last_committed + 1;
+        if let Some(log) = cs.log.as_mut() {
+            log.js.set_start(0, next as u32);
+            log.write_super(&*self.dev)?;
+        }
+        Ok(())
+    }
+}
+
+impl Handle<'_> {
+    /// Record that `b` was modified in this transaction (logged once however often).
+    pub fn dirty(&self, b: &Arc<Buf>) {
+        self.j.bufs.dirty(b);
+        let tid = self.t.tid;
+        if b.jtid.swap(tid, Ordering::AcqRel) != tid {
+            let k = (b.blk as usize) % LISTS;
+            self.t.lists[k].lock().push(b.clone());
+            self.t.nbufs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Record that metadata block `blk` was freed: older logged copies must never be
+    /// replayed over its next use.
+    pub fn revoke(&self, blk: u64) {
+        self.t.revoked.lock().push(blk);
+    }
+
+    /// Data blocks of `i` were mapped in this transaction: write its pages before the
+    /// commit block (data=ordered).
+    pub fn add_ordered(&self, i: &Arc<Inode>) {
+        let tid = self.t.tid;
+        if i.ordered_tid.swap(tid, Ordering::AcqRel) != tid {
+            self.t.ordered.lock().push(i.clone());
+        }
+    }
+
+    /// This handle's transaction.
+    pub fn tid(&self) -> u64 {
+        self.t.tid
+    }
+}
+
+impl Drop for Handle<'_> {
+    fn drop(&mut self) {
+        self.j.leave(&self.t);
+    }
+}
