@@ -1338,14 +1338,29 @@ fn unknown_and_recovery_features() {
         .err()
         .expect("inline_data must be refused");
     assert!(e.to_string().contains("inline_data"), "message: {e}");
-    // needs_recovery: refused, mentioning the journal.
+    // needs_recovery with an empty log: nothing to replay; it mounts, and a clean unmount
+    // clears the flag (as the kernel does).
     let img = with_features(b, 0x4, 0);
+    let dev = Arc::new(MemDevice::from_vec(img));
+    let fs = Fs::mount(dev.clone(), MountOptions::default())
+        .expect("needs_recovery with an empty log mounts");
+    fs.unmount().expect("unmount");
+    assert_eq!(
+        le32(&dev.snapshot(), 1024 + 0x60) & 0x4,
+        0,
+        "needs_recovery still set after a clean unmount"
+    );
+    // needs_recovery without a journal: refused by name.
+    let mut img = with_features(b, 0x4, 0);
+    let c = le32(&img, 1024 + 0x5C) & !0x4;
+    put32(&mut img, 1024 + 0x5C, c);
+    fix_sb(&mut img);
     let e = Fs::mount(Arc::new(MemDevice::from_vec(img)), MountOptions::default())
         .err()
-        .expect("needs_recovery must be refused");
+        .expect("needs_recovery without a journal must be refused");
     let msg = e.to_string().to_lowercase();
     assert!(
-        msg.contains("journal") && msg.contains("recover"),
+        msg.contains("journal") && msg.contains("recovery"),
         "message: {msg}"
     );
     // Unknown RO_COMPAT: mounts read-only; reads work, every change is ReadOnly, no byte moves.
@@ -1532,7 +1547,10 @@ fn failing_writes_give_io_errors_and_keep_committed_data() {
         // What was committed before the failure is still there.
         let fs = Fs::mount(
             Arc::new(MemDevice::from_vec(dev.inner.snapshot())),
-            MountOptions { read_only: true },
+            MountOptions {
+                read_only: true,
+                ..MountOptions::default()
+            },
         )
         .unwrap_or_else(|e| panic!("budget {budget}: remount after failure: {e}"));
         let a = fs
