@@ -66,11 +66,12 @@ impl Default for Variant {
 pub struct BenchConfig {
     /// Workload names, in the order they run (see [`crate::workload_names`]).
     pub workloads: Vec<String>,
-    /// Thread counts to sweep.
-    pub threads: Vec<usize>,
+    /// Thread counts to sweep for every workload; `None` sweeps each workload's own
+    /// ([`crate::workloads::Workload::default_threads`]: 1, 2, 4; fsync 1, 2, 4, 8).
+    pub threads: Option<Vec<usize>>,
     /// Repetitions of the whole sweep; reports show the median with min and max.
     pub reps: usize,
-    /// Measured seconds per run of a duration-timed workload (fallocate2, control).
+    /// Measured seconds per run of a duration-timed workload (fallocate2, fsync, control).
     pub seconds: f64,
     /// Seconds each duration-timed run spins before measuring starts.
     pub warmup: f64,
@@ -78,7 +79,9 @@ pub struct BenchConfig {
     pub files: usize,
     /// Where the workloads run.
     pub target: TargetSpec,
-    /// Mount-option variants, run interleaved (lanefs target only).
+    /// Mount-option variants, run interleaved (lanefs target only). The default variant
+    /// mounts with `MountOptions::default()`: journal on (mkfs images have one), commit
+    /// every 5 s as ext4's `commit=5`.
     pub variants: Vec<Variant>,
     /// Collect and print lock statistics for lanefs runs.
     pub lockstat: bool,
@@ -89,8 +92,11 @@ pub struct BenchConfig {
 impl Default for BenchConfig {
     fn default() -> Self {
         BenchConfig {
-            workloads: vec!["fallocate2".to_string(), "mdtest".to_string()],
-            threads: vec![1, 2, 4],
+            workloads: crate::workload_names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            threads: None,
             reps: 3,
             seconds: 2.0,
             warmup: 0.3,
@@ -123,11 +129,13 @@ impl BenchConfig {
                 ));
             }
         }
-        if self.threads.is_empty() {
-            return Err("no thread count given".to_string());
-        }
-        if let Some(&t) = self.threads.iter().find(|&&t| t == 0 || t > MAX_THREADS) {
-            return Err(format!("thread count {t} is outside 1..={MAX_THREADS}"));
+        if let Some(threads) = &self.threads {
+            if threads.is_empty() {
+                return Err("no thread count given".to_string());
+            }
+            if let Some(&t) = threads.iter().find(|&&t| t == 0 || t > MAX_THREADS) {
+                return Err(format!("thread count {t} is outside 1..={MAX_THREADS}"));
+            }
         }
         if self.reps == 0 || self.reps > MAX_REPS {
             return Err(format!(
@@ -167,6 +175,31 @@ impl BenchConfig {
             }
         }
         Ok(())
+    }
+
+    /// Thread counts workload `name` runs at: the given ones, or the workload's own.
+    pub fn threads_for(&self, name: &str) -> Vec<usize> {
+        match (&self.threads, crate::workloads::find(name)) {
+            (Some(t), _) => t.clone(),
+            (None, Some(w)) => w.default_threads().to_vec(),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// Every thread count of the run, in sweep order: the given ones as given, or the
+    /// union of the workloads' own in increasing order.
+    pub fn sweep(&self) -> Vec<usize> {
+        if let Some(t) = &self.threads {
+            return t.clone();
+        }
+        let mut all: Vec<usize> = self
+            .workloads
+            .iter()
+            .flat_map(|w| self.threads_for(w))
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
     }
 
     /// Measured duration of a duration-timed run.

@@ -17,7 +17,12 @@ pub(crate) fn lockstat_reset() {
     lanefs::sync::lockstat_reset();
 }
 
-/// The engine's lock statistics since the last reset, as a table.
-pub(crate) fn lockstat_table() -> String {
-    lanefs::sync::lockstat_table(&lanefs::sync::lockstat_snapshot())
+/// The engine's lock statistics since the last reset, one entry per class.
+pub(crate) fn lockstat_snapshot() -> Vec<lanefs::sync::LockStat> {
+    lanefs::sync::lockstat_snapshot()
+}
+
+/// `stats` as the engine's lock statistics table (every class, most wait first).
+pub(crate) fn lockstat_table(stats: &[lanefs::sync::LockStat]) -> String {
+    lanefs::sync::lockstat_table(stats)
 }

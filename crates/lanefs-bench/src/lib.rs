@@ -6,8 +6,8 @@
 //! use lanefs_bench::{run, BenchConfig, TargetSpec};
 //!
 //! let cfg = BenchConfig {
-//!     workloads: vec!["fallocate2".into(), "mdtest".into()],
-//!     threads: vec![1, 2],
+//!     workloads: vec!["fallocate2".into(), "mdtest".into(), "fsync".into()],
+//!     threads: Some(vec![1, 2]),
 //!     reps: 1,
 //!     seconds: 0.5,
 //!     target: TargetSpec::Path("/tmp".into()),
@@ -30,6 +30,7 @@ pub use config::{BenchConfig, TargetSpec, Variant, DEFAULT_IMAGE_SIZE, PATH_VARI
 pub use report::{render_table, write_json, Record};
 pub use target::Target;
 
+use lanefs::sync::LockStat;
 use std::io::Write;
 use timing::PhaseResult;
 use workloads::{control, RunCtx, Workload};
@@ -93,7 +94,17 @@ struct Origin<'a> {
     oversubscribed: bool,
 }
 
+/// `num / den`, or zero when `den` is zero (as `PhaseResult::ops_per_sec`).
+fn ratio(num: f64, den: f64) -> f64 {
+    if den > 0.0 {
+        num / den
+    } else {
+        0.0
+    }
+}
+
 fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
+    let j = p.journal;
     Record {
         workload: o.workload.to_string(),
         phase: p.phase.to_string(),
@@ -106,6 +117,10 @@ fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         ops_per_sec: p.ops_per_sec(),
         per_thread_ops_per_sec: p.per_thread_ops_per_sec,
         oversubscribed: o.oversubscribed,
+        journal_commits: j.map(|j| j.commits),
+        journal_log_bytes: j.map(|j| j.log_bytes),
+        commits_per_s: j.map(|j| ratio(j.commits as f64, p.seconds)),
+        journal_bytes_per_op: j.map(|j| ratio(j.log_bytes as f64, p.ops as f64)),
     }
 }
 
@@ -115,9 +130,17 @@ fn progress(out: &mut dyn Write, reps: usize, r: &Record) -> Result<(), String> 
         .iter()
         .map(|&v| report::fmt_rate(v))
         .collect();
+    let journal = match (r.journal_commits, r.commits_per_s, r.journal_bytes_per_op) {
+        (Some(n), Some(per_s), Some(per_op)) => format!(
+            "; journal {n} commits, {} commits/s, {} B/op",
+            report::fmt_amount(Some(per_s)),
+            report::fmt_amount(Some(per_op))
+        ),
+        _ => String::new(),
+    };
     say!(
         out,
-        "rep {}/{reps} threads {}{}: {} {} [{}] {} ops/s ({} ops in {:.2} s; per thread {})",
+        "rep {}/{reps} threads {}{}: {} {} [{}] {} ops/s ({} ops in {:.2} s; per thread {}{journal})",
         r.rep,
         r.threads,
         if r.oversubscribed {
@@ -136,7 +159,7 @@ fn progress(out: &mut dyn Write, reps: usize, r: &Record) -> Result<(), String> 
 }
 
 /// Run one workload once on a fresh instance of `target`; returns its records and, when
-/// `lockstat` is on, the lock statistics table of the run.
+/// `lockstat` is on, the lock statistics of the run.
 fn run_one(
     cfg: &BenchConfig,
     w: &dyn Workload,
@@ -144,7 +167,7 @@ fn run_one(
     threads: usize,
     origin: &Origin<'_>,
     lockstat: bool,
-) -> Result<(Vec<Record>, Option<String>), String> {
+) -> Result<(Vec<Record>, Option<Vec<LockStat>>), String> {
     let inst = target
         .prepare()
         .map_err(|e| format!("{} on {}: {e}", w.name(), target.label()))?;
@@ -160,7 +183,7 @@ fn run_one(
         files: cfg.files,
     };
     let result = w.run(&ctx);
-    let locks = lockstat.then(engine::lockstat_table);
+    let locks = lockstat.then(engine::lockstat_snapshot);
     let finished = inst.finish();
     let phases = result.map_err(|e| format!("{} on {location}: {e}", w.name()))?;
     finished.map_err(|e| format!("{} on {location}: {e}", w.name()))?;
@@ -170,8 +193,42 @@ fn run_one(
     ))
 }
 
-/// Run the benchmark `cfg` describes: for every repetition, every thread count, the control
-/// loop and then every workload with every variant interleaved, each run on a fresh
+/// The thread counts of the header line: the given ones, or each workload's own.
+fn threads_text(cfg: &BenchConfig) -> String {
+    match &cfg.threads {
+        Some(t) => format!("{t:?}"),
+        None => {
+            let each: Vec<String> = cfg
+                .workloads
+                .iter()
+                .map(|w| format!("{w} {:?}", cfg.threads_for(w)))
+                .collect();
+            format!("({})", each.join(", "))
+        }
+    }
+}
+
+/// The engine variants and their commit intervals, for the header line.
+fn variants_text(targets: &[Target]) -> String {
+    let each: Vec<String> = targets
+        .iter()
+        .filter_map(|t| match t {
+            Target::Lanefs { variant, opts, .. } => {
+                Some(format!("{variant} (commit={:?})", opts.commit_interval))
+            }
+            Target::Path(_) => None,
+        })
+        .collect();
+    if each.is_empty() {
+        String::new()
+    } else {
+        format!(", variants {}", each.join(" "))
+    }
+}
+
+/// Run the benchmark `cfg` describes: for every repetition, every thread count of the sweep,
+/// the control loop and then every workload that runs at that count (see
+/// [`BenchConfig::threads_for`]) with every variant interleaved, each run on a fresh
 /// directory or freshly formatted image. Prints progress and the final table to `out`,
 /// writes `cfg.json` if set, and returns every record.
 pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String> {
@@ -195,10 +252,11 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
     let _lockstat_on = LockstatOn::new(lockstat);
     say!(
         out,
-        "lanefs bench on {label}: {} x threads {:?} x {} reps, {} s per timed run ({} s warm-up), \
+        "lanefs bench on {label}{}: {} x threads {} x {} reps, {} s per timed run ({} s warm-up), \
          {} files per thread, {cpus} CPUs",
+        variants_text(&targets),
         cfg.workloads.join("+"),
-        cfg.threads,
+        threads_text(cfg),
         cfg.reps,
         cfg.seconds,
         cfg.warmup,
@@ -206,7 +264,7 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
     )?;
     let mut records = Vec::new();
     for rep in 1..=cfg.reps {
-        for &threads in &cfg.threads {
+        for threads in cfg.sweep() {
             let oversubscribed = threads > cpus;
             let ctl = control::run(threads, warmup, duration)
                 .map_err(|e| format!("control loop at {threads} threads: {e}"))?;
@@ -222,6 +280,9 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
             progress(out, cfg.reps, &r)?;
             records.push(r);
             for &w in &chosen {
+                if !cfg.threads_for(w.name()).contains(&threads) {
+                    continue;
+                }
                 for target in &targets {
                     let o = Origin {
                         workload: w.name(),
@@ -233,13 +294,18 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
                         progress(out, cfg.reps, &r)?;
                         records.push(r);
                     }
-                    if let Some(table) = locks.filter(|_| rep == cfg.reps) {
+                    if let Some(stats) = locks {
+                        let run =
+                            format!("{} [{}] threads {threads}, rep {rep}", w.name(), o.variant);
                         say!(
                             out,
-                            "lock statistics: {} [{}] threads {threads}, rep {rep}\n{table}",
-                            w.name(),
-                            target.variant()
+                            "journal locks: {run}: {}",
+                            report::journal_lock_share(&stats)
                         )?;
+                        if rep == cfg.reps {
+                            let table = engine::lockstat_table(&stats);
+                            say!(out, "lock statistics: {run}\n{table}")?;
+                        }
                     }
                 }
             }

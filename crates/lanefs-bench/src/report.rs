@@ -2,15 +2,16 @@
 
 use crate::workloads::control;
 use comfy_table::{presets, CellAlignment, Table};
+use lanefs::sync::LockStat;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// One phase of one run: what ran where, and how fast.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// Workload name ("fallocate2", "mdtest", "control").
+    /// Workload name ("fallocate2", "mdtest", "fsync", "control").
     pub workload: String,
-    /// Timed phase ("fallocate", "create", "remove", "loop").
+    /// Timed phase ("fallocate", "create", "remove", "fsync", "loop").
     pub phase: String,
     /// "lanefs" or "path:<dir>".
     pub target: String,
@@ -30,6 +31,18 @@ pub struct Record {
     pub per_thread_ops_per_sec: Vec<f64>,
     /// More threads than the machine has CPUs.
     pub oversubscribed: bool,
+    /// Journal commits in the measured time (engine targets; `None` elsewhere).
+    #[serde(default)]
+    pub journal_commits: Option<u64>,
+    /// Bytes written to the journal's log in the measured time (log blocks x block size).
+    #[serde(default)]
+    pub journal_log_bytes: Option<u64>,
+    /// Journal commits per second of measured time.
+    #[serde(default)]
+    pub commits_per_s: Option<f64>,
+    /// Journal log bytes per operation.
+    #[serde(default)]
+    pub journal_bytes_per_op: Option<f64>,
 }
 
 /// Write `records` to `path` as a JSON array.
@@ -70,6 +83,11 @@ impl Group<'_> {
     }
     fn median(&self) -> f64 {
         summary(self.recs.iter().map(|r| r.ops_per_sec).collect()).0
+    }
+    /// Median of an optional field over the repetitions that have it.
+    fn median_of(&self, field: impl Fn(&Record) -> Option<f64>) -> Option<f64> {
+        let v: Vec<f64> = self.recs.iter().filter_map(|r| field(r)).collect();
+        (!v.is_empty()).then(|| summary(v).0)
     }
 }
 
@@ -148,11 +166,23 @@ fn fmt_eff(e: Option<f64>) -> String {
     e.map_or_else(|| "-".to_string(), |e| format!("{e:.2}"))
 }
 
+/// A rate or size that may be small (commits/s, bytes/op): one decimal below 100, "-" when
+/// the target has no journal counters.
+pub fn fmt_amount(v: Option<f64>) -> String {
+    match v {
+        None => "-".to_string(),
+        Some(v) if v.abs() < 100.0 => format!("{v:.1}"),
+        Some(v) => fmt_rate(v),
+    }
+}
+
 /// The terminal table: one row per workload, phase, variant and thread count, with the
-/// median ops/s over repetitions, min, max, median per-thread ops/s, scaling efficiency
-/// and the control loop's efficiency at the same thread count.
+/// median ops/s over repetitions, min, max, median per-thread ops/s, scaling efficiency,
+/// the control loop's efficiency at the same thread count, and (when some record has
+/// journal counters) the median journal commits/s and log bytes per operation.
 pub fn render_table(records: &[Record]) -> String {
     let groups = group(records);
+    let show_journal = records.iter().any(|r| r.commits_per_s.is_some());
     let mut targets: Vec<&str> = Vec::new();
     for g in &groups {
         if !targets.contains(&g.target) {
@@ -174,8 +204,11 @@ pub fn render_table(records: &[Record]) -> String {
         "reps",
         "efficiency",
         "control eff",
-        "note",
     ]);
+    if show_journal {
+        header.extend(["commits/s", "journal B/op"]);
+    }
+    header.push("note");
     let mut table = Table::new();
     table
         .load_style(presets::UTF8_FULL_CONDENSED)
@@ -209,12 +242,17 @@ pub fn render_table(records: &[Record]) -> String {
             g.recs.len().to_string(),
             fmt_eff(efficiency(&groups, g)),
             ctl,
-            if over { "oversubscribed" } else { "" }.to_string(),
         ]);
+        if show_journal {
+            row.push(fmt_amount(g.median_of(|r| r.commits_per_s)));
+            row.push(fmt_amount(g.median_of(|r| r.journal_bytes_per_op)));
+        }
+        row.push(if over { "oversubscribed" } else { "" }.to_string());
         table.add_row(row);
     }
     let first_num = if show_target { 4 } else { 3 };
-    for i in first_num..first_num + 8 {
+    let numeric = if show_journal { 10 } else { 8 };
+    for i in first_num..first_num + numeric {
         if let Some(col) = table.column_mut(i) {
             col.set_cell_alignment(CellAlignment::Right);
         }
@@ -231,7 +269,74 @@ pub fn render_table(records: &[Record]) -> String {
         "efficiency = ops/s at N threads / (N x ops/s at the fewest threads); \
          control eff = the same for a loop that shares no memory (the ceiling)\n",
     );
+    if show_journal {
+        out.push_str(
+            "commits/s = journal commits per second of measured time; \
+             journal B/op = bytes written to the journal's log per operation\n",
+        );
+    }
     out
+}
+
+/// Whether lock class `name` belongs to the journal: `journal*` or `tx_list`.
+pub fn is_journal_class(name: &str) -> bool {
+    name.starts_with("journal") || name == "tx_list"
+}
+
+/// The journal lock classes' share of one run's contention: contended acquisitions of the
+/// journal classes over all contended acquisitions, and the same for wait time. Lists the
+/// journal classes it counted, so a reader sees which ones the engine has.
+pub fn journal_lock_share(stats: &[LockStat]) -> String {
+    let total = |journal_only: bool, field: fn(&LockStat) -> u64| {
+        stats
+            .iter()
+            .filter(|s| !journal_only || is_journal_class(s.name))
+            .map(field)
+            .fold(0u64, u64::saturating_add)
+    };
+    let (contended, contended_all) = (total(true, |s| s.contended), total(false, |s| s.contended));
+    let (wait, wait_all) = (
+        total(true, |s| s.wait_total_ns),
+        total(false, |s| s.wait_total_ns),
+    );
+    let names: Vec<&str> = stats
+        .iter()
+        .map(|s| s.name)
+        .filter(|n| is_journal_class(n))
+        .collect();
+    format!(
+        "{contended} of {contended_all} contended acquisitions ({}), wait {} of {} ({}); \
+         journal classes: {}",
+        fmt_share(contended, contended_all),
+        fmt_wait(wait),
+        fmt_wait(wait_all),
+        fmt_share(wait, wait_all),
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(" ")
+        }
+    )
+}
+
+/// `part / whole` as a percentage, or "-" when `whole` is zero.
+fn fmt_share(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.1} %", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// A wait in nanoseconds, in the unit the lock statistics table uses for it.
+fn fmt_wait(ns: u64) -> String {
+    let f = ns as f64;
+    match ns {
+        0..=999 => format!("{ns} ns"),
+        1_000..=999_999 => format!("{:.2} us", f / 1e3),
+        1_000_000..=999_999_999 => format!("{:.2} ms", f / 1e6),
+        _ => format!("{:.2} s", f / 1e9),
+    }
 }
 
 #[cfg(test)]
@@ -251,6 +356,10 @@ mod tests {
             ops_per_sec,
             per_thread_ops_per_sec: vec![ops_per_sec / threads as f64; threads],
             oversubscribed: threads > 2,
+            journal_commits: None,
+            journal_log_bytes: None,
+            commits_per_s: None,
+            journal_bytes_per_op: None,
         }
     }
 
@@ -261,6 +370,51 @@ mod tests {
         assert_eq!(fmt_rate(1234.0), "1,234");
         assert_eq!(fmt_rate(1234567.0), "1,234,567");
         assert_eq!(fmt_rate(-1234.0), "-1,234");
+    }
+
+    fn stat(name: &'static str, contended: u64, wait_total_ns: u64) -> LockStat {
+        LockStat {
+            name,
+            acquisitions: contended * 2,
+            contended,
+            wait_total_ns,
+            wait_max_ns: wait_total_ns,
+        }
+    }
+
+    /// `journal*` and `tx_list` count as journal classes; `orphan` and the rest do not.
+    #[test]
+    fn journal_share_counts_journal_classes() {
+        let stats = [
+            stat("journal_commit", 30, 3_000_000),
+            stat("journal_state", 10, 1_000_000),
+            stat("tx_list", 10, 1_000_000),
+            stat("orphan", 25, 2_500_000),
+            stat("buffer", 25, 2_500_000),
+        ];
+        let line = journal_lock_share(&stats);
+        assert!(
+            line.starts_with("50 of 100 contended acquisitions (50.0 %)"),
+            "{line}"
+        );
+        assert!(line.contains("wait 5.00 ms of 10.00 ms (50.0 %)"), "{line}");
+        assert!(
+            line.ends_with("journal classes: journal_commit journal_state tx_list"),
+            "{line}"
+        );
+        let idle = journal_lock_share(&[stat("inode", 0, 0)]);
+        assert_eq!(
+            idle,
+            "0 of 0 contended acquisitions (-), wait 0 ns of 0 ns (-); journal classes: none"
+        );
+    }
+
+    #[test]
+    fn amounts_format_small_and_missing() {
+        assert_eq!(fmt_amount(None), "-");
+        assert_eq!(fmt_amount(Some(0.26)), "0.3");
+        assert_eq!(fmt_amount(Some(12.34)), "12.3");
+        assert_eq!(fmt_amount(Some(20480.0)), "20,480");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use lanefs::{BlockDevice, FallocMode, FileDevice, Fs, Ino, MountOptions, Owner, 
 use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -61,6 +62,25 @@ pub enum Handle {
     Ino(Ino),
 }
 
+/// Journal counters of a target, read by the timer at the edges of a measured phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalCounters {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Bytes written to the log (log blocks x block size).
+    pub log_bytes: u64,
+}
+
+impl JournalCounters {
+    /// What happened between `earlier` and `self`.
+    pub fn since(self, earlier: JournalCounters) -> JournalCounters {
+        JournalCounters {
+            commits: self.commits.saturating_sub(earlier.commits),
+            log_bytes: self.log_bytes.saturating_sub(earlier.log_bytes),
+        }
+    }
+}
+
 /// The operations the workloads need, with errors as strings that say what failed.
 pub trait Backend: Send + Sync {
     /// Label for records: "lanefs" or "path:<dir>".
@@ -81,6 +101,14 @@ pub trait Backend: Send + Sync {
     fn fallocate(&self, h: &Handle, off: u64, len: u64) -> Result<(), String>;
     /// Set the file size to `size` (truncate).
     fn truncate(&self, h: &Handle, size: u64) -> Result<(), String>;
+    /// Write all of `data` at `off`.
+    fn write(&self, h: &Handle, off: u64, data: &[u8]) -> Result<(), String>;
+    /// Make the file durable: fsync, or fdatasync when `datasync`.
+    fn fsync(&self, h: &Handle, datasync: bool) -> Result<(), String>;
+    /// The journal's counters since mount, where the target exposes them (the engine).
+    fn journal(&self) -> Option<JournalCounters> {
+        None
+    }
 }
 
 /// Real syscalls under one directory.
@@ -199,6 +227,19 @@ impl Backend for PathBackend {
             .set_len(size)
             .map_err(|e| format!("ftruncate to {size}: {e}"))
     }
+    fn write(&self, h: &Handle, off: u64, data: &[u8]) -> Result<(), String> {
+        self.fd(h)?
+            .write_all_at(data, off)
+            .map_err(|e| format!("write {} bytes at {off}: {e}", data.len()))
+    }
+    fn fsync(&self, h: &Handle, datasync: bool) -> Result<(), String> {
+        let f = self.fd(h)?;
+        if datasync {
+            f.sync_data().map_err(|e| format!("fdatasync: {e}"))
+        } else {
+            f.sync_all().map_err(|e| format!("fsync: {e}"))
+        }
+    }
 }
 
 /// The engine in-process.
@@ -206,6 +247,8 @@ pub struct LanefsBackend {
     fs: Arc<Fs>,
     image: PathBuf,
     base: Dir,
+    /// File-system block size, which is also the journal's.
+    block_size: u64,
 }
 
 impl LanefsBackend {
@@ -282,6 +325,33 @@ impl Backend for LanefsBackend {
             .map(|_| ())
             .map_err(|e| format!("truncate inode {ino} to {size}: {e}"))
     }
+    fn write(&self, h: &Handle, off: u64, data: &[u8]) -> Result<(), String> {
+        let ino = self.file_ino(h)?;
+        let n = self
+            .fs
+            .write(ino, off, data)
+            .map_err(|e| format!("write {} bytes at {off} of inode {ino}: {e}", data.len()))?;
+        if n != data.len() {
+            return Err(format!(
+                "short write of inode {ino} at {off}: {n} of {} bytes",
+                data.len()
+            ));
+        }
+        Ok(())
+    }
+    fn fsync(&self, h: &Handle, datasync: bool) -> Result<(), String> {
+        let ino = self.file_ino(h)?;
+        self.fs
+            .fsync(ino, datasync)
+            .map_err(|e| format!("fsync inode {ino}: {e}"))
+    }
+    fn journal(&self) -> Option<JournalCounters> {
+        let s = self.fs.journal_stats();
+        Some(JournalCounters {
+            commits: s.commits,
+            log_bytes: s.log_blocks.saturating_mul(self.block_size),
+        })
+    }
 }
 
 /// One run's target: a directory, or the engine with one variant's mount options.
@@ -351,11 +421,12 @@ impl Target {
                     }
                 };
                 match mount_fresh(&image, *size, opts) {
-                    Ok(fs) => {
+                    Ok((fs, block_size)) => {
                         let backend = LanefsBackend {
                             fs,
                             image,
                             base: Dir::Ino(lanefs::ROOT_INO),
+                            block_size,
                         };
                         Ok(Instance::Lanefs { backend, _tmp: tmp })
                     }
@@ -369,13 +440,23 @@ impl Target {
     }
 }
 
-/// Create a sparse image, format it and mount it.
-fn mount_fresh(image: &Path, size: u64, opts: &MountOptions) -> Result<Arc<Fs>, String> {
+/// Create a sparse image, format it (default mkfs: with a journal) and mount it; returns the
+/// mount and its block size.
+fn mount_fresh(image: &Path, size: u64, opts: &MountOptions) -> Result<(Arc<Fs>, u64), String> {
     let dev = FileDevice::create(image, size)
         .map_err(|e| format!("creating image {}: {e}", image.display()))?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
     engine::format_image(&*dev).map_err(|e| format!("mkfs on {}: {e}", image.display()))?;
-    Fs::mount(dev, opts.clone()).map_err(|e| format!("mounting {}: {e}", image.display()))
+    let fs =
+        Fs::mount(dev, opts.clone()).map_err(|e| format!("mounting {}: {e}", image.display()))?;
+    let block_size = match fs.statfs() {
+        Ok(st) => u64::from(st.block_size),
+        Err(e) => {
+            let _ = fs.unmount();
+            return Err(format!("statfs of {}: {e}", image.display()));
+        }
+    };
+    Ok((fs, block_size))
 }
 
 /// A prepared run: the backend plus what `finish` must clean up.

@@ -1,6 +1,8 @@
 //! Running N threads together: duration-timed loops (will-it-scale style) and phase-timed
-//! runs (mdtest style). The caller's thread is the timer and never does work.
+//! runs (mdtest style). The caller's thread is the timer and never does work; it also reads
+//! the target's journal counters (the probe) where each measured phase starts and ends.
 
+use crate::target::{Backend, JournalCounters};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::{Scope, ScopedJoinHandle};
@@ -17,6 +19,8 @@ pub struct PhaseResult {
     pub seconds: f64,
     /// Each thread's operations per second.
     pub per_thread_ops_per_sec: Vec<f64>,
+    /// The target's journal activity during the measured time (engine targets only).
+    pub journal: Option<JournalCounters>,
 }
 
 impl PhaseResult {
@@ -28,6 +32,34 @@ impl PhaseResult {
             0.0
         }
     }
+}
+
+/// The target whose journal counters the timer reads, or `None` (path targets, control).
+pub type Probe<'a> = Option<&'a dyn Backend>;
+
+fn sample(probe: Probe<'_>) -> Option<JournalCounters> {
+    probe.and_then(|b| b.journal())
+}
+
+/// The journal activity between two samples.
+fn journal_delta(
+    before: Option<JournalCounters>,
+    after: Option<JournalCounters>,
+) -> Option<JournalCounters> {
+    Some(after?.since(before?))
+}
+
+/// The shape of a duration-timed run (see [`timed_loop`]).
+#[derive(Clone, Copy)]
+pub struct Timed<'a> {
+    /// Worker threads.
+    pub threads: usize,
+    /// Time the loop runs before measuring starts.
+    pub warmup: Duration,
+    /// Measured time.
+    pub duration: Duration,
+    /// Read at the start and the end of the measured time.
+    pub probe: Probe<'a>,
 }
 
 /// Why a worker thread stopped early.
@@ -215,14 +247,12 @@ fn join_all<T>(handles: Vec<ScopedJoinHandle<'_, Result<T, Stop>>>) -> Result<Ve
     }
 }
 
-/// Run `op` in a loop on `threads` threads for `warmup + duration` and count calls made in
-/// the measured `duration`. `setup(i)` makes thread i's state before the start line and
-/// `teardown` disposes of it after the loop.
+/// Run `op` in a loop on `t.threads` threads for `t.warmup + t.duration` and count calls
+/// made in the measured `t.duration`. `setup(i)` makes thread i's state before the start
+/// line and `teardown` disposes of it after the loop.
 pub fn timed_loop<S, Setup, Op, Teardown>(
     phase: &'static str,
-    threads: usize,
-    warmup: Duration,
-    duration: Duration,
+    t: Timed<'_>,
     setup: Setup,
     op: Op,
     teardown: Teardown,
@@ -232,6 +262,12 @@ where
     Op: Fn(&mut S) -> Result<(), String> + Sync,
     Teardown: Fn(S) -> Result<(), String> + Sync,
 {
+    let Timed {
+        threads,
+        warmup,
+        duration,
+        probe,
+    } = t;
     let crew = Crew::new(threads);
     let counters: Vec<Counter> = (0..threads).map(|_| Counter::default()).collect();
     let body = |i: usize| -> Result<(), Stop> {
@@ -262,15 +298,16 @@ where
         };
         let mut measured = None;
         if crew.gate.wait() && crew.sleep(warmup) {
-            let (c0, t0) = (snapshot(), Instant::now());
+            let (c0, j0, t0) = (snapshot(), sample(probe), Instant::now());
             if crew.sleep(duration) {
-                let (t1, c1) = (Instant::now(), snapshot());
-                measured = Some((c0, c1, (t1 - t0).as_secs_f64()));
+                let (t1, c1, j1) = (Instant::now(), snapshot(), sample(probe));
+                let journal = journal_delta(j0, j1);
+                measured = Some((c0, c1, (t1 - t0).as_secs_f64(), journal));
             }
         }
         crew.stop.store(true, Relaxed);
         join_all(handles)?;
-        let Some((c0, c1, secs)) = measured else {
+        let Some((c0, c1, secs, journal)) = measured else {
             return Err("run aborted".to_string());
         };
         let per: Vec<u64> = c1
@@ -283,17 +320,20 @@ where
             ops: per.iter().sum(),
             seconds: secs,
             per_thread_ops_per_sec: per.iter().map(|&n| n as f64 / secs).collect(),
+            journal,
         })
     })
 }
 
 /// Run `phases` one after the other on `threads` threads; all threads start each phase
 /// together and the phase lasts until the last one finishes. `work(state, p)` does thread
-/// i's share of phase `p` and returns how many operations it did.
+/// i's share of phase `p` and returns how many operations it did. `probe` is read just
+/// before each phase starts and just after it ends.
 pub fn phased<S, Setup, Work, Teardown>(
     name: &'static str,
     phases: &[&'static str],
     threads: usize,
+    probe: Probe<'_>,
     setup: Setup,
     work: Work,
     teardown: Teardown,
@@ -309,6 +349,11 @@ where
     // wake-up of the timer thread never shortens it.
     let body = |i: usize| -> Result<Vec<(u64, Instant, Instant)>, Stop> {
         let mut st = setup(i).map_err(|e| crew.fail(e))?;
+        // Everyone is set up: the probe before the first phase sees no setup in flight.
+        if !crew.gate.wait() {
+            let _ = teardown(st);
+            return Err(Stop::Aborted);
+        }
         let mut done = Vec::with_capacity(phases.len());
         for p in 0..phases.len() {
             if !crew.gate.wait() {
@@ -328,16 +373,32 @@ where
                 return Err(Stop::Aborted);
             }
         }
+        // The timer reads the probe after the last phase before letting teardown start.
+        if !crew.gate.wait() {
+            let _ = teardown(st);
+            return Err(Stop::Aborted);
+        }
         teardown(st).map_err(|e| crew.fail(e))?;
         Ok(done)
     };
     std::thread::scope(|scope| {
         let handles = spawn_all(scope, &crew, threads, name, &body)?;
-        // The timer only keeps step with the workers, twice per phase.
-        for _ in 0..2 * phases.len() {
-            if !crew.gate.wait() {
+        // The timer only keeps step with the workers: once after setup, twice per phase,
+        // once before teardown. Between the gate before a phase and the gate after the next
+        // step the workers do nothing but that phase, so the probe read just before a
+        // phase's first gate and just after its second sees that phase alone.
+        let mut journal = Vec::with_capacity(phases.len());
+        let mut ok = crew.gate.wait();
+        for _ in phases {
+            if !ok {
                 break;
             }
+            let before = sample(probe);
+            ok = crew.gate.wait() && crew.gate.wait();
+            journal.push(journal_delta(before, sample(probe)));
+        }
+        if ok {
+            crew.gate.wait();
         }
         let per_thread = join_all(handles)?;
         let mut results = Vec::with_capacity(phases.len());
@@ -360,6 +421,7 @@ where
                     .iter()
                     .map(|r| rate(r.0, (r.2 - r.1).as_secs_f64()))
                     .collect(),
+                journal: journal.get(p).copied().flatten(),
             });
         }
         Ok(results)
@@ -377,15 +439,100 @@ fn rate(ops: u64, secs: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::target::{Dir, Handle, Name};
+
+    /// A backend with nothing but journal counters, which the test's threads bump.
+    struct Counting {
+        base: Dir,
+        commits: AtomicU64,
+    }
+
+    impl Backend for Counting {
+        fn label(&self) -> String {
+            "counting".to_string()
+        }
+        fn location(&self) -> String {
+            self.label()
+        }
+        fn base(&self) -> &Dir {
+            &self.base
+        }
+        fn mkdir(&self, _: &Dir, _: &Name) -> Result<Dir, String> {
+            Err("unsupported".to_string())
+        }
+        fn create(&self, _: &Dir, _: &Name) -> Result<Handle, String> {
+            Err("unsupported".to_string())
+        }
+        fn close(&self, _: Handle) -> Result<(), String> {
+            Err("unsupported".to_string())
+        }
+        fn unlink(&self, _: &Dir, _: &Name) -> Result<(), String> {
+            Err("unsupported".to_string())
+        }
+        fn fallocate(&self, _: &Handle, _: u64, _: u64) -> Result<(), String> {
+            Err("unsupported".to_string())
+        }
+        fn truncate(&self, _: &Handle, _: u64) -> Result<(), String> {
+            Err("unsupported".to_string())
+        }
+        fn write(&self, _: &Handle, _: u64, _: &[u8]) -> Result<(), String> {
+            Err("unsupported".to_string())
+        }
+        fn fsync(&self, _: &Handle, _: bool) -> Result<(), String> {
+            Err("unsupported".to_string())
+        }
+        fn journal(&self) -> Option<JournalCounters> {
+            Some(JournalCounters {
+                commits: self.commits.load(Relaxed),
+                log_bytes: 0,
+            })
+        }
+    }
+
+    /// The probe of a phased run sees each phase's own work: not setup, not teardown, not
+    /// the other phase.
+    #[test]
+    fn phased_probe_sees_each_phase_alone() {
+        let b = Counting {
+            base: Dir::Ino(2),
+            commits: AtomicU64::new(0),
+        };
+        let bump = |n: u64| b.commits.fetch_add(n, Relaxed);
+        let r = phased(
+            "x",
+            &["a", "b"],
+            3,
+            Some(&b),
+            |_| {
+                bump(1000);
+                Ok(())
+            },
+            |_, p| {
+                bump(if p == 0 { 1 } else { 10 });
+                Ok(1)
+            },
+            |_| {
+                bump(100_000);
+                Ok(())
+            },
+        )
+        .expect("phased run");
+        let commits: Vec<Option<u64>> = r.iter().map(|p| p.journal.map(|j| j.commits)).collect();
+        assert_eq!(commits, [Some(3), Some(30)]);
+    }
 
     /// A failing setup must not leave the other threads or the timer waiting.
     #[test]
     fn failing_setup_aborts_cleanly() {
+        let t = Timed {
+            threads: 3,
+            warmup: Duration::ZERO,
+            duration: Duration::from_millis(50),
+            probe: None,
+        };
         let r = timed_loop(
             "x",
-            3,
-            Duration::ZERO,
-            Duration::from_millis(50),
+            t,
             |i| {
                 if i == 1 {
                     Err("boom".to_string())
@@ -406,6 +553,7 @@ mod tests {
             "x",
             &["a", "b"],
             2,
+            None,
             Ok,
             |i, p| {
                 if *i == 0 && p == 1 {
@@ -426,6 +574,7 @@ mod tests {
             "x",
             &["a"],
             2,
+            None,
             Ok,
             |_: &mut usize, _| -> Result<u64, String> { panic!("kaboom") },
             |_| Ok(()),
@@ -441,6 +590,7 @@ mod tests {
             "x",
             &["a", "b"],
             3,
+            None,
             Ok,
             |_, p| Ok(10 + p as u64),
             |_| Ok(()),

@@ -7,7 +7,7 @@ use lanefs_bench::{render_table, run, BenchConfig, Record, TargetSpec};
 fn tiny(target: TargetSpec) -> BenchConfig {
     BenchConfig {
         workloads: vec!["fallocate2".into(), "mdtest".into()],
-        threads: vec![1, 2],
+        threads: Some(vec![1, 2]),
         reps: 1,
         seconds: 0.2,
         warmup: 0.05,
@@ -88,6 +88,15 @@ fn path_target_runs_both_workloads() {
         assert!(r["threads"].as_u64().is_some_and(|t| t >= 1), "{r}");
         assert!(r["ops_per_sec"].as_f64().is_some_and(|v| v > 0.0), "{r}");
         assert!(r["oversubscribed"].is_boolean(), "{r}");
+        // A path target has no journal counters: the fields are there, as null.
+        for field in [
+            "journal_commits",
+            "journal_log_bytes",
+            "commits_per_s",
+            "journal_bytes_per_op",
+        ] {
+            assert!(r.get(field).is_some_and(|v| v.is_null()), "{field} in {r}");
+        }
         let per = r["per_thread_ops_per_sec"]
             .as_array()
             .expect("per-thread array");
@@ -117,6 +126,10 @@ fn path_target_runs_both_workloads() {
     ] {
         assert!(table.contains(word), "{word} missing in\n{table}");
     }
+    assert!(
+        !table.contains("commits/s"),
+        "no journal columns for a path:\n{table}"
+    );
     let printed = String::from_utf8(out).expect("utf-8 output");
     assert!(printed.contains(&table), "table not printed:\n{printed}");
     assert!(printed.contains("rep 1/1"), "{printed}");
@@ -137,14 +150,14 @@ fn bad_config_is_an_error() {
         ),
         (
             BenchConfig {
-                threads: vec![1, 0],
+                threads: Some(vec![1, 0]),
                 ..ok.clone()
             },
             "thread count 0",
         ),
         (
             BenchConfig {
-                threads: vec![],
+                threads: Some(vec![]),
                 ..ok.clone()
             },
             "thread count",
@@ -208,8 +221,37 @@ fn lanefs_target_runs_both_workloads() {
     let mut out = Vec::new();
     let records = run(&cfg, &mut out).expect("bench run");
     check_records(&records, "lanefs", "default");
+    // Every engine record carries journal counters of its measured time (zero until the
+    // journal writes a log); the control loop has none.
+    for r in &records {
+        let engine = r.workload != "control";
+        assert_eq!(r.journal_commits.is_some(), engine, "{r:?}");
+        assert_eq!(r.journal_log_bytes.is_some(), engine, "{r:?}");
+        assert_eq!(r.commits_per_s.is_some(), engine, "{r:?}");
+        assert_eq!(r.journal_bytes_per_op.is_some(), engine, "{r:?}");
+    }
     let printed = String::from_utf8(out).expect("utf-8 output");
     assert!(printed.contains("lock statistics"), "{printed}");
+    assert!(printed.contains("journal_state"), "{printed}");
+    // One journal share line per engine run: 2 workloads x 2 thread counts.
+    assert_eq!(printed.matches("journal locks: ").count(), 4, "{printed}");
+    let table = render_table(&records);
+    assert!(table.contains("commits/s"), "{table}");
+    assert!(table.contains("journal B/op"), "{table}");
+}
+
+/// The default variant mounts like `mount -t ext4` with no options: journal on, commit=5.
+#[test]
+fn default_variant_mounts_with_default_options() {
+    let cfg = BenchConfig::default();
+    assert_eq!(cfg.variants.len(), 1);
+    let v = &cfg.variants[0];
+    assert_eq!(v.name, "default");
+    assert_eq!(v.opts, lanefs::MountOptions::default());
+    assert!(!v.opts.read_only);
+    assert_eq!(v.opts.commit_interval, std::time::Duration::from_secs(5));
+    assert_eq!(cfg.threads, None);
+    assert!(cfg.workloads.iter().any(|w| w == "fsync"), "{cfg:?}");
 }
 
 /// Two variants interleave: every (workload, threads) runs once per variant.
@@ -221,7 +263,7 @@ fn lanefs_variants_interleave() {
     ];
     let cfg = BenchConfig {
         workloads: vec!["fallocate2".into()],
-        threads: vec![1],
+        threads: Some(vec![1]),
         variants,
         ..tiny(TargetSpec::default())
     };

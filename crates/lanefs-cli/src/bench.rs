@@ -16,11 +16,8 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
     } else {
         args.workloads.clone()
     };
-    let threads = if args.threads.is_empty() {
-        defaults.threads.clone()
-    } else {
-        args.threads.clone()
-    };
+    // Without --threads each workload sweeps its own counts (fsync goes to 8).
+    let threads = (!args.threads.is_empty()).then(|| args.threads.clone());
     Ok(BenchConfig {
         workloads,
         threads,

@@ -160,7 +160,7 @@ pub struct CpArgs {
 pub struct BenchArgs {
     /// Workloads to run (all when none is named).
     pub workloads: Vec<String>,
-    /// Thread counts to sweep, e.g. 1,2,4.
+    /// Thread counts to sweep, e.g. 1,2,4 (default: each workload's own, 1,2,4; fsync 1,2,4,8).
     #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
     /// Repetitions of the whole sweep.

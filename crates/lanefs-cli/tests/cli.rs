@@ -620,6 +620,35 @@ fn bench_runs_a_small_sweep() {
     assert!(json.exists());
 }
 
+#[test]
+fn bench_fsync_shows_journal_columns() {
+    let dir = tempdir();
+    let image = dir.path().join("bench.img");
+    let args = [
+        "bench",
+        "fsync",
+        "--threads",
+        "1",
+        "--reps",
+        "1",
+        "--seconds",
+        "0.1",
+        "--warmup",
+        "0",
+        "--size",
+        "64M",
+        "--lockstat",
+        "--image",
+    ];
+    let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    args.push(s(&image));
+    let out = ok(lanefs(&args));
+    let text = stdout(&out);
+    for word in ["fsync", "commits/s", "journal B/op", "journal locks: fsync"] {
+        assert!(text.contains(word), "{word} missing in\n{text}");
+    }
+}
+
 /// A loop mount of an image, unmounted on drop (also when a test panics).
 struct LoopMount(PathBuf);
 

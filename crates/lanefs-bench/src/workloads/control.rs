@@ -1,7 +1,7 @@
 //! The control loop: arithmetic that touches no shared memory, timed like a workload at the
 //! same thread counts. Its scaling efficiency is the ceiling of the machine in that run.
 
-use crate::timing::{timed_loop, PhaseResult};
+use crate::timing::{timed_loop, PhaseResult, Timed};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -14,11 +14,15 @@ const STEPS: u32 = 4096;
 
 /// Run the control loop on `threads` threads.
 pub fn run(threads: usize, warmup: Duration, duration: Duration) -> Result<PhaseResult, String> {
-    timed_loop(
-        PHASE,
+    let t = Timed {
         threads,
         warmup,
         duration,
+        probe: None,
+    };
+    timed_loop(
+        PHASE,
+        t,
         // Distinct odd seeds per thread; xorshift never reaches zero from a non-zero seed.
         |i| Ok(0x9E37_79B9_7F4A_7C15u64 ^ ((i as u64) << 1 | 1)),
         |x: &mut u64| {

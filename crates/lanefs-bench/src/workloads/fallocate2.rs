@@ -60,15 +60,7 @@ impl Workload for Fallocate2 {
                 None => Ok(()),
             }
         };
-        let r = timed_loop(
-            "fallocate",
-            ctx.threads,
-            ctx.warmup,
-            ctx.duration,
-            setup,
-            op,
-            teardown,
-        )?;
+        let r = timed_loop("fallocate", ctx.timed(), setup, op, teardown)?;
         Ok(vec![r])
     }
 }

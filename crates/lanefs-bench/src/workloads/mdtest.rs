@@ -42,6 +42,9 @@ impl Workload for Mdtest {
             }
             Ok(s.names.len() as u64)
         };
-        phased("mdtest", &PHASES, ctx.threads, setup, work, |_| Ok(()))
+        let probe = Some(ctx.backend);
+        phased("mdtest", &PHASES, ctx.threads, probe, setup, work, |_| {
+            Ok(())
+        })
     }
 }

@@ -26,6 +26,7 @@
 //! A failed write or flush aborts the journal: every later commit fails, the mount is
 //! read-only (through the device's error latch), and what was committed stays.
 
+pub mod gate;
 mod log;
 mod recovery;
 
@@ -47,8 +48,7 @@ const LISTS: usize = 16;
 /// One transaction: the running one collects handles' changes; commit writes it.
 pub struct Transaction {
     tid: u64,
-    updates: AtomicUsize,
-    locked: AtomicBool,
+    gate: gate::TxGate,
     lists: Vec<Mutex<Vec<Arc<Buf>>>>,
     nbufs: AtomicUsize,
     revoked: Mutex<Vec<u64>>,
@@ -59,8 +59,7 @@ impl Transaction {
     fn new(tid: u64) -> Transaction {
         Transaction {
             tid,
-            updates: AtomicUsize::new(0),
-            locked: AtomicBool::new(false),
+            gate: gate::TxGate::new(),
             lists: (0..LISTS)
                 .map(|_| Mutex::new(&TX_LIST, Vec::new()))
                 .collect(),
@@ -192,11 +191,14 @@ impl Journal {
                 let _ = self.commit_upto(t.tid);
                 continue;
             }
-            t.updates.fetch_add(1, Ordering::SeqCst);
-            if !t.locked.load(Ordering::SeqCst) {
-                return Handle { j: self, t };
+            match t.gate.join() {
+                gate::Join::Joined => return Handle { j: self, t },
+                gate::Join::Refused { wake } => {
+                    if wake {
+                        self.wake();
+                    }
+                }
             }
-            self.leave(&t);
             let mut g = self.gate.lock();
             while self.running.read().tid == t.tid {
                 self.gate_cv
@@ -206,10 +208,14 @@ impl Journal {
     }
 
     fn leave(&self, t: &Transaction) {
-        if t.updates.fetch_sub(1, Ordering::SeqCst) == 1 && t.locked.load(Ordering::SeqCst) {
-            let _g = self.gate.lock();
-            self.gate_cv.notify_all();
+        if t.gate.leave() {
+            self.wake();
         }
+    }
+
+    fn wake(&self) {
+        let _g = self.gate.lock();
+        self.gate_cv.notify_all();
     }
 
     /// The running transaction's id.
@@ -275,10 +281,10 @@ impl Journal {
     fn commit_locked(&self, cs: &mut CommitState) -> Result<()> {
         let t = self.running.read().clone();
         // 1. Lock T and wait for its handles.
-        t.locked.store(true, Ordering::SeqCst);
+        t.gate.lock();
         {
             let mut g = self.gate.lock();
-            while t.updates.load(Ordering::SeqCst) != 0 {
+            while !t.gate.drained() {
                 self.gate_cv
                     .wait_for(&mut g, std::time::Duration::from_millis(10));
             }
@@ -297,10 +303,7 @@ impl Journal {
         let mut revoked = std::mem::take(&mut *t.revoked.lock());
         let ordered = std::mem::take(&mut *t.ordered.lock());
         *self.running.write() = Arc::new(Transaction::new(t.tid + 1));
-        {
-            let _g = self.gate.lock();
-            self.gate_cv.notify_all();
-        }
+        self.wake();
         // 3. Ordered data, then the log.
         for i in &ordered {
             i.pages.lock().write_back(&*self.dev, self.bs)?;
