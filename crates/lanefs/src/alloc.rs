@@ -79,6 +79,11 @@ struct GroupState {
     busy_blocks: Vec<(u32, u32, u64)>,
     /// Inode bits freed by transactions not yet committed: (bit, transaction).
     busy_inodes: Vec<(u32, u64)>,
+    /// While `busy_blocks` is non-empty: the block bitmap with the busy blocks still set,
+    /// which is what allocation searches (kept in step with the bitmap, no copy per search).
+    block_view: Option<Box<[u8]>>,
+    /// The same for inodes.
+    inode_view: Option<Box<[u8]>>,
 }
 
 /// One allocation group.
@@ -141,6 +146,8 @@ impl Allocator {
                         d,
                         busy_blocks: Vec::new(),
                         busy_inodes: Vec::new(),
+                        block_view: None,
+                        inode_view: None,
                     },
                 ),
                 has_busy: std::sync::atomic::AtomicBool::new(false),
@@ -179,9 +186,28 @@ impl Allocator {
             if !g.has_busy.load(Ordering::Acquire) {
                 continue;
             }
-            let mut st = g.desc.lock();
+            let mut guard = g.desc.lock();
+            let st = &mut *guard;
+            if let Some(view) = st.block_view.as_mut() {
+                for &(o, n, _) in st.busy_blocks.iter().filter(|b| b.2 <= tid) {
+                    for b in o..o + n {
+                        clear_bit(view, b as usize);
+                    }
+                }
+            }
+            if let Some(view) = st.inode_view.as_mut() {
+                for &(bit, _) in st.busy_inodes.iter().filter(|b| b.1 <= tid) {
+                    clear_bit(view, bit as usize);
+                }
+            }
             st.busy_blocks.retain(|b| b.2 > tid);
             st.busy_inodes.retain(|b| b.1 > tid);
+            if st.busy_blocks.is_empty() {
+                st.block_view = None;
+            }
+            if st.busy_inodes.is_empty() {
+                st.inode_view = None;
+            }
             if st.busy_blocks.is_empty() && st.busy_inodes.is_empty() {
                 g.has_busy.store(false, Ordering::Release);
             }
@@ -329,23 +355,19 @@ impl Allocator {
             if d.flags() & BG_BLOCK_UNINIT != 0 {
                 self.init_block_bitmap(g, &mut map);
             }
-            let run = if gs.busy_blocks.is_empty() {
-                find_run(&map, start as usize, len, want as usize)
-            } else {
-                // Search a copy with the not-yet-committed frees still marked used.
-                let mut view = map.to_vec();
-                for &(o, n, _) in &gs.busy_blocks {
-                    for b in o..o + n {
-                        set_bit(&mut view, b as usize);
-                    }
-                }
-                find_run(&view, start as usize, len, want as usize)
-            };
+            // Frees not yet committed stay set in the view, so they are not handed out.
+            let search: &[u8] = gs.block_view.as_deref().unwrap_or(&map);
+            let run = find_run(search, start as usize, len, want as usize);
             let Some((s, l)) = run else {
                 return Ok(None);
             };
             for b in s..s + l {
                 set_bit(&mut map, b);
+            }
+            if let Some(view) = gs.block_view.as_mut() {
+                for b in s..s + l {
+                    set_bit(view, b);
+                }
             }
             self.set_block_csum(d, &map);
             (s, l)
@@ -412,6 +434,9 @@ impl Allocator {
             if d.flags() & BG_BLOCK_UNINIT != 0 {
                 self.init_block_bitmap(g, &mut map);
                 d.set_flags(d.flags() & !BG_BLOCK_UNINIT);
+            }
+            if gs.block_view.is_none() {
+                gs.block_view = Some(map.to_vec().into_boxed_slice());
             }
             for i in off..off + n {
                 if test_bit(&map, i) {
@@ -511,17 +536,14 @@ impl Allocator {
             } else {
                 0
             };
-            let mut from = from;
-            let bit = loop {
-                let Some(bit) = find_zero(&map, from, ipg) else {
-                    return Ok(None);
-                };
-                // Skip inodes freed by a transaction that has not committed yet.
-                if !gs.busy_inodes.iter().any(|b| b.0 as usize == bit) {
-                    break bit;
-                }
-                from = bit + 1;
+            // Inodes freed by a transaction not yet committed stay set in the view.
+            let search: &[u8] = gs.inode_view.as_deref().unwrap_or(&map);
+            let Some(bit) = find_zero(search, from, ipg) else {
+                return Ok(None);
             };
+            if let Some(view) = gs.inode_view.as_mut() {
+                set_bit(view, bit);
+            }
             set_bit(&mut map, bit);
             self.set_inode_csum(d, &map);
             bit
@@ -562,6 +584,9 @@ impl Allocator {
                     grp.inode_bitmap,
                     format!("inode {ino} already free"),
                 ));
+            }
+            if gs.inode_view.is_none() {
+                gs.inode_view = Some(map.to_vec().into_boxed_slice());
             }
             clear_bit(&mut map, bit);
             self.set_inode_csum(d, &map);
