@@ -455,10 +455,11 @@ impl Fs {
             // Not cached: nothing dirty in memory, but its last change may be uncommitted.
             None => self.journal.running_tid(),
         };
-        if tid > self.journal.committed_tid() {
-            self.journal.commit_upto(tid)?;
+        // Our own commit flushes after our page writes; a commit made by another thread
+        // may have flushed before them.
+        if tid > self.journal.committed_tid() && self.journal.commit_upto(tid)? {
+            return Ok(());
         }
-        // The commit (ours or another's) may have flushed before our data writes.
         self.dev.flush()
     }
 

@@ -246,26 +246,28 @@ impl Journal {
 
     /// Make transaction `tid` (and everything before it) durable. Concurrent callers
     /// share one commit (group commit): whoever gets the commit lock first commits the
-    /// running transaction, the others find it done.
-    pub fn commit_upto(&self, tid: u64) -> Result<()> {
+    /// running transaction, the others find it done. Returns whether this call committed
+    /// (so every write the caller made before calling is behind its flushes).
+    pub fn commit_upto(&self, tid: u64) -> Result<bool> {
         if self.committed_tid() >= tid {
-            return self.check_aborted();
+            self.check_aborted()?;
+            return Ok(false);
         }
         let mut cs = self.commit.lock();
         self.check_aborted()?;
         if self.committed_tid() >= tid {
-            return Ok(());
+            return Ok(false);
         }
         let r = self.commit_locked(&mut cs);
         if r.is_err() {
             self.aborted.store(true, Ordering::Release);
         }
-        r
+        r.map(|()| true)
     }
 
     /// Commit the running transaction.
     pub fn commit_running(&self) -> Result<()> {
-        self.commit_upto(self.running_tid())
+        self.commit_upto(self.running_tid()).map(|_| ())
     }
 
     fn check_aborted(&self) -> Result<()> {
@@ -314,7 +316,8 @@ impl Journal {
         if cs.log.is_some() {
             if !snaps.is_empty() || !revoked.is_empty() {
                 self.write_log(cs, t.tid, &snaps, &revoked)?;
-            } else if !ordered.is_empty() {
+            } else {
+                // Nothing to log, but a caller (fsync) counts on a flush after its writes.
                 self.dev.flush()?;
             }
         }

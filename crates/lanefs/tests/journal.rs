@@ -1,0 +1,330 @@
+//! Goal: the journal's own promises, each checked on the image a crash would leave.
+//! - a block changed many times in one transaction is logged once;
+//! - the log wraps and checkpoints, and what it holds replays;
+//! - blocks freed in a transaction are not reused before it commits, and ENOSPC first
+//!   commits so that pending frees count;
+//! - a freed metadata block reused for data is revoked: replay never writes its old copy
+//!   over the new data;
+//! - a failing device aborts the journal, turns the mount read-only, and what was
+//!   committed before stays.
+//!
+//! Method: images from `mkfs.ext4` on a memory device; a "crash" is the device's bytes
+//! taken while the file system is still mounted (every write so far, nothing after), then
+//! mounted again (replay), checked against what was acknowledged, and judged by
+//! `e2fsck -fn` after a clean unmount.
+
+mod common;
+
+use lanefs::{BlockDevice, Error, FallocMode, Fs, Ino, MemDevice, MountOptions, Owner, SetAttr};
+use lanefs::{Result, ROOT_INO};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const O: Owner = Owner { uid: 0, gid: 0 };
+
+fn opts() -> MountOptions {
+    MountOptions {
+        commit_interval: Duration::ZERO,
+        ..MountOptions::default()
+    }
+}
+
+/// A fresh image's bytes, or None (skipped) without mkfs.ext4.
+fn image(test: &str, size: u64, extra: &[&str]) -> Option<(tempfile::TempDir, Vec<u8>)> {
+    if !common::require_tools(test, &["mkfs.ext4", "e2fsck"]) {
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = common::mkfs_image_args(dir.path(), "img", size, extra);
+    let bytes = std::fs::read(&p).expect("read image");
+    Some((dir, bytes))
+}
+
+/// Mount a crash image (replaying it), run `check`, unmount, and require e2fsck -fn clean.
+fn replay_and_check(dir: &Path, name: &str, bytes: Vec<u8>, check: impl FnOnce(&Fs)) {
+    let dev = Arc::new(MemDevice::from_vec(bytes));
+    let fs = Fs::mount(dev.clone(), opts()).expect("mount (replay) the crash image");
+    check(&fs);
+    fs.unmount().expect("unmount after replay");
+    let p = dir.join(name);
+    std::fs::write(&p, dev.snapshot()).expect("write image");
+    common::assert_fsck_clean(&p);
+}
+
+fn read_all(fs: &Fs, ino: Ino) -> Vec<u8> {
+    let size = fs.getattr(ino).expect("getattr").size as usize;
+    let mut buf = vec![0u8; size];
+    let n = fs.read(ino, 0, &mut buf).expect("read");
+    buf.truncate(n);
+    buf
+}
+
+fn lookup(fs: &Fs, dir: Ino, name: &str) -> Result<Ino> {
+    fs.lookup(dir, name.as_bytes()).map(|a| a.ino)
+}
+
+#[test]
+fn a_block_changed_many_times_is_logged_once() {
+    let Some((_d, img)) = image("a_block_changed_many_times_is_logged_once", 64 << 20, &[]) else {
+        return;
+    };
+    let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), opts()).expect("mount");
+    let f = fs.create(ROOT_INO, b"f", 0o644, O).expect("create").ino;
+    fs.fsync(f, false).expect("fsync");
+    let before = fs.journal_stats();
+    for i in 0..1000u32 {
+        let set = SetAttr {
+            perm: Some((0o600 + i % 64) as u16),
+            ..SetAttr::default()
+        };
+        fs.setattr(f, &set).expect("chmod");
+    }
+    fs.fsync(f, false).expect("fsync");
+    let after = fs.journal_stats();
+    // One descriptor, the inode table block, the superblock-free commit block: a handful.
+    let logged = after.log_blocks - before.log_blocks;
+    assert_eq!(after.commits - before.commits, 1, "one commit");
+    assert!(
+        logged <= 4,
+        "1000 changes to one inode logged {logged} blocks"
+    );
+    fs.release(f).expect("release");
+    fs.unmount().expect("unmount");
+}
+
+#[test]
+fn the_log_wraps_checkpoints_and_replays() {
+    let test = "the_log_wraps_checkpoints_and_replays";
+    let Some((dir, img)) = image(test, 64 << 20, &["-J", "size=4"]) else {
+        return;
+    };
+    let dev = Arc::new(MemDevice::from_vec(img));
+    let fs = Fs::mount(dev.clone(), opts()).expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, O).expect("mkdir").ino;
+    let mut crash = None;
+    for i in 0..3000u32 {
+        let name = format!("file{i}");
+        let f = fs.create(d, name.as_bytes(), 0o644, O).expect("create").ino;
+        fs.write(f, 0, name.as_bytes()).expect("write");
+        fs.fsync(f, false).expect("fsync");
+        fs.release(f).expect("release");
+        if i == 2500 {
+            crash = Some(dev.snapshot());
+        }
+    }
+    let st = fs.journal_stats();
+    assert!(
+        st.log_blocks > 3 * 1024,
+        "only {} log blocks written: the 1024-block log did not wrap",
+        st.log_blocks
+    );
+    assert!(st.checkpoints >= 3, "{} checkpoints", st.checkpoints);
+    drop(fs);
+    replay_and_check(dir.path(), "wrap", crash.expect("snapshot"), |fs| {
+        let d = lookup(fs, ROOT_INO, "d").expect("d");
+        for i in 0..=2500u32 {
+            let name = format!("file{i}");
+            let f = lookup(fs, d, &name).unwrap_or_else(|e| panic!("{name} lost: {e}"));
+            assert_eq!(read_all(fs, f), name.as_bytes(), "{name} content");
+        }
+    });
+}
+
+#[test]
+fn frees_wait_for_their_commit_and_enospc_counts_them() {
+    let test = "frees_wait_for_their_commit_and_enospc_counts_them";
+    let Some((_d, img)) = image(test, 64 << 20, &[]) else {
+        return;
+    };
+    let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), opts()).expect("mount");
+    // Fill the disk with one file, commit.
+    let a = fs.create(ROOT_INO, b"a", 0o644, O).expect("create a").ino;
+    let free = fs.statfs().expect("statfs").free_blocks * 4096;
+    let mut got = 0u64;
+    let chunk = 4 << 20;
+    loop {
+        match fs.fallocate(a, FallocMode::default(), got, chunk) {
+            Ok(()) => got += chunk,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("fallocate: {e}"),
+        }
+    }
+    assert!(got > free / 2, "filled only {got} of {free} bytes");
+    fs.fsync(a, false).expect("fsync");
+    // Free it in a transaction that is not committed yet: the space exists only once
+    // that commits, which the failing allocation must force instead of reporting ENOSPC.
+    fs.release(a).expect("release a");
+    fs.unlink(ROOT_INO, b"a").expect("unlink a");
+    let commits = fs.journal_stats().commits;
+    let b = fs.create(ROOT_INO, b"b", 0o644, O).expect("create b").ino;
+    fs.fallocate(b, FallocMode::default(), 0, got)
+        .expect("the freed space is allocatable once its free commits");
+    assert!(
+        fs.journal_stats().commits > commits,
+        "the allocation must have committed the free first"
+    );
+    fs.release(b).expect("release b");
+    fs.unmount().expect("unmount");
+}
+
+#[test]
+fn revoked_metadata_is_not_replayed_over_reused_blocks() {
+    let test = "revoked_metadata_is_not_replayed_over_reused_blocks";
+    let Some((dir, img)) = image(test, 64 << 20, &[]) else {
+        return;
+    };
+    let dev = Arc::new(MemDevice::from_vec(img));
+    let fs = Fs::mount(dev.clone(), opts()).expect("mount");
+    // Metadata blocks in the log: directories with many entries, and a file whose extent
+    // tree has index blocks (many discontiguous extents).
+    let mut dirs = Vec::new();
+    for k in 0..8 {
+        let name = format!("dir{k}");
+        let d = fs
+            .mkdir(ROOT_INO, name.as_bytes(), 0o755, O)
+            .expect("mkdir")
+            .ino;
+        for i in 0..300 {
+            let f = fs
+                .create(
+                    d,
+                    format!("entry-with-a-long-name-{i:04}").as_bytes(),
+                    0o644,
+                    O,
+                )
+                .expect("create")
+                .ino;
+            fs.release(f).expect("release");
+        }
+        dirs.push((name, d));
+    }
+    let frag = fs.create(ROOT_INO, b"frag", 0o644, O).expect("create").ino;
+    for i in 0..2000u64 {
+        fs.write(frag, i * 8192, &[1u8; 4096]).expect("write");
+    }
+    fs.fsync(ROOT_INO, false).expect("fsync");
+    // Free all of it (directory blocks and extent-tree blocks are revoked), commit.
+    for (name, d) in &dirs {
+        for i in 0..300 {
+            fs.unlink(*d, format!("entry-with-a-long-name-{i:04}").as_bytes())
+                .expect("unlink");
+        }
+        fs.rmdir(ROOT_INO, name.as_bytes()).expect("rmdir");
+    }
+    fs.release(frag).expect("release");
+    fs.unlink(ROOT_INO, b"frag").expect("unlink frag");
+    fs.fsync(ROOT_INO, false).expect("fsync");
+    // Fill every free block with data, so the freed metadata blocks are reused, and make
+    // it durable without a checkpoint.
+    let fill = fs.create(ROOT_INO, b"fill", 0o644, O).expect("create").ino;
+    let pattern: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let mut off = 0u64;
+    loop {
+        match fs.write(fill, off, &pattern) {
+            Ok(_) => off += pattern.len() as u64,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    fs.fsync(fill, false).expect("fsync");
+    let crash = dev.snapshot();
+    drop(fs);
+    replay_and_check(dir.path(), "revoke", crash, |fs| {
+        let f = lookup(fs, ROOT_INO, "fill").expect("fill");
+        let data = read_all(fs, f);
+        assert_eq!(data.len() as u64, off, "fill size");
+        for (k, c) in data.chunks(pattern.len()).enumerate() {
+            assert!(
+                c == &pattern[..c.len()],
+                "fill MiB {k} differs after replay: an old metadata copy was replayed over it"
+            );
+        }
+        for (name, _) in &dirs {
+            assert!(lookup(fs, ROOT_INO, name).is_err(), "{name} came back");
+        }
+    });
+}
+
+/// A memory device whose writes fail once a budget is spent.
+struct FailingDev {
+    inner: MemDevice,
+    left: AtomicU64,
+}
+
+impl BlockDevice for FailingDev {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.inner.read_at(off, buf)
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
+        if self
+            .left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_err()
+        {
+            return Err(Error::Io(format!("injected write error at byte {off}")));
+        }
+        self.inner.write_at(off, buf)
+    }
+    fn flush(&self) -> Result<()> {
+        if self.left.load(Ordering::SeqCst) == 0 {
+            return Err(Error::Io("injected flush error".into()));
+        }
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+#[test]
+fn a_failing_device_aborts_the_journal_and_keeps_what_was_committed() {
+    let test = "a_failing_device_aborts_the_journal_and_keeps_what_was_committed";
+    let Some((dir, img)) = image(test, 64 << 20, &[]) else {
+        return;
+    };
+    for budget in [0u64, 1, 2, 3, 5, 8, 13, 21, 40] {
+        let dev = Arc::new(FailingDev {
+            inner: MemDevice::from_vec(img.clone()),
+            left: AtomicU64::new(u64::MAX),
+        });
+        let fs = Fs::mount(dev.clone(), opts()).expect("mount");
+        let keep = fs.create(ROOT_INO, b"keep", 0o644, O).expect("create").ino;
+        fs.write(keep, 0, b"committed before the failure")
+            .expect("write");
+        fs.fsync(keep, false).expect("fsync");
+        dev.left.store(budget, Ordering::SeqCst);
+        // Work until the device fails; every error must be a clear one.
+        let mut failed = None;
+        for i in 0..200 {
+            let r = fs
+                .create(ROOT_INO, format!("new{i}").as_bytes(), 0o644, O)
+                .and_then(|a| {
+                    fs.write(a.ino, 0, &[9u8; 10000])?;
+                    fs.fsync(a.ino, false)?;
+                    fs.release(a.ino)
+                });
+            if let Err(e) = r {
+                failed = Some(e);
+                break;
+            }
+        }
+        let e = failed.unwrap_or_else(|| panic!("budget {budget}: the device never failed"));
+        assert!(
+            matches!(e, Error::Io(_) | Error::ReadOnly),
+            "budget {budget}: unexpected error {e:?}"
+        );
+        assert!(fs.is_read_only(), "budget {budget}: mount not read-only");
+        assert!(
+            fs.create(ROOT_INO, b"after", 0o644, O).is_err(),
+            "budget {budget}: a change after the failure was accepted"
+        );
+        let bytes = dev.inner.snapshot();
+        drop(fs);
+        replay_and_check(dir.path(), &format!("fail{budget}"), bytes, |fs| {
+            let k = lookup(fs, ROOT_INO, "keep").expect("keep");
+            assert_eq!(read_all(fs, k), b"committed before the failure");
+        });
+    }
+}
