@@ -128,6 +128,8 @@ impl Fs {
         self.copy_in(&i, &st, off, data, &fresh)?;
         if end > st.d.size() {
             st.d.set_size(end);
+            // The new size must not commit before the bytes it covers.
+            h.add_ordered(&i);
         }
         let t = now();
         st.d.set_mtime(t);

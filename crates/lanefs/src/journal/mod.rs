@@ -81,6 +81,10 @@ struct CommitState {
     cp: BTreeMap<u64, (Box<[u8]>, Arc<Buf>)>,
     /// Highest transaction whose snapshots are in `cp` or home.
     last_committed: u64,
+    /// Sequence number of the next transaction written to the log. Empty transactions
+    /// write nothing and take no number, so the log's sequence has no gaps (replay stops
+    /// at the first missing number).
+    seq: u32,
 }
 
 /// Journal counters since mount, for benchmarks (`Fs::journal_stats`).
@@ -158,6 +162,7 @@ impl Journal {
                     tail: head,
                     cp: BTreeMap::new(),
                     last_committed: next_tid - 1,
+                    seq: next_tid as u32,
                 },
             ),
             committed: AtomicU64::new(next_tid - 1),
@@ -351,7 +356,7 @@ impl Journal {
     ) -> Result<()> {
         let log = cs.log.as_ref().ok_or_else(|| Error::Io("no log".into()))?;
         let js = &log.js;
-        let seq = tid as u32;
+        let seq = cs.seq;
         let seed = js.csum_seed();
         let bs = self.bs;
         let mut blocks: Vec<Vec<u8>> = Vec::new();
@@ -422,6 +427,7 @@ impl Journal {
         let end = log.write_run(&*self.dev, pos, &[c])?;
         self.dev.flush()?;
         cs.head = end;
+        cs.seq = seq.wrapping_add(1);
         self.counters
             .log_blocks
             .fetch_add(u64::from(need), Ordering::Relaxed);
@@ -452,9 +458,9 @@ impl Journal {
         }
         self.dev.flush()?;
         let upto = cs.last_committed;
-        let head = cs.head;
+        let (head, seq) = (cs.head, cs.seq);
         if let Some(log) = cs.log.as_mut() {
-            log.js.set_start(head, (upto + 1) as u32);
+            log.js.set_start(head, seq);
             log.write_super(&*self.dev)?;
             self.dev.flush()?;
             self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
@@ -482,9 +488,9 @@ impl Journal {
     pub fn mark_empty(&self) -> Result<()> {
         let mut cs = self.commit.lock();
         self.check_aborted()?;
-        let next = cs.last_committed + 1;
+        let next = cs.seq;
         if let Some(log) = cs.log.as_mut() {
-            log.js.set_start(0, next as u32);
+            log.js.set_start(0, next);
             log.write_super(&*self.dev)?;
         }
         Ok(())
