@@ -83,7 +83,7 @@ fn fsync_on_the_engine() {
     }
 
     let printed = String::from_utf8(out).expect("utf-8 output");
-    assert!(printed.contains("journal_state"), "{printed}");
+    assert!(printed.contains("journal_commit"), "{printed}");
     for threads in [1, 2] {
         let line = format!("journal locks: fsync [default] threads {threads}, rep 1: ");
         assert!(printed.contains(&line), "{line:?} missing in\n{printed}");

@@ -232,7 +232,7 @@ fn lanefs_target_runs_both_workloads() {
     }
     let printed = String::from_utf8(out).expect("utf-8 output");
     assert!(printed.contains("lock statistics"), "{printed}");
-    assert!(printed.contains("journal_state"), "{printed}");
+    assert!(printed.contains("journal_commit"), "{printed}");
     // One journal share line per engine run: 2 workloads x 2 thread counts.
     assert_eq!(printed.matches("journal locks: ").count(), 4, "{printed}");
     let table = render_table(&records);

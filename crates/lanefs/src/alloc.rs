@@ -84,6 +84,9 @@ struct GroupState {
     block_view: Option<Box<[u8]>>,
     /// The same for inodes.
     inode_view: Option<Box<[u8]>>,
+    /// Blocks allocated by transaction `.0` (a bitmap): if that transaction frees them
+    /// before it commits, they are reusable at once.
+    fresh: Option<(u64, Box<[u8]>)>,
 }
 
 /// One allocation group.
@@ -93,6 +96,9 @@ pub struct Group {
     desc: Mutex<GroupState>,
     /// Whether `busy_blocks` or `busy_inodes` may be non-empty (read without the lock).
     has_busy: std::sync::atomic::AtomicBool,
+    /// Blocks in `busy_blocks`: free on disk, not allocatable yet. A group whose free
+    /// blocks are all busy is skipped without taking its lock or searching its bitmap.
+    busy_count: AtomicU32,
     /// Free blocks (mirror of the descriptor, readable without the lock).
     pub free_blocks: AtomicU32,
     /// Free inodes.
@@ -148,9 +154,11 @@ impl Allocator {
                         busy_inodes: Vec::new(),
                         block_view: None,
                         inode_view: None,
+                        fresh: None,
                     },
                 ),
                 has_busy: std::sync::atomic::AtomicBool::new(false),
+                busy_count: AtomicU32::new(0),
             })
             .collect();
         Allocator {
@@ -188,13 +196,16 @@ impl Allocator {
             }
             let mut guard = g.desc.lock();
             let st = &mut *guard;
+            let mut released = 0;
             if let Some(view) = st.block_view.as_mut() {
                 for &(o, n, _) in st.busy_blocks.iter().filter(|b| b.2 <= tid) {
                     for b in o..o + n {
                         clear_bit(view, b as usize);
                     }
+                    released += n;
                 }
             }
+            g.busy_count.fetch_sub(released, Ordering::Relaxed);
             if let Some(view) = st.inode_view.as_mut() {
                 for &(bit, _) in st.busy_inodes.iter().filter(|b| b.1 <= tid) {
                     clear_bit(view, bit as usize);
@@ -319,7 +330,9 @@ impl Allocator {
         let n = self.geo.groups;
         for i in 0..=n {
             let g = (g0 + i) % n;
-            if self.groups[g as usize].free_blocks.load(Ordering::Relaxed) == 0 {
+            let grp = &self.groups[g as usize];
+            let busy = grp.busy_count.load(Ordering::Relaxed);
+            if grp.free_blocks.load(Ordering::Relaxed) <= busy {
                 continue;
             }
             let start = if i == 0 {
@@ -346,7 +359,7 @@ impl Allocator {
         let mut dg = grp.desc.lock();
         let gs = &mut *dg;
         let d = &mut gs.d;
-        if d.free_blocks() == 0 {
+        if d.free_blocks() <= grp.busy_count.load(Ordering::Relaxed) {
             return Ok(None);
         }
         let len = self.geo.group_len(g) as usize;
@@ -367,6 +380,15 @@ impl Allocator {
             if let Some(view) = gs.block_view.as_mut() {
                 for b in s..s + l {
                     set_bit(view, b);
+                }
+            }
+            let tid = h.tid();
+            if !matches!(gs.fresh, Some((t, _)) if t == tid) {
+                gs.fresh = Some((tid, vec![0u8; map.len()].into_boxed_slice()));
+            }
+            if let Some((_, m)) = gs.fresh.as_mut() {
+                for b in s..s + l {
+                    set_bit(m, b);
                 }
             }
             self.set_block_csum(d, &map);
@@ -429,19 +451,42 @@ impl Allocator {
         let gs = &mut *dg;
         let d = &mut gs.d;
         let mut freed = 0;
+        let tid = h.tid();
+        // Blocks this same (uncommitted) transaction allocated were never pointed to by
+        // committed metadata: they are allocatable again at once. The others wait.
+        let fresh = match gs.fresh.as_mut() {
+            Some((t, m)) if *t == tid => Some(m),
+            _ => None,
+        };
+        let is_fresh =
+            |f: &Option<&mut Box<[u8]>>, i: usize| f.as_ref().is_some_and(|m| test_bit(m, i));
+        let mut busy_runs: Vec<(u32, u32)> = Vec::new();
         {
             let mut map = bm.write();
             if d.flags() & BG_BLOCK_UNINIT != 0 {
                 self.init_block_bitmap(g, &mut map);
                 d.set_flags(d.flags() & !BG_BLOCK_UNINIT);
             }
-            if gs.block_view.is_none() {
+            let any_busy = (off..off + n).any(|i| !is_fresh(&fresh, i));
+            if any_busy && gs.block_view.is_none() {
                 gs.block_view = Some(map.to_vec().into_boxed_slice());
             }
+            let mut fresh = fresh;
             for i in off..off + n {
                 if test_bit(&map, i) {
                     clear_bit(&mut map, i);
                     freed += 1;
+                }
+                if let Some(m) = fresh.as_mut().filter(|m| test_bit(m, i)) {
+                    clear_bit(m, i);
+                    if let Some(v) = gs.block_view.as_mut() {
+                        clear_bit(v, i);
+                    }
+                } else {
+                    match busy_runs.last_mut() {
+                        Some((s, l)) if (*s + *l) as usize == i => *l += 1,
+                        _ => busy_runs.push((i as u32, 1)),
+                    }
                 }
             }
             self.set_block_csum(d, &map);
@@ -451,8 +496,13 @@ impl Allocator {
         d.set_free_blocks(free);
         grp.free_blocks.store(free, Ordering::Relaxed);
         self.store_desc(h, g, d);
-        gs.busy_blocks.push((off as u32, n as u32, h.tid()));
-        grp.has_busy.store(true, Ordering::Release);
+        if !busy_runs.is_empty() {
+            let busy: u32 = busy_runs.iter().map(|r| r.1).sum();
+            gs.busy_blocks
+                .extend(busy_runs.iter().map(|&(s, l)| (s, l, tid)));
+            grp.busy_count.fetch_add(busy, Ordering::Relaxed);
+            grp.has_busy.store(true, Ordering::Release);
+        }
         if freed != n {
             return Err(Error::corrupt(
                 "block bitmap",

@@ -29,6 +29,10 @@ impl DirtyFlag {
     }
     /// Mark dirty; counts the buffer once however many threads mark it.
     pub fn mark(&self, count: &DirtyCount) {
+        // Already dirty: a read, so a block many threads change stays shared in caches.
+        if self.0.load(Ordering::Acquire) {
+            return;
+        }
         if !self.0.swap(true, Ordering::AcqRel) {
             count.0.fetch_add(1, Ordering::AcqRel);
         }

@@ -294,20 +294,15 @@ impl Fs {
     }
 
     /// Persist an inode: its extent tree if changed, then its bytes. An inode on the
-    /// orphan list stores its list link (in `dtime`) under the orphan lock.
+    /// orphan list keeps the list link that `fs/orphan.rs` wrote into its on-disk `dtime`
+    /// (read and rewritten under the inode table block's lock, so no list lock is taken).
     fn store(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
         if st.ext_dirty {
             inode::store_tree(&self.al, &self.bufs, h, ino, st)?;
         }
         st.tid = h.tid();
-        if st.d.links() == 0 && !st.freed {
-            let o = self.orphans.lock();
-            if let Some(k) = o.iter().position(|&x| x == ino) {
-                st.d.set_dtime(o.get(k + 1).copied().unwrap_or(0) as u32);
-            }
-            return inode::store_inode(&self.al, &self.bufs, h, ino, &mut st.d);
-        }
-        inode::store_inode(&self.al, &self.bufs, h, ino, &mut st.d)
+        let keep_dtime = st.d.links() == 0 && !st.freed;
+        inode::store_inode(&self.al, &self.bufs, h, ino, &mut st.d, keep_dtime)
     }
 
     fn attr(&self, ino: Ino, d: &DiskInode) -> Attr {

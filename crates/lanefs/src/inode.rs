@@ -176,23 +176,34 @@ pub fn read_disk_inode(al: &Allocator, bufs: &BufCache, ino: u64) -> Result<Disk
     Ok(d)
 }
 
-/// Write the inode's bytes (with a fresh checksum) into its table block.
+/// Write the inode's bytes (with a fresh checksum) into its table block. With
+/// `keep_dtime`, the `dtime` already on disk is kept (an orphan's list link).
 pub fn store_inode(
     al: &Allocator,
     bufs: &BufCache,
     h: &Handle,
     ino: u64,
     d: &mut DiskInode,
+    keep_dtime: bool,
 ) -> Result<()> {
-    if al.geo.csum {
-        d.update_checksum(al.geo.seed, ino as u32);
-    }
     let loc = al.inode_loc(ino)?;
     let b = bufs.get(loc.blk)?;
-    b.write()[loc.off..loc.off + d.raw.len()].copy_from_slice(&d.raw);
+    {
+        let mut w = b.write();
+        if keep_dtime {
+            d.set_dtime(crate::disk::le32(&w, loc.off + DTIME_OFF));
+        }
+        if al.geo.csum {
+            d.update_checksum(al.geo.seed, ino as u32);
+        }
+        w[loc.off..loc.off + d.raw.len()].copy_from_slice(&d.raw);
+    }
     h.dirty(&b);
     Ok(())
 }
+
+/// Offset of `i_dtime` in an inode.
+pub const DTIME_OFF: usize = 0x14;
 
 /// Load the extent map of an extent-mapped inode, walking the on-disk tree.
 pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeState) -> Result<()> {

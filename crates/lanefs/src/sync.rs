@@ -19,7 +19,6 @@
 //! | 10 | [`INODE`] | per-inode state; nestable: ancestor directory before descendant, directory before child |
 //! | 20 | [`JOURNAL_COMMIT`] | one commit or checkpoint at a time (held across its IO) |
 //! | 25 | [`JOURNAL_GATE`] | waits for a locked transaction to drain or the next to open |
-//! | 30 | [`JOURNAL_STATE`] | the pointer to the running transaction (read to join it) |
 //! | 32 | [`ICACHE_BUCKET`] | one inode-cache bucket (brief, never across IO) |
 //! | 35 | [`STREAM_GOAL`] | the global stream goal (baseline allocator only) |
 //! | 38 | [`ORPHAN`] | the orphan list and journaled superblock updates |
@@ -173,9 +172,6 @@ pub static JOURNAL_COMMIT: LockClass = LockClass::new("journal_commit", 20, fals
 /// The gate where handle starts wait while a transaction is locked for commit, and where
 /// commit waits for the last handle of its transaction to stop. Held only around a wait.
 pub static JOURNAL_GATE: LockClass = LockClass::new("journal_gate", 25, false);
-/// The pointer to the running transaction: read (briefly, never across an operation) to
-/// join it, written once per commit to open the next one.
-pub static JOURNAL_STATE: LockClass = LockClass::new("journal_state", 30, false);
 /// One inode-cache hash bucket. Held briefly, never while doing IO. Ranked after the
 /// journal because a new inode is inserted inside the handle that allocated it.
 pub static ICACHE_BUCKET: LockClass = LockClass::new("icache_bucket", 32, false);
@@ -199,12 +195,11 @@ pub static SUPER: LockClass = LockClass::new("super", 70, false);
 /// The bytes of a memory device (tests and benchmarks). Leaf lock.
 pub static MEM_DEVICE: LockClass = LockClass::new("mem_device", 80, false);
 
-static ALL_CLASSES: [&LockClass; 15] = [
+static ALL_CLASSES: [&LockClass; 14] = [
     &RENAME,
     &INODE,
     &JOURNAL_COMMIT,
     &JOURNAL_GATE,
-    &JOURNAL_STATE,
     &ICACHE_BUCKET,
     &STREAM_GOAL,
     &ORPHAN,
@@ -268,7 +263,7 @@ pub fn lockstat_snapshot() -> Vec<LockStat> {
 ///
 /// let table = lockstat_table(&lockstat_snapshot());
 /// assert!(table.starts_with("class"));
-/// assert!(table.contains("journal_state"));
+/// assert!(table.contains("journal_commit"));
 /// ```
 pub fn lockstat_table(stats: &[LockStat]) -> String {
     let mut sorted: Vec<&LockStat> = stats.iter().collect();
@@ -812,7 +807,7 @@ mod tests {
     fn classes_are_in_lock_order() {
         // Goal: the declared order is the lock order, and names are unique.
         let classes = all_classes();
-        assert_eq!(classes.len(), 15);
+        assert_eq!(classes.len(), 14);
         for pair in classes.windows(2) {
             assert!(
                 pair[0].rank() < pair[1].rank(),
@@ -828,15 +823,14 @@ mod tests {
             "inode",
             "journal_commit",
             "journal_gate",
-            "journal_state",
             "icache_bucket",
             "stream_goal",
             "orphan",
             "group",
         ];
-        assert_eq!(&names[..9], &expected);
+        assert_eq!(&names[..8], &expected);
         assert_eq!(
-            &names[9..],
+            &names[8..],
             &[
                 "page",
                 "buffer",

@@ -13,22 +13,29 @@ use loom::thread;
 
 #[test]
 fn joined_handles_are_never_inside_a_drained_transaction() {
+    // Two starters on different lanes, and on the same lane.
+    model(|i| i);
+    model(|_| 3);
+}
+
+fn model(lane_of: fn(usize) -> usize) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
-    b.check(|| {
+    b.check(move || {
         let gate = Arc::new(TxGate::new());
         let snapshot = Arc::new(AtomicBool::new(false));
         let starters: Vec<_> = (0..2)
-            .map(|_| {
+            .map(|i| {
                 let (g, s) = (gate.clone(), snapshot.clone());
-                thread::spawn(move || match g.join() {
+                let lane = lane_of(i);
+                thread::spawn(move || match g.join(lane) {
                     Join::Joined => {
                         // Inside the transaction: commit must not have snapshotted it.
                         assert!(
                             !s.load(Ordering::SeqCst),
                             "handle inside a snapshotted transaction"
                         );
-                        g.leave();
+                        g.leave(lane);
                         true
                     }
                     Join::Refused { .. } => false,

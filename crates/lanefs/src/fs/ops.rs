@@ -521,12 +521,16 @@ impl Fs {
             self.store(h, c.ino, st)?;
             return Ok(false);
         }
-        self.free_inode(h, c.ino, st)?;
+        self.free_inode(h, c, st)?;
         Ok(true)
     }
 
     /// Release an unreferenced inode: its blocks, xattr block and bitmap bit.
-    pub(super) fn free_inode(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
+    pub(super) fn free_inode(&self, h: &Handle, i: &Inode, st: &mut InodeState) -> Result<()> {
+        let ino = i.ino;
+        // Its dirty pages point at blocks freed here, which may be reused at once: they
+        // must never be written (a commit's ordered list may still hold this inode).
+        i.pages.lock().drop_from(0);
         let kind = kind_of(st);
         self.orphan_del(h, ino)?;
         self.free_blocks_of(h, st, kind)?;
@@ -619,7 +623,7 @@ impl Fs {
         }
         self.load(&i, &mut st)?;
         let h = self.journal.start();
-        self.free_inode(&h, ino, &mut st)?;
+        self.free_inode(&h, &i, &mut st)?;
         drop(h);
         drop(st);
         self.icache.remove_if(ino, &i);

@@ -40,6 +40,8 @@ impl Fs {
         if o.contains(&ino) {
             return Ok(());
         }
+        let head = o.first().copied().unwrap_or(0) as u32;
+        self.set_link(h, ino, head)?;
         o.insert(0, ino);
         self.update_sb(h, &mut o, |sb| sb.set_last_orphan(ino as u32))
     }
@@ -54,24 +56,29 @@ impl Fs {
         if k == 0 {
             self.update_sb(h, &mut o, |sb| sb.set_last_orphan(next))?;
         } else {
-            // The predecessor's in-memory dtime is not trusted for orphans: `store` takes
-            // the link from this list, so patching its on-disk bytes here is enough.
-            let prev = o[k - 1];
-            let loc = self.al.inode_loc(prev)?;
-            let isz = self.al.geo.inode_size as usize;
-            let b = self.bufs.get(loc.blk)?;
-            {
-                let mut w = b.write();
-                let mut d = DiskInode::from_bytes(&w[loc.off..loc.off + isz]);
-                d.set_dtime(next);
-                if self.al.geo.csum {
-                    d.update_checksum(self.al.geo.seed, prev as u32);
-                }
-                w[loc.off..loc.off + isz].copy_from_slice(&d.raw);
-            }
-            h.dirty(&b);
+            self.set_link(h, o[k - 1], next)?;
         }
         o.remove(k);
+        Ok(())
+    }
+
+    /// Write an orphan's list link (its on-disk `dtime`) in place. Its own stores keep
+    /// the on-disk value (`store_inode` with `keep_dtime`), both under the table block's
+    /// lock, so neither the owner's inode lock nor its in-memory copy is needed.
+    fn set_link(&self, h: &Handle, ino: Ino, next: u32) -> Result<()> {
+        let loc = self.al.inode_loc(ino)?;
+        let isz = self.al.geo.inode_size as usize;
+        let b = self.bufs.get(loc.blk)?;
+        {
+            let mut w = b.write();
+            let mut d = DiskInode::from_bytes(&w[loc.off..loc.off + isz]);
+            d.set_dtime(next);
+            if self.al.geo.csum {
+                d.update_checksum(self.al.geo.seed, ino as u32);
+            }
+            w[loc.off..loc.off + isz].copy_from_slice(&d.raw);
+        }
+        h.dirty(&b);
         Ok(())
     }
 
@@ -105,7 +112,7 @@ impl Fs {
             self.load(&i, &mut st)?;
             let h = self.journal.start();
             if st.d.links() == 0 {
-                self.free_inode(&h, ino, &mut st)?;
+                self.free_inode(&h, &i, &mut st)?;
                 drop(h);
                 drop(st);
                 self.icache.remove_if(ino, &i);

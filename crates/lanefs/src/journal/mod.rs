@@ -38,16 +38,17 @@ use crate::dev::BlockDevice;
 use crate::disk::jbd2;
 use crate::error::{Error, Result};
 use crate::inode::Inode;
-use crate::sync::{Condvar, Mutex, RwLock, JOURNAL_COMMIT, JOURNAL_GATE, JOURNAL_STATE, TX_LIST};
+use crate::sync::{Condvar, Mutex, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const LISTS: usize = 16;
 
-/// One transaction: the running one collects handles' changes; commit writes it.
+/// One transaction slot. Two slots alternate: the running transaction and the one being
+/// committed; a slot is reused for transaction T+2 once T has committed.
 pub struct Transaction {
-    tid: u64,
+    tid: AtomicU64,
     gate: gate::TxGate,
     lists: Vec<Mutex<Vec<Arc<Buf>>>>,
     nbufs: AtomicUsize,
@@ -58,7 +59,7 @@ pub struct Transaction {
 impl Transaction {
     fn new(tid: u64) -> Transaction {
         Transaction {
-            tid,
+            tid: AtomicU64::new(tid),
             gate: gate::TxGate::new(),
             lists: (0..LISTS)
                 .map(|_| Mutex::new(&TX_LIST, Vec::new()))
@@ -105,6 +106,7 @@ struct Counters {
     commits: AtomicU64,
     log_blocks: AtomicU64,
     checkpoints: AtomicU64,
+    /// Handles started in transactions already committed.
     handles: AtomicU64,
 }
 
@@ -112,7 +114,9 @@ struct Counters {
 pub struct Journal {
     dev: Arc<dyn BlockDevice>,
     bufs: Arc<BufCache>,
-    running: RwLock<Arc<Transaction>>,
+    /// The running transaction's id; it lives in `slots[tid % 2]`.
+    running: AtomicU64,
+    slots: [Transaction; 2],
     gate: Mutex<()>,
     gate_cv: Condvar,
     commit: Mutex<CommitState>,
@@ -129,7 +133,9 @@ pub struct Journal {
 /// An open handle: metadata changes made through it belong to its transaction.
 pub struct Handle<'a> {
     j: &'a Journal,
-    t: Arc<Transaction>,
+    t: &'a Transaction,
+    tid: u64,
+    lane: usize,
 }
 
 impl Journal {
@@ -151,7 +157,19 @@ impl Journal {
             has_log: log.is_some(),
             dev,
             bufs,
-            running: RwLock::new(&JOURNAL_STATE, Arc::new(Transaction::new(next_tid))),
+            running: AtomicU64::new(next_tid),
+            slots: {
+                // The running transaction sits in slot `tid % 2`; the other slot starts
+                // as the committed, locked transaction before it.
+                let run = Transaction::new(next_tid);
+                let prev = Transaction::new(next_tid - 1);
+                prev.gate.lock();
+                if next_tid.is_multiple_of(2) {
+                    [run, prev]
+                } else {
+                    [prev, run]
+                }
+            },
             gate: Mutex::new(&JOURNAL_GATE, ()),
             gate_cv: Condvar::new(),
             commit: Mutex::new(
@@ -184,20 +202,34 @@ impl Journal {
         self.has_log
     }
 
+    fn slot(&self, tid: u64) -> &Transaction {
+        &self.slots[(tid % 2) as usize]
+    }
+
     /// Start a handle (lock order: after inode locks, before group and buffer locks).
     /// Commits first when the running transaction has outgrown a quarter of the log.
     pub fn start(&self) -> Handle<'_> {
-        self.counters.handles.fetch_add(1, Ordering::Relaxed);
+        let lane = gate::my_lane();
         loop {
-            let t = self.running.read().clone();
+            let tid = self.running.load(Ordering::Acquire);
+            let t = self.slot(tid);
             if t.nbufs.load(Ordering::Relaxed) > self.max_tx && !self.is_aborted() {
                 // Best effort: a failed commit aborts the journal, which the operation
                 // notices at its next check.
-                let _ = self.commit_upto(t.tid);
+                let _ = self.commit_upto(tid);
                 continue;
             }
-            match t.gate.join() {
-                gate::Join::Joined => return Handle { j: self, t },
+            match t.gate.join(lane) {
+                // An open gate is the running transaction's, whatever `tid` was read.
+                gate::Join::Joined => {
+                    let tid = t.tid.load(Ordering::Acquire);
+                    return Handle {
+                        j: self,
+                        t,
+                        tid,
+                        lane,
+                    };
+                }
                 gate::Join::Refused { wake } => {
                     if wake {
                         self.wake();
@@ -205,16 +237,10 @@ impl Journal {
                 }
             }
             let mut g = self.gate.lock();
-            while self.running.read().tid == t.tid {
+            while self.running.load(Ordering::Acquire) == tid {
                 self.gate_cv
                     .wait_for(&mut g, std::time::Duration::from_millis(10));
             }
-        }
-    }
-
-    fn leave(&self, t: &Transaction) {
-        if t.gate.leave() {
-            self.wake();
         }
     }
 
@@ -225,7 +251,7 @@ impl Journal {
 
     /// The running transaction's id.
     pub fn running_tid(&self) -> u64 {
-        self.running.read().tid
+        self.running.load(Ordering::Acquire)
     }
 
     /// The newest committed transaction.
@@ -245,7 +271,8 @@ impl Journal {
             commits: c.commits.load(Ordering::Relaxed),
             log_blocks: c.log_blocks.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
-            handles: c.handles.load(Ordering::Relaxed),
+            handles: c.handles.load(Ordering::Relaxed)
+                + self.slot(self.running_tid()).gate.started(),
         }
     }
 
@@ -286,7 +313,8 @@ impl Journal {
     }
 
     fn commit_locked(&self, cs: &mut CommitState) -> Result<()> {
-        let t = self.running.read().clone();
+        let tid = self.running_tid();
+        let t = self.slot(tid);
         // 1. Lock T and wait for its handles.
         t.gate.lock();
         {
@@ -296,7 +324,7 @@ impl Journal {
                     .wait_for(&mut g, std::time::Duration::from_millis(10));
             }
         }
-        // 2. Snapshot, then open T+1.
+        // 2. Snapshot, then open T+1 in the other slot (free: T-1 committed before us).
         let mut snaps: Vec<(Box<[u8]>, Arc<Buf>)> = Vec::new();
         for l in &t.lists {
             let list = std::mem::take(&mut *l.lock());
@@ -307,9 +335,18 @@ impl Journal {
                 }
             }
         }
+        t.nbufs.store(0, Ordering::Relaxed);
         let mut revoked = std::mem::take(&mut *t.revoked.lock());
         let ordered = std::mem::take(&mut *t.ordered.lock());
-        *self.running.write() = Arc::new(Transaction::new(t.tid + 1));
+        self.counters
+            .handles
+            .fetch_add(t.gate.started(), Ordering::Relaxed);
+        let next = self.slot(tid + 1);
+        next.tid.store(tid + 1, Ordering::Release);
+        // Its count so far belongs to T-1, already added.
+        next.gate.reset_started();
+        next.gate.unlock();
+        self.running.store(tid + 1, Ordering::Release);
         self.wake();
         // 3. Ordered data, then the log.
         for i in &ordered {
@@ -320,7 +357,7 @@ impl Journal {
         revoked.dedup();
         if cs.log.is_some() {
             if !snaps.is_empty() || !revoked.is_empty() {
-                self.write_log(cs, t.tid, &snaps, &revoked)?;
+                self.write_log(cs, tid, &snaps, &revoked)?;
             } else {
                 // Nothing to log, but a caller (fsync) counts on a flush after its writes.
                 self.dev.flush()?;
@@ -333,14 +370,14 @@ impl Journal {
         for (data, b) in snaps {
             cs.cp.insert(b.blk, (data, b));
         }
-        cs.last_committed = t.tid;
+        cs.last_committed = tid;
         if cs.log.is_none() {
             self.checkpoint_locked(cs)?;
         }
-        self.committed.store(t.tid, Ordering::Release);
+        self.committed.store(tid, Ordering::Release);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         if let Some(f) = self.on_commit.get() {
-            f(t.tid);
+            f(tid);
         }
         Ok(())
     }
@@ -501,8 +538,10 @@ impl Handle<'_> {
     /// Record that `b` was modified in this transaction (logged once however often).
     pub fn dirty(&self, b: &Arc<Buf>) {
         self.j.bufs.dirty(b);
-        let tid = self.t.tid;
-        if b.jtid.swap(tid, Ordering::AcqRel) != tid {
+        let tid = self.tid;
+        // Read first: a block every operation touches (a descriptor block) is then only
+        // read, not written, by all but the first handle of the transaction.
+        if b.jtid.load(Ordering::Acquire) != tid && b.jtid.swap(tid, Ordering::AcqRel) != tid {
             let k = (b.blk as usize) % LISTS;
             self.t.lists[k].lock().push(b.clone());
             self.t.nbufs.fetch_add(1, Ordering::Relaxed);
@@ -518,20 +557,24 @@ impl Handle<'_> {
     /// Data blocks of `i` were mapped in this transaction: write its pages before the
     /// commit block (data=ordered).
     pub fn add_ordered(&self, i: &Arc<Inode>) {
-        let tid = self.t.tid;
-        if i.ordered_tid.swap(tid, Ordering::AcqRel) != tid {
+        let tid = self.tid;
+        if i.ordered_tid.load(Ordering::Acquire) != tid
+            && i.ordered_tid.swap(tid, Ordering::AcqRel) != tid
+        {
             self.t.ordered.lock().push(i.clone());
         }
     }
 
     /// This handle's transaction.
     pub fn tid(&self) -> u64 {
-        self.t.tid
+        self.tid
     }
 }
 
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
-        self.j.leave(&self.t);
+        if self.t.gate.leave(self.lane) {
+            self.j.wake();
+        }
     }
 }
