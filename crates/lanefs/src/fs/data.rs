@@ -458,8 +458,12 @@ impl Fs {
             None => self.journal.running_tid(),
         };
         // Our own commit flushes after our page writes; a commit made by another thread
-        // may have flushed before them.
+        // covers them only if one of its flushes began after they were done.
+        let mark = self.journal.flush_mark();
         if tid > self.journal.committed_tid() && self.journal.commit_upto(tid)? {
+            return Ok(());
+        }
+        if self.journal.flushed_since(mark) {
             return Ok(());
         }
         self.dev.flush()

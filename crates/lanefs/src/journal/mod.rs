@@ -128,6 +128,11 @@ pub struct Journal {
     counters: Counters,
     has_log: bool,
     bs: usize,
+    /// Journal flushes begun and finished (serialized by the commit lock, so they finish
+    /// in the order they begin): lets fsync tell whether someone else's flush covers the
+    /// data it wrote.
+    flushes_begun: AtomicU64,
+    flushes_done: AtomicU64,
 }
 
 /// An open handle: metadata changes made through it belong to its transaction.
@@ -155,6 +160,8 @@ impl Journal {
         };
         Journal {
             has_log: log.is_some(),
+            flushes_begun: AtomicU64::new(0),
+            flushes_done: AtomicU64::new(0),
             dev,
             bufs,
             running: AtomicU64::new(next_tid),
@@ -297,6 +304,23 @@ impl Journal {
         r.map(|()| true)
     }
 
+    /// A mark for `flushed_since`, taken after the caller's writes.
+    pub fn flush_mark(&self) -> u64 {
+        self.flushes_begun.load(Ordering::SeqCst)
+    }
+
+    /// Whether a journal flush that began after `mark` has finished.
+    pub fn flushed_since(&self, mark: u64) -> bool {
+        self.flushes_done.load(Ordering::SeqCst) > mark
+    }
+
+    fn flush(&self) -> Result<()> {
+        let n = self.flushes_begun.fetch_add(1, Ordering::SeqCst) + 1;
+        self.dev.flush()?;
+        self.flushes_done.fetch_max(n, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Commit the running transaction.
     pub fn commit_running(&self) -> Result<()> {
         self.commit_upto(self.running_tid()).map(|_| ())
@@ -360,7 +384,7 @@ impl Journal {
                 self.write_log(cs, tid, &snaps, &revoked)?;
             } else {
                 // Nothing to log, but a caller (fsync) counts on a flush after its writes.
-                self.dev.flush()?;
+                self.flush()?;
             }
         }
         // 4. Committed.
@@ -457,12 +481,12 @@ impl Journal {
         }
         let log = cs.log.as_ref().ok_or_else(|| Error::Io("no log".into()))?;
         let pos = log.write_run(&*self.dev, cs.head, &blocks)?;
-        self.dev.flush()?;
+        self.flush()?;
         let mut c = vec![0u8; bs];
         let now = crate::types::Timespec::now();
         jbd2::put_commit(&log.js, &mut c, seq, now.sec as u64, now.nsec);
         let end = log.write_run(&*self.dev, pos, &[c])?;
-        self.dev.flush()?;
+        self.flush()?;
         cs.head = end;
         cs.seq = seq.wrapping_add(1);
         self.counters
@@ -493,13 +517,13 @@ impl Journal {
         if !run.is_empty() {
             self.dev.write_at(run_start * bs, &run)?;
         }
-        self.dev.flush()?;
+        self.flush()?;
         let upto = cs.last_committed;
         let (head, seq) = (cs.head, cs.seq);
         if let Some(log) = cs.log.as_mut() {
             log.js.set_start(head, seq);
             log.write_super(&*self.dev)?;
-            self.dev.flush()?;
+            self.flush()?;
             self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         }
         cs.tail = head;
