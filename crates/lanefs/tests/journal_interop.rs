@@ -25,7 +25,7 @@
 
 mod common;
 
-use common::{have_tool, skip};
+use common::{have_tool, is_root, run, skip};
 use lanefs::{BlockDevice, FileDevice, FileType, Fs, Ino, MountOptions, Owner, SetAttr, ROOT_INO};
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
@@ -47,26 +47,6 @@ const HTREE: usize = 4000;
 
 // ---------------------------------------------------------------------------------------
 // Environment: skip rule, tools, kernel mounts.
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Run a command; Ok(stdout) on success, Err(stdout+stderr) otherwise.
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| format!("spawn {cmd:?}: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if out.status.success() {
-        Ok(text)
-    } else {
-        Err(format!(
-            "{cmd:?} exited {:?}:\n{text}{}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
 
 /// A sparse image of `size` bytes formatted by mkfs.ext4 with 4 KiB blocks.
 fn mkfs(path: &Path, size: u64, extra: &[&str]) {

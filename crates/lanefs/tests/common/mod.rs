@@ -119,3 +119,24 @@ pub fn watchdog(test: &str, secs: u64) -> Watchdog {
     });
     Watchdog { _disarm: tx }
 }
+
+/// Whether the test runs as root (no subprocess).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and only reads the process's credentials.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Run a command; Ok(stdout) on success, Err(stdout+stderr) otherwise.
+pub fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("spawn {cmd:?}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(format!(
+            "{cmd:?} exited {:?}:\n{text}{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
