@@ -328,3 +328,84 @@ fn a_failing_device_aborts_the_journal_and_keeps_what_was_committed() {
         });
     }
 }
+
+#[test]
+fn a_logged_block_that_starts_with_the_magic_is_escaped() {
+    let test = "a_logged_block_that_starts_with_the_magic_is_escaped";
+    let Some((dir, img)) = image(test, 64 << 20, &[]) else {
+        return;
+    };
+    let dev = Arc::new(MemDevice::from_vec(img));
+    let fs = Fs::mount(dev.clone(), opts()).expect("mount");
+    // A slow symlink's target block is journaled metadata; this one starts with the jbd2
+    // magic (big-endian), so its log copy must be escaped and unescaped on replay.
+    let mut target = vec![0xC0, 0x3B, 0x39, 0x98];
+    target.extend(std::iter::repeat_n(b'x', 200));
+    let l = fs
+        .symlink(ROOT_INO, b"magic", &target, O)
+        .expect("symlink")
+        .ino;
+    fs.fsync(ROOT_INO, false).expect("fsync");
+    let crash = dev.snapshot();
+    drop(fs);
+    // e2fsck replays the same log.
+    let p = dir.path().join("escaped-e2fsck");
+    std::fs::write(&p, &crash).expect("write");
+    let out = std::process::Command::new("e2fsck")
+        .arg("-fy")
+        .arg(&p)
+        .output()
+        .expect("e2fsck");
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "e2fsck -fy: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    common::assert_fsck_clean(&p);
+    let replayed = std::fs::read(&p).expect("read");
+    let fs = Fs::mount(
+        Arc::new(MemDevice::from_vec(replayed)),
+        MountOptions {
+            read_only: true,
+            ..opts()
+        },
+    )
+    .expect("mount e2fsck's replay");
+    assert_eq!(fs.readlink(l).expect("readlink"), target, "e2fsck's replay");
+    drop(fs);
+    replay_and_check(dir.path(), "escaped", crash, |fs| {
+        assert_eq!(fs.readlink(l).expect("readlink"), target, "lanefs's replay");
+    });
+}
+
+#[test]
+fn the_commit_timer_commits_without_fsync() {
+    let test = "the_commit_timer_commits_without_fsync";
+    let Some((dir, img)) = image(test, 64 << 20, &[]) else {
+        return;
+    };
+    let dev = Arc::new(MemDevice::from_vec(img));
+    let timed = MountOptions {
+        commit_interval: Duration::from_millis(100),
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount(dev.clone(), timed).expect("mount");
+    let f = fs.create(ROOT_INO, b"timed", 0o644, O).expect("create").ino;
+    fs.write(f, 0, b"committed by the timer").expect("write");
+    fs.release(f).expect("release");
+    let before = fs.journal_stats().commits;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fs.journal_stats().commits == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no timer commit in 10 s with commit_interval 100 ms"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let crash = dev.snapshot();
+    drop(fs);
+    replay_and_check(dir.path(), "timer", crash, |fs| {
+        let f = lookup(fs, ROOT_INO, "timed").expect("the timer's commit holds the file");
+        assert_eq!(read_all(fs, f), b"committed by the timer");
+    });
+}
