@@ -111,8 +111,14 @@ fn usage(fs: &Fs) -> (u64, u64) {
     (seen.len() as u64, blocks)
 }
 
+/// Mount with a 2 ms commit timer, so commits (handle drain, snapshot, next transaction)
+/// race the workers' handles all the time.
 fn mount(img: &Path) -> Arc<Fs> {
-    Fs::mount_path(img, MountOptions::default()).expect("mount")
+    let opts = MountOptions {
+        commit_interval: Duration::from_millis(2),
+        ..MountOptions::default()
+    };
+    Fs::mount_path(img, opts).expect("mount")
 }
 
 /// Unmount, require a clean `e2fsck -fn`, mount again.
@@ -792,6 +798,12 @@ fn threads_in_private_and_shared_directories() {
     for h in handles {
         outs.push(h.join().expect("worker panicked"));
     }
+    let js = arena.fs.journal_stats();
+    println!("{test}: {js:?}");
+    assert!(
+        js.commits > 10,
+        "the 2 ms commit timer must have committed while the workers ran: {js:?}"
+    );
     let made: Vec<(usize, usize)> = (0..THREADS)
         .map(|t| {
             (
