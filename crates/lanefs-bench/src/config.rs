@@ -55,6 +55,37 @@ impl Variant {
     }
 }
 
+impl Variant {
+    /// A named variant of seed 000's reproduction: `default`, `base` (trylock=0,
+    /// stream=global), `trylock` (trylock=1, stream=global), `linear` (trylock=1,
+    /// stream=inode). `optimize_scan` and `slots` need the scan lists, not built yet.
+    pub fn named(name: &str) -> Result<Variant, String> {
+        use lanefs::StreamGoal;
+        let o = |trylock: bool, stream: StreamGoal| MountOptions {
+            mb_trylock: trylock,
+            mb_stream_goal: stream,
+            ..MountOptions::default()
+        };
+        let opts = match name {
+            "default" => MountOptions::default(),
+            "base" => o(false, StreamGoal::Global),
+            "trylock" => o(true, StreamGoal::Global),
+            "linear" => o(true, StreamGoal::Inode),
+            "optimize_scan" | "slots" => {
+                return Err(format!(
+                    "variant {name} needs mb_optimize_scan (the group scan lists), which lanefs does not have yet"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "unknown variant {name} (known: default, base, trylock, linear)"
+                ))
+            }
+        };
+        Ok(Variant::new(name, opts))
+    }
+}
+
 impl Default for Variant {
     fn default() -> Self {
         Variant::new("default", MountOptions::default())

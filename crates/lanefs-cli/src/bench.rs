@@ -18,6 +18,15 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
     };
     // Without --threads each workload sweeps its own counts (fsync goes to 8).
     let threads = (!args.threads.is_empty()).then(|| args.threads.clone());
+    let variants = if args.variants.is_empty() {
+        defaults.variants.clone()
+    } else {
+        args.variants
+            .iter()
+            .map(|v| lanefs_bench::Variant::named(v))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Failure::new("--variants", Error::Msg(e)))?
+    };
     Ok(BenchConfig {
         workloads,
         threads,
@@ -26,9 +35,9 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
         warmup: args.warmup.unwrap_or(defaults.warmup),
         files: args.files.unwrap_or(defaults.files),
         lockstat: args.lockstat,
+        variants,
         json: args.json.clone(),
         target: target(args)?,
-        ..defaults
     })
 }
 

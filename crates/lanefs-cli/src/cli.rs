@@ -190,4 +190,7 @@ pub struct BenchArgs {
     /// Collect and print lock statistics.
     #[arg(long)]
     pub lockstat: bool,
+    /// Mount-option variants to compare in one run, e.g. base,trylock,linear (seed 000).
+    #[arg(long, value_delimiter = ',')]
+    pub variants: Vec<String>,
 }

@@ -13,7 +13,7 @@ use crate::disk::group::{bitmap_csum, has_super, GroupDesc, BG_BLOCK_UNINIT, BG_
 use crate::disk::{clear_bit, find_one, find_zero, set_bit, test_bit};
 use crate::error::{Error, Result};
 use crate::journal::Handle;
-use crate::sync::{Mutex, GROUP};
+use crate::sync::{Mutex, GROUP, STREAM_GOAL};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -118,8 +118,48 @@ pub struct InodeLoc {
     pub off: usize,
 }
 
+/// Where a file's data goes when its own extents give no goal (seed 000's stream goals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamGoal {
+    /// One goal for the whole file system behind one lock (`stream_goal` class), which the
+    /// free path also takes: ext4 before the seed (`mb_stream_goal=global`).
+    Global,
+    /// Each inode continues where its own last allocation ended (the seed).
+    #[default]
+    Inode,
+    /// A small array of goals indexed by inode number, read and written without a lock
+    /// (what upstream merged in Linux 6.17).
+    Slots,
+}
+
+/// Allocator policies (mount options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocOptions {
+    /// Try a group's lock instead of waiting for it in every pass but the last
+    /// (`mb_trylock`).
+    pub trylock: bool,
+    /// The stream goal's form (`mb_stream_goal`).
+    pub stream: StreamGoal,
+}
+
+impl Default for AllocOptions {
+    fn default() -> Self {
+        AllocOptions {
+            trylock: true,
+            stream: StreamGoal::Inode,
+        }
+    }
+}
+
+/// Stream-goal slots for `StreamGoal::Slots`.
+const GOAL_SLOTS: usize = 64;
+
 /// The allocator over all groups.
 pub struct Allocator {
+    /// Policies.
+    pub opts: AllocOptions,
+    global_goal: Mutex<u64>,
+    goal_slots: Vec<std::sync::atomic::AtomicU64>,
     /// Geometry.
     pub geo: Geometry,
     groups: Vec<Group>,
@@ -162,10 +202,45 @@ impl Allocator {
             })
             .collect();
         Allocator {
+            opts: AllocOptions::default(),
+            global_goal: Mutex::new(&STREAM_GOAL, 0),
+            goal_slots: (0..GOAL_SLOTS)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
             geo,
             groups,
             gdt,
             bufs,
+        }
+    }
+
+    /// The same allocator with policies `opts`.
+    pub fn with_options(mut self, opts: AllocOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+
+    /// The stream goal for a file with no extent to continue from (0: none yet).
+    /// `own` is the inode's own last allocation end (`StreamGoal::Inode`).
+    pub fn stream_goal(&self, ino: u64, own: u64) -> u64 {
+        match self.opts.stream {
+            StreamGoal::Global => *self.global_goal.lock(),
+            StreamGoal::Inode => own,
+            StreamGoal::Slots => {
+                self.goal_slots[(ino as usize) % GOAL_SLOTS].load(Ordering::Relaxed)
+            }
+        }
+    }
+
+    /// Record that a file's allocation ended at `end` (the next goal). The inode form is
+    /// kept by the caller.
+    pub fn set_stream_goal(&self, ino: u64, end: u64) {
+        match self.opts.stream {
+            StreamGoal::Global => *self.global_goal.lock() = end,
+            StreamGoal::Inode => {}
+            StreamGoal::Slots => {
+                self.goal_slots[(ino as usize) % GOAL_SLOTS].store(end, Ordering::Relaxed)
+            }
         }
     }
 
@@ -328,20 +403,29 @@ impl Allocator {
         };
         let g0 = self.geo.group_of_block(goal);
         let n = self.geo.groups;
-        for i in 0..=n {
-            let g = (g0 + i) % n;
-            let grp = &self.groups[g as usize];
-            let busy = grp.busy_count.load(Ordering::Relaxed);
-            if grp.free_blocks.load(Ordering::Relaxed) <= busy {
-                continue;
-            }
-            let start = if i == 0 {
-                (goal - self.geo.group_first(g)) as u32
-            } else {
-                0
-            };
-            if let Some(r) = self.alloc_in_group(h, g, start, want)? {
-                return Ok(r);
+        // With trylock, a pass that skips groups whose lock another thread holds, then a
+        // last pass that waits; without, only the waiting pass (ext4 before the seed).
+        let passes: &[bool] = if self.opts.trylock {
+            &[true, false]
+        } else {
+            &[false]
+        };
+        for &try_only in passes {
+            for i in 0..=n {
+                let g = (g0 + i) % n;
+                let grp = &self.groups[g as usize];
+                let busy = grp.busy_count.load(Ordering::Relaxed);
+                if grp.free_blocks.load(Ordering::Relaxed) <= busy {
+                    continue;
+                }
+                let start = if i == 0 {
+                    (goal - self.geo.group_first(g)) as u32
+                } else {
+                    0
+                };
+                if let Some(r) = self.alloc_in_group(h, g, start, want, try_only)? {
+                    return Ok(r);
+                }
             }
         }
         Err(Error::NoSpace)
@@ -353,10 +437,18 @@ impl Allocator {
         g: u32,
         start: u32,
         want: u32,
+        try_only: bool,
     ) -> Result<Option<(u64, u32)>> {
         let grp = &self.groups[g as usize];
         let bm = self.bufs.get(grp.block_bitmap)?;
-        let mut dg = grp.desc.lock();
+        let mut dg = if try_only {
+            match grp.desc.try_lock() {
+                Some(g) => g,
+                None => return Ok(None),
+            }
+        } else {
+            grp.desc.lock()
+        };
         let gs = &mut *dg;
         let d = &mut gs.d;
         if d.free_blocks() <= grp.busy_count.load(Ordering::Relaxed) {
@@ -433,6 +525,9 @@ impl Allocator {
                 h.revoke(b);
             }
         }
+        // The baseline's one lock, shared with the allocation goal (ext4's s_md_lock
+        // around its freed-extent list before the seed).
+        let _md = (self.opts.stream == StreamGoal::Global).then(|| self.global_goal.lock());
         let mut b = start;
         while b < start + len {
             let g = self.geo.group_of_block(b);

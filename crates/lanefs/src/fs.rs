@@ -6,7 +6,8 @@
 //! create, write, fallocate or unlink takes a lock shared by the whole file system
 //! besides the journal's short handle start.
 
-use crate::alloc::{Allocator, Geometry};
+pub use crate::alloc::StreamGoal;
+use crate::alloc::{AllocOptions, Allocator, Geometry};
 use crate::buf::{Buf, BufCache};
 use crate::dev::{BlockDevice, ErrorLatch, FileDevice};
 use crate::dir::DirCtx;
@@ -35,6 +36,11 @@ pub struct MountOptions {
     /// Commit the running transaction at least this often (ext4's `commit=5`);
     /// `Duration::ZERO` commits only on fsync, sync, unmount and a full journal.
     pub commit_interval: std::time::Duration,
+    /// Block allocation: skip a group whose lock another thread holds, in every pass but
+    /// the last (`mb_trylock=1`, default); false waits for it (ext4 before seed 000).
+    pub mb_trylock: bool,
+    /// Block allocation: the stream goal's form (`mb_stream_goal`; default per inode).
+    pub mb_stream_goal: StreamGoal,
 }
 
 impl Default for MountOptions {
@@ -42,6 +48,8 @@ impl Default for MountOptions {
         MountOptions {
             read_only: false,
             commit_interval: std::time::Duration::from_secs(5),
+            mb_trylock: true,
+            mb_stream_goal: StreamGoal::Inode,
         }
     }
 }
@@ -123,7 +131,12 @@ impl Fs {
         }
         let geo = geometry(&sb);
         let (descs, gdt) = read_gdt(&geo, &bufs)?;
-        let al = Arc::new(Allocator::new(geo, descs, gdt, bufs.clone()));
+        let al = Arc::new(Allocator::new(geo, descs, gdt, bufs.clone()).with_options(
+            AllocOptions {
+                trylock: opts.mb_trylock,
+                stream: opts.mb_stream_goal,
+            },
+        ));
         let mut log = log;
         if let (Some(l), false) = (log.as_mut(), read_only) {
             // An empty log starting at its first block, in the format lanefs writes.

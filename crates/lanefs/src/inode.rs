@@ -46,6 +46,8 @@ pub struct Inode {
     pub open: AtomicU32,
     /// The transaction that last put this inode on its ordered-data list.
     pub ordered_tid: AtomicU64,
+    /// Where this inode's last block allocation ended (its own stream goal; 0: none).
+    pub last_alloc: AtomicU64,
 }
 
 impl Inode {
@@ -154,6 +156,7 @@ pub fn inode_from_state(ino: u64, st: InodeState) -> Inode {
         pages: Mutex::new(&PAGE, PageMap::default()),
         open: AtomicU32::new(0),
         ordered_tid: AtomicU64::new(0),
+        last_alloc: AtomicU64::new(0),
     }
 }
 

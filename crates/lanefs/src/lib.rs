@@ -23,5 +23,5 @@ pub mod types;
 pub use crashdev::CrashDevice;
 pub use dev::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};
-pub use fs::{Fs, MountOptions};
+pub use fs::{Fs, MountOptions, StreamGoal};
 pub use types::*;

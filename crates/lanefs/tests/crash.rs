@@ -152,6 +152,7 @@ fn opts() -> MountOptions {
     MountOptions {
         read_only: false,
         commit_interval: Duration::ZERO,
+        ..MountOptions::default()
     }
 }
 

@@ -256,8 +256,19 @@ impl Fs {
                 MAX_INIT_LEN
             };
             let want = hole.min(u64::from(max)) as u32;
-            let goal = ext.goal_for(l as u32).unwrap_or(default_goal);
+            // Continue the file's own extents; else its stream goal (seed 000's forms);
+            // else the start of its inode's group.
+            let goal = ext.goal_for(l as u32).unwrap_or_else(|| {
+                let own = i.last_alloc.load(std::sync::atomic::Ordering::Relaxed);
+                match self.al.stream_goal(ino, own) {
+                    0 => default_goal,
+                    g => g,
+                }
+            });
             let (p, got) = self.al.alloc_blocks(h, goal, want)?;
+            i.last_alloc
+                .store(p + u64::from(got), std::sync::atomic::Ordering::Relaxed);
+            self.al.set_stream_goal(ino, p + u64::from(got));
             ext.insert(Extent {
                 lblk: l as u32,
                 len: got,
