@@ -121,6 +121,7 @@ fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         journal_log_bytes: j.map(|j| j.log_bytes),
         commits_per_s: j.map(|j| ratio(j.commits as f64, p.seconds)),
         journal_bytes_per_op: j.map(|j| ratio(j.log_bytes as f64, p.ops as f64)),
+        extents_per_file: p.extents_per_file,
     }
 }
 

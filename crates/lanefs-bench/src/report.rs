@@ -43,6 +43,9 @@ pub struct Record {
     /// Journal log bytes per operation.
     #[serde(default)]
     pub journal_bytes_per_op: Option<f64>,
+    /// Average extents per 1 MiB file after the run (fallocate2 on the engine).
+    #[serde(default)]
+    pub extents_per_file: Option<f64>,
 }
 
 /// Write `records` to `path` as a JSON array.
@@ -183,6 +186,7 @@ pub fn fmt_amount(v: Option<f64>) -> String {
 pub fn render_table(records: &[Record]) -> String {
     let groups = group(records);
     let show_journal = records.iter().any(|r| r.commits_per_s.is_some());
+    let show_extents = records.iter().any(|r| r.extents_per_file.is_some());
     let mut targets: Vec<&str> = Vec::new();
     for g in &groups {
         if !targets.contains(&g.target) {
@@ -207,6 +211,9 @@ pub fn render_table(records: &[Record]) -> String {
     ]);
     if show_journal {
         header.extend(["commits/s", "journal B/op"]);
+    }
+    if show_extents {
+        header.push("extents/file");
     }
     header.push("note");
     let mut table = Table::new();
@@ -247,11 +254,14 @@ pub fn render_table(records: &[Record]) -> String {
             row.push(fmt_amount(g.median_of(|r| r.commits_per_s)));
             row.push(fmt_amount(g.median_of(|r| r.journal_bytes_per_op)));
         }
+        if show_extents {
+            row.push(fmt_amount(g.median_of(|r| r.extents_per_file)));
+        }
         row.push(if over { "oversubscribed" } else { "" }.to_string());
         table.add_row(row);
     }
     let first_num = if show_target { 4 } else { 3 };
-    let numeric = if show_journal { 10 } else { 8 };
+    let numeric = 8 + if show_journal { 2 } else { 0 } + usize::from(show_extents);
     for i in first_num..first_num + numeric {
         if let Some(col) = table.column_mut(i) {
             col.set_cell_alignment(CellAlignment::Right);
@@ -273,6 +283,12 @@ pub fn render_table(records: &[Record]) -> String {
         out.push_str(
             "commits/s = journal commits per second of measured time; \
              journal B/op = bytes written to the journal's log per operation\n",
+        );
+    }
+    if show_extents {
+        out.push_str(
+            "extents/file = extents mapping each thread's 1 MiB file after the run \
+             (its last file completed in the workload's own 8 KiB steps)\n",
         );
     }
     out
@@ -360,6 +376,7 @@ mod tests {
             journal_log_bytes: None,
             commits_per_s: None,
             journal_bytes_per_op: None,
+            extents_per_file: None,
         }
     }
 

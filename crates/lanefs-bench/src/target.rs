@@ -109,6 +109,10 @@ pub trait Backend: Send + Sync {
     fn journal(&self) -> Option<JournalCounters> {
         None
     }
+    /// How many extents map the file, where the target can tell (the engine).
+    fn extents(&self, _h: &Handle) -> Result<Option<u64>, String> {
+        Ok(None)
+    }
 }
 
 /// Real syscalls under one directory.
@@ -344,6 +348,13 @@ impl Backend for LanefsBackend {
         self.fs
             .fsync(ino, datasync)
             .map_err(|e| format!("fsync inode {ino}: {e}"))
+    }
+    fn extents(&self, h: &Handle) -> Result<Option<u64>, String> {
+        let ino = self.file_ino(h)?;
+        self.fs
+            .extent_count(ino)
+            .map(|n| Some(n as u64))
+            .map_err(|e| format!("extents of inode {ino}: {e}"))
     }
     fn journal(&self) -> Option<JournalCounters> {
         let s = self.fs.journal_stats();

@@ -21,6 +21,9 @@ pub struct PhaseResult {
     pub per_thread_ops_per_sec: Vec<f64>,
     /// The target's journal activity during the measured time (engine targets only).
     pub journal: Option<JournalCounters>,
+    /// Average extents per file the workload built, where it and the target report it
+    /// (fallocate2 on the engine: each thread's file completed to 1 MiB after the run).
+    pub extents_per_file: Option<f64>,
 }
 
 impl PhaseResult {
@@ -321,6 +324,7 @@ where
             seconds: secs,
             per_thread_ops_per_sec: per.iter().map(|&n| n as f64 / secs).collect(),
             journal,
+            extents_per_file: None,
         })
     })
 }
@@ -422,6 +426,7 @@ where
                     .map(|r| rate(r.0, (r.2 - r.1).as_secs_f64()))
                     .collect(),
                 journal: journal.get(p).copied().flatten(),
+                extents_per_file: None,
             });
         }
         Ok(results)

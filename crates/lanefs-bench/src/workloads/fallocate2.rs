@@ -5,6 +5,7 @@
 use super::{RunCtx, Workload};
 use crate::target::{Dir, Handle, Name};
 use crate::timing::{timed_loop, PhaseResult};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Bytes allocated per call.
 const CHUNK: u64 = 8 << 10;
@@ -54,13 +55,33 @@ impl Workload for Fallocate2 {
             }
             Ok(())
         };
+        // After the run, each thread completes its file to 1 MiB in the same 8 KiB steps
+        // and counts its extents: contiguity, not only speed.
+        let extents = AtomicU64::new(0);
+        let files = AtomicU64::new(0);
         let teardown = |mut s: State| -> Result<(), String> {
-            match s.file.take() {
-                Some(f) => b.close(f),
-                None => Ok(()),
+            let Some(f) = s.file.take() else {
+                return Ok(());
+            };
+            let counted = (|| {
+                while s.off < FILE_SIZE {
+                    b.fallocate(&f, s.off, CHUNK)?;
+                    s.off += CHUNK;
+                }
+                b.extents(&f)
+            })();
+            if let Ok(Some(n)) = counted {
+                extents.fetch_add(n, Relaxed);
+                files.fetch_add(1, Relaxed);
             }
+            let closed = b.close(f);
+            counted.and(closed)
         };
-        let r = timed_loop("fallocate", ctx.timed(), setup, op, teardown)?;
+        let mut r = timed_loop("fallocate", ctx.timed(), setup, op, teardown)?;
+        let n = files.load(Relaxed);
+        if n > 0 {
+            r.extents_per_file = Some(extents.load(Relaxed) as f64 / n as f64);
+        }
         Ok(vec![r])
     }
 }

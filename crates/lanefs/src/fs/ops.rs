@@ -593,6 +593,13 @@ impl Fs {
         self.al.free_blocks_range(h, blk, 1, true)
     }
 
+    /// Number of extents mapping `ino`'s data (what `filefrag` counts).
+    pub fn extent_count(&self, ino: Ino) -> Result<usize> {
+        let i = self.iget(ino)?;
+        let st = self.read_loaded(&i)?;
+        Ok(st.ext.as_ref().map_or(0, |e| e.len()))
+    }
+
     /// Mark `ino` open: its data survives unlink until `release`.
     pub fn open(&self, ino: Ino) -> Result<()> {
         let i = self.iget(ino)?;
