@@ -229,6 +229,12 @@ fn lanefs_target_runs_both_workloads() {
         assert_eq!(r.journal_log_bytes.is_some(), engine, "{r:?}");
         assert_eq!(r.commits_per_s.is_some(), engine, "{r:?}");
         assert_eq!(r.journal_bytes_per_op.is_some(), engine, "{r:?}");
+        // fallocate2 counts the extents of each thread's completed 1 MiB file.
+        let fa = r.workload == "fallocate2";
+        assert_eq!(r.extents_per_file.is_some(), fa, "{r:?}");
+        if let Some(e) = r.extents_per_file {
+            assert!((1.0..=256.0).contains(&e), "{r:?}");
+        }
     }
     let printed = String::from_utf8(out).expect("utf-8 output");
     assert!(printed.contains("lock statistics"), "{printed}");
@@ -238,6 +244,7 @@ fn lanefs_target_runs_both_workloads() {
     let table = render_table(&records);
     assert!(table.contains("commits/s"), "{table}");
     assert!(table.contains("journal B/op"), "{table}");
+    assert!(table.contains("extents/file"), "{table}");
 }
 
 /// The default variant mounts like `mount -t ext4` with no options: journal on, commit=5.
