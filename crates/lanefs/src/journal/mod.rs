@@ -1,15 +1,17 @@
 //! Transactions, handles, commit and checkpoint, in jbd2's model and on-disk format.
 //!
 //! Every metadata change happens inside a [`Handle`], which joins the running
-//! transaction: one read of the running-transaction pointer and one atomic increment of
-//! its `updates` count at start, one decrement at stop. No lock is held across the
-//! operation, so handles of different threads never wait for each other.
+//! transaction: it reads the running transaction's id (an atomic), increments its
+//! thread's join counter in that transaction's slot (one of 16 padded lanes, so threads
+//! write different cache lines), and reads the slot's `locked` flag; stopping decrements
+//! the counter. No lock is taken or held, so handles of different threads never wait for
+//! each other. Two slots alternate: the running transaction and the one committing.
 //!
 //! Commit (at most one at a time, `journal_commit`):
 //! 1. lock the running transaction T: handle starts now wait at the gate, and commit waits
-//!    for T's open handles to stop (a Dekker pair on `locked`/`updates`, both SeqCst);
+//!    for T's open handles to stop (`gate.rs`: a fenced Dekker pair, loom-checked);
 //! 2. snapshot T's buffers (a memcpy each), take its revoke and ordered-inode lists, open
-//!    T+1 and let waiting handles in: the pause lasts only the copies;
+//!    T+1 in the other slot and let waiting handles in: the pause lasts only the copies;
 //! 3. write the dirty pages of T's ordered inodes (data blocks T mapped: ext4's
 //!    `data=ordered`), then the log: revoke blocks, descriptor blocks each followed by the
 //!    copies they tag (64-bit tags, checksum v3, escaped when a copy starts with the
