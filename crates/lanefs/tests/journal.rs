@@ -409,3 +409,57 @@ fn the_commit_timer_commits_without_fsync() {
         assert_eq!(read_all(fs, f), b"committed by the timer");
     });
 }
+
+#[test]
+fn a_truncate_left_on_the_orphan_list_is_finished_at_mount() {
+    let test = "a_truncate_left_on_the_orphan_list_is_finished_at_mount";
+    if !common::require_tools(test, &["mkfs.ext4", "e2fsck", "debugfs"]) {
+        return;
+    }
+    let Some((dir, img)) = image(test, 64 << 20, &[]) else {
+        return;
+    };
+    // A 1 MiB file, then the state a kernel crash mid-truncate leaves: the new size is
+    // on disk, the blocks past it are still mapped, and the inode heads the orphan list.
+    let dev = Arc::new(MemDevice::from_vec(img));
+    let fs = Fs::mount(dev.clone(), opts()).expect("mount");
+    let f = fs.create(ROOT_INO, b"big", 0o644, O).expect("create").ino;
+    fs.write(f, 0, &vec![7u8; 1 << 20]).expect("write");
+    fs.release(f).expect("release");
+    fs.unmount().expect("unmount");
+    let p = dir.path().join("orphan-truncate");
+    std::fs::write(&p, dev.snapshot()).expect("write image");
+    let cmds = format!("sif <{f}> size 4096\nssv last_orphan {f}\n");
+    let out = std::process::Command::new("debugfs")
+        .args(["-w", "-f", "-"])
+        .arg(&p)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("stdin").write_all(cmds.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("debugfs");
+    assert!(out.status.success(), "debugfs failed");
+    let fs = Fs::mount(
+        Arc::new(MemDevice::from_vec(std::fs::read(&p).expect("read"))),
+        opts(),
+    )
+    .expect("mount processes the orphan");
+    let a = fs.getattr(f).expect("the file is still there");
+    assert_eq!(a.size, 4096, "size");
+    assert_eq!(a.blocks, 8, "blocks past the size were freed");
+    assert_eq!(read_all(&fs, f), vec![7u8; 4096]);
+    drop(fs);
+    replay_and_check(
+        dir.path(),
+        "orphan-done",
+        std::fs::read(&p).expect("read"),
+        |fs| {
+            assert_eq!(fs.getattr(f).expect("getattr").blocks, 8);
+        },
+    );
+}
