@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{have_tool, is_root, run, skip};
+use common::{kernel_ready, run, KernelMount};
 use lanefs::{Attr, FileType, Fs, Ino, MountOptions, Owner, SetAttr, Timespec, ROOT_INO};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
@@ -22,7 +22,7 @@ use std::ffi::{CString, OsStr};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -57,89 +57,6 @@ fn fsck_clean(img: &Path, when: &str) {
         code, 0,
         "e2fsck -fn {when} is not clean (exit {code}):\n{text}"
     );
-}
-
-/// A kernel loop mount, unmounted when dropped (also while unwinding from a panic).
-struct KernelMount {
-    dir: PathBuf,
-    mounted: bool,
-}
-
-impl KernelMount {
-    fn mount(img: &Path, dir: &Path, read_only: bool) -> Result<KernelMount, String> {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let opts = if read_only { "loop,ro" } else { "loop" };
-        run(Command::new("mount")
-            .args(["-t", "ext4", "-o", opts])
-            .arg(img)
-            .arg(dir))?;
-        Ok(KernelMount {
-            dir: dir.to_path_buf(),
-            mounted: true,
-        })
-    }
-
-    /// Unmount now and fail if the kernel refuses.
-    fn unmount(mut self) {
-        self.mounted = false;
-        let mut last = String::new();
-        for _ in 0..20 {
-            match run(Command::new("umount").arg(&self.dir)) {
-                Ok(_) => return,
-                Err(e) => last = e,
-            }
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        panic!("umount {} failed: {last}", self.dir.display());
-    }
-}
-
-impl Drop for KernelMount {
-    fn drop(&mut self) {
-        if !self.mounted {
-            return;
-        }
-        for _ in 0..20 {
-            if Command::new("umount")
-                .arg(&self.dir)
-                .status()
-                .is_ok_and(|s| s.success())
-            {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-    }
-}
-
-/// Whether the machine can run these tests: tools, root, and a working loop mount of a
-/// fresh image. Prints SKIP (or panics when required) otherwise.
-fn kernel_ready(test: &str, td: &Path) -> bool {
-    for tool in ["mkfs.ext4", "e2fsck", "debugfs"] {
-        if !have_tool(tool) {
-            skip(test, &format!("{tool} not found"));
-            return false;
-        }
-    }
-    if !is_root() {
-        skip(test, "not root (loop mounts need privilege)");
-        return false;
-    }
-    let img = td.join("probe.img");
-    mkfs(&img, 16 << 20);
-    match KernelMount::mount(&img, &td.join("probe"), true) {
-        Ok(m) => {
-            m.unmount();
-            let _ = std::fs::remove_file(&img);
-            true
-        }
-        Err(e) => {
-            skip(test, &format!("cannot loop-mount a fresh image: {e}"));
-            false
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -723,7 +640,7 @@ fn secs(t: Instant) -> String {
 fn lanefs_writes_kernel_reads() {
     let test = "lanefs_writes_kernel_reads";
     let td = tempfile::tempdir().expect("tempdir");
-    if !kernel_ready(test, td.path()) {
+    if !kernel_ready(test, td.path(), &[]) {
         return;
     }
     let t0 = Instant::now();
@@ -792,7 +709,7 @@ fn lanefs_writes_kernel_reads() {
 
     let t = Instant::now();
     let mnt = td.path().join("mnt");
-    let km = KernelMount::mount(&img, &mnt, true)
+    let km = KernelMount::mount(&img, &mnt, "ro")
         .unwrap_or_else(|e| panic!("kernel refuses the lanefs image: {e}"));
     let mut checked = 0;
     compare_host(&src, &mnt.join("tree"), false, &mut checked);
@@ -831,7 +748,7 @@ fn lanefs_writes_kernel_reads() {
             assert!(chunk == block_pattern(base + k as u64), "{name} block {k}");
         }
     }
-    km.unmount();
+    km.unmount().expect("kernel unmount");
     println!("{test}: kernel sees {checked} tree entries, {MANY} names, fragmented files ok ({}); total {}", secs(t), secs(t0));
 }
 
@@ -856,7 +773,7 @@ fn punch(f: &std::fs::File, off: u64, len: u64) {
 fn kernel_writes_lanefs_reads() {
     let test = "kernel_writes_lanefs_reads";
     let td = tempfile::tempdir().expect("tempdir");
-    if !kernel_ready(test, td.path()) {
+    if !kernel_ready(test, td.path(), &[]) {
         return;
     }
     let t0 = Instant::now();
@@ -869,7 +786,7 @@ fn kernel_writes_lanefs_reads() {
 
     // The kernel writes.
     {
-        let km = KernelMount::mount(&img, &mnt, false).expect("kernel mount rw");
+        let km = KernelMount::mount(&img, &mnt, "").expect("kernel mount rw");
         std::fs::create_dir(mnt.join("tree")).expect("mkdir tree");
         copy_host(&src, &mnt.join("tree"));
         std::fs::create_dir(mnt.join("many")).expect("mkdir many");
@@ -897,7 +814,7 @@ fn kernel_writes_lanefs_reads() {
         f.sync_all().expect("fsync frag");
         drop(f);
         run(&mut Command::new("sync")).expect("sync");
-        km.unmount();
+        km.unmount().expect("kernel unmount");
     }
     println!("{test}: kernel wrote the tree in {}", secs(t0));
     let (leaves, depth) = debugfs_extents(&img, "/frag");
@@ -1033,7 +950,7 @@ fn kernel_writes_lanefs_reads() {
     fsck_clean(&img, "after lanefs modified the kernel's image");
 
     // The kernel checks the result.
-    let km = KernelMount::mount(&img, &mnt, true)
+    let km = KernelMount::mount(&img, &mnt, "ro")
         .unwrap_or_else(|e| panic!("kernel refuses the modified image: {e}"));
     let got: BTreeSet<String> = std::fs::read_dir(mnt.join("many"))
         .expect("read many")
@@ -1072,6 +989,6 @@ fn kernel_writes_lanefs_reads() {
     let mut checked2 = 0;
     compare_host(&src, &mnt.join("tree"), false, &mut checked2);
     assert_eq!(checked, checked2);
-    km.unmount();
+    km.unmount().expect("kernel unmount");
     println!("{test}: kernel sees lanefs's changes; total {}", secs(t0));
 }

@@ -140,3 +140,94 @@ pub fn run(cmd: &mut Command) -> Result<String, String> {
         ))
     }
 }
+
+/// A kernel loop mount, unmounted when dropped (also while unwinding from a panic).
+pub struct KernelMount {
+    /// The mount point.
+    pub dir: PathBuf,
+    mounted: bool,
+}
+
+impl KernelMount {
+    /// `opts` is added to `loop` (e.g. `ro,noload`).
+    pub fn mount(img: &Path, dir: &Path, opts: &str) -> Result<KernelMount, String> {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let opts = if opts.is_empty() {
+            "loop".to_string()
+        } else {
+            format!("loop,{opts}")
+        };
+        run(Command::new("mount")
+            .args(["-t", "ext4", "-o", &opts])
+            .arg(img)
+            .arg(dir))?;
+        Ok(KernelMount {
+            dir: dir.to_path_buf(),
+            mounted: true,
+        })
+    }
+
+    /// Unmount now; Err if the kernel refuses.
+    pub fn unmount(mut self) -> Result<(), String> {
+        self.mounted = false;
+        let mut last = String::new();
+        for _ in 0..20 {
+            match run(Command::new("umount").arg(&self.dir)) {
+                Ok(_) => return Ok(()),
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        Err(format!("umount {} failed: {last}", self.dir.display()))
+    }
+}
+
+impl Drop for KernelMount {
+    fn drop(&mut self) {
+        if !self.mounted {
+            return;
+        }
+        for _ in 0..20 {
+            if Command::new("umount")
+                .arg(&self.dir)
+                .status()
+                .is_ok_and(|s| s.success())
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// Whether the machine can run these tests: tools, root, and a working loop mount of a
+/// fresh image. Prints SKIP (or panics when required) otherwise.
+pub fn kernel_ready(test: &str, td: &Path, extra_tools: &[&str]) -> bool {
+    for tool in ["mkfs.ext4", "e2fsck", "debugfs", "dumpe2fs", "cp"]
+        .iter()
+        .chain(extra_tools)
+    {
+        if !have_tool(tool) {
+            skip(test, &format!("{tool} not found"));
+            return false;
+        }
+    }
+    if !is_root() {
+        skip(test, "not root (loop mounts need privilege)");
+        return false;
+    }
+    let img = mkfs_image(td, "probe.img", 16 << 20);
+    match KernelMount::mount(&img, &td.join("probe"), "ro") {
+        Ok(m) => {
+            m.unmount().expect("unmount probe");
+            let _ = std::fs::remove_file(&img);
+            true
+        }
+        Err(e) => {
+            skip(test, &format!("cannot loop-mount a fresh image: {e}"));
+            false
+        }
+    }
+}
