@@ -474,14 +474,17 @@ impl Allocator {
                     set_bit(view, b);
                 }
             }
+            // Reuse the previous transaction's bitmap: no allocation under the lock.
             let tid = h.tid();
-            if !matches!(gs.fresh, Some((t, _)) if t == tid) {
-                gs.fresh = Some((tid, vec![0u8; map.len()].into_boxed_slice()));
+            let (t, m) = gs
+                .fresh
+                .get_or_insert_with(|| (tid, vec![0u8; map.len()].into_boxed_slice()));
+            if *t != tid {
+                *t = tid;
+                m.fill(0);
             }
-            if let Some((_, m)) = gs.fresh.as_mut() {
-                for b in s..s + l {
-                    set_bit(m, b);
-                }
+            for b in s..s + l {
+                set_bit(m, b);
             }
             self.set_block_csum(d, &map);
             (s, l)

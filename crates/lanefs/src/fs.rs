@@ -107,11 +107,17 @@ impl Fs {
                 "block size {bs} (lanefs supports 4096)"
             )));
         }
-        let (log, replay) = open_journal(&sb, &dev)?;
+        let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize));
+        let (log, replay) = open_journal(&sb, &dev, &bufs)?;
         let mut next_tid = log
             .as_ref()
             .map_or(1, |l| u64::from(l.js.sequence()).max(1));
-        let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize));
+        // Replay rewrites blocks the journal lookup cached: start over with a fresh cache.
+        let bufs = if replay.is_some() {
+            Arc::new(BufCache::new(dev.clone(), bs as usize))
+        } else {
+            bufs
+        };
         let mut sb = sb;
         if let Some(r) = &replay {
             next_tid = u64::from(r.end_tid.wrapping_add(1)).max(1);
@@ -409,11 +415,12 @@ fn read_super(dev: &dyn BlockDevice) -> Result<Superblock> {
     Superblock::decode(&raw, dev.size())
 }
 
-/// Find the journal's log and, if it holds committed transactions (`needs_recovery`, or
-/// a non-zero log start), what replaying them writes.
+/// Find the journal's log (reading its inode through `bufs`) and, if it holds
+/// transactions (a non-zero log start), what replaying them writes.
 fn open_journal(
     sb: &Superblock,
     dev: &Arc<dyn BlockDevice>,
+    bufs: &Arc<BufCache>,
 ) -> Result<(Option<LogArea>, Option<Replay>)> {
     if !sb.has_compat(compat::HAS_JOURNAL) {
         if sb.has_incompat(incompat::RECOVER) {
@@ -429,8 +436,6 @@ fn open_journal(
     if jino == 0 {
         return Err(Error::Unsupported("external journal device".into()));
     }
-    // Read the journal inode through a throwaway cache: replay may rewrite what it read.
-    let bufs = Arc::new(BufCache::new(dev.clone(), sb.block_size() as usize));
     let geo = geometry(sb);
     if jino > u64::from(geo.ipg) * u64::from(geo.groups) {
         return Err(Error::corrupt(
@@ -439,9 +444,9 @@ fn open_journal(
             format!("journal inode {jino} out of range"),
         ));
     }
-    let (descs, gdt) = read_gdt(&geo, &bufs)?;
+    let (descs, gdt) = read_gdt(&geo, bufs)?;
     let al = Allocator::new(geo, descs, gdt, bufs.clone());
-    let d = inode::read_disk_inode(&al, &bufs, jino)?;
+    let d = inode::read_disk_inode(&al, bufs, jino)?;
     let mut st = InodeState {
         d,
         ext: None,
@@ -450,7 +455,7 @@ fn open_journal(
         freed: false,
         tid: 0,
     };
-    inode::load_extents(&al, &bufs, jino, &mut st)?;
+    inode::load_extents(&al, bufs, jino, &mut st)?;
     let ext = st.ext.unwrap_or_default();
     let bs = sb.block_size() as usize;
     let read = |b: u64| -> Result<Vec<u8>> {
@@ -459,8 +464,8 @@ fn open_journal(
         Ok(v)
     };
     let area = LogArea::new(&ext, jino, sb.blocks_count(), read, bs)?;
-    let needs = sb.has_incompat(incompat::RECOVER) || area.js.start() != 0;
-    let replay = if needs && area.js.start() != 0 {
+    // needs_recovery with an empty log (s_start 0) has nothing to replay.
+    let replay = if area.js.start() != 0 {
         Some(journal::recover(&area, &**dev, sb.blocks_count())?)
     } else {
         None

@@ -90,10 +90,6 @@ impl TxGate {
     pub fn unlock(&self) {
         self.locked.store(false, SeqCst);
     }
-    /// Whether the gate is locked.
-    pub fn is_locked(&self) -> bool {
-        self.locked.load(SeqCst)
-    }
     /// Whether no handle is joined (after `lock`: stays true).
     pub fn drained(&self) -> bool {
         self.lanes.iter().all(|l| l.joined.load(SeqCst) == 0)

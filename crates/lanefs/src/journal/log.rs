@@ -12,6 +12,8 @@ pub struct LogArea {
     runs: Vec<(u32, u64, u32)>,
     /// The journal superblock as last written.
     pub js: JournalSuper,
+    /// The rest of the superblock's block (past its 1024 bytes), rewritten as read.
+    sb_rest: Vec<u8>,
     /// Device block of the journal superblock.
     pub sb_blk: u64,
     /// Block size.
@@ -57,6 +59,7 @@ impl LogArea {
         let area = LogArea {
             runs,
             js,
+            sb_rest: raw[1024..].to_vec(),
             sb_blk,
             bs,
         };
@@ -140,11 +143,11 @@ impl LogArea {
     }
     /// Write `blocks` to consecutive log positions from `pos` (wrapping), coalescing
     /// physically contiguous runs; returns the position after the last.
-    pub fn write_run(
+    pub fn write_run<B: AsRef<[u8]>>(
         &self,
         dev: &dyn BlockDevice,
         mut pos: u32,
-        blocks: &[Vec<u8>],
+        blocks: &[B],
     ) -> Result<u32> {
         let mut run: Vec<u8> = Vec::new();
         let mut run_start = 0u64;
@@ -157,7 +160,7 @@ impl LogArea {
             if run.is_empty() {
                 run_start = p;
             }
-            run.extend_from_slice(b);
+            run.extend_from_slice(b.as_ref());
             pos = self.next(pos);
         }
         if !run.is_empty() {
@@ -168,8 +171,8 @@ impl LogArea {
     /// Write the journal superblock (with a fresh checksum) in place.
     pub fn write_super(&mut self, dev: &dyn BlockDevice) -> Result<()> {
         self.js.update_checksum();
-        let mut b = self.read(dev, 0)?;
-        b[..1024].copy_from_slice(&self.js.raw);
+        let mut b = self.js.raw.clone();
+        b.extend_from_slice(&self.sb_rest);
         dev.write_at(self.sb_blk * self.bs as u64, &b)
     }
 }

@@ -41,6 +41,7 @@ use crate::disk::jbd2;
 use crate::error::{Error, Result};
 use crate::inode::Inode;
 use crate::sync::{Condvar, Mutex, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -422,13 +423,14 @@ impl Journal {
         let seq = cs.seq;
         let seed = js.csum_seed();
         let bs = self.bs;
-        let mut blocks: Vec<Vec<u8>> = Vec::new();
+        // Snapshots go to the log as they are; only one starting with the magic is copied.
+        let mut blocks: Vec<Cow<'_, [u8]>> = Vec::new();
         let mut rest = revoked;
         while !rest.is_empty() {
             let mut b = vec![0u8; bs];
             let n = jbd2::put_revoke(js, &mut b, seq, rest);
             rest = &rest[n..];
-            blocks.push(b);
+            blocks.push(Cow::Owned(b));
         }
         let tb = js.tag_bytes();
         let room = bs - jbd2::HEADER - if js.csum() { jbd2::TAIL } else { 0 };
@@ -439,10 +441,10 @@ impl Journal {
             let mut off = jbd2::HEADER;
             let mut copies = Vec::with_capacity(chunk.len());
             for (k, (data, b)) in chunk.iter().enumerate() {
-                let mut copy = data.to_vec();
+                let mut copy = Cow::Borrowed(&data[..]);
                 let mut flags = 0;
                 if jbd2::needs_escape(&copy) {
-                    copy[..4].fill(0);
+                    copy.to_mut()[..4].fill(0);
                     flags |= jbd2::FLAG_ESCAPE;
                 }
                 if k > 0 {
@@ -467,7 +469,7 @@ impl Journal {
             if js.csum() {
                 jbd2::set_tail_csum(seed, &mut d);
             }
-            blocks.push(d);
+            blocks.push(Cow::Owned(d));
             blocks.extend(copies);
         }
         let need = blocks.len() as u32 + 1;
