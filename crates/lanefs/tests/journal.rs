@@ -463,3 +463,77 @@ fn a_truncate_left_on_the_orphan_list_is_finished_at_mount() {
         },
     );
 }
+
+/// Device block of the journal's first block (its superblock), from debugfs.
+fn journal_sb_block(img: &Path) -> u64 {
+    let out = std::process::Command::new("debugfs")
+        .args(["-R", "bmap <8> 0"])
+        .arg(img)
+        .output()
+        .expect("debugfs");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("bmap output")
+}
+
+#[test]
+fn a_crashed_image_replays_in_memory_on_a_read_only_mount_and_a_bad_journal_is_named() {
+    let test = "a_crashed_image_replays_in_memory_on_a_read_only_mount_and_a_bad_journal_is_named";
+    if !common::require_tools(test, &["mkfs.ext4", "e2fsck", "debugfs"]) {
+        return;
+    }
+    let Some((dir, img)) = image(test, 64 << 20, &[]) else {
+        return;
+    };
+    let dev = Arc::new(MemDevice::from_vec(img));
+    let fs = Fs::mount(dev.clone(), opts()).expect("mount");
+    let f = fs
+        .create(ROOT_INO, b"logged", 0o644, O)
+        .expect("create")
+        .ino;
+    fs.write(f, 0, b"only in the log").expect("write");
+    fs.fsync(f, false).expect("fsync");
+    let crash = dev.snapshot();
+    drop(fs);
+    // Read-only: the log is replayed into memory, the device is not written.
+    let ro = Arc::new(MemDevice::from_vec(crash.clone()));
+    let fs = Fs::mount(
+        ro.clone(),
+        MountOptions {
+            read_only: true,
+            ..opts()
+        },
+    )
+    .expect("read-only mount of a crashed image");
+    let g = lookup(&fs, ROOT_INO, "logged").expect("the logged file is visible");
+    assert_eq!(read_all(&fs, g), b"only in the log");
+    fs.unmount().expect("unmount");
+    assert!(
+        ro.snapshot() == crash,
+        "a read-only mount wrote to the device"
+    );
+    // A journal superblock that fails its checksum is refused by name.
+    let p = dir.path().join("bad-jsb");
+    std::fs::write(&p, &crash).expect("write");
+    let jsb = journal_sb_block(&p) as usize * 4096;
+    let mut bad = crash.clone();
+    bad[jsb + 0x40] ^= 0xFF; // s_nr_users, covered by the checksum
+    let e = Fs::mount(Arc::new(MemDevice::from_vec(bad)), opts())
+        .err()
+        .expect("a corrupt journal superblock must be refused");
+    assert!(
+        e.to_string().contains("journal superblock"),
+        "error does not name the journal superblock: {e}"
+    );
+    // So is one whose log start lies outside the log.
+    let mut bad = crash;
+    bad[jsb + 0x1C..jsb + 0x20].copy_from_slice(&u32::MAX.to_be_bytes());
+    let e = Fs::mount(Arc::new(MemDevice::from_vec(bad)), opts())
+        .err()
+        .expect("a log start outside the log must be refused");
+    assert!(
+        e.to_string().contains("journal superblock"),
+        "error does not name the journal superblock: {e}"
+    );
+}
