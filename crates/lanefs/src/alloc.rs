@@ -110,6 +110,28 @@ pub struct Group {
     inode_table: u64,
 }
 
+/// Free space and how fragmented it is (what `e2freefrag` summarizes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FreeSpace {
+    /// Free blocks.
+    pub free_blocks: u64,
+    /// Maximal runs of free blocks inside a group.
+    pub free_extents: u64,
+    /// Blocks in the longest run.
+    pub largest_extent: u64,
+}
+
+impl FreeSpace {
+    /// Average free extent in blocks (0 when nothing is free).
+    pub fn avg_extent_blocks(&self) -> f64 {
+        if self.free_extents == 0 {
+            0.0
+        } else {
+            self.free_blocks as f64 / self.free_extents as f64
+        }
+    }
+}
+
 /// Where inode `ino` lives: its table block and byte offset inside it.
 pub struct InodeLoc {
     /// Block of the inode table.
@@ -140,6 +162,8 @@ pub struct AllocOptions {
     pub trylock: bool,
     /// The stream goal's form (`mb_stream_goal`).
     pub stream: StreamGoal,
+    /// Pick groups from the order lists instead of linearly (`mb_optimize_scan`).
+    pub optimize_scan: bool,
 }
 
 impl Default for AllocOptions {
@@ -147,6 +171,7 @@ impl Default for AllocOptions {
         AllocOptions {
             trylock: true,
             stream: StreamGoal::Inode,
+            optimize_scan: true,
         }
     }
 }
@@ -314,6 +339,36 @@ impl Allocator {
             .iter()
             .map(|g| u64::from(g.free_inodes.load(Ordering::Relaxed)))
             .sum()
+    }
+
+    /// Free space as the block bitmaps hold it: free blocks, free extents (maximal runs
+    /// of free blocks inside a group; allocations never cross groups) and the largest.
+    /// Blocks freed by uncommitted transactions count as free, as on disk.
+    pub fn free_space(&self) -> Result<FreeSpace> {
+        let mut fs = FreeSpace::default();
+        let mut scratch = vec![0u8; self.geo.bs as usize];
+        for grp in &self.groups {
+            let bm = self.bufs.get(grp.block_bitmap)?;
+            let st = grp.desc.lock();
+            let len = self.geo.group_len(grp.no) as usize;
+            let map = bm.read();
+            let map: &[u8] = if st.d.flags() & BG_BLOCK_UNINIT != 0 {
+                self.init_block_bitmap(grp.no, &mut scratch);
+                &scratch
+            } else {
+                &map
+            };
+            let mut i = 0;
+            while let Some(s) = find_zero(map, i, len) {
+                let e = find_one(map, s, len).unwrap_or(len);
+                let n = (e - s) as u64;
+                fs.free_blocks += n;
+                fs.free_extents += 1;
+                fs.largest_extent = fs.largest_extent.max(n);
+                i = e;
+            }
+        }
+        Ok(fs)
     }
 
     /// Location of inode `ino` in its inode table.

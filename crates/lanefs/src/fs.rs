@@ -41,6 +41,10 @@ pub struct MountOptions {
     pub mb_trylock: bool,
     /// Block allocation: the stream goal's form (`mb_stream_goal`; default per inode).
     pub mb_stream_goal: StreamGoal,
+    /// Block allocation: pick groups from the lists keyed by largest free order and
+    /// average fragment size (`mb_optimize_scan=1`, default, on for any size), or walk
+    /// groups linearly from the goal (`0`).
+    pub mb_optimize_scan: bool,
 }
 
 impl Default for MountOptions {
@@ -50,6 +54,7 @@ impl Default for MountOptions {
             commit_interval: std::time::Duration::from_secs(5),
             mb_trylock: true,
             mb_stream_goal: StreamGoal::Inode,
+            mb_optimize_scan: true,
         }
     }
 }
@@ -141,6 +146,7 @@ impl Fs {
             AllocOptions {
                 trylock: opts.mb_trylock,
                 stream: opts.mb_stream_goal,
+                optimize_scan: opts.mb_optimize_scan,
             },
         ));
         let mut log = log;

@@ -600,6 +600,11 @@ impl Fs {
         Ok(st.ext.as_ref().map_or(0, |e| e.len()))
     }
 
+    /// Free space and its fragmentation, from the block bitmaps.
+    pub fn free_space(&self) -> Result<crate::alloc::FreeSpace> {
+        self.al.free_space()
+    }
+
     /// Mark `ino` open: its data survives unlink until `release`.
     pub fn open(&self, ino: Ino) -> Result<()> {
         let i = self.iget(ino)?;
