@@ -39,7 +39,7 @@ impl Default for TargetSpec {
 /// One set of mount options to measure, under a name shown in reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Variant {
-    /// Name in tables and records, e.g. "default" or "mb_trylock=0".
+    /// Name in tables and records, e.g. "default" or "base".
     pub name: String,
     /// Mount options the engine runs with for this variant.
     pub opts: MountOptions,
@@ -55,30 +55,49 @@ impl Variant {
     }
 }
 
+/// Names [`Variant::named`] knows, in the order of seed 000's table.
+pub const VARIANT_NAMES: &[&str] = &[
+    "default",
+    "base",
+    "trylock",
+    "linear",
+    "optimize_scan",
+    "slots",
+];
+
 impl Variant {
-    /// A named variant of seed 000's reproduction: `default`, `base` (trylock=0,
-    /// stream=global), `trylock` (trylock=1, stream=global), `linear` (trylock=1,
-    /// stream=inode). `optimize_scan` and `slots` need the scan lists, not built yet.
+    /// A named variant of seed 000's reproduction (ext4 "better scalability for ext4 block
+    /// allocation"), each one step further than the one before:
+    ///
+    /// | name | `mb_trylock` | `mb_stream_goal` | `mb_optimize_scan` |
+    /// |---|---|---|---|
+    /// | `base` | false | `Global` | false |
+    /// | `trylock` | true | `Global` | false |
+    /// | `linear` | true | `Inode` | false |
+    /// | `optimize_scan` | true | `Inode` | true |
+    /// | `slots` | true | `Slots` | true |
+    ///
+    /// `default` is `MountOptions::default()`. Every other mount option keeps its default.
+    /// An unknown name is an error listing the known ones ([`VARIANT_NAMES`]).
     pub fn named(name: &str) -> Result<Variant, String> {
         use lanefs::StreamGoal;
-        let o = |trylock: bool, stream: StreamGoal| MountOptions {
+        let o = |trylock: bool, stream: StreamGoal, optimize_scan: bool| MountOptions {
             mb_trylock: trylock,
             mb_stream_goal: stream,
+            mb_optimize_scan: optimize_scan,
             ..MountOptions::default()
         };
         let opts = match name {
             "default" => MountOptions::default(),
-            "base" => o(false, StreamGoal::Global),
-            "trylock" => o(true, StreamGoal::Global),
-            "linear" => o(true, StreamGoal::Inode),
-            "optimize_scan" | "slots" => {
-                return Err(format!(
-                    "variant {name} needs mb_optimize_scan (the group scan lists), which lanefs does not have yet"
-                ))
-            }
+            "base" => o(false, StreamGoal::Global, false),
+            "trylock" => o(true, StreamGoal::Global, false),
+            "linear" => o(true, StreamGoal::Inode, false),
+            "optimize_scan" => o(true, StreamGoal::Inode, true),
+            "slots" => o(true, StreamGoal::Slots, true),
             _ => {
                 return Err(format!(
-                    "unknown variant {name} (known: default, base, trylock, linear)"
+                    "unknown variant {name:?} (known: {})",
+                    VARIANT_NAMES.join(", ")
                 ))
             }
         };
@@ -98,7 +117,8 @@ pub struct BenchConfig {
     /// Workload names, in the order they run (see [`crate::workload_names`]).
     pub workloads: Vec<String>,
     /// Thread counts to sweep for every workload; `None` sweeps each workload's own
-    /// ([`crate::workloads::Workload::default_threads`]: 1, 2, 4; fsync 1, 2, 4, 8).
+    /// ([`crate::workloads::Workload::default_threads`]: fallocate2 and fsync 1, 2, 4, 8;
+    /// mdtest 1, 2, 4).
     pub threads: Option<Vec<usize>>,
     /// Repetitions of the whole sweep; reports show the median with min and max.
     pub reps: usize,
@@ -253,4 +273,53 @@ fn seconds_duration(what: &str, secs: f64, zero_ok: bool) -> Result<Duration, St
         ));
     }
     Duration::try_from_secs_f64(secs).map_err(|e| format!("{what} {secs}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanefs::StreamGoal;
+
+    /// Each named variant sets the three allocator options of seed 000's table and leaves
+    /// every other mount option at its default.
+    #[test]
+    fn named_variants_set_the_allocator_options() {
+        let want = [
+            ("base", false, StreamGoal::Global, false),
+            ("trylock", true, StreamGoal::Global, false),
+            ("linear", true, StreamGoal::Inode, false),
+            ("optimize_scan", true, StreamGoal::Inode, true),
+            ("slots", true, StreamGoal::Slots, true),
+        ];
+        for (name, trylock, stream, optimize_scan) in want {
+            let v = Variant::named(name).expect(name);
+            assert_eq!(v.name, name);
+            let expected = MountOptions {
+                mb_trylock: trylock,
+                mb_stream_goal: stream,
+                mb_optimize_scan: optimize_scan,
+                ..MountOptions::default()
+            };
+            assert_eq!(v.opts, expected, "{name}");
+        }
+        assert_eq!(
+            Variant::named("default").expect("default"),
+            Variant::default()
+        );
+        for name in VARIANT_NAMES {
+            assert!(Variant::named(name).is_ok(), "{name}");
+        }
+    }
+
+    /// An unknown name is an error that names it and lists the known ones.
+    #[test]
+    fn unknown_variant_lists_the_known_ones() {
+        let err = Variant::named("fast").expect_err("unknown variant");
+        assert!(err.contains("\"fast\""), "{err}");
+        assert!(
+            err.contains("known: default, base, trylock, linear, optimize_scan, slots"),
+            "{err}"
+        );
+        assert!(Variant::named("").is_err());
+    }
 }

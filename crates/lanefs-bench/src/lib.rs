@@ -26,8 +26,10 @@ pub mod target;
 pub mod timing;
 pub mod workloads;
 
-pub use config::{BenchConfig, TargetSpec, Variant, DEFAULT_IMAGE_SIZE, PATH_VARIANT};
-pub use report::{render_table, write_json, Record};
+pub use config::{
+    BenchConfig, TargetSpec, Variant, DEFAULT_IMAGE_SIZE, PATH_VARIANT, VARIANT_NAMES,
+};
+pub use report::{render_table, render_vs_base, write_json, Record, BASE_VARIANT};
 pub use target::Target;
 
 use lanefs::sync::LockStat;
@@ -122,6 +124,8 @@ fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         commits_per_s: j.map(|j| ratio(j.commits as f64, p.seconds)),
         journal_bytes_per_op: j.map(|j| ratio(j.log_bytes as f64, p.ops as f64)),
         extents_per_file: p.extents_per_file,
+        free_extents: p.free_space.map(|f| f.extents),
+        avg_free_extent_kib: p.free_space.map(|f| f.avg_extent_kib),
     }
 }
 

@@ -46,6 +46,13 @@ pub struct Record {
     /// Average extents per 1 MiB file after the run (fallocate2 on the engine).
     #[serde(default)]
     pub extents_per_file: Option<f64>,
+    /// Maximal runs of free blocks after the run, with each thread's completed file still
+    /// open (fallocate2 on the engine).
+    #[serde(default)]
+    pub free_extents: Option<u64>,
+    /// Average run of free blocks after the run, in KiB (fallocate2 on the engine).
+    #[serde(default)]
+    pub avg_free_extent_kib: Option<f64>,
 }
 
 /// Write `records` to `path` as a JSON array.
@@ -179,14 +186,29 @@ pub fn fmt_amount(v: Option<f64>) -> String {
     }
 }
 
+/// A count that may be a median of two (free extents): whole numbers with separators,
+/// others with one decimal; "-" when missing.
+pub fn fmt_count(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.fract() != 0.0 => format!("{v:.1}"),
+        Some(v) => fmt_rate(v),
+        None => "-".to_string(),
+    }
+}
+
 /// The terminal table: one row per workload, phase, variant and thread count, with the
 /// median ops/s over repetitions, min, max, median per-thread ops/s, scaling efficiency,
 /// the control loop's efficiency at the same thread count, and (when some record has
-/// journal counters) the median journal commits/s and log bytes per operation.
+/// journal counters) the median journal commits/s and log bytes per operation, (when some
+/// record has them) extents per file and free-space fragmentation; then the comparison
+/// against base of [`render_vs_base`].
 pub fn render_table(records: &[Record]) -> String {
     let groups = group(records);
     let show_journal = records.iter().any(|r| r.commits_per_s.is_some());
     let show_extents = records.iter().any(|r| r.extents_per_file.is_some());
+    let show_free = records
+        .iter()
+        .any(|r| r.free_extents.is_some() || r.avg_free_extent_kib.is_some());
     let mut targets: Vec<&str> = Vec::new();
     for g in &groups {
         if !targets.contains(&g.target) {
@@ -214,6 +236,9 @@ pub fn render_table(records: &[Record]) -> String {
     }
     if show_extents {
         header.push("extents/file");
+    }
+    if show_free {
+        header.extend(["free extents", "avg free KiB"]);
     }
     header.push("note");
     let mut table = Table::new();
@@ -257,11 +282,18 @@ pub fn render_table(records: &[Record]) -> String {
         if show_extents {
             row.push(fmt_amount(g.median_of(|r| r.extents_per_file)));
         }
+        if show_free {
+            row.push(fmt_count(g.median_of(|r| r.free_extents.map(|n| n as f64))));
+            row.push(fmt_amount(g.median_of(|r| r.avg_free_extent_kib)));
+        }
         row.push(if over { "oversubscribed" } else { "" }.to_string());
         table.add_row(row);
     }
     let first_num = if show_target { 4 } else { 3 };
-    let numeric = 8 + if show_journal { 2 } else { 0 } + usize::from(show_extents);
+    let numeric = 8
+        + if show_journal { 2 } else { 0 }
+        + usize::from(show_extents)
+        + if show_free { 2 } else { 0 };
     for i in first_num..first_num + numeric {
         if let Some(col) = table.column_mut(i) {
             col.set_cell_alignment(CellAlignment::Right);
@@ -290,6 +322,264 @@ pub fn render_table(records: &[Record]) -> String {
             "extents/file = extents mapping each thread's 1 MiB file after the run \
              (its last file completed in the workload's own 8 KiB steps)\n",
         );
+    }
+    if show_free {
+        out.push_str(FREE_LEGEND);
+        out.push('\n');
+    }
+    out.push_str(&render_vs_base(records));
+    out
+}
+
+/// Variant every other one is compared with in [`render_vs_base`].
+pub const BASE_VARIANT: &str = "base";
+
+/// Where the numbers come from, for the legends of the comparison tables.
+const TARGET_LEGEND: &str = "lanefs = the engine in-process (function calls, no kernel); \
+     path:<dir> (--path) = real syscalls into the kernel's file system";
+
+/// Legend of the free-space columns.
+const FREE_LEGEND: &str = "free extents = maximal runs of free blocks after the run, with \
+     every thread's completed 1 MiB file still open; avg free KiB = free space / free extents";
+
+/// One workload phase on one target, with every variant measured on it.
+struct Series<'a> {
+    workload: &'a str,
+    phase: &'a str,
+    target: &'a str,
+    /// Variant names in first-appearance order.
+    variants: Vec<&'a str>,
+    /// Thread counts, ascending.
+    threads: Vec<usize>,
+    recs: Vec<&'a Record>,
+}
+
+impl<'a> Series<'a> {
+    /// The records of `variant` at `threads`.
+    fn cell(&self, variant: &str, threads: usize) -> Vec<&'a Record> {
+        self.recs
+            .iter()
+            .copied()
+            .filter(|r| r.variant == variant && r.threads == threads)
+            .collect()
+    }
+
+    /// Median over repetitions of `field`, for `variant` at `threads`; `None` when no
+    /// record there has it.
+    fn median(
+        &self,
+        variant: &str,
+        threads: usize,
+        field: impl Fn(&Record) -> Option<f64>,
+    ) -> Option<f64> {
+        let v: Vec<f64> = self
+            .cell(variant, threads)
+            .into_iter()
+            .filter_map(field)
+            .collect();
+        (!v.is_empty()).then(|| summary(v).0)
+    }
+
+    /// Median over repetitions of ops/s per thread (the seed's ops/s per container).
+    fn per_thread(&self, variant: &str, threads: usize) -> Option<f64> {
+        self.median(variant, threads, |r| {
+            Some(ratio(r.ops_per_sec, r.threads as f64))
+        })
+    }
+
+    /// Whether any record at `threads` ran with more threads than CPUs.
+    fn oversubscribed(&self, threads: usize) -> bool {
+        self.recs
+            .iter()
+            .any(|r| r.threads == threads && r.oversubscribed)
+    }
+}
+
+/// `num / den`, or zero when `den` is zero.
+fn ratio(num: f64, den: f64) -> f64 {
+    if den > 0.0 {
+        num / den
+    } else {
+        0.0
+    }
+}
+
+/// The series that have two or more variants, one of them [`BASE_VARIANT`], in
+/// first-appearance order.
+fn vs_base_series(records: &[Record]) -> Vec<Series<'_>> {
+    let mut all: Vec<Series<'_>> = Vec::new();
+    for r in records {
+        let key = (r.workload.as_str(), r.phase.as_str(), r.target.as_str());
+        let s = match all
+            .iter_mut()
+            .position(|s| (s.workload, s.phase, s.target) == key)
+        {
+            Some(i) => &mut all[i],
+            None => {
+                all.push(Series {
+                    workload: key.0,
+                    phase: key.1,
+                    target: key.2,
+                    variants: Vec::new(),
+                    threads: Vec::new(),
+                    recs: Vec::new(),
+                });
+                let last = all.len() - 1;
+                &mut all[last]
+            }
+        };
+        if !s.variants.contains(&r.variant.as_str()) {
+            s.variants.push(&r.variant);
+        }
+        if !s.threads.contains(&r.threads) {
+            s.threads.push(r.threads);
+        }
+        s.recs.push(r);
+    }
+    all.retain(|s| s.variants.len() >= 2 && s.variants.contains(&BASE_VARIANT));
+    for s in &mut all {
+        s.threads.sort_unstable();
+    }
+    all
+}
+
+/// A change of `v` against `base` as the seed prints it: "+74.2%", "-3.0%"; `None`
+/// when `base` is not a positive rate.
+fn fmt_change(v: f64, base: f64) -> Option<String> {
+    if !(base > 0.0 && v.is_finite() && base.is_finite()) {
+        return None;
+    }
+    // Round first so that a tiny loss prints as +0.0%, not -0.0%.
+    let pct = ((v / base - 1.0) * 1000.0).round() / 10.0;
+    let pct = if pct == 0.0 { 0.0 } else { pct };
+    Some(format!("{pct:+.1}%"))
+}
+
+/// A table with the compact style and every column but the first `text_cols` right-aligned.
+fn comparison_table(header: Vec<String>, rows: Vec<Vec<String>>, text_cols: usize) -> String {
+    let width = header.len();
+    let mut table = Table::new();
+    table
+        .load_style(presets::UTF8_FULL_CONDENSED)
+        .set_header(header);
+    for row in rows {
+        table.add_row(row);
+    }
+    for i in text_cols..width {
+        if let Some(col) = table.column_mut(i) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    table.to_string()
+}
+
+/// The seed's table for one series: one row per variant, one column per thread count,
+/// each cell the median ops/s per thread and its change against base.
+fn render_rates(s: &Series<'_>) -> String {
+    let mut header = vec!["variant".to_string()];
+    for &t in &s.threads {
+        let unit = if t == 1 { "thread" } else { "threads" };
+        let over = if s.oversubscribed(t) { "*" } else { "" };
+        header.push(format!("{t} {unit}{over}"));
+    }
+    let rows = s
+        .variants
+        .iter()
+        .map(|&v| {
+            let mut row = vec![v.to_string()];
+            for &t in &s.threads {
+                let base = s.per_thread(BASE_VARIANT, t);
+                row.push(match s.per_thread(v, t) {
+                    None => "-".to_string(),
+                    Some(rate) if v == BASE_VARIANT => fmt_rate(rate),
+                    Some(rate) => match base.and_then(|b| fmt_change(rate, b)) {
+                        Some(change) => format!("{} ({change})", fmt_rate(rate)),
+                        None => fmt_rate(rate),
+                    },
+                });
+            }
+            row
+        })
+        .collect();
+    comparison_table(header, rows, 1)
+}
+
+/// Fragmentation per variant and thread count, or `None` when no record of the series
+/// has extents or free-space figures.
+fn render_fragmentation(s: &Series<'_>) -> Option<String> {
+    let any = s.recs.iter().any(|r| {
+        r.extents_per_file.is_some() || r.free_extents.is_some() || r.avg_free_extent_kib.is_some()
+    });
+    if !any {
+        return None;
+    }
+    let header = [
+        "variant",
+        "threads",
+        "extents/file",
+        "free extents",
+        "avg free KiB",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut rows = Vec::new();
+    for &v in &s.variants {
+        for &t in &s.threads {
+            if s.cell(v, t).is_empty() {
+                continue;
+            }
+            rows.push(vec![
+                v.to_string(),
+                t.to_string(),
+                fmt_amount(s.median(v, t, |r| r.extents_per_file)),
+                fmt_count(s.median(v, t, |r| r.free_extents.map(|n| n as f64))),
+                fmt_amount(s.median(v, t, |r| r.avg_free_extent_kib)),
+            ]);
+        }
+    }
+    Some(comparison_table(header, rows, 1))
+}
+
+/// The seed-shaped summary ("better scalability for ext4 block allocation"): for every
+/// workload phase and target with two or more variants, one of them [`BASE_VARIANT`], a
+/// table of median ops/s per thread with the change against base at the same thread count,
+/// and, when the records carry them, a table of extents per file and free-space
+/// fragmentation. Empty when no series qualifies.
+pub fn render_vs_base(records: &[Record]) -> String {
+    let mut out = String::new();
+    for s in vs_base_series(records) {
+        let reps = s.recs.iter().map(|r| r.rep).max().unwrap_or(0);
+        let median = if reps == 1 {
+            "1 rep".to_string()
+        } else {
+            format!("median of {reps} reps")
+        };
+        out.push_str(&format!(
+            "\n{} {} on {}: ops/s per thread against {BASE_VARIANT} ({median})\n",
+            s.workload, s.phase, s.target
+        ));
+        out.push_str(&render_rates(&s));
+        out.push('\n');
+        let over = if s.threads.iter().any(|&t| s.oversubscribed(t)) {
+            "; * = more threads than CPUs"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "cell = median over reps of ops/s / threads (the seed's ops/s per container), \
+             (±N%) = its change against {BASE_VARIANT} at the same thread count{over}; \
+             {TARGET_LEGEND}\n"
+        ));
+        if let Some(t) = render_fragmentation(&s) {
+            out.push_str(&format!(
+                "\n{} {} on {}: contiguity after the run (medians over reps)\n{t}\n",
+                s.workload, s.phase, s.target
+            ));
+            out.push_str(&format!(
+                "extents/file = extents of each thread's file completed to 1 MiB after the \
+                 run; {FREE_LEGEND}; {TARGET_LEGEND}\n"
+            ));
+        }
     }
     out
 }
@@ -377,6 +667,8 @@ mod tests {
             commits_per_s: None,
             journal_bytes_per_op: None,
             extents_per_file: None,
+            free_extents: None,
+            avg_free_extent_kib: None,
         }
     }
 
@@ -435,6 +727,14 @@ mod tests {
     }
 
     #[test]
+    fn counts_format_whole_or_with_a_decimal() {
+        assert_eq!(fmt_count(None), "-");
+        assert_eq!(fmt_count(Some(33.0)), "33");
+        assert_eq!(fmt_count(Some(33.5)), "33.5");
+        assert_eq!(fmt_count(Some(12345.0)), "12,345");
+    }
+
+    #[test]
     fn summary_takes_median_min_max() {
         assert_eq!(summary(vec![3.0, 1.0, 2.0]), (2.0, 1.0, 3.0));
         assert_eq!(summary(vec![4.0, 1.0, 2.0, 3.0]), (2.5, 1.0, 4.0));
@@ -466,5 +766,130 @@ mod tests {
         assert!(t.contains("0.95"), "{t}");
         assert!(t.contains("oversubscribed"), "{t}");
         assert!(t.contains("1,000"), "{t}");
+    }
+
+    /// The trimmed cells of a table line.
+    fn cells(line: &str) -> Vec<&str> {
+        line.split(['│', '┆'])
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect()
+    }
+
+    /// Changes print as the seed does, with one decimal and a sign, and never "-0.0%".
+    #[test]
+    fn changes_format_like_the_seed() {
+        assert_eq!(fmt_change(123_102.0, 70_665.0).as_deref(), Some("+74.2%"));
+        assert_eq!(fmt_change(286_328.0, 295_287.0).as_deref(), Some("-3.0%"));
+        assert_eq!(fmt_change(999.9996, 1000.0).as_deref(), Some("+0.0%"));
+        assert_eq!(fmt_change(5.0, 0.0), None);
+        assert_eq!(fmt_change(f64::NAN, 1.0), None);
+    }
+
+    /// `rec` with the fragmentation fields of fallocate2 on the engine.
+    fn frag(variant: &str, threads: usize, rep: usize, ops_per_sec: f64, free: u64) -> Record {
+        Record {
+            workload: "fallocate2".to_string(),
+            phase: "fallocate".to_string(),
+            extents_per_file: Some(threads as f64),
+            free_extents: Some(free),
+            avg_free_extent_kib: Some(4096.0 / free as f64),
+            ..rec("fallocate2", variant, threads, rep, ops_per_sec)
+        }
+    }
+
+    /// One row per variant, one column per thread count; each cell is the median over reps
+    /// of ops/s per thread, with the change against base beside it (not in base's own row).
+    #[test]
+    fn vs_base_table_has_the_seeds_shape() {
+        let records = vec![
+            rec("control", "-", 1, 1, 100.0),
+            frag("base", 1, 1, 1000.0, 10),
+            frag("base", 1, 2, 1200.0, 12),
+            frag("base", 1, 3, 800.0, 14),
+            frag("base", 2, 1, 1000.0, 20),
+            frag("base", 4, 1, 400.0, 40),
+            frag("linear", 1, 1, 970.0, 11),
+            frag("linear", 2, 1, 1742.0, 21),
+            frag("linear", 4, 1, 800.0, 41),
+            frag("slots", 1, 1, 1000.0, 9),
+        ];
+        let out = render_vs_base(&records);
+        assert!(
+            out.contains("fallocate2 fallocate on lanefs: ops/s per thread against base"),
+            "{out}"
+        );
+        assert!(out.contains("1 thread"), "{out}");
+        assert!(out.contains("2 threads"), "{out}");
+        // rec() marks more than 2 threads oversubscribed.
+        assert!(out.contains("4 threads*"), "{out}");
+        assert!(out.contains("* = more threads than CPUs"), "{out}");
+        let row = |name: &str| -> String {
+            out.lines()
+                .find(|l| cells(l).first() == Some(&name))
+                .unwrap_or_else(|| panic!("no {name} row in\n{out}"))
+                .to_string()
+        };
+        let base = row("base");
+        // Median of 1000, 1200, 800 at one thread; 1000 / 2 and 400 / 4 per thread.
+        for cell in ["1,000", "500", "100"] {
+            assert!(base.contains(cell), "{cell} missing in {base}");
+        }
+        assert!(!base.contains('%'), "{base}");
+        let linear = row("linear");
+        for cell in ["970 (-3.0%)", "871 (+74.2%)", "200 (+100.0%)"] {
+            assert!(linear.contains(cell), "{cell} missing in {linear}");
+        }
+        let slots = row("slots");
+        assert!(slots.contains("1,000 (+0.0%)"), "{slots}");
+        assert_eq!(cells(&slots)[2..], ["-", "-"], "{slots}");
+        assert!(out.contains("the engine in-process"), "{out}");
+        assert!(out.contains("real syscalls"), "{out}");
+
+        // The fragmentation table: one row per variant and thread count, medians over reps.
+        assert!(out.contains("contiguity after the run"), "{out}");
+        for word in ["extents/file", "free extents", "avg free KiB"] {
+            assert!(out.contains(word), "{word} missing in\n{out}");
+        }
+        let base1: Vec<&str> = out
+            .lines()
+            .map(cells)
+            .find(|c| c.len() == 5 && c[0] == "base" && c[1] == "1")
+            .unwrap_or_else(|| panic!("no base/1 fragmentation row in\n{out}"));
+        // Extents 1 per file; free extents 10, 12, 14 -> 12; average free 4096 / 12 KiB.
+        assert_eq!(base1[2..], ["1.0", "12", "341"], "{out}");
+        let slots_rows = out.lines().filter(|l| cells(l).first() == Some(&"slots"));
+        assert_eq!(slots_rows.count(), 2, "{out}");
+
+        // The main table carries the summary after it.
+        let table = render_table(&records);
+        assert!(table.ends_with(&out), "{table}");
+        assert!(table.contains("free extents"), "{table}");
+    }
+
+    /// No summary without a base, with base alone, or for a path target's "-" variant;
+    /// no fragmentation table when the records have no such figures.
+    #[test]
+    fn vs_base_needs_base_and_another_variant() {
+        let no_base = vec![rec("w", "a", 1, 1, 10.0), rec("w", "b", 1, 1, 20.0)];
+        assert_eq!(render_vs_base(&no_base), "");
+        let base_alone = vec![rec("w", "base", 1, 1, 10.0), rec("w", "base", 2, 1, 20.0)];
+        assert_eq!(render_vs_base(&base_alone), "");
+        let path = vec![rec("w", "-", 1, 1, 10.0)];
+        assert_eq!(render_vs_base(&path), "");
+
+        let plain = vec![rec("w", "base", 1, 1, 10.0), rec("w", "trylock", 1, 1, 5.0)];
+        let out = render_vs_base(&plain);
+        assert!(out.contains("5 (-50.0%)"), "{out}");
+        assert!(!out.contains("extents/file"), "{out}");
+        // A base with no rate leaves the other variants without a change.
+        let zero = vec![rec("w", "base", 1, 1, 0.0), rec("w", "trylock", 1, 1, 5.0)];
+        let out = render_vs_base(&zero);
+        let row = out
+            .lines()
+            .map(cells)
+            .find(|c| c.first() == Some(&"trylock"))
+            .unwrap_or_else(|| panic!("no trylock row in\n{out}"));
+        assert_eq!(row, ["trylock", "5"], "{out}");
     }
 }

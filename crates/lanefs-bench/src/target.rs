@@ -81,6 +81,15 @@ impl JournalCounters {
     }
 }
 
+/// A target's free space and how fragmented it is (what `e2freefrag` summarizes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FreeSpace {
+    /// Maximal runs of free blocks.
+    pub extents: u64,
+    /// Average run of free blocks, in KiB (0 when nothing is free).
+    pub avg_extent_kib: f64,
+}
+
 /// The operations the workloads need, with errors as strings that say what failed.
 pub trait Backend: Send + Sync {
     /// Label for records: "lanefs" or "path:<dir>".
@@ -111,6 +120,10 @@ pub trait Backend: Send + Sync {
     }
     /// How many extents map the file, where the target can tell (the engine).
     fn extents(&self, _h: &Handle) -> Result<Option<u64>, String> {
+        Ok(None)
+    }
+    /// The free space and its fragmentation, where the target can tell (the engine).
+    fn free_space(&self) -> Result<Option<FreeSpace>, String> {
         Ok(None)
     }
 }
@@ -355,6 +368,16 @@ impl Backend for LanefsBackend {
             .extent_count(ino)
             .map(|n| Some(n as u64))
             .map_err(|e| format!("extents of inode {ino}: {e}"))
+    }
+    fn free_space(&self) -> Result<Option<FreeSpace>, String> {
+        let f = self
+            .fs
+            .free_space()
+            .map_err(|e| format!("free space of {}: {e}", self.image.display()))?;
+        Ok(Some(FreeSpace {
+            extents: f.free_extents,
+            avg_extent_kib: f.avg_extent_blocks() * self.block_size as f64 / 1024.0,
+        }))
     }
     fn journal(&self) -> Option<JournalCounters> {
         let s = self.fs.journal_stats();

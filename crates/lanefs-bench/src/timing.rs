@@ -2,7 +2,7 @@
 //! runs (mdtest style). The caller's thread is the timer and never does work; it also reads
 //! the target's journal counters (the probe) where each measured phase starts and ends.
 
-use crate::target::{Backend, JournalCounters};
+use crate::target::{Backend, FreeSpace, JournalCounters};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::{Scope, ScopedJoinHandle};
@@ -24,6 +24,9 @@ pub struct PhaseResult {
     /// Average extents per file the workload built, where it and the target report it
     /// (fallocate2 on the engine: each thread's file completed to 1 MiB after the run).
     pub extents_per_file: Option<f64>,
+    /// The target's free space after the run, where the workload and the target report it
+    /// (fallocate2 on the engine: with each thread's completed file still open).
+    pub free_space: Option<FreeSpace>,
 }
 
 impl PhaseResult {
@@ -325,6 +328,7 @@ where
             per_thread_ops_per_sec: per.iter().map(|&n| n as f64 / secs).collect(),
             journal,
             extents_per_file: None,
+            free_space: None,
         })
     })
 }
@@ -427,6 +431,7 @@ where
                     .collect(),
                 journal: journal.get(p).copied().flatten(),
                 extents_per_file: None,
+                free_space: None,
             });
         }
         Ok(results)

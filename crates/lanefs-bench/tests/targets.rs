@@ -88,12 +88,16 @@ fn path_target_runs_both_workloads() {
         assert!(r["threads"].as_u64().is_some_and(|t| t >= 1), "{r}");
         assert!(r["ops_per_sec"].as_f64().is_some_and(|v| v > 0.0), "{r}");
         assert!(r["oversubscribed"].is_boolean(), "{r}");
-        // A path target has no journal counters: the fields are there, as null.
+        // A path target has no journal counters nor allocator figures: the fields are there,
+        // as null.
         for field in [
             "journal_commits",
             "journal_log_bytes",
             "commits_per_s",
             "journal_bytes_per_op",
+            "extents_per_file",
+            "free_extents",
+            "avg_free_extent_kib",
         ] {
             assert!(r.get(field).is_some_and(|v| v.is_null()), "{field} in {r}");
         }
@@ -235,6 +239,13 @@ fn lanefs_target_runs_both_workloads() {
         if let Some(e) = r.extents_per_file {
             assert!((1.0..=256.0).contains(&e), "{r:?}");
         }
+        // ... and the free space's fragmentation with those files still open.
+        assert_eq!(r.free_extents.is_some(), fa, "{r:?}");
+        assert_eq!(r.avg_free_extent_kib.is_some(), fa, "{r:?}");
+        if let (Some(n), Some(kib)) = (r.free_extents, r.avg_free_extent_kib) {
+            assert!(n >= 1, "{r:?}");
+            assert!(kib > 0.0, "{r:?}");
+        }
     }
     let printed = String::from_utf8(out).expect("utf-8 output");
     assert!(printed.contains("lock statistics"), "{printed}");
@@ -245,6 +256,9 @@ fn lanefs_target_runs_both_workloads() {
     assert!(table.contains("commits/s"), "{table}");
     assert!(table.contains("journal B/op"), "{table}");
     assert!(table.contains("extents/file"), "{table}");
+    assert!(table.contains("free extents"), "{table}");
+    // One variant only: no comparison against base.
+    assert!(!table.contains("against base"), "{table}");
 }
 
 /// The default variant mounts like `mount -t ext4` with no options: journal on, commit=5.
@@ -277,4 +291,55 @@ fn lanefs_variants_interleave() {
     let records = run(&cfg, &mut Vec::new()).expect("bench run");
     let names: Vec<&str> = records.iter().map(|r| r.variant.as_str()).collect();
     assert_eq!(names, ["-", "a", "b"]);
+}
+
+/// The seed's variants by name: base and linear run interleaved, the summary compares
+/// linear with base per thread count, and the lock statistics come per variant and run.
+#[test]
+fn seed_variants_compare_against_base() {
+    let variants = ["base", "linear"]
+        .iter()
+        .map(|n| lanefs_bench::Variant::named(n))
+        .collect::<Result<Vec<_>, _>>()
+        .expect("named variants");
+    let cfg = BenchConfig {
+        workloads: vec!["fallocate2".into()],
+        variants,
+        lockstat: true,
+        ..tiny(TargetSpec::default())
+    };
+    let mut out = Vec::new();
+    let records = run(&cfg, &mut out).expect("bench run");
+    let names: Vec<(&str, usize)> = records
+        .iter()
+        .map(|r| (r.variant.as_str(), r.threads))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("-", 1),
+            ("base", 1),
+            ("linear", 1),
+            ("-", 2),
+            ("base", 2),
+            ("linear", 2)
+        ]
+    );
+    let printed = String::from_utf8(out).expect("utf-8 output");
+    for variant in ["base", "linear"] {
+        for threads in [1, 2] {
+            let line = format!("lock statistics: fallocate2 [{variant}] threads {threads}, rep 1");
+            assert!(printed.contains(&line), "{line:?} missing in\n{printed}");
+        }
+    }
+    assert!(
+        printed.contains("fallocate2 fallocate on lanefs: ops/s per thread against base"),
+        "{printed}"
+    );
+    assert!(printed.contains("contiguity after the run"), "{printed}");
+    let linear_row = printed
+        .lines()
+        .find(|l| l.contains("linear") && l.contains('%'))
+        .unwrap_or_else(|| panic!("no linear row with a change in\n{printed}"));
+    assert_eq!(linear_row.matches('%').count(), 2, "{linear_row}");
 }

@@ -16,7 +16,7 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
     } else {
         args.workloads.clone()
     };
-    // Without --threads each workload sweeps its own counts (fsync goes to 8).
+    // Without --threads each workload sweeps its own counts (fallocate2 and fsync go to 8).
     let threads = (!args.threads.is_empty()).then(|| args.threads.clone());
     let variants = if args.variants.is_empty() {
         defaults.variants.clone()
@@ -62,4 +62,65 @@ pub fn bench(args: &BenchArgs) -> CmdResult<i32> {
     let mut out = std::io::stdout().lock();
     lanefs_bench::run(&cfg, &mut out).map_err(|e| Failure::new("", Error::Msg(e)))?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::{CommandFactory, Parser};
+
+    fn bench_args(args: &[&str]) -> BenchArgs {
+        let cli = Cli::try_parse_from(["lanefs", "bench"].iter().chain(args))
+            .unwrap_or_else(|e| panic!("parsing {args:?}: {e}"));
+        match cli.command {
+            Command::Bench(a) => a,
+            other => panic!("parsed as {}", other.name()),
+        }
+    }
+
+    /// A plain `lanefs bench` is `BenchConfig::default()`, and the help states those
+    /// defaults.
+    #[test]
+    fn help_states_the_defaults() {
+        let cfg = config(&bench_args(&[])).expect("config");
+        let d = BenchConfig::default();
+        assert_eq!(cfg, d);
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("bench")
+            .expect("bench subcommand")
+            .render_help()
+            .to_string();
+        let TargetSpec::Lanefs { size, .. } = d.target else {
+            panic!("default target is not the engine: {:?}", d.target);
+        };
+        assert_eq!(size, 4 << 30);
+        for want in [
+            format!("(default: {})", d.reps),
+            format!("(default: {})", d.seconds),
+            format!("(default: {})", d.warmup),
+            format!("(default: {})", d.files),
+            "(default: 4G)".to_string(),
+            "(default: default)".to_string(),
+        ] {
+            assert!(help.contains(&want), "{want} missing in\n{help}");
+        }
+    }
+
+    /// `--variants` takes the seed's names; an unknown one names the option and the name.
+    #[test]
+    fn variants_by_name() {
+        let cfg = config(&bench_args(&["--variants", "base,optimize_scan,slots"])).expect("config");
+        let names: Vec<&str> = cfg.variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["base", "optimize_scan", "slots"]);
+        assert!(!cfg.variants[0].opts.mb_optimize_scan);
+        assert!(cfg.variants[2].opts.mb_optimize_scan);
+        let err = config(&bench_args(&["--variants", "base,nope"])).expect_err("unknown");
+        assert_eq!(err.what, "--variants");
+        let Error::Msg(text) = &err.error else {
+            panic!("not a worded error: {err:?}");
+        };
+        assert!(text.starts_with("unknown variant \"nope\""), "{text}");
+    }
 }

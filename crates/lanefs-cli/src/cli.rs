@@ -160,19 +160,20 @@ pub struct CpArgs {
 pub struct BenchArgs {
     /// Workloads to run (all when none is named).
     pub workloads: Vec<String>,
-    /// Thread counts to sweep, e.g. 1,2,4 (default: each workload's own, 1,2,4; fsync 1,2,4,8).
+    /// Thread counts to sweep, e.g. 1,2,4 (default: each workload's own: fallocate2 and fsync
+    /// 1,2,4,8; mdtest 1,2,4).
     #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
-    /// Repetitions of the whole sweep.
+    /// Repetitions of the whole sweep; tables show the median (default: 3).
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Measured seconds per duration-timed run.
+    /// Measured seconds per duration-timed run (default: 2).
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Warm-up seconds before each duration-timed run.
+    /// Warm-up seconds before each duration-timed run (default: 0.3).
     #[arg(long)]
     pub warmup: Option<f64>,
-    /// Files per thread for mdtest.
+    /// Files per thread for mdtest (default: 2000).
     #[arg(long)]
     pub files: Option<usize>,
     /// Run on real syscalls in this directory instead of the engine.
@@ -181,16 +182,19 @@ pub struct BenchArgs {
     /// Image file for the engine (default: a temporary file).
     #[arg(long)]
     pub image: Option<PathBuf>,
-    /// Size of the image, e.g. 4G.
+    /// Size of the image, e.g. 8G (default: 4G).
     #[arg(long)]
     pub size: Option<String>,
     /// Also write all records as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Collect and print lock statistics.
+    /// Collect and print lock statistics (engine only), one table per workload, variant
+    /// and thread count.
     #[arg(long)]
     pub lockstat: bool,
-    /// Mount-option variants to compare in one run, e.g. base,trylock,linear (seed 000).
+    /// Mount-option variants to compare in one run, engine only (default: default). Known:
+    /// default, base, trylock, linear, optimize_scan, slots (seed 000); with base and
+    /// another, a summary compares each with base per thread count.
     #[arg(long, value_delimiter = ',')]
     pub variants: Vec<String>,
 }

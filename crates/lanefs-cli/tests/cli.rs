@@ -357,6 +357,24 @@ fn argument_errors_before_the_engine_are_one_line() {
     one_line_failure(&lanefs(&["bench", "--size", "12Q"]));
 }
 
+/// `bench --help` states each workload's default thread counts and the known variants; an
+/// unknown variant is a one-line error that lists them.
+#[test]
+fn bench_help_and_unknown_variant() {
+    let out = ok(lanefs(&["bench", "--help"]));
+    let text = stdout(&out);
+    for word in [
+        "fallocate2 and fsync 1,2,4,8",
+        "mdtest 1,2,4",
+        "base, trylock, linear, optimize_scan, slots",
+    ] {
+        assert!(text.contains(word), "{word} missing in\n{text}");
+    }
+    let line = one_line_failure(&lanefs(&["bench", "--variants", "base,fast"]));
+    assert!(line.contains("unknown variant \"fast\""), "{line}");
+    assert!(line.contains("optimize_scan, slots"), "{line}");
+}
+
 #[test]
 fn mkfs_refuses_to_overwrite_ext4_without_force() {
     let dir = tempdir();

@@ -459,6 +459,7 @@ fn open_journal(
         tree_blocks: Vec::new(),
         ext_dirty: false,
         freed: false,
+        pa: None,
         tid: 0,
     };
     inode::load_extents(&al, bufs, jino, &mut st)?;

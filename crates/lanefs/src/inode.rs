@@ -30,6 +30,8 @@ pub struct InodeState {
     pub ext_dirty: bool,
     /// The inode has been released on disk; any further use is an error.
     pub freed: bool,
+    /// Blocks reserved for the file's next logical blocks (open files only).
+    pub pa: Option<crate::alloc::PaRef>,
     /// The newest transaction that may hold a change to this inode (fsync commits it).
     pub tid: u64,
 }
@@ -143,6 +145,7 @@ pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
             tree_blocks: Vec::new(),
             ext_dirty: false,
             freed: false,
+            pa: None,
             tid: 0,
         },
     )

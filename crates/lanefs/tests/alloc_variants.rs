@@ -1,9 +1,13 @@
-//! Goal: every allocator policy (`mb_trylock` on and off; `mb_stream_goal` global, inode,
-//! slots) gives valid allocations under real threads: no block handed out twice (file
-//! contents stay their own), every block comes back when the files go, and `e2fsck -fn`
-//! is clean.
-//! Method: the same seeded workload under each policy: four threads create, fallocate,
-//! write, punch, truncate and unlink their own files; contents are checked as they go.
+//! Goal: every allocator policy (seed 000's variants: `mb_trylock` on and off;
+//! `mb_stream_goal` global, inode, slots; `mb_optimize_scan` on and off) gives valid
+//! allocations under real threads: no block handed out twice (file contents stay their
+//! own), every group's buddy always equals one rebuilt from its bitmap with exact
+//! counters and scan-list membership, every block comes back when the files go, and
+//! `e2fsck -fn` is clean. Near full, ENOSPC is exact and the image stays consistent.
+//! Method: the same seeded workload under each policy on an image of 16 small groups:
+//! four threads create, fallocate, write, punch, truncate and unlink their own files,
+//! checking contents as they go, while a fifth thread checks the allocator
+//! (`Fs::check_allocator`) over and over.
 
 mod common;
 
@@ -93,7 +97,8 @@ fn every_policy_allocates_validly_under_threads() {
     }
     let _w = common::watchdog(test, 300);
     let td = tempfile::tempdir().expect("tempdir");
-    let img = common::mkfs_image(td.path(), "base.img", 256 << 20);
+    // 16 groups of 4096 blocks: the buddy's padding and group selection both matter.
+    let img = common::mkfs_image_args(td.path(), "base.img", 256 << 20, &["-g", "4096"]);
     let bytes = std::fs::read(&img).expect("read image");
     let seed: u64 = std::env::var("LANEFS_SEED")
         .ok()
@@ -101,16 +106,18 @@ fn every_policy_allocates_validly_under_threads() {
         .unwrap_or_else(rand::random);
     println!("{test}: LANEFS_SEED={seed}");
     let policies = [
-        ("base", false, StreamGoal::Global),
-        ("trylock", true, StreamGoal::Global),
-        ("linear", true, StreamGoal::Inode),
-        ("slots", true, StreamGoal::Slots),
+        ("base", false, StreamGoal::Global, false),
+        ("trylock", true, StreamGoal::Global, false),
+        ("linear", true, StreamGoal::Inode, false),
+        ("optimize_scan", true, StreamGoal::Inode, true),
+        ("slots", true, StreamGoal::Slots, true),
     ];
-    for (name, trylock, stream) in policies {
+    for (name, trylock, stream, optimize_scan) in policies {
         let dev = Arc::new(MemDevice::from_vec(bytes.clone()));
         let opts = MountOptions {
             mb_trylock: trylock,
             mb_stream_goal: stream,
+            mb_optimize_scan: optimize_scan,
             commit_interval: Duration::from_millis(5),
             ..MountOptions::default()
         };
@@ -122,10 +129,28 @@ fn every_policy_allocates_validly_under_threads() {
                 std::thread::spawn(move || workload(&fs, t, seed))
             })
             .collect();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let checker = {
+            let (fs, done) = (fs.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut checks = 0u64;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    fs.check_allocator().expect("allocator check under threads");
+                    checks += 1;
+                }
+                checks
+            })
+        };
         for t in threads {
             t.join()
                 .unwrap_or_else(|_| panic!("{name}: a worker panicked"));
         }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let checks = checker
+            .join()
+            .unwrap_or_else(|_| panic!("{name}: the allocator check failed"));
+        assert!(checks > 0, "{name}: the checker never ran");
+        fs.check_allocator().expect("allocator check after the run");
         fs.sync().expect("sync");
         assert_eq!(
             fs.statfs().expect("statfs").free_blocks,
@@ -134,6 +159,105 @@ fn every_policy_allocates_validly_under_threads() {
         );
         fs.unmount().expect("unmount");
         let p = td.path().join(format!("{name}.img"));
+        std::fs::write(&p, dev.snapshot()).expect("write image");
+        common::assert_fsck_clean(&p);
+    }
+}
+
+/// Fill the disk from four threads until each gets ENOSPC, then one block at a time
+/// until none is left: ENOSPC comes only when nothing is free (exact), every earlier
+/// write is intact, the image is clean, and space freed is usable again.
+#[test]
+fn near_full_enospc_is_exact_and_clean() {
+    let test = "near_full_enospc_is_exact_and_clean";
+    if !common::require_tools(test, &["mkfs.ext4", "e2fsck"]) {
+        return;
+    }
+    let _w = common::watchdog(test, 300);
+    let td = tempfile::tempdir().expect("tempdir");
+    let img = common::mkfs_image_args(td.path(), "full.img", 64 << 20, &["-g", "2048"]);
+    let bytes = std::fs::read(&img).expect("read image");
+    for optimize_scan in [false, true] {
+        let dev = Arc::new(MemDevice::from_vec(bytes.clone()));
+        let opts = MountOptions {
+            mb_optimize_scan: optimize_scan,
+            commit_interval: Duration::from_millis(3),
+            ..MountOptions::default()
+        };
+        let fs = Fs::mount(dev.clone(), opts).expect("mount");
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let fs = fs.clone();
+                std::thread::spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(t);
+                    let mut files = Vec::new();
+                    'fill: for k in 0.. {
+                        let name = format!("t{t}-{k}");
+                        let f = match fs.create(ROOT_INO, name.as_bytes(), 0o644, O) {
+                            Ok(a) => a.ino,
+                            Err(lanefs::Error::NoSpace) => break,
+                            Err(e) => panic!("create: {e}"),
+                        };
+                        let mut size = 0u64;
+                        for _ in 0..8 {
+                            let n = rng.gen_range(1..40usize) * 4096;
+                            match fs.write(f, size, &vec![(t * 7 + k) as u8; n]) {
+                                Ok(_) => size += n as u64,
+                                Err(lanefs::Error::NoSpace) => {
+                                    files.push((f, size, (t * 7 + k) as u8));
+                                    fs.release(f).expect("release");
+                                    break 'fill;
+                                }
+                                Err(e) => panic!("write: {e}"),
+                            }
+                        }
+                        files.push((f, size, (t * 7 + k) as u8));
+                        fs.release(f).expect("release");
+                    }
+                    files
+                })
+            })
+            .collect();
+        let files: Vec<_> = threads
+            .into_iter()
+            .flat_map(|t| t.join().expect("filler"))
+            .collect();
+        // One block at a time until nothing is left.
+        let last = files.last().expect("some file").0;
+        let mut size = fs.getattr(last).expect("getattr").size;
+        loop {
+            match fs.write(last, size, &[1u8; 4096]) {
+                Ok(_) => size += 4096,
+                Err(lanefs::Error::NoSpace) => break,
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+        fs.sync().expect("sync");
+        fs.check_allocator().expect("allocator check when full");
+        // At most one block can be left: a write of one data block may also need an
+        // extent-tree block, and then fails whole.
+        let left = fs.statfs().expect("statfs").free_blocks;
+        assert!(
+            left <= 1,
+            "optimize_scan={optimize_scan}: ENOSPC with {left} blocks still free"
+        );
+        for &(f, sz, fill) in &files {
+            let mut back = vec![0u8; sz.min(64 << 10) as usize];
+            fs.read(f, 0, &mut back).expect("read");
+            if f != last {
+                assert!(back.iter().all(|&b| b == fill), "file {f} lost its data");
+            }
+        }
+        // Space freed is usable again.
+        fs.unlink(ROOT_INO, b"t0-0").expect("unlink");
+        let f = fs
+            .create(ROOT_INO, b"again", 0o644, O)
+            .expect("create after free")
+            .ino;
+        fs.write(f, 0, &[2u8; 8192]).expect("write after free");
+        fs.release(f).expect("release");
+        fs.unmount().expect("unmount");
+        let p = td.path().join(format!("full-{optimize_scan}.img"));
         std::fs::write(&p, dev.snapshot()).expect("write image");
         common::assert_fsck_clean(&p);
     }

@@ -1819,7 +1819,9 @@ fn run_big(p: &Big) {
     r.what = "big: listing after remount".into();
     r.readdir(big, 4);
 
-    // Fragmented files: two files written block by block in turn, a third with holes.
+    // Fragmented files: fragA written every other block (preallocation keeps files
+    // written in turn contiguous, so holes are what splits it into >= 1000 extents),
+    // fragB block by block in turn with it, fragC with holes inside blocks.
     r.what = "frag: create".into();
     let fa = r.create(ROOT, b"fragA", 0o644, false).expect("fragA");
     let fb = r.create(ROOT, b"fragB", 0o644, false).expect("fragB");
@@ -1827,7 +1829,7 @@ fn run_big(p: &Big) {
     for k in 0..p.frags {
         r.step += 1;
         r.what = format!("frag: interleaved block {k}");
-        r.write(fa, k * BS, &pattern(1, k * BS, BS as usize));
+        r.write(fa, 2 * k * BS, &pattern(1, 2 * k * BS, BS as usize));
         r.write(fb, k * BS, &pattern(2, k * BS, BS as usize));
         if k % 4 == 0 {
             r.write(fc, 2 * k * BS + 100, &pattern(3, 2 * k * BS + 100, 300));

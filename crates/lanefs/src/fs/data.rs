@@ -1,6 +1,7 @@
 //! File data: read, write, fallocate, truncate; and write-back (fsync, sync, unmount).
 
 use super::{now, Fs, MAX_FILE_BLOCKS};
+use crate::alloc::blocks::DataRequest;
 use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
 use crate::disk::superblock as sbm;
 use crate::error::{Error, Result};
@@ -125,6 +126,10 @@ impl Fs {
             // Newly mapped data must reach the device before this transaction commits.
             h.add_ordered(&i);
         }
+        if !i.is_open() {
+            // Without an open file there is no close to give a reservation back at.
+            self.al.discard_pa(&mut st.pa);
+        }
         self.copy_in(&i, &st, off, data, &fresh)?;
         if end > st.d.size() {
             st.d.set_size(end);
@@ -235,7 +240,6 @@ impl Fs {
     ) -> Result<()> {
         let bs = self.bs;
         let ino = i.ino;
-        let default_goal = self.al.geo.group_first(self.al.geo.group_of_inode(ino));
         let mut l = first;
         let end = first + count;
         while l < end {
@@ -243,12 +247,12 @@ impl Fs {
                 .ext
                 .as_mut()
                 .ok_or_else(|| Error::Unsupported("no extents".into()))?;
-            let hole = match ext.map(l as u32) {
+            let (hole, room) = match ext.map(l as u32) {
                 Mapping::Mapped(_, _, left) => {
                     l += u64::from(left);
                     continue;
                 }
-                Mapping::Hole(n) => n.min(end - l),
+                Mapping::Hole(n) => (n.min(end - l), n),
             };
             let max = if unwritten {
                 MAX_UNWRITTEN_LEN
@@ -256,19 +260,26 @@ impl Fs {
                 MAX_INIT_LEN
             };
             let want = hole.min(u64::from(max)) as u32;
-            // Continue the file's own extents; else its stream goal (seed 000's forms);
-            // else the start of its inode's group.
-            let goal = ext.goal_for(l as u32).unwrap_or_else(|| {
-                let own = i.last_alloc.load(std::sync::atomic::Ordering::Relaxed);
-                match self.al.stream_goal(ino, own) {
-                    0 => default_goal,
-                    g => g,
-                }
-            });
-            let (p, got) = self.al.alloc_blocks(h, goal, want)?;
+            let bsu = u64::from(bs);
+            let req = DataRequest {
+                ino,
+                lblk: l as u32,
+                want,
+                room: room.min(u64::from(max)) as u32,
+                // Continue the file's own extents; else the allocator's stream goal.
+                goal: ext.goal_for(l as u32),
+                own_goal: i.last_alloc.load(std::sync::atomic::Ordering::Relaxed),
+                size_blocks: (l + u64::from(want)).max(st.d.size().div_ceil(bsu)),
+                // As ext4: fallocate is not normalized.
+                normalize: !unwritten,
+            };
+            let (p, got) = self.al.alloc_data(h, &req, &mut st.pa)?;
             i.last_alloc
                 .store(p + u64::from(got), std::sync::atomic::Ordering::Relaxed);
-            self.al.set_stream_goal(ino, p + u64::from(got));
+            let ext = st
+                .ext
+                .as_mut()
+                .ok_or_else(|| Error::Unsupported("no extents".into()))?;
             ext.insert(Extent {
                 lblk: l as u32,
                 len: got,
@@ -356,6 +367,8 @@ impl Fs {
             return Ok(());
         }
         let bs = self.bs;
+        // As ext4's truncate: what was reserved past the cut goes back first.
+        self.al.discard_pa(&mut st.pa);
         i.pages.lock().drop_range(a, b);
         let ext = st
             .ext

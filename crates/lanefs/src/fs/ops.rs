@@ -316,6 +316,7 @@ impl Fs {
             tree_blocks: Vec::new(),
             ext_dirty: false,
             freed: false,
+            pa: None,
             tid: 0,
         }
     }
@@ -532,6 +533,7 @@ impl Fs {
         // must never be written (a commit's ordered list may still hold this inode).
         i.pages.lock().drop_from(0);
         let kind = kind_of(st);
+        self.al.discard_pa(&mut st.pa);
         self.orphan_del(h, ino)?;
         self.free_blocks_of(h, st, kind)?;
         st.d.set_size(0);
@@ -605,6 +607,12 @@ impl Fs {
         self.al.free_space()
     }
 
+    /// Check the allocator's in-memory state against the bitmaps (see
+    /// [`crate::alloc::Allocator::check`]); safe to call while other threads work.
+    pub fn check_allocator(&self) -> Result<()> {
+        self.al.check()
+    }
+
     /// Mark `ino` open: its data survives unlink until `release`.
     pub fn open(&self, ino: Ino) -> Result<()> {
         let i = self.iget(ino)?;
@@ -630,6 +638,10 @@ impl Fs {
                 .map_err(|_| Error::Invalid(format!("inode {ino} is not open")));
         }
         let mut st = i.state.write();
+        if !i.is_open() {
+            // Last close: unused preallocated blocks go back (ext4_release_file).
+            self.al.discard_pa(&mut st.pa);
+        }
         if st.freed || st.d.links() > 0 || i.is_open() || self.is_read_only() {
             return Ok(());
         }

@@ -8,13 +8,20 @@
 //! the seed-001 inode bitmap search replace `find_blocks_in_group` / `take_inode_bit`
 //! behind this same interface.
 
+pub mod blocks;
+pub mod buddy;
+pub mod lists;
+
+use buddy::Buddy;
+use lists::ScanLists;
+
 use crate::buf::{Buf, BufCache};
 use crate::disk::group::{bitmap_csum, has_super, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use crate::disk::{clear_bit, find_one, find_zero, set_bit, test_bit};
 use crate::error::{Error, Result};
 use crate::journal::Handle;
 use crate::sync::{Mutex, GROUP, STREAM_GOAL};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Fixed geometry of a mounted file system.
@@ -70,23 +77,48 @@ impl Geometry {
     }
 }
 
-/// A group's descriptor and its frees not yet committed, under the group lock.
+/// A group's descriptor, free-space index and pending frees, under the group lock.
 struct GroupState {
     d: GroupDesc,
+    /// The buddy: built from the bitmap on first use. Its "used" is the bitmap's, plus
+    /// `busy_blocks`, plus the unused part of every preallocation in `pas`.
+    buddy: Option<Buddy>,
     /// Blocks freed by transactions not yet committed: (offset, length, transaction).
-    /// Their bitmap bits are already clear (in the freeing transaction) but they must not
-    /// be handed out until that transaction commits.
+    /// Their bitmap bits are already clear (in the freeing transaction) but they stay
+    /// used in the buddy until that transaction commits.
     busy_blocks: Vec<(u32, u32, u64)>,
     /// Inode bits freed by transactions not yet committed: (bit, transaction).
     busy_inodes: Vec<(u32, u64)>,
-    /// While `busy_blocks` is non-empty: the block bitmap with the busy blocks still set,
-    /// which is what allocation searches (kept in step with the bitmap, no copy per search).
-    block_view: Option<Box<[u8]>>,
-    /// The same for inodes.
+    /// While `busy_inodes` is non-empty: the inode bitmap with the busy inodes still set,
+    /// which is what inode allocation searches.
     inode_view: Option<Box<[u8]>>,
     /// Blocks allocated by transaction `.0` (a bitmap): if that transaction frees them
     /// before it commits, they are reusable at once.
     fresh: Option<(u64, Box<[u8]>)>,
+    /// Inode preallocations carved from this group.
+    pas: Vec<Prealloc>,
+    /// The (largest free order, average fragment order) lists the group is in.
+    listed: (Option<u8>, Option<u8>),
+}
+
+/// Blocks reserved for a file's next logical blocks (ext4's inode preallocation):
+/// `left` blocks from group offset `off` serve logical blocks from `lnext` on.
+#[derive(Clone, Copy, Debug)]
+struct Prealloc {
+    id: u64,
+    lnext: u32,
+    off: u32,
+    left: u32,
+}
+
+/// A file's handle on its preallocation (kept in the inode; checked under the group
+/// lock, so a preallocation discarded meanwhile is simply not found).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PaRef {
+    /// Group holding it.
+    pub group: u32,
+    /// Its identity.
+    pub id: u64,
 }
 
 /// One allocation group.
@@ -96,9 +128,13 @@ pub struct Group {
     desc: Mutex<GroupState>,
     /// Whether `busy_blocks` or `busy_inodes` may be non-empty (read without the lock).
     has_busy: std::sync::atomic::AtomicBool,
-    /// Blocks in `busy_blocks`: free on disk, not allocatable yet. A group whose free
-    /// blocks are all busy is skipped without taking its lock or searching its bitmap.
-    busy_count: AtomicU32,
+    /// Allocatable blocks (the buddy's; before it is built, the descriptor's free count).
+    /// Read without the lock by the pass predicates; rechecked under it.
+    avail: AtomicU32,
+    /// Free runs in the buddy (1 before it is built).
+    frags: AtomicU32,
+    /// Largest free order (-1: none; before the buddy is built, the top order).
+    largest: AtomicI32,
     /// Free blocks (mirror of the descriptor, readable without the lock).
     pub free_blocks: AtomicU32,
     /// Free inodes.
@@ -190,6 +226,14 @@ pub struct Allocator {
     groups: Vec<Group>,
     gdt: Vec<Arc<Buf>>,
     bufs: Arc<BufCache>,
+    /// Buddy orders (block size bits + 2).
+    orders: usize,
+    /// Groups by largest free order and average fragment order.
+    lists: ScanLists,
+    /// Live preallocations, all groups.
+    pa_count: AtomicUsize,
+    /// Next preallocation identity.
+    next_pa: AtomicU64,
 }
 
 impl Allocator {
@@ -200,6 +244,8 @@ impl Allocator {
         gdt: Vec<Arc<Buf>>,
         bufs: Arc<BufCache>,
     ) -> Self {
+        let orders = buddy::orders_for(geo.bs);
+        let lists = ScanLists::new(geo.groups, orders);
         let groups = descs
             .into_iter()
             .enumerate()
@@ -211,19 +257,23 @@ impl Allocator {
                 block_bitmap: d.block_bitmap(),
                 inode_bitmap: d.inode_bitmap(),
                 inode_table: d.inode_table(),
+                avail: AtomicU32::new(d.free_blocks()),
+                frags: AtomicU32::new(1),
+                largest: AtomicI32::new(orders as i32 - 1),
                 desc: Mutex::new(
                     &GROUP,
                     GroupState {
                         d,
+                        buddy: None,
                         busy_blocks: Vec::new(),
                         busy_inodes: Vec::new(),
-                        block_view: None,
                         inode_view: None,
                         fresh: None,
+                        pas: Vec::new(),
+                        listed: (None, None),
                     },
                 ),
                 has_busy: std::sync::atomic::AtomicBool::new(false),
-                busy_count: AtomicU32::new(0),
             })
             .collect();
         Allocator {
@@ -236,6 +286,10 @@ impl Allocator {
             groups,
             gdt,
             bufs,
+            orders,
+            lists,
+            pa_count: AtomicUsize::new(0),
+            next_pa: AtomicU64::new(1),
         }
     }
 
@@ -285,44 +339,6 @@ impl Allocator {
         self.groups
             .iter()
             .any(|g| g.has_busy.load(Ordering::Acquire))
-    }
-
-    /// Transaction `tid` committed: blocks and inodes it (and earlier ones) freed become
-    /// allocatable.
-    pub fn release_committed(&self, tid: u64) {
-        for g in &self.groups {
-            if !g.has_busy.load(Ordering::Acquire) {
-                continue;
-            }
-            let mut guard = g.desc.lock();
-            let st = &mut *guard;
-            let mut released = 0;
-            if let Some(view) = st.block_view.as_mut() {
-                for &(o, n, _) in st.busy_blocks.iter().filter(|b| b.2 <= tid) {
-                    for b in o..o + n {
-                        clear_bit(view, b as usize);
-                    }
-                    released += n;
-                }
-            }
-            g.busy_count.fetch_sub(released, Ordering::Relaxed);
-            if let Some(view) = st.inode_view.as_mut() {
-                for &(bit, _) in st.busy_inodes.iter().filter(|b| b.1 <= tid) {
-                    clear_bit(view, bit as usize);
-                }
-            }
-            st.busy_blocks.retain(|b| b.2 > tid);
-            st.busy_inodes.retain(|b| b.1 > tid);
-            if st.busy_blocks.is_empty() {
-                st.block_view = None;
-            }
-            if st.busy_inodes.is_empty() {
-                st.inode_view = None;
-            }
-            if st.busy_blocks.is_empty() && st.busy_inodes.is_empty() {
-                g.has_busy.store(false, Ordering::Release);
-            }
-        }
     }
 
     /// Total free blocks (sum of the per-group counters).
@@ -445,228 +461,6 @@ impl Allocator {
         for i in len..u64::from(self.geo.bs) * 8 {
             set_bit(map, i as usize);
         }
-    }
-
-    /// Allocate up to `want` contiguous blocks, as near `goal` as possible.
-    /// Returns the first block and the length obtained (at least 1).
-    pub fn alloc_blocks(&self, h: &Handle, goal: u64, want: u32) -> Result<(u64, u32)> {
-        debug_assert!(want > 0);
-        let goal = if goal >= self.geo.blocks {
-            u64::from(self.geo.first_data_block)
-        } else {
-            goal
-        };
-        let g0 = self.geo.group_of_block(goal);
-        let n = self.geo.groups;
-        // With trylock, a pass that skips groups whose lock another thread holds, then a
-        // last pass that waits; without, only the waiting pass (ext4 before the seed).
-        let passes: &[bool] = if self.opts.trylock {
-            &[true, false]
-        } else {
-            &[false]
-        };
-        for &try_only in passes {
-            for i in 0..=n {
-                let g = (g0 + i) % n;
-                let grp = &self.groups[g as usize];
-                let busy = grp.busy_count.load(Ordering::Relaxed);
-                if grp.free_blocks.load(Ordering::Relaxed) <= busy {
-                    continue;
-                }
-                let start = if i == 0 {
-                    (goal - self.geo.group_first(g)) as u32
-                } else {
-                    0
-                };
-                if let Some(r) = self.alloc_in_group(h, g, start, want, try_only)? {
-                    return Ok(r);
-                }
-            }
-        }
-        Err(Error::NoSpace)
-    }
-
-    fn alloc_in_group(
-        &self,
-        h: &Handle,
-        g: u32,
-        start: u32,
-        want: u32,
-        try_only: bool,
-    ) -> Result<Option<(u64, u32)>> {
-        let grp = &self.groups[g as usize];
-        let bm = self.bufs.get(grp.block_bitmap)?;
-        let mut dg = if try_only {
-            match grp.desc.try_lock() {
-                Some(g) => g,
-                None => return Ok(None),
-            }
-        } else {
-            grp.desc.lock()
-        };
-        let gs = &mut *dg;
-        let d = &mut gs.d;
-        if d.free_blocks() <= grp.busy_count.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
-        let len = self.geo.group_len(g) as usize;
-        let found = {
-            let mut map = bm.write();
-            if d.flags() & BG_BLOCK_UNINIT != 0 {
-                self.init_block_bitmap(g, &mut map);
-            }
-            // Frees not yet committed stay set in the view, so they are not handed out.
-            let search: &[u8] = gs.block_view.as_deref().unwrap_or(&map);
-            let run = find_run(search, start as usize, len, want as usize);
-            let Some((s, l)) = run else {
-                return Ok(None);
-            };
-            for b in s..s + l {
-                set_bit(&mut map, b);
-            }
-            if let Some(view) = gs.block_view.as_mut() {
-                for b in s..s + l {
-                    set_bit(view, b);
-                }
-            }
-            // Reuse the previous transaction's bitmap: no allocation under the lock.
-            let tid = h.tid();
-            let (t, m) = gs
-                .fresh
-                .get_or_insert_with(|| (tid, vec![0u8; map.len()].into_boxed_slice()));
-            if *t != tid {
-                *t = tid;
-                m.fill(0);
-            }
-            for b in s..s + l {
-                set_bit(m, b);
-            }
-            self.set_block_csum(d, &map);
-            (s, l)
-        };
-        h.dirty(&bm);
-        d.set_flags(d.flags() & !BG_BLOCK_UNINIT);
-        let free = d.free_blocks().checked_sub(found.1 as u32).ok_or_else(|| {
-            Error::corrupt(
-                "group descriptor",
-                u64::from(g),
-                "free block count below bitmap",
-            )
-        })?;
-        d.set_free_blocks(free);
-        grp.free_blocks.store(free, Ordering::Relaxed);
-        self.store_desc(h, g, d);
-        Ok(Some((
-            self.geo.group_first(g) + found.0 as u64,
-            found.1 as u32,
-        )))
-    }
-
-    /// Free `len` blocks from `start` (may cross groups). `metadata` drops cached copies.
-    pub fn free_blocks_range(
-        &self,
-        h: &Handle,
-        start: u64,
-        len: u64,
-        metadata: bool,
-    ) -> Result<()> {
-        if start < u64::from(self.geo.first_data_block) || start + len > self.geo.blocks {
-            return Err(Error::corrupt(
-                "extent",
-                start,
-                format!("free of {len} blocks out of range"),
-            ));
-        }
-        if metadata {
-            for b in start..start + len {
-                self.bufs.forget(b);
-                h.revoke(b);
-            }
-        }
-        // The baseline's one lock, shared with the allocation goal (ext4's s_md_lock
-        // around its freed-extent list before the seed).
-        let _md = (self.opts.stream == StreamGoal::Global).then(|| self.global_goal.lock());
-        let mut b = start;
-        while b < start + len {
-            let g = self.geo.group_of_block(b);
-            let gend = self.geo.group_first(g) + u64::from(self.geo.group_len(g));
-            let n = (start + len).min(gend) - b;
-            self.free_in_group(h, g, (b - self.geo.group_first(g)) as usize, n as usize)?;
-            b += n;
-        }
-        Ok(())
-    }
-
-    fn free_in_group(&self, h: &Handle, g: u32, off: usize, n: usize) -> Result<()> {
-        let grp = &self.groups[g as usize];
-        let bm = self.bufs.get(grp.block_bitmap)?;
-        let mut dg = grp.desc.lock();
-        let gs = &mut *dg;
-        let d = &mut gs.d;
-        let mut freed = 0;
-        let tid = h.tid();
-        // Blocks this same (uncommitted) transaction allocated were never pointed to by
-        // committed metadata: they are allocatable again at once. The others wait.
-        let fresh = match gs.fresh.as_mut() {
-            Some((t, m)) if *t == tid => Some(m),
-            _ => None,
-        };
-        let is_fresh =
-            |f: &Option<&mut Box<[u8]>>, i: usize| f.as_ref().is_some_and(|m| test_bit(m, i));
-        let mut busy_runs: Vec<(u32, u32)> = Vec::new();
-        {
-            let mut map = bm.write();
-            if d.flags() & BG_BLOCK_UNINIT != 0 {
-                self.init_block_bitmap(g, &mut map);
-                d.set_flags(d.flags() & !BG_BLOCK_UNINIT);
-            }
-            let any_busy = (off..off + n).any(|i| !is_fresh(&fresh, i));
-            if any_busy && gs.block_view.is_none() {
-                gs.block_view = Some(map.to_vec().into_boxed_slice());
-            }
-            let mut fresh = fresh;
-            for i in off..off + n {
-                if test_bit(&map, i) {
-                    clear_bit(&mut map, i);
-                    freed += 1;
-                }
-                if let Some(m) = fresh.as_mut().filter(|m| test_bit(m, i)) {
-                    clear_bit(m, i);
-                    if let Some(v) = gs.block_view.as_mut() {
-                        clear_bit(v, i);
-                    }
-                } else {
-                    match busy_runs.last_mut() {
-                        Some((s, l)) if (*s + *l) as usize == i => *l += 1,
-                        _ => busy_runs.push((i as u32, 1)),
-                    }
-                }
-            }
-            self.set_block_csum(d, &map);
-        }
-        h.dirty(&bm);
-        let free = d.free_blocks() + freed as u32;
-        d.set_free_blocks(free);
-        grp.free_blocks.store(free, Ordering::Relaxed);
-        self.store_desc(h, g, d);
-        if !busy_runs.is_empty() {
-            let busy: u32 = busy_runs.iter().map(|r| r.1).sum();
-            gs.busy_blocks
-                .extend(busy_runs.iter().map(|&(s, l)| (s, l, tid)));
-            grp.busy_count.fetch_add(busy, Ordering::Relaxed);
-            grp.has_busy.store(true, Ordering::Release);
-        }
-        if freed != n {
-            return Err(Error::corrupt(
-                "block bitmap",
-                grp.block_bitmap,
-                format!(
-                    "freeing {n} blocks of group {g} found {} already free",
-                    n - freed
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// Pick a group for a new inode: the parent's group for files, a spread for dirs.
@@ -844,40 +638,4 @@ fn random_u32() -> u32 {
         s.set(x);
         (x >> 32) as u32
     })
-}
-
-/// First free run of at least `want` bits in `[start, len)` then `[0, start)`; if none
-/// is that long, the longest run seen. At most `want` bits are returned.
-fn find_run(map: &[u8], start: usize, len: usize, want: usize) -> Option<(usize, usize)> {
-    let mut best: Option<(usize, usize)> = None;
-    for (lo, hi) in [(start.min(len), len), (0, start.min(len))] {
-        let mut i = lo;
-        while let Some(s) = find_zero(map, i, hi) {
-            let e = find_one(map, s, hi.min(s + want)).unwrap_or(hi.min(s + want));
-            if e - s >= want {
-                return Some((s, want));
-            }
-            if best.is_none_or(|(_, l)| e - s > l) {
-                best = Some((s, e - s));
-            }
-            i = e;
-        }
-    }
-    best
-}
-
-#[cfg(test)]
-mod tests {
-    use super::find_run;
-
-    #[test]
-    fn run_search_prefers_long_enough_runs() {
-        let mut m = vec![0xffu8; 8];
-        m[1] = 0b0000_0110; // bits 8,11..15 free
-        m[5] = 0; // bits 40..47 free
-        assert_eq!(find_run(&m, 0, 64, 4), Some((11, 4)));
-        assert_eq!(find_run(&m, 0, 64, 20), Some((40, 8)));
-        assert_eq!(find_run(&m, 41, 64, 2), Some((41, 2)));
-        assert_eq!(find_run(&[0xff; 8], 0, 64, 1), None);
-    }
 }
