@@ -164,6 +164,8 @@ impl Fs {
         let journal = Journal::new(dev.clone(), bufs.clone(), log, next_tid, bs as usize);
         let alc = al.clone();
         journal.set_on_commit(Box::new(move |tid| alc.release_committed(tid)));
+        let alc = al.clone();
+        journal.set_before_commit(Box::new(move || alc.seal()));
         let fs = Fs {
             journal,
             seed: sb.hash_seed(),

@@ -203,7 +203,7 @@ impl Allocator {
             return Ok(None);
         }
         let n = want.min(pa.left);
-        self.mark_used(h, p.group, &mut st, &bm, pa.off as usize, n as usize)?;
+        self.mark_used(h, p.group, &mut st, bm, pa.off as usize, n as usize)?;
         let x = &mut st.pas[i];
         x.lnext += n;
         x.off += n;
@@ -278,7 +278,7 @@ impl Allocator {
             let b = st.buddy.as_ref().expect("lock_group builds the buddy");
             let run = b.run_at(off0, r.len as usize);
             if run >= r.len as usize || (r.merge && run > 0) {
-                return self.take(h, g0, &mut st, &bm, off0, run, r).map(Some);
+                return self.take(h, g0, &mut st, bm, off0, run, r).map(Some);
             }
         }
         // Stream goal.
@@ -450,13 +450,16 @@ impl Allocator {
             Cr::AnyFree => b.runs_from(start).next().map(|(s, l)| (s, l.min(len))),
         };
         match pos {
-            Some((s, l)) => self.take(h, g, &mut st, &bm, s, l, r).map(Some),
+            Some((s, l)) => self.take(h, g, &mut st, bm, s, l, r).map(Some),
             None => Ok(None),
         }
     }
 
     /// Lock group `g` with its buddy built, waiting for the lock.
-    pub(super) fn lock_group_wait(&self, g: u32) -> Result<(MutexGuard<'_, GroupState>, Arc<Buf>)> {
+    pub(super) fn lock_group_wait(
+        &self,
+        g: u32,
+    ) -> Result<(MutexGuard<'_, GroupState>, &Arc<Buf>)> {
         match self.lock_group(g, false)? {
             Some(x) => Ok(x),
             None => unreachable!("a waiting lock always succeeds"),
@@ -468,9 +471,9 @@ impl Allocator {
         &self,
         g: u32,
         try_only: bool,
-    ) -> Result<Option<(MutexGuard<'_, GroupState>, Arc<Buf>)>> {
+    ) -> Result<Option<(MutexGuard<'_, GroupState>, &Arc<Buf>)>> {
         let grp = &self.groups[g as usize];
-        let bm = self.bufs.get(grp.block_bitmap)?;
+        let bm = self.block_buf(g)?;
         let mut st = if try_only {
             match grp.desc.try_lock() {
                 Some(s) => s,
@@ -578,7 +581,7 @@ impl Allocator {
         match best {
             Some((s, l)) => {
                 let n = l.min(r.len as usize);
-                self.take(h, g, &mut st, &bm, s, n, r).map(Some)
+                self.take(h, g, &mut st, bm, s, n, r).map(Some)
             }
             None => Ok(None),
         }
@@ -624,7 +627,6 @@ impl Allocator {
             for i in off..off + n {
                 set_bit(m, i);
             }
-            self.set_block_csum(&mut st.d, &map);
         }
         h.dirty(bm);
         let d = &mut st.d;
@@ -638,7 +640,7 @@ impl Allocator {
         })?;
         d.set_free_blocks(free);
         grp.free_blocks.store(free, Ordering::Relaxed);
-        self.store_desc(h, g, d);
+        self.touch(h, g, super::PENDING_BLOCK);
         Ok(())
     }
 
@@ -716,13 +718,12 @@ impl Allocator {
                     _ => runs.push((i as u32, 1)),
                 }
             }
-            self.set_block_csum(&mut st.d, &map);
         }
-        h.dirty(&bm);
+        h.dirty(bm);
         let free = st.d.free_blocks() + freed as u32;
         st.d.set_free_blocks(free);
         grp.free_blocks.store(free, Ordering::Relaxed);
-        self.store_desc(h, g, &mut st.d);
+        self.touch(h, g, super::PENDING_BLOCK);
         let b = st.buddy.as_mut().expect("lock_group builds the buddy");
         for &(s, l) in &now {
             b.set(s as usize, (s + l) as usize, true);

@@ -21,8 +21,13 @@ use crate::disk::{clear_bit, find_one, find_zero, set_bit, test_bit};
 use crate::error::{Error, Result};
 use crate::journal::Handle;
 use crate::sync::{Mutex, GROUP, STREAM_GOAL};
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// The block bitmap changed: its checksum is due at commit.
+const PENDING_BLOCK: u8 = 1;
+/// The inode bitmap changed.
+const PENDING_INODE: u8 = 2;
 
 /// Fixed geometry of a mounted file system.
 #[derive(Clone, Debug)]
@@ -135,6 +140,13 @@ pub struct Group {
     frags: AtomicU32,
     /// Largest free order (-1: none; before the buddy is built, the top order).
     largest: AtomicI32,
+    /// What changed since the last commit sealed the descriptor (`PENDING_*`).
+    pending: AtomicU8,
+    /// The block bitmap's buffer, held once loaded (so it is never evicted and
+    /// allocation skips the cache lookup).
+    bbuf: OnceLock<Arc<Buf>>,
+    /// The inode bitmap's buffer, likewise.
+    ibuf: OnceLock<Arc<Buf>>,
     /// Free blocks (mirror of the descriptor, readable without the lock).
     pub free_blocks: AtomicU32,
     /// Free inodes.
@@ -260,6 +272,9 @@ impl Allocator {
                 avail: AtomicU32::new(d.free_blocks()),
                 frags: AtomicU32::new(1),
                 largest: AtomicI32::new(orders as i32 - 1),
+                pending: AtomicU8::new(0),
+                bbuf: OnceLock::new(),
+                ibuf: OnceLock::new(),
                 desc: Mutex::new(
                     &GROUP,
                     GroupState {
@@ -402,32 +417,67 @@ impl Allocator {
         })
     }
 
-    /// Store the block bitmap's checksum in its descriptor.
-    fn set_block_csum(&self, d: &mut GroupDesc, map: &[u8]) {
-        if self.geo.csum {
-            let bytes = self.geo.bpg as usize / 8;
-            d.set_block_bitmap_csum(bitmap_csum(self.geo.seed, map, bytes, true));
+    /// Group `g`'s block bitmap buffer.
+    fn block_buf(&self, g: u32) -> Result<&Arc<Buf>> {
+        let grp = &self.groups[g as usize];
+        if let Some(b) = grp.bbuf.get() {
+            return Ok(b);
         }
+        let b = self.bufs.get(grp.block_bitmap)?;
+        Ok(grp.bbuf.get_or_init(|| b))
     }
 
-    /// Store the inode bitmap's checksum in its descriptor.
-    fn set_inode_csum(&self, d: &mut GroupDesc, map: &[u8]) {
-        if self.geo.csum {
-            let bytes = self.geo.ipg as usize / 8;
-            d.set_inode_bitmap_csum(bitmap_csum(self.geo.seed, map, bytes, true));
+    /// Group `g`'s inode bitmap buffer.
+    fn inode_buf(&self, g: u32) -> Result<&Arc<Buf>> {
+        let grp = &self.groups[g as usize];
+        if let Some(b) = grp.ibuf.get() {
+            return Ok(b);
         }
+        let b = self.bufs.get(grp.inode_bitmap)?;
+        Ok(grp.ibuf.get_or_init(|| b))
     }
 
-    /// Write descriptor `g` into its GDT block (caller holds the group lock).
-    fn store_desc(&self, h: &Handle, g: u32, d: &mut GroupDesc) {
-        if self.geo.csum {
-            d.update_checksum(self.geo.seed, g);
-        }
+    /// Group `g`'s descriptor (or a bitmap, `what`) changed in `h`'s transaction (caller
+    /// holds the group lock). The bitmap checksums and the descriptor's bytes in its GDT
+    /// block are brought up to date once per commit, by [`Allocator::seal`], not at
+    /// every change: a 4 KiB checksum and a write to the GDT block every group shares
+    /// stay off the allocation path.
+    fn touch(&self, h: &Handle, g: u32, what: u8) {
         let per = (self.geo.bs / self.geo.desc_size) as usize;
-        let buf = &self.gdt[g as usize / per];
-        let off = (g as usize % per) * self.geo.desc_size as usize;
-        buf.write()[off..off + d.raw.len()].copy_from_slice(&d.raw);
-        h.dirty(buf);
+        h.dirty(&self.gdt[g as usize / per]);
+        let p = &self.groups[g as usize].pending;
+        if p.load(Ordering::Relaxed) & what != what {
+            p.fetch_or(what, Ordering::Relaxed);
+        }
+    }
+
+    /// Before a commit snapshots its buffers (every handle of the transaction has
+    /// ended): write each changed group's bitmap checksums and descriptor into its GDT
+    /// block, which its handles already added to the transaction.
+    pub fn seal(&self) {
+        let per = (self.geo.bs / self.geo.desc_size) as usize;
+        for grp in &self.groups {
+            if grp.pending.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut st = grp.desc.lock();
+            let what = grp.pending.swap(0, Ordering::Relaxed);
+            let d = &mut st.d;
+            if self.geo.csum {
+                if let (true, Some(b)) = (what & PENDING_BLOCK != 0, grp.bbuf.get()) {
+                    let bytes = self.geo.bpg as usize / 8;
+                    d.set_block_bitmap_csum(bitmap_csum(self.geo.seed, &b.read(), bytes, true));
+                }
+                if let (true, Some(b)) = (what & PENDING_INODE != 0, grp.ibuf.get()) {
+                    let bytes = self.geo.ipg as usize / 8;
+                    d.set_inode_bitmap_csum(bitmap_csum(self.geo.seed, &b.read(), bytes, true));
+                }
+                d.update_checksum(self.geo.seed, grp.no);
+            }
+            let buf = &self.gdt[grp.no as usize / per];
+            let off = (grp.no as usize % per) * self.geo.desc_size as usize;
+            buf.write()[off..off + d.raw.len()].copy_from_slice(&d.raw);
+        }
     }
 
     /// Mark blocks of `g` that hold metadata (superblock/GDT copies, bitmaps and tables
@@ -512,7 +562,7 @@ impl Allocator {
 
     fn alloc_inode_in(&self, h: &Handle, g: u32, is_dir: bool) -> Result<Option<u64>> {
         let grp = &self.groups[g as usize];
-        let ib = self.bufs.get(grp.inode_bitmap)?;
+        let ib = self.inode_buf(g)?;
         let mut dg = grp.desc.lock();
         let gs = &mut *dg;
         let d = &mut gs.d;
@@ -542,10 +592,9 @@ impl Allocator {
                 set_bit(view, bit);
             }
             set_bit(&mut map, bit);
-            self.set_inode_csum(d, &map);
             bit
         };
-        h.dirty(&ib);
+        h.dirty(ib);
         d.set_flags(d.flags() & !BG_INODE_UNINIT);
         let free = d.free_inodes() - 1;
         d.set_free_inodes(free);
@@ -558,7 +607,7 @@ impl Allocator {
         if bit as u32 >= unused_from {
             d.set_itable_unused(self.geo.ipg - bit as u32 - 1);
         }
-        self.store_desc(h, g, d);
+        self.touch(h, g, PENDING_INODE);
         Ok(Some(
             u64::from(g) * u64::from(self.geo.ipg) + bit as u64 + 1,
         ))
@@ -568,7 +617,7 @@ impl Allocator {
     pub fn free_inode(&self, h: &Handle, ino: u64, is_dir: bool) -> Result<()> {
         let g = self.geo.group_of_inode(ino);
         let grp = &self.groups[g as usize];
-        let ib = self.bufs.get(grp.inode_bitmap)?;
+        let ib = self.inode_buf(g)?;
         let mut dg = grp.desc.lock();
         let gs = &mut *dg;
         let d = &mut gs.d;
@@ -586,16 +635,15 @@ impl Allocator {
                 gs.inode_view = Some(map.to_vec().into_boxed_slice());
             }
             clear_bit(&mut map, bit);
-            self.set_inode_csum(d, &map);
         }
-        h.dirty(&ib);
+        h.dirty(ib);
         d.set_free_inodes(d.free_inodes() + 1);
         grp.free_inodes.store(d.free_inodes(), Ordering::Relaxed);
         if is_dir {
             d.set_used_dirs(d.used_dirs().saturating_sub(1));
             grp.used_dirs.store(d.used_dirs(), Ordering::Relaxed);
         }
-        self.store_desc(h, g, d);
+        self.touch(h, g, PENDING_INODE);
         gs.busy_inodes.push((bit as u32, h.tid()));
         grp.has_busy.store(true, Ordering::Release);
         Ok(())

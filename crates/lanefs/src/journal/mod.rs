@@ -128,6 +128,9 @@ pub struct Journal {
     /// A running transaction past this many buffers is committed at the next handle start.
     max_tx: usize,
     on_commit: std::sync::OnceLock<Box<dyn Fn(u64) + Send + Sync>>,
+    /// Called once a transaction's handles have all ended, before its buffers are
+    /// copied: the allocator brings checksums and descriptors up to date then.
+    before_commit: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
     counters: Counters,
     has_log: bool,
     bs: usize,
@@ -197,6 +200,7 @@ impl Journal {
             aborted: AtomicBool::new(false),
             max_tx,
             on_commit: std::sync::OnceLock::new(),
+            before_commit: std::sync::OnceLock::new(),
             counters: Counters::default(),
             bs,
         }
@@ -205,6 +209,11 @@ impl Journal {
     /// Call `f(tid)` after each commit (releases the frees the transaction made).
     pub fn set_on_commit(&self, f: Box<dyn Fn(u64) + Send + Sync>) {
         let _ = self.on_commit.set(f);
+    }
+
+    /// Install the hook run before each commit copies its buffers (set once, at mount).
+    pub fn set_before_commit(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.before_commit.set(f);
     }
 
     /// Whether the file system has a log (has_journal).
@@ -350,6 +359,9 @@ impl Journal {
                 self.gate_cv
                     .wait_for(&mut g, std::time::Duration::from_millis(10));
             }
+        }
+        if let Some(f) = self.before_commit.get() {
+            f();
         }
         // 2. Snapshot, then open T+1 in the other slot (free: T-1 committed before us).
         let mut snaps: Vec<(Box<[u8]>, Arc<Buf>)> = Vec::new();
