@@ -224,15 +224,18 @@ impl Default for AllocOptions {
     }
 }
 
-/// Stream-goal slots for `StreamGoal::Slots`.
-const GOAL_SLOTS: usize = 64;
+/// One stream-goal slot (`StreamGoal::Slots`): a group number, alone on its cache line.
+#[repr(align(64))]
+struct GoalSlot(AtomicU32);
 
 /// The allocator over all groups.
 pub struct Allocator {
     /// Policies.
     pub opts: AllocOptions,
     global_goal: Mutex<u64>,
-    goal_slots: Vec<std::sync::atomic::AtomicU64>,
+    /// Linux 6.17's `s_mb_last_groups`: min(CPUs, groups / 4) groups, read and written
+    /// without a lock, indexed by inode number.
+    goal_slots: Box<[GoalSlot]>,
     /// Geometry.
     pub geo: Geometry,
     groups: Vec<Group>,
@@ -294,9 +297,11 @@ impl Allocator {
         Allocator {
             opts: AllocOptions::default(),
             global_goal: Mutex::new(&STREAM_GOAL, 0),
-            goal_slots: (0..GOAL_SLOTS)
-                .map(|_| std::sync::atomic::AtomicU64::new(0))
-                .collect(),
+            goal_slots: {
+                let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let n = cpus.min(geo.groups.div_ceil(4) as usize).max(1);
+                (0..n).map(|_| GoalSlot(AtomicU32::new(0))).collect()
+            },
             geo,
             groups,
             gdt,
@@ -320,8 +325,12 @@ impl Allocator {
         match self.opts.stream {
             StreamGoal::Global => *self.global_goal.lock(),
             StreamGoal::Inode => own,
+            // Only the group, searched from its start (upstream dropped the start
+            // block: it was stale as soon as another file used the group).
             StreamGoal::Slots => {
-                self.goal_slots[(ino as usize) % GOAL_SLOTS].load(Ordering::Relaxed)
+                let slot = &self.goal_slots[ino as usize % self.goal_slots.len()];
+                self.geo
+                    .group_first(slot.0.load(Ordering::Relaxed) % self.geo.groups)
             }
         }
     }
@@ -333,7 +342,12 @@ impl Allocator {
             StreamGoal::Global => *self.global_goal.lock() = end,
             StreamGoal::Inode => {}
             StreamGoal::Slots => {
-                self.goal_slots[(ino as usize) % GOAL_SLOTS].store(end, Ordering::Relaxed)
+                let slot = &self.goal_slots[ino as usize % self.goal_slots.len()].0;
+                let g = self.geo.group_of_block(end.min(self.geo.blocks - 1));
+                // Written only when it changes: the line stays shared while it holds.
+                if slot.load(Ordering::Relaxed) != g {
+                    slot.store(g, Ordering::Relaxed);
+                }
             }
         }
     }
