@@ -8,8 +8,12 @@
 //! all taking the head of one list. Readers take no lock. Membership is moved under the
 //! group's lock after every change of its buddy, and is only a hint: every group found
 //! here is checked again under its lock (a stale bit costs a look, never a wrong
-//! allocation). A group not in any set is still found by the linear passes.
+//! allocation). A group not in any set is still found by the linear passes. Moves that
+//! race on one word are checked by a loom model (`tests/loom_lists.rs`).
 
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A set of groups.
