@@ -59,15 +59,16 @@ pub struct Request {
     /// Blocks to look for (normalized: may exceed `used`).
     pub len: u32,
     /// Blocks the caller uses now (at most `len`); the rest of what is found becomes a
-    /// preallocation for `pa_for`.
+    /// preallocation when `pa_for` is set.
     pub used: u32,
     /// The goal continues an extent: take any free run starting there.
     pub merge: bool,
     /// Streaming file (inode, its own last allocation end): on a missed goal, search
     /// from its stream goal.
     pub stream: Option<(u64, u64)>,
-    /// Preallocate the surplus for (inode, logical block after `used`).
-    pub pa_for: Option<(u64, u32)>,
+    /// Preallocate the surplus for the file's logical blocks after `used` from this
+    /// logical block on.
+    pub pa_for: Option<u32>,
 }
 
 /// What a file's data allocation needs from the file.
@@ -179,7 +180,7 @@ impl Allocator {
             used: r.want,
             merge: r.goal.is_some(),
             stream: stream.then_some((r.ino, r.own_goal)),
-            pa_for: (len > r.want).then_some((r.ino, r.lblk)),
+            pa_for: (len > r.want).then_some(r.lblk),
         };
         let f = self.allocate(h, &req)?;
         let p = self.geo.group_first(f.g) + f.off as u64;
@@ -557,7 +558,7 @@ impl Allocator {
             .set(off, off + n, false);
         self.mark_used(h, g, st, bm, off, used)?;
         let mut pa = None;
-        if let Some((_, lblk)) = r.pa_for.filter(|_| n > used) {
+        if let Some(lblk) = r.pa_for.filter(|_| n > used) {
             let id = self.next_pa.fetch_add(1, Ordering::Relaxed);
             pa = Some(id);
             st.pas.push(Prealloc {

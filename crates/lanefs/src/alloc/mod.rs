@@ -357,7 +357,7 @@ impl Allocator {
         &self.groups
     }
 
-    /// A copy of group `g`'s descriptor.
+    /// A copy of group `g`'s descriptor (its checksums are brought up to date at commit).
     pub fn desc(&self, g: u32) -> GroupDesc {
         self.groups[g as usize].desc.lock().d.clone()
     }
