@@ -95,16 +95,26 @@ impl Buddy {
 
     /// Recompute word `w` of order `k` (k >= 1) from order k-1.
     fn derive(&mut self, k: usize, w: usize) {
+        self.free[k][w] = self.derived(k, w);
+    }
+
+    /// Word `w` of order `k` (k >= 1) as order k-1 makes it.
+    fn derived(&self, k: usize, w: usize) -> u64 {
         let child = &self.free[k - 1];
         let lo = child[2 * w];
         let hi = child.get(2 * w + 1).copied().unwrap_or(0);
         let v = u64::from(gather(lo & (lo >> 1))) | (u64::from(gather(hi & (hi >> 1))) << 32);
         let n = self.bits >> k;
-        self.free[k][w] = if n >= (w + 1) * 64 {
+        if n >= (w + 1) * 64 {
             v
         } else {
             v & mask(0, n - w * 64)
-        };
+        }
+    }
+
+    /// Maximal chunks of order `k` that a change of blocks `[s, e)` can affect.
+    fn count(&self, k: usize, s: usize, e: usize) -> u32 {
+        self.affected(k, s, e).map(|w| self.maximal(k, w)).sum()
     }
 
     /// Maximal chunks in word `w` of order `k`.
@@ -113,9 +123,15 @@ impl Buddy {
         if k + 1 == self.free.len() {
             return f.count_ones();
         }
-        let parent = self.free[k + 1][w / 2] >> ((w % 2) * 32);
-        let p = spread(parent as u32);
-        (f & !(p | (p << 1))).count_ones()
+        let parent = (self.free[k + 1][w / 2] >> ((w % 2) * 32)) as u32;
+        match parent {
+            0 => f.count_ones(),
+            u32::MAX => 0,
+            _ => {
+                let p = spread(parent);
+                (f & !(p | (p << 1))).count_ones()
+            }
+        }
     }
 
     /// Starts of free runs in word `w` of order 0.
@@ -137,6 +153,10 @@ impl Buddy {
     }
 
     /// Mark blocks `[s, e)` free (`free`) or used. Returns how many changed state.
+    ///
+    /// Bottom-up: order 0, then each order from the one below, stopping at the first
+    /// order whose words do not change (nothing above it can). Each changed order's
+    /// maximal-chunk counter moves by the difference over the words it can affect.
     pub fn set(&mut self, s: usize, e: usize, free: bool) -> u32 {
         assert!(
             s < e && e <= self.bits,
@@ -144,12 +164,9 @@ impl Buddy {
             self.bits
         );
         let orders = self.free.len();
-        let mut before = [0u32; 32];
-        for (k, b) in before.iter_mut().enumerate().take(orders) {
-            *b = self.affected(k, s, e).map(|w| self.maximal(k, w)).sum();
-        }
         let fw = s / 64..=(e.min(self.bits - 1)) / 64;
         let starts_before: u32 = fw.clone().map(|w| self.starts(w)).sum();
+        let mut before = self.count(0, s, e);
         let mut changed = 0;
         for w in s / 64..=(e - 1) / 64 {
             let m = mask(s.max(w * 64) - w * 64, e.min(w * 64 + 64) - w * 64);
@@ -158,14 +175,21 @@ impl Buddy {
             changed += (old ^ new).count_ones();
             self.free[0][w] = new;
         }
-        for k in 1..orders {
-            for w in (s >> k) / 64..=((e - 1) >> k) / 64 {
-                self.derive(k, w);
+        for k in 1..=orders {
+            let words = (s >> k) / 64..=((e - 1) >> k) / 64;
+            let moved = k < orders && words.clone().any(|w| self.derived(k, w) != self.free[k][w]);
+            let before_k = if moved { self.count(k, s, e) } else { 0 };
+            if moved {
+                for w in words {
+                    self.derive(k, w);
+                }
             }
-        }
-        for (k, b) in before.iter().enumerate().take(orders) {
-            let after: u32 = self.affected(k, s, e).map(|w| self.maximal(k, w)).sum();
-            self.counters[k] = self.counters[k] + after - b;
+            let after = self.count(k - 1, s, e);
+            self.counters[k - 1] = self.counters[k - 1] + after - before;
+            if !moved {
+                break;
+            }
+            before = before_k;
         }
         let starts_after: u32 = fw.map(|w| self.starts(w)).sum();
         self.fragments = self.fragments + starts_after - starts_before;
