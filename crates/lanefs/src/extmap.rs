@@ -154,6 +154,18 @@ impl ExtentMap {
         }
     }
 
+    /// Mark `[start, start+len)` unwritten again (undoing `mark_written`).
+    pub fn mark_unwritten(&mut self, start: u32, len: u32) {
+        for k in self.isolate(start, u64::from(start) + u64::from(len)) {
+            if let Some(e) = self.map.remove(&k) {
+                self.insert(Extent {
+                    unwritten: true,
+                    ..e
+                });
+            }
+        }
+    }
+
     /// Total mapped blocks.
     pub fn mapped_blocks(&self) -> u64 {
         self.map.values().map(|e| u64::from(e.len)).sum()

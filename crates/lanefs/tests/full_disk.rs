@@ -98,3 +98,78 @@ fn filling_the_disk_is_clean_and_reversible() {
     fs.unmount().unwrap();
     common::assert_fsck_clean(&img);
 }
+
+/// The last free block goes to a write whose file then needs an extent-tree block too
+/// (its inode already holds 4 extents): the write fails whole with ENOSPC, the block is
+/// free again, the file is unchanged, and e2fsck finds nothing. Before this was handled,
+/// the data block stayed marked in use with nothing pointing at it.
+#[test]
+fn a_write_that_needs_a_tree_block_on_a_full_disk_fails_whole() {
+    let td = tempfile::tempdir().unwrap();
+    let img = td.path().join("tree.img");
+    let dev = FileDevice::create(&img, 16 << 20).unwrap();
+    format(&dev, &MkfsOptions::default()).unwrap();
+    drop(dev);
+    let fs = mount(&img);
+    let o = Owner::default();
+    // F: four one-block extents, logically apart, so the inode's four slots are full.
+    let f = fs.create(ROOT_INO, b"f", 0o644, o).unwrap().ino;
+    for k in 0..4u64 {
+        fs.write(f, 2 * k * 4096, &[k as u8 + 1; 4096]).unwrap();
+    }
+    assert_eq!(fs.extent_count(f).unwrap(), 4);
+    // G: the rest of the disk, one block at a time.
+    let g = fs.create(ROOT_INO, b"g", 0o644, o).unwrap().ino;
+    let mut size = 0u64;
+    loop {
+        match fs.write(g, size, &[9u8; 4096]) {
+            Ok(_) => size += 4096,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("filling: {e}"),
+        }
+    }
+    // Exactly one free block: G's last block, punched (its extent only shrinks).
+    let punch = FallocMode {
+        keep_size: true,
+        punch_hole: true,
+    };
+    fs.fallocate(g, punch, size - 4096, 4096).unwrap();
+    fs.sync().unwrap();
+    // (The punch may also free G's leaf block; small files take what is over one.)
+    let mut pad = 0;
+    while fs.statfs().unwrap().free_blocks > 1 {
+        let p = fs
+            .create(ROOT_INO, format!("pad{pad}").as_bytes(), 0o644, o)
+            .unwrap()
+            .ino;
+        fs.write(p, 0, &[5u8; 4096]).unwrap();
+        fs.release(p).unwrap();
+        fs.sync().unwrap();
+        pad += 1;
+    }
+    let left = fs.statfs().unwrap().free_blocks;
+    assert_eq!(left, 1, "could not leave exactly one block free");
+    // A fifth extent for F needs the free block for data and another for a leaf.
+    assert!(matches!(
+        fs.write(f, 100 * 4096, &[7u8; 4096]),
+        Err(Error::NoSpace)
+    ));
+    fs.sync().unwrap();
+    assert_eq!(
+        fs.statfs().unwrap().free_blocks,
+        1,
+        "the failed write kept a block"
+    );
+    assert_eq!(fs.extent_count(f).unwrap(), 4);
+    assert_eq!(fs.getattr(f).unwrap().size, 7 * 4096);
+    fs.check_allocator().unwrap();
+    fs.release(f).unwrap();
+    fs.release(g).unwrap();
+    fs.unmount().unwrap();
+    if common::require_tools(
+        "a_write_that_needs_a_tree_block_on_a_full_disk_fails_whole",
+        &["e2fsck"],
+    ) {
+        common::assert_fsck_clean(&img);
+    }
+}

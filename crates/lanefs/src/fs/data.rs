@@ -107,6 +107,7 @@ impl Fs {
         let (first, last) = (off / bs, (end - 1) / bs);
         // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
         let fresh = self.fresh_blocks(&st, first, last);
+        let holes = self.hole_blocks(&st, first, last);
         if let Err(e) = self.allocate(&h, &i, &mut st, first, last + 1 - first, false) {
             // Out of space part way: give back what this write mapped, so the file is
             // as it was (no written blocks past its size), and persist that.
@@ -123,6 +124,16 @@ impl Fs {
                 .ok_or_else(|| Error::Unsupported("no extents".into()))?;
             ext.mark_written(first as u32, (last + 1 - first) as u32);
             st.ext_dirty = true;
+            // The tree first, before any data or size change: if it needs a block the
+            // full disk cannot give, the write fails whole and the map is as it was
+            // (the blocks it mapped are freed, unwritten ones are unwritten again).
+            if let Err(e) = self.store(&h, ino, &mut st) {
+                if matches!(e, Error::NoSpace) {
+                    self.undo_map(&h, &i, &mut st, first, &fresh, &holes)?;
+                    self.store(&h, ino, &mut st)?;
+                }
+                return Err(e);
+            }
             // Newly mapped data must reach the device before this transaction commits.
             h.add_ordered(&i);
         }
@@ -141,6 +152,59 @@ impl Fs {
         st.d.set_ctime(t);
         self.store(&h, ino, &mut st)?;
         Ok(data.len())
+    }
+
+    /// Ranges of `[first, end)` mapped to nothing.
+    fn hole_ranges(&self, st: &InodeState, first: u64, end: u64) -> Vec<(u64, u64)> {
+        let Some(ext) = st.ext.as_ref() else {
+            return Vec::new();
+        };
+        let mut v = Vec::new();
+        let mut l = first;
+        while l < end {
+            match ext.map(l as u32) {
+                Mapping::Mapped(_, _, left) => l += u64::from(left),
+                Mapping::Hole(n) => {
+                    let e = (l + n).min(end);
+                    v.push((l, e));
+                    l = e;
+                }
+            }
+        }
+        v
+    }
+
+    /// Blocks of `[first, last]` mapped to nothing.
+    fn hole_blocks(&self, st: &InodeState, first: u64, last: u64) -> Vec<bool> {
+        let ext = st.ext.as_ref();
+        (first..=last)
+            .map(|b| !matches!(ext.map(|e| e.map(b as u32)), Some(Mapping::Mapped(..))))
+            .collect()
+    }
+
+    /// Undo what a write did to the map of `[first, ..)`: blocks that were holes are
+    /// freed, blocks that were unwritten are unwritten again.
+    fn undo_map(
+        &self,
+        h: &Handle,
+        i: &Inode,
+        st: &mut InodeState,
+        first: u64,
+        fresh: &[bool],
+        holes: &[bool],
+    ) -> Result<()> {
+        for (k, (&f, &hole)) in fresh.iter().zip(holes).enumerate() {
+            let l = first + k as u64;
+            if hole {
+                self.unmap(h, i, st, l, l + 1)?;
+            } else if f {
+                if let Some(ext) = st.ext.as_mut() {
+                    ext.mark_unwritten(l as u32, 1);
+                }
+            }
+        }
+        st.ext_dirty = true;
+        Ok(())
     }
 
     /// Free blocks mapped by a failed write: those that were holes before it.
@@ -318,12 +382,22 @@ impl Fs {
             self.punch(&h, &i, &mut st, off, end)?;
         } else {
             let first = off / bs;
-            if let Err(e) = self.allocate(&h, &i, &mut st, first, end.div_ceil(bs) - first, true) {
-                // As ext4: what was allocated stays (unwritten, reads as zeros), the size
-                // does not change; persist it so the bitmaps and the tree agree.
-                self.store(&h, ino, &mut st)?;
+            let holes = self.hole_ranges(&st, first, end.div_ceil(bs));
+            let alloc = self.allocate(&h, &i, &mut st, first, end.div_ceil(bs) - first, true);
+            // The tree first: if it needs a block the full disk cannot give, everything
+            // this call mapped is freed again and the map is as it was.
+            if let Err(e) = self.store(&h, ino, &mut st) {
+                if matches!(e, Error::NoSpace) {
+                    for &(a, b) in &holes {
+                        self.unmap(&h, &i, &mut st, a, b)?;
+                    }
+                    self.store(&h, ino, &mut st)?;
+                }
                 return Err(e);
             }
+            // As ext4: when allocation stops part way, what was allocated stays
+            // (unwritten, reads as zeros) and the size does not change.
+            alloc?;
             if !mode.keep_size && end > st.d.size() {
                 st.d.set_size(end);
             }
