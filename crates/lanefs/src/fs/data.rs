@@ -111,7 +111,7 @@ impl Fs {
         if let Err(e) = self.allocate(&h, &i, &mut st, first, last + 1 - first, false) {
             // Out of space part way: give back what this write mapped, so the file is
             // as it was (no written blocks past its size), and persist that.
-            self.unmap_new(&h, &i, &mut st, first, &fresh)?;
+            self.undo_map(&h, &i, &mut st, first, &fresh, &holes)?;
             self.store(&h, ino, &mut st)?;
             return Err(e);
         }
@@ -204,29 +204,6 @@ impl Fs {
             }
         }
         st.ext_dirty = true;
-        Ok(())
-    }
-
-    /// Free blocks mapped by a failed write: those that were holes before it.
-    fn unmap_new(
-        &self,
-        h: &Handle,
-        i: &Inode,
-        st: &mut InodeState,
-        first: u64,
-        fresh: &[bool],
-    ) -> Result<()> {
-        for (k, &f) in fresh.iter().enumerate() {
-            let l = first + k as u64;
-            let was_unwritten = st
-                .ext
-                .as_ref()
-                .and_then(|e| e.find(l as u32))
-                .is_some_and(|e| e.unwritten);
-            if f && !was_unwritten {
-                self.unmap(h, i, st, l, l + 1)?;
-            }
-        }
         Ok(())
     }
 
