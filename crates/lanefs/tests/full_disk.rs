@@ -173,3 +173,64 @@ fn a_write_that_needs_a_tree_block_on_a_full_disk_fails_whole() {
         common::assert_fsck_clean(&img);
     }
 }
+
+/// A punch that splits an extent on a full disk needs an extent-tree block: the blocks
+/// it frees come back at the next commit, so the punch succeeds after its ENOSPC retry,
+/// and the image stays consistent.
+#[test]
+fn a_punch_that_splits_an_extent_on_a_full_disk_succeeds() {
+    let td = tempfile::tempdir().unwrap();
+    let img = td.path().join("punch.img");
+    let dev = FileDevice::create(&img, 16 << 20).unwrap();
+    format(&dev, &MkfsOptions::default()).unwrap();
+    drop(dev);
+    let fs = mount(&img);
+    let o = Owner::default();
+    // F: four extents of 8 blocks, logically apart; the inode's four slots are full.
+    let f = fs.create(ROOT_INO, b"f", 0o644, o).unwrap().ino;
+    for k in 0..4u64 {
+        fs.write(f, 16 * k * 4096, &[k as u8 + 1; 8 * 4096])
+            .unwrap();
+    }
+    assert_eq!(fs.extent_count(f).unwrap(), 4);
+    let g = fs.create(ROOT_INO, b"g", 0o644, o).unwrap().ino;
+    let mut size = 0u64;
+    while fs.write(g, size, &[9u8; 4096]).is_ok() {
+        size += 4096;
+    }
+    fs.sync().unwrap();
+    let mut pad = 0;
+    while fs.statfs().unwrap().free_blocks > 0 {
+        let p = fs
+            .create(ROOT_INO, format!("pad{pad}").as_bytes(), 0o644, o)
+            .unwrap()
+            .ino;
+        let _ = fs.write(p, 0, &[5u8; 4096]);
+        fs.release(p).unwrap();
+        fs.sync().unwrap();
+        pad += 1;
+    }
+    assert_eq!(fs.statfs().unwrap().free_blocks, 0);
+    // Punch blocks 2..4 of F's first extent: five extents, a leaf block needed.
+    let punch = FallocMode {
+        keep_size: true,
+        punch_hole: true,
+    };
+    fs.fallocate(f, punch, 2 * 4096, 2 * 4096).unwrap();
+    assert_eq!(fs.extent_count(f).unwrap(), 5);
+    let mut back = vec![0u8; 8 * 4096];
+    fs.read(f, 0, &mut back).unwrap();
+    assert!(back[..2 * 4096].iter().all(|&b| b == 1));
+    assert!(back[2 * 4096..4 * 4096].iter().all(|&b| b == 0));
+    assert!(back[4 * 4096..].iter().all(|&b| b == 1));
+    fs.check_allocator().unwrap();
+    fs.release(f).unwrap();
+    fs.release(g).unwrap();
+    fs.unmount().unwrap();
+    if common::require_tools(
+        "a_punch_that_splits_an_extent_on_a_full_disk_succeeds",
+        &["e2fsck"],
+    ) {
+        common::assert_fsck_clean(&img);
+    }
+}
