@@ -614,8 +614,8 @@ pub fn journal_lock_share(stats: &[LockStat]) -> String {
         "{contended} of {contended_all} contended acquisitions ({}), wait {} of {} ({}); \
          journal classes: {}",
         fmt_share(contended, contended_all),
-        fmt_wait(wait),
-        fmt_wait(wait_all),
+        lanefs::sync::format_ns(wait),
+        lanefs::sync::format_ns(wait_all),
         fmt_share(wait, wait_all),
         if names.is_empty() {
             "none".to_string()
@@ -631,17 +631,6 @@ fn fmt_share(part: u64, whole: u64) -> String {
         "-".to_string()
     } else {
         format!("{:.1} %", part as f64 * 100.0 / whole as f64)
-    }
-}
-
-/// A wait in nanoseconds, in the unit the lock statistics table uses for it.
-fn fmt_wait(ns: u64) -> String {
-    let f = ns as f64;
-    match ns {
-        0..=999 => format!("{ns} ns"),
-        1_000..=999_999 => format!("{:.2} us", f / 1e3),
-        1_000_000..=999_999_999 => format!("{:.2} ms", f / 1e6),
-        _ => format!("{:.2} s", f / 1e9),
     }
 }
 

@@ -318,7 +318,7 @@ fn table_line(row: &[String; 6], widths: &[usize; 6]) -> String {
 }
 
 /// A duration in nanoseconds with a unit a reader takes in at a glance.
-fn format_ns(ns: u64) -> String {
+pub fn format_ns(ns: u64) -> String {
     // Precision loss above 2^53 ns (104 days) does not matter for display.
     let f = ns as f64;
     match ns {

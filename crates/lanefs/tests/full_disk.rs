@@ -13,14 +13,20 @@ fn mount(img: &std::path::Path) -> Arc<Fs> {
     Fs::mount_path(img, MountOptions::default()).expect("mount")
 }
 
-#[test]
-fn filling_the_disk_is_clean_and_reversible() {
-    let td = tempfile::tempdir().unwrap();
-    let img = td.path().join("full.img");
+/// A freshly formatted 16 MiB image `name` in `td`, mounted.
+fn fresh(td: &tempfile::TempDir, name: &str) -> (std::path::PathBuf, Arc<Fs>) {
+    let img = td.path().join(name);
     let dev = FileDevice::create(&img, 16 << 20).unwrap();
     format(&dev, &MkfsOptions::default()).unwrap();
     drop(dev);
     let fs = mount(&img);
+    (img, fs)
+}
+
+#[test]
+fn filling_the_disk_is_clean_and_reversible() {
+    let td = tempfile::tempdir().unwrap();
+    let (img, fs) = fresh(&td, "full.img");
     let start = fs.statfs().unwrap();
     let o = Owner::default();
 
@@ -106,11 +112,7 @@ fn filling_the_disk_is_clean_and_reversible() {
 #[test]
 fn a_write_that_needs_a_tree_block_on_a_full_disk_fails_whole() {
     let td = tempfile::tempdir().unwrap();
-    let img = td.path().join("tree.img");
-    let dev = FileDevice::create(&img, 16 << 20).unwrap();
-    format(&dev, &MkfsOptions::default()).unwrap();
-    drop(dev);
-    let fs = mount(&img);
+    let (img, fs) = fresh(&td, "tree.img");
     let o = Owner::default();
     // F: four one-block extents, logically apart, so the inode's four slots are full.
     let f = fs.create(ROOT_INO, b"f", 0o644, o).unwrap().ino;
@@ -180,11 +182,7 @@ fn a_write_that_needs_a_tree_block_on_a_full_disk_fails_whole() {
 #[test]
 fn a_punch_that_splits_an_extent_on_a_full_disk_succeeds() {
     let td = tempfile::tempdir().unwrap();
-    let img = td.path().join("punch.img");
-    let dev = FileDevice::create(&img, 16 << 20).unwrap();
-    format(&dev, &MkfsOptions::default()).unwrap();
-    drop(dev);
-    let fs = mount(&img);
+    let (img, fs) = fresh(&td, "punch.img");
     let o = Owner::default();
     // F: four extents of 8 blocks, logically apart; the inode's four slots are full.
     let f = fs.create(ROOT_INO, b"f", 0o644, o).unwrap().ino;

@@ -756,7 +756,7 @@ impl Allocator {
         let bad = |g: u32, what: String| Err(Error::corrupt("allocator group", u64::from(g), what));
         for grp in &self.groups {
             let g = grp.no;
-            let bm = self.bufs.get(grp.block_bitmap)?;
+            let bm = self.block_buf(g)?;
             let st = grp.desc.lock();
             let mut map = bm.read().to_vec();
             if st.d.flags() & BG_BLOCK_UNINIT != 0 {

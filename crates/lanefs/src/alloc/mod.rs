@@ -393,7 +393,7 @@ impl Allocator {
         let mut fs = FreeSpace::default();
         let mut scratch = vec![0u8; self.geo.bs as usize];
         for grp in &self.groups {
-            let bm = self.bufs.get(grp.block_bitmap)?;
+            let bm = self.block_buf(grp.no)?;
             let st = grp.desc.lock();
             let len = self.geo.group_len(grp.no) as usize;
             let map = bm.read();
@@ -670,8 +670,7 @@ impl Allocator {
         if grp.desc.lock().d.flags() & BG_INODE_UNINIT != 0 {
             return Ok(false);
         }
-        let ib = self.bufs.get(grp.inode_bitmap)?;
-        let map = ib.read();
+        let map = self.inode_buf(g)?.read();
         Ok(test_bit(
             &map,
             ((ino - 1) % u64::from(self.geo.ipg)) as usize,

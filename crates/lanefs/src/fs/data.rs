@@ -106,18 +106,17 @@ impl Fs {
         let h = self.journal.start();
         let (first, last) = (off / bs, (end - 1) / bs);
         // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
-        let fresh = self.fresh_blocks(&st, first, last);
-        let holes = self.hole_blocks(&st, first, last);
+        let prior = self.prior_blocks(&st, first, last);
         if let Err(e) = self.allocate(&h, &i, &mut st, first, last + 1 - first, false) {
             // Out of space part way: give back what this write mapped, so the file is
             // as it was (no written blocks past its size), and persist that.
-            self.undo_map(&h, &i, &mut st, first, &fresh, &holes)?;
+            self.undo_map(&h, &i, &mut st, first, &prior)?;
             self.store(&h, ino, &mut st)?;
             return Err(e);
         }
         // Only a write over holes or unwritten blocks changes the map: a plain overwrite
         // leaves the extent tree as it is.
-        if fresh.iter().any(|&f| f) {
+        if prior.iter().any(|&p| p != Prior::Written) {
             let ext = st
                 .ext
                 .as_mut()
@@ -129,7 +128,7 @@ impl Fs {
             // (the blocks it mapped are freed, unwritten ones are unwritten again).
             if let Err(e) = self.store(&h, ino, &mut st) {
                 if matches!(e, Error::NoSpace) {
-                    self.undo_map(&h, &i, &mut st, first, &fresh, &holes)?;
+                    self.undo_map(&h, &i, &mut st, first, &prior)?;
                     self.store(&h, ino, &mut st)?;
                 }
                 return Err(e);
@@ -141,7 +140,7 @@ impl Fs {
             // Without an open file there is no close to give a reservation back at.
             self.al.discard_pa(&mut st.pa);
         }
-        self.copy_in(&i, &st, off, data, &fresh)?;
+        self.copy_in(&i, &st, off, data, &prior)?;
         if end > st.d.size() {
             st.d.set_size(end);
             // The new size must not commit before the bytes it covers.
@@ -174,14 +173,6 @@ impl Fs {
         v
     }
 
-    /// Blocks of `[first, last]` mapped to nothing.
-    fn hole_blocks(&self, st: &InodeState, first: u64, last: u64) -> Vec<bool> {
-        let ext = st.ext.as_ref();
-        (first..=last)
-            .map(|b| !matches!(ext.map(|e| e.map(b as u32)), Some(Mapping::Mapped(..))))
-            .collect()
-    }
-
     /// Undo what a write did to the map of `[first, ..)`: blocks that were holes are
     /// freed, blocks that were unwritten are unwritten again.
     fn undo_map(
@@ -190,31 +181,32 @@ impl Fs {
         i: &Inode,
         st: &mut InodeState,
         first: u64,
-        fresh: &[bool],
-        holes: &[bool],
+        prior: &[Prior],
     ) -> Result<()> {
-        for (k, (&f, &hole)) in fresh.iter().zip(holes).enumerate() {
+        for (k, &p) in prior.iter().enumerate() {
             let l = first + k as u64;
-            if hole {
-                self.unmap(h, i, st, l, l + 1)?;
-            } else if f {
-                if let Some(ext) = st.ext.as_mut() {
-                    ext.mark_unwritten(l as u32, 1);
+            match p {
+                Prior::Hole => self.unmap(h, i, st, l, l + 1)?,
+                Prior::Unwritten => {
+                    if let Some(ext) = st.ext.as_mut() {
+                        ext.mark_unwritten(l as u32, 1);
+                    }
                 }
+                Prior::Written => {}
             }
         }
         st.ext_dirty = true;
         Ok(())
     }
 
-    fn fresh_blocks(&self, st: &InodeState, first: u64, last: u64) -> Vec<bool> {
+    /// What each block of `[first, last]` was before a write maps it.
+    fn prior_blocks(&self, st: &InodeState, first: u64, last: u64) -> Vec<Prior> {
         let ext = st.ext.as_ref();
         (first..=last)
-            .map(|b| {
-                !matches!(
-                    ext.map(|e| e.map(b as u32)),
-                    Some(Mapping::Mapped(_, false, _))
-                )
+            .map(|b| match ext.map(|e| e.map(b as u32)) {
+                Some(Mapping::Mapped(_, false, _)) => Prior::Written,
+                Some(Mapping::Mapped(_, true, _)) => Prior::Unwritten,
+                _ => Prior::Hole,
             })
             .collect()
     }
@@ -226,7 +218,7 @@ impl Fs {
         st: &InodeState,
         off: u64,
         data: &[u8],
-        fresh: &[bool],
+        prior: &[Prior],
     ) -> Result<()> {
         let bs = self.bs as u64;
         let ext = self.regular(st)?;
@@ -246,7 +238,8 @@ impl Fs {
                 ));
             };
             let whole = inb == 0 && k == bs as usize;
-            let is_fresh = fresh[(lblk - first) as usize];
+            // Blocks that held no data start from zeros, not the device.
+            let is_fresh = prior[(lblk - first) as usize] != Prior::Written;
             let dev = &self.dev;
             let page = pages.get_mut_or(
                 lblk,
@@ -648,4 +641,15 @@ impl Drop for Fs {
             let _ = self.write_super_clean();
         }
     }
+}
+
+/// A block's state before a write mapped it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Prior {
+    /// Mapped and written: the write overwrites it.
+    Written,
+    /// Mapped unwritten (fallocated): reads as zeros until written.
+    Unwritten,
+    /// Not mapped.
+    Hole,
 }
