@@ -13,6 +13,39 @@ fn mount(img: &std::path::Path) -> Arc<Fs> {
     Fs::mount_path(img, MountOptions::default()).expect("mount")
 }
 
+/// Write file `name` one block at a time until the disk is full; its inode and size.
+fn fill(fs: &Fs, name: &[u8]) -> (u64, u64) {
+    let g = fs
+        .create(ROOT_INO, name, 0o644, Owner::default())
+        .unwrap()
+        .ino;
+    let mut size = 0u64;
+    loop {
+        match fs.write(g, size, &[9u8; 4096]) {
+            Ok(_) => size += 4096,
+            Err(Error::NoSpace) => return (g, size),
+            Err(e) => panic!("filling: {e}"),
+        }
+    }
+}
+
+/// One-block files until at most `left` blocks are free (committed counts).
+fn pad_to(fs: &Fs, left: u64) {
+    fs.sync().unwrap();
+    let mut pad = 0;
+    while fs.statfs().unwrap().free_blocks > left {
+        let name = format!("pad{pad}");
+        let p = fs
+            .create(ROOT_INO, name.as_bytes(), 0o644, Owner::default())
+            .unwrap()
+            .ino;
+        let _ = fs.write(p, 0, &[5u8; 4096]);
+        fs.release(p).unwrap();
+        fs.sync().unwrap();
+        pad += 1;
+    }
+}
+
 /// A freshly formatted 16 MiB image `name` in `td`, mounted.
 fn fresh(td: &tempfile::TempDir, name: &str) -> (std::path::PathBuf, Arc<Fs>) {
     let img = td.path().join(name);
@@ -121,34 +154,15 @@ fn a_write_that_needs_a_tree_block_on_a_full_disk_fails_whole() {
     }
     assert_eq!(fs.extent_count(f).unwrap(), 4);
     // G: the rest of the disk, one block at a time.
-    let g = fs.create(ROOT_INO, b"g", 0o644, o).unwrap().ino;
-    let mut size = 0u64;
-    loop {
-        match fs.write(g, size, &[9u8; 4096]) {
-            Ok(_) => size += 4096,
-            Err(Error::NoSpace) => break,
-            Err(e) => panic!("filling: {e}"),
-        }
-    }
+    let (g, size) = fill(&fs, b"g");
     // Exactly one free block: G's last block, punched (its extent only shrinks).
     let punch = FallocMode {
         keep_size: true,
         punch_hole: true,
     };
     fs.fallocate(g, punch, size - 4096, 4096).unwrap();
-    fs.sync().unwrap();
     // (The punch may also free G's leaf block; small files take what is over one.)
-    let mut pad = 0;
-    while fs.statfs().unwrap().free_blocks > 1 {
-        let p = fs
-            .create(ROOT_INO, format!("pad{pad}").as_bytes(), 0o644, o)
-            .unwrap()
-            .ino;
-        fs.write(p, 0, &[5u8; 4096]).unwrap();
-        fs.release(p).unwrap();
-        fs.sync().unwrap();
-        pad += 1;
-    }
+    pad_to(&fs, 1);
     let left = fs.statfs().unwrap().free_blocks;
     assert_eq!(left, 1, "could not leave exactly one block free");
     // A fifth extent for F needs the free block for data and another for a leaf.
@@ -191,23 +205,8 @@ fn a_punch_that_splits_an_extent_on_a_full_disk_succeeds() {
             .unwrap();
     }
     assert_eq!(fs.extent_count(f).unwrap(), 4);
-    let g = fs.create(ROOT_INO, b"g", 0o644, o).unwrap().ino;
-    let mut size = 0u64;
-    while fs.write(g, size, &[9u8; 4096]).is_ok() {
-        size += 4096;
-    }
-    fs.sync().unwrap();
-    let mut pad = 0;
-    while fs.statfs().unwrap().free_blocks > 0 {
-        let p = fs
-            .create(ROOT_INO, format!("pad{pad}").as_bytes(), 0o644, o)
-            .unwrap()
-            .ino;
-        let _ = fs.write(p, 0, &[5u8; 4096]);
-        fs.release(p).unwrap();
-        fs.sync().unwrap();
-        pad += 1;
-    }
+    let (g, _) = fill(&fs, b"g");
+    pad_to(&fs, 0);
     assert_eq!(fs.statfs().unwrap().free_blocks, 0);
     // Punch blocks 2..4 of F's first extent: five extents, a leaf block needed.
     let punch = FallocMode {
