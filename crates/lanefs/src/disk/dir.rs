@@ -204,6 +204,11 @@ pub fn encode_dx(b: &mut [u8], count_off: usize, limit: usize, entries: &[(u32, 
 }
 
 /// Compute and store a dx block's checksum (tail right after `limit` entries).
+///
+/// The tail's first word (`dt_reserved`) is covered by the checksum and kept as it is:
+/// the kernel leaves stale bytes there (whatever the block held before it became an
+/// index), so zeroing it would both change bytes the kernel wrote and, unless the
+/// checksum were computed afterwards, break it.
 pub fn set_dx_csum(inode_seed: u32, b: &mut [u8], count_off: usize) {
     let (limit, count) = (
         usize::from(le16(b, count_off)),
@@ -215,7 +220,6 @@ pub fn set_dx_csum(inode_seed: u32, b: &mut [u8], count_off: usize) {
         return;
     }
     let c = dx_csum(inode_seed, b, count_off, count, t);
-    put32(b, t, 0);
     put32(b, t + 4, c);
 }
 
