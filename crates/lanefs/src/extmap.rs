@@ -43,6 +43,11 @@ impl ExtentMap {
         let (_, e) = self.map.range(..=lblk).next_back()?;
         (u64::from(lblk) < e.lend()).then_some(*e)
     }
+    /// Extents that end after `lblk`, in order (the one containing it first, if any).
+    pub fn from_block(&self, lblk: u32) -> impl Iterator<Item = &Extent> {
+        let start = self.find(lblk).map_or(lblk, |e| e.lblk);
+        self.map.range(start..).map(|(_, e)| e)
+    }
     /// Map one logical block.
     pub fn map(&self, lblk: u32) -> Mapping {
         if let Some(e) = self.find(lblk) {

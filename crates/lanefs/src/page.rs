@@ -37,6 +37,10 @@ impl PageMap {
     pub fn get(&self, idx: u64) -> Option<&Page> {
         self.pages.get(&idx)
     }
+    /// Index of the first dirty page at or after `idx`.
+    pub fn next_from(&self, idx: u64) -> Option<u64> {
+        self.pages.range(idx..).next().map(|(&k, _)| k)
+    }
     /// The page at `idx` for writing; `fill` supplies its current contents when new.
     pub fn get_mut_or(
         &mut self,

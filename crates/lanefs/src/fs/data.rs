@@ -51,6 +51,52 @@ impl Fs {
         Ok(n)
     }
 
+    /// The first offset at or after `off` that holds data (lseek's SEEK_DATA), or `None`
+    /// when only hole is left before the end of the file (ENXIO). Unwritten extents read
+    /// as zeros and count as hole, as ext4 reports them when no page is cached over them
+    /// (lanefs marks blocks written when it caches their pages). Costs per extent, not per
+    /// block, whatever the size says.
+    pub fn seek_data(&self, ino: Ino, off: u64) -> Result<Option<u64>> {
+        let i = self.iget(ino)?;
+        let st = self.read_loaded(&i)?;
+        let ext = self.regular(&st)?;
+        let (size, bs) = (st.d.size(), self.bs as u64);
+        let Ok(lblk) = u32::try_from(off / bs) else {
+            return Ok(None);
+        };
+        if off >= size {
+            return Ok(None);
+        }
+        let data = ext
+            .from_block(lblk)
+            .find(|e| !e.unwritten)
+            .map(|e| (u64::from(e.lblk) * bs).max(off));
+        Ok(data.filter(|&d| d < size))
+    }
+
+    /// The first offset at or after `off` in a hole (lseek's SEEK_HOLE); the end of the
+    /// file counts as one. `None` when `off` is at or past the end (ENXIO).
+    pub fn seek_hole(&self, ino: Ino, off: u64) -> Result<Option<u64>> {
+        let i = self.iget(ino)?;
+        let st = self.read_loaded(&i)?;
+        let ext = self.regular(&st)?;
+        let (size, bs) = (st.d.size(), self.bs as u64);
+        if off >= size {
+            return Ok(None);
+        }
+        let Ok(lblk) = u32::try_from(off / bs) else {
+            return Ok(Some(off));
+        };
+        let mut pos = off;
+        for e in ext.from_block(lblk) {
+            if e.unwritten || u64::from(e.lblk) * bs > pos {
+                break;
+            }
+            pos = pos.max(e.lend() * bs);
+        }
+        Ok(Some(pos.min(size)))
+    }
+
     /// Read from the device (or zeros) a run of blocks without dirty pages.
     fn read_run(
         &self,
@@ -68,11 +114,8 @@ impl Fs {
             Mapping::Mapped(p, false, l) => (u64::from(l), Some(p)),
         };
         let mut blocks = left.min(want_blocks).max(1);
-        for k in 1..blocks {
-            if pages.get(lblk + k).is_some() {
-                blocks = k;
-                break;
-            }
+        if let Some(next) = pages.next_from(lblk + 1) {
+            blocks = blocks.min(next - lblk);
         }
         let k = ((blocks * bs) as usize - inb).min(out.len());
         match pblk {
