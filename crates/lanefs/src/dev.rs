@@ -1,9 +1,10 @@
 //! Block devices: where bytes live. An image file, a raw block device, or memory.
 
 use crate::error::{Error, Result};
+use crate::exclusive::{self, Claim};
 use crate::sync::{RwLock, MEM_DEVICE};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 /// A byte-addressed device. Implementations must be usable from many threads.
@@ -18,10 +19,12 @@ pub trait BlockDevice: Send + Sync {
     fn size(&self) -> u64;
 }
 
-/// An image file or a block device opened by path.
+/// An image file or a block device opened by path, claimed for as long as it is open
+/// (see `exclusive`: one writer, never while the kernel has it mounted).
 pub struct FileDevice {
     file: File,
     size: u64,
+    _claim: Claim,
 }
 
 impl FileDevice {
@@ -30,8 +33,13 @@ impl FileDevice {
         let file = OpenOptions::new()
             .read(true)
             .write(!read_only)
+            .custom_flags(exclusive::open_flags(path, read_only))
             .open(path)
-            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EBUSY) => exclusive::busy_device(path),
+                _ => Error::Io(format!("{}: {e}", path.display())),
+            })?;
+        let claim = exclusive::claim(&file, path, read_only)?;
         // Seeking to the end gives the size of both regular files and block devices.
         let size = {
             use std::io::{Seek, SeekFrom};
@@ -39,21 +47,32 @@ impl FileDevice {
             f.seek(SeekFrom::End(0))
                 .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?
         };
-        Ok(FileDevice { file, size })
+        Ok(FileDevice {
+            file,
+            size,
+            _claim: claim,
+        })
     }
 
-    /// Create (or truncate) an image file of `size` bytes.
+    /// Create (or truncate) an image file of `size` bytes. An existing file is claimed
+    /// before it is truncated, so one in use is refused unharmed.
     pub fn create(path: &Path, size: u64) -> Result<FileDevice> {
+        let io = |e: std::io::Error| Error::Io(format!("{}: {e}", path.display()));
+        #[allow(clippy::suspicious_open_options)] // truncated below, once claimed
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
-            .truncate(true)
             .open(path)
-            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
-        file.set_len(size)
-            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
-        Ok(FileDevice { file, size })
+            .map_err(io)?;
+        let claim = exclusive::claim(&file, path, false)?;
+        file.set_len(0).map_err(io)?;
+        file.set_len(size).map_err(io)?;
+        Ok(FileDevice {
+            file,
+            size,
+            _claim: claim,
+        })
     }
 }
 

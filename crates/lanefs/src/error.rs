@@ -47,6 +47,8 @@ pub enum Error {
     Io(String),
     /// The image uses something lanefs does not implement (refused at mount).
     Unsupported(String),
+    /// The image or device is in use: mounted by the kernel or open by another writer.
+    Busy(String),
 }
 
 impl Error {
@@ -69,6 +71,7 @@ impl Error {
             Error::Corrupt { .. } => libc::EUCLEAN,
             Error::Io(_) => libc::EIO,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
+            Error::Busy(_) => libc::EBUSY,
         }
     }
 
@@ -103,6 +106,7 @@ impl fmt::Display for Error {
             }
             Error::Io(s) => write!(f, "I/O error: {s}"),
             Error::Unsupported(s) => write!(f, "unsupported: {s}"),
+            Error::Busy(s) => write!(f, "busy: {s}"),
         }
     }
 }

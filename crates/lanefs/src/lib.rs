@@ -9,6 +9,7 @@ pub mod dir;
 pub mod dirty;
 pub mod disk;
 pub mod error;
+pub mod exclusive;
 pub mod extmap;
 pub mod fs;
 pub mod fsck;

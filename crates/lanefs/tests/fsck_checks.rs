@@ -374,6 +374,28 @@ fn bad_rec_len_is_found() {
     assert!(!r.has("DIR_CHECKSUM"));
 }
 
+/// The htree root's ".." spans the rest of the block; a shorter length (checksum fixed
+/// up, so only the length is wrong) is "directory corrupted" to e2fsck and to us.
+#[test]
+fn htree_root_dotdot_length_is_checked() {
+    require_tools!("htree_root_dotdot_length_is_checked");
+    let img = make_image(&[], true);
+    let mut raw = Raw::load(&img.path);
+    let big = raw.lookup_root("big");
+    let pblk = raw.extents(big)[0].pblk as usize;
+    let blk = &mut raw.bytes[pblk * BS..(pblk + 1) * BS];
+    disk::put16(blk, 12 + 4, (BS - 12 - 16) as u16);
+    let seed = raw.inode(big).csum_seed(raw.sb.csum_seed(), big);
+    dir::set_dx_csum(
+        seed,
+        &mut raw.bytes[pblk * BS..(pblk + 1) * BS],
+        dir::DX_ROOT_COUNT_OFF,
+    );
+    raw.save(&img.path);
+    let r = assert_detects(&img.path, "HTREE_BAD_ROOT");
+    assert!(!r.has("DIR_CHECKSUM"), "{:#?}", r.problems);
+}
+
 #[test]
 fn bad_extent_magic_is_found() {
     require_tools!("bad_extent_magic_is_found");

@@ -264,6 +264,19 @@ pub fn decode_root_info(b: &[u8], at: u64) -> Result<DxRootInfo> {
             "root lacks . and .. entries",
         ));
     }
+    // ".." spans the rest of the block (the index lives inside it); any other length
+    // makes the kernel's and e2fsck's walk of the block as entries fail.
+    let dotdot = usize::from(le16(b, 12 + 4));
+    if dotdot != b.len() - 12 {
+        return Err(Error::corrupt(
+            "directory index",
+            at,
+            format!(
+                "root's .. entry has length {dotdot} (expected {})",
+                b.len() - 12
+            ),
+        ));
+    }
     let info_len = b[0x1D];
     let hash_version = b[0x1C];
     let levels = b[0x1E];

@@ -1,0 +1,142 @@
+//! Goal: lanefs never writes an image the kernel has mounted or another writer holds.
+//! Method: the kernel loop-mounts an image read-write and lanefs tries to mount it
+//! read-write (refused, naming the mount), read-only (allowed); a loop device attached to
+//! the image is held by lanefs so the kernel cannot mount it meanwhile; the block device
+//! itself, mounted, is refused; a second writer is refused. e2fsck judges the image after.
+
+mod common;
+
+use common::{assert_fsck_clean, kernel_ready, mkfs_image, run, KernelMount};
+use lanefs::{Error, Fs, MountOptions, Owner, ROOT_INO};
+use std::path::Path;
+use std::process::Command;
+
+fn ro() -> MountOptions {
+    MountOptions {
+        read_only: true,
+        ..MountOptions::default()
+    }
+}
+
+fn busy(r: lanefs::Result<std::sync::Arc<Fs>>, want: &str) -> String {
+    match r {
+        Err(e @ Error::Busy(_)) => {
+            let text = e.to_string();
+            assert!(text.contains(want), "{text:?} lacks {want:?}");
+            text
+        }
+        Err(e) => panic!("expected busy ({want}), got {e}"),
+        Ok(_) => panic!("expected busy ({want}), mounted"),
+    }
+}
+
+/// Attach `img` to a free loop device; its path.
+fn losetup(img: &Path) -> String {
+    run(Command::new("losetup").args(["-f", "--show"]).arg(img))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+struct Loop(String);
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn kernel_mounted_image_is_not_written() {
+    let td = tempfile::tempdir().unwrap();
+    if !kernel_ready(
+        "kernel_mounted_image_is_not_written",
+        td.path(),
+        &["losetup"],
+    ) {
+        return;
+    }
+    let img = mkfs_image(td.path(), "k.img", 64 << 20);
+    let mnt = td.path().join("mnt");
+    let m = KernelMount::mount(&img, &mnt, "").unwrap();
+    std::fs::write(mnt.join("kernel-file"), b"from the kernel").unwrap();
+    let text = busy(
+        Fs::mount_path(&img, MountOptions::default()),
+        "mounted by the kernel",
+    );
+    assert!(text.contains(&mnt.display().to_string()), "{text}");
+    // Reading is allowed (as debugfs allows it); nothing is written.
+    let fs = Fs::mount_path(&img, ro()).unwrap();
+    assert!(fs.lookup(ROOT_INO, b"lost+found").is_ok());
+    drop(fs);
+    m.unmount().unwrap();
+    assert_fsck_clean(&img);
+    // Unmounted: lanefs may write again, and the kernel's file is there.
+    let fs = Fs::mount_path(&img, MountOptions::default()).unwrap();
+    assert!(fs.lookup(ROOT_INO, b"kernel-file").is_ok());
+    fs.mkdir(ROOT_INO, b"d", 0o755, Owner::default()).unwrap();
+    // A second writer, and a reader, are refused while this one holds it.
+    busy(
+        Fs::mount_path(&img, MountOptions::default()),
+        "in use by another lanefs",
+    );
+    busy(Fs::mount_path(&img, ro()), "open for writing");
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+}
+
+#[test]
+fn loop_devices_and_block_devices_are_claimed() {
+    let td = tempfile::tempdir().unwrap();
+    if !kernel_ready(
+        "loop_devices_and_block_devices_are_claimed",
+        td.path(),
+        &["losetup"],
+    ) {
+        return;
+    }
+    let img = mkfs_image(td.path(), "b.img", 64 << 20);
+    let dev = Loop(losetup(&img));
+    let mnt = td.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    // lanefs holds the idle loop device: the kernel cannot mount it meanwhile.
+    let fs = Fs::mount_path(&img, MountOptions::default()).unwrap();
+    fs.mkdir(ROOT_INO, b"by-lanefs", 0o755, Owner::default())
+        .unwrap();
+    let refused = run(Command::new("mount").arg(&dev.0).arg(&mnt));
+    assert!(
+        refused.is_err(),
+        "the kernel mounted {} under lanefs",
+        dev.0
+    );
+    fs.unmount().unwrap();
+    // Now the kernel mounts it: lanefs refuses both the image and the device for writing.
+    run(Command::new("mount").arg(&dev.0).arg(&mnt)).unwrap();
+    let guard = MountedDev(mnt.clone());
+    assert!(mnt.join("by-lanefs").is_dir());
+    busy(
+        Fs::mount_path(&img, MountOptions::default()),
+        "mounted by the kernel",
+    );
+    busy(
+        Fs::mount_path(Path::new(&dev.0), MountOptions::default()),
+        "in use",
+    );
+    let fs = Fs::mount_path(Path::new(&dev.0), ro()).unwrap();
+    assert!(fs.lookup(ROOT_INO, b"by-lanefs").is_ok());
+    drop(fs);
+    drop(guard);
+    // Unmounted: the device itself can be written through.
+    let fs = Fs::mount_path(Path::new(&dev.0), MountOptions::default()).unwrap();
+    fs.mkdir(ROOT_INO, b"via-device", 0o755, Owner::default())
+        .unwrap();
+    fs.unmount().unwrap();
+    drop(dev);
+    assert_fsck_clean(&img);
+}
+
+struct MountedDev(std::path::PathBuf);
+impl Drop for MountedDev {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
