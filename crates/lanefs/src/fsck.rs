@@ -1222,7 +1222,8 @@ impl<'a> Checker<'a> {
         // exclude_bitmap, which it never supported).
         let cp = self.sb.feature_compat() & !COMPAT_KNOWN;
         if cp != 0 {
-            let n = crate::disk::superblock::feature_names(cp, crate::info::COMPAT_NAMES);
+            let n =
+                crate::disk::superblock::feature_names(cp, crate::disk::superblock::compat::NAMES);
             self.out.add(
                 "SB_UNKNOWN_FEATURE",
                 format!("unsupported compat features: {n}"),

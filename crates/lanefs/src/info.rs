@@ -7,28 +7,11 @@
 
 use crate::dev::BlockDevice;
 use crate::disk::group::{GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
-use crate::disk::superblock::{feature_names, incompat, ro_compat, Superblock};
+use crate::disk::superblock::{compat, feature_names, incompat, ro_compat, Superblock};
 use crate::disk::{find_one, find_zero};
 use crate::error::Result;
 use crate::fsck::{self, Geo, Problem};
 use std::fmt::Write;
-
-/// COMPAT feature names (the `disk` layer names only the INCOMPAT and RO_COMPAT bits).
-pub const COMPAT_NAMES: &[(u32, &str)] = &[
-    (0x1, "dir_prealloc"),
-    (0x2, "imagic_inodes"),
-    (0x4, "has_journal"),
-    (0x8, "ext_attr"),
-    (0x10, "resize_inode"),
-    (0x20, "dir_index"),
-    (0x40, "lazy_bg"),
-    (0x80, "exclude_inode"),
-    (0x100, "exclude_bitmap"),
-    (0x200, "sparse_super2"),
-    (0x400, "fast_commit"),
-    (0x800, "stable_inodes"),
-    (0x1000, "orphan_file"),
-];
 
 /// Groups listed one per line; beyond this the middle of the list is elided.
 const MAX_GROUP_LINES: u32 = 4096;
@@ -87,7 +70,7 @@ fn hash_name(v: u8) -> String {
 /// All feature names, space separated, in dumpe2fs order (compat, incompat, ro_compat).
 pub fn features_string(sb: &Superblock) -> String {
     [
-        feature_names(sb.feature_compat(), COMPAT_NAMES),
+        feature_names(sb.feature_compat(), compat::NAMES),
         feature_names(sb.feature_incompat(), incompat::NAMES),
         feature_names(sb.feature_ro_compat(), ro_compat::NAMES),
     ]

@@ -52,6 +52,15 @@ pub struct Inode {
     pub last_alloc: AtomicU64,
 }
 
+impl crate::journal::OrderedData for Inode {
+    fn ordered_tid(&self) -> &AtomicU64 {
+        &self.ordered_tid
+    }
+    fn write_ordered(&self, dev: &dyn crate::dev::BlockDevice, bs: usize) -> Result<()> {
+        self.pages.lock().write_back(dev, bs)
+    }
+}
+
 impl Inode {
     /// Whether some handle holds the inode open.
     pub fn is_open(&self) -> bool {

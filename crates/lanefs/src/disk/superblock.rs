@@ -20,6 +20,22 @@ pub mod compat {
     pub const RESIZE_INODE: u32 = 0x10;
     /// dir_index
     pub const DIR_INDEX: u32 = 0x20;
+    /// Names for messages and reports.
+    pub const NAMES: &[(u32, &str)] = &[
+        (0x1, "dir_prealloc"),
+        (0x2, "imagic_inodes"),
+        (0x4, "has_journal"),
+        (0x8, "ext_attr"),
+        (0x10, "resize_inode"),
+        (0x20, "dir_index"),
+        (0x40, "lazy_bg"),
+        (0x80, "exclude_inode"),
+        (0x100, "exclude_bitmap"),
+        (0x200, "sparse_super2"),
+        (0x400, "fast_commit"),
+        (0x800, "stable_inodes"),
+        (0x1000, "orphan_file"),
+    ];
 }
 
 /// INCOMPAT features: an unknown one refuses the mount.

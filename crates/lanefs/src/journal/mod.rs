@@ -39,7 +39,6 @@ use crate::buf::{Buf, BufCache};
 use crate::dev::BlockDevice;
 use crate::disk::jbd2;
 use crate::error::{Error, Result};
-use crate::inode::Inode;
 use crate::sync::{Condvar, Mutex, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -47,6 +46,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const LISTS: usize = 16;
+
+/// An object whose data must reach the device before the commit block of a transaction
+/// that mapped it (ext4's `data=ordered`; jbd2's inode list). The journal knows blocks
+/// and handles, not inodes: a cached inode implements this.
+pub trait OrderedData: Send + Sync {
+    /// Where the journal records the newest transaction that lists this object, so it is
+    /// listed once per transaction.
+    fn ordered_tid(&self) -> &AtomicU64;
+    /// Write the object's dirty data to `dev` (block size `bs`).
+    fn write_ordered(&self, dev: &dyn BlockDevice, bs: usize) -> Result<()>;
+}
 
 /// One transaction slot. Two slots alternate: the running transaction and the one being
 /// committed; a slot is reused for transaction T+2 once T has committed.
@@ -56,7 +66,7 @@ pub struct Transaction {
     lists: Vec<Mutex<Vec<Arc<Buf>>>>,
     nbufs: AtomicUsize,
     revoked: Mutex<Vec<u64>>,
-    ordered: Mutex<Vec<Arc<Inode>>>,
+    ordered: Mutex<Vec<Arc<dyn OrderedData>>>,
 }
 
 impl Transaction {
@@ -389,7 +399,7 @@ impl Journal {
         self.wake();
         // 3. Ordered data, then the log.
         for i in &ordered {
-            i.pages.lock().write_back(&*self.dev, self.bs)?;
+            i.write_ordered(&*self.dev, self.bs)?;
         }
         snaps.sort_by_key(|s| s.1.blk);
         revoked.sort_unstable();
@@ -596,11 +606,10 @@ impl Handle<'_> {
 
     /// Data blocks of `i` were mapped in this transaction: write its pages before the
     /// commit block (data=ordered).
-    pub fn add_ordered(&self, i: &Arc<Inode>) {
+    pub fn add_ordered<T: OrderedData + 'static>(&self, i: &Arc<T>) {
         let tid = self.tid;
-        if i.ordered_tid.load(Ordering::Acquire) != tid
-            && i.ordered_tid.swap(tid, Ordering::AcqRel) != tid
-        {
+        let slot = i.ordered_tid();
+        if slot.load(Ordering::Acquire) != tid && slot.swap(tid, Ordering::AcqRel) != tid {
             self.t.ordered.lock().push(i.clone());
         }
     }
