@@ -360,7 +360,12 @@ impl Journal {
 
     fn commit_locked(&self, cs: &mut CommitState) -> Result<()> {
         let tid = self.running_tid();
+        // Transactions commit one at a time, in order: the one before the running one is
+        // the last committed (the commit lock is held).
+        debug_assert_eq!(cs.last_committed + 1, tid, "commit of {tid} out of order");
+        debug_assert_eq!(self.committed_tid(), cs.last_committed);
         let t = self.slot(tid);
+        debug_assert_eq!(t.tid.load(Ordering::Acquire), tid, "slot holds another tid");
         // 1. Lock T and wait for its handles.
         t.gate.lock();
         {
@@ -402,6 +407,10 @@ impl Journal {
             i.write_ordered(&*self.dev, self.bs)?;
         }
         snaps.sort_by_key(|s| s.1.blk);
+        debug_assert!(
+            snaps.windows(2).all(|w| w[0].1.blk != w[1].1.blk),
+            "a block listed twice in transaction {tid}"
+        );
         revoked.sort_unstable();
         revoked.dedup();
         if cs.log.is_some() {
