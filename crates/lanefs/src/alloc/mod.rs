@@ -602,6 +602,8 @@ impl Allocator {
             let Some(bit) = find_zero(search, from, ipg) else {
                 return Ok(None);
             };
+            // The view is the bitmap plus uncommitted frees: free there means free here.
+            debug_assert!(!test_bit(&map, bit), "inode bit {bit} of group {g} in use");
             if let Some(view) = gs.inode_view.as_mut() {
                 set_bit(view, bit);
             }
@@ -651,6 +653,11 @@ impl Allocator {
             clear_bit(&mut map, bit);
         }
         h.dirty(ib);
+        debug_assert!(
+            d.free_inodes() < self.geo.ipg,
+            "group {g}: free inode count {} at its limit before a free",
+            d.free_inodes()
+        );
         d.set_free_inodes(d.free_inodes() + 1);
         grp.free_inodes.store(d.free_inodes(), Ordering::Relaxed);
         if is_dir {
