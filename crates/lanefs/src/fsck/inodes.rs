@@ -1,0 +1,793 @@
+//! Pass 1: every in-use inode.
+
+use super::xattr::xattr_entries_error;
+use super::*;
+
+impl Checker<'_> {
+    pub(super) fn pass_inodes(&mut self) -> Result<()> {
+        self.load_inode_bitmaps()?;
+        for g in 0..self.geo.groups {
+            self.scan_group(g)?;
+        }
+        self.report_dups();
+        self.check_xattr_refs();
+        self.check_orphan_chain()?;
+        self.check_stray_inode_numbers();
+        self.check_bad_blocks_in_tables();
+        Ok(())
+    }
+
+    /// Quota and orphan-file inode numbers left in the superblock without their feature:
+    /// e2fsck still treats the inode they name as special, which breaks it if it is in use.
+    pub(super) fn check_stray_inode_numbers(&mut self) {
+        let mut v = Vec::new();
+        if !self.sb.has_ro_compat(ro_compat::QUOTA) {
+            // (A stray project quota number is accepted by e2fsck.)
+            v.push(("SB_QUOTA_INODE", le32(&self.sb.raw[..], SB_USR_QUOTA_INUM)));
+            v.push(("SB_QUOTA_INODE", le32(&self.sb.raw[..], SB_GRP_QUOTA_INUM)));
+        }
+        if !self.sb.has_compat(COMPAT_ORPHAN_FILE) {
+            v.push((
+                "SB_ORPHAN_FILE",
+                le32(&self.sb.raw[..], SB_ORPHAN_FILE_INUM),
+            ));
+        }
+        for (code, ino) in v {
+            if ino >= self.geo.first_ino && self.inode_in_use(u64::from(ino)) {
+                let msg = format!(
+                    "superblock names in-use inode {ino} as a special inode without the feature"
+                );
+                self.out.add(code, msg);
+            }
+        }
+    }
+
+    /// Blocks the bad blocks inode lists inside an inode table block holding in-use inodes.
+    pub(super) fn check_bad_blocks_in_tables(&mut self) {
+        let runs = std::mem::take(&mut self.bad_blocks);
+        for g in 0..self.geo.groups {
+            let gi = &self.groups[g as usize];
+            if !gi.it_ok {
+                continue;
+            }
+            // e2fsck takes every inode in such a block (below the watermark) as in use.
+            let it = gi.desc.inode_table();
+            let n = (self.initialized_inodes(g) * self.geo.isz).div_ceil(self.geo.bs);
+            let hit = runs.iter().find(|r| r.pblk < it + n && it < r.pblk + r.len);
+            if let Some(r) = hit {
+                let msg = format!(
+                    "group {g}: bad block {} lies in the inode table",
+                    r.pblk.max(it)
+                );
+                self.out.add("BADBLOCK_IN_ITABLE", msg);
+            }
+        }
+    }
+
+    /// Read every initialized inode bitmap (in coalesced reads) and verify its checksum.
+    pub(super) fn load_inode_bitmaps(&mut self) -> Result<()> {
+        let mut want = Vec::new();
+        for (g, gi) in self.groups.iter_mut().enumerate() {
+            if gi.flags & BG_INODE_UNINIT != 0 {
+                gi.ibitmap = Bitmap::Uninit;
+            } else if gi.ib_ok {
+                want.push((g, gi.desc.inode_bitmap()));
+            }
+        }
+        for chunk in want.chunks(1024) {
+            let blocks: Vec<u64> = chunk.iter().map(|&(_, b)| b).collect();
+            let maps = read_scattered(self.dev, &self.geo, &blocks)?;
+            for (&(g, _), map) in chunk.iter().zip(maps) {
+                self.verify_bitmap_csum(g as u32, &map, false);
+                self.check_bitmap_padding(g as u32, &map, false);
+                self.groups[g].ibitmap = Bitmap::Loaded(map);
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of a bitmap block past the group's bits must be 0xff (e2fsck 1.45+ checks
+    /// this), and in the last group so must the bits of blocks past the end of the fs.
+    pub(super) fn check_bitmap_padding(&mut self, g: u32, map: &[u8], block: bool) {
+        let bits = if block { self.geo.bpg } else { self.geo.ipg } as usize;
+        let tail_ok = map
+            .get(bits / 8..)
+            .is_some_and(|t| t.iter().all(|&b| b == 0xFF));
+        let len = if block {
+            self.geo.group_len(g) as usize
+        } else {
+            bits
+        };
+        let end_ok = (len..bits).all(|i| test_bit(map, i));
+        if !tail_ok || !end_ok {
+            let (code, what) = if block {
+                ("BLOCK_BITMAP_PADDING", "block")
+            } else {
+                ("INODE_BITMAP_PADDING", "inode")
+            };
+            self.out.add(
+                code,
+                format!("group {g}: padding at the end of the {what} bitmap is not set"),
+            );
+        }
+    }
+
+    pub(super) fn verify_bitmap_csum(&mut self, g: u32, map: &[u8], block: bool) {
+        if !self.geo.csum {
+            return;
+        }
+        let d = &self.groups[g as usize].desc;
+        let wide = self.geo.desc_size >= 64;
+        let (bytes, stored, what, code) = if block {
+            (
+                self.geo.bpg / 8,
+                d.block_bitmap_csum(),
+                "block",
+                "BLOCK_BITMAP_CSUM",
+            )
+        } else {
+            (
+                self.geo.ipg / 8,
+                d.inode_bitmap_csum(),
+                "inode",
+                "INODE_BITMAP_CSUM",
+            )
+        };
+        let want = group::bitmap_csum(self.geo.seed, map, (bytes as usize).min(map.len()), wide);
+        if want != stored {
+            let at = if block {
+                d.block_bitmap()
+            } else {
+                d.inode_bitmap()
+            };
+            self.out.add(code, format!("group {g}: {what} bitmap (block {at}) checksum {stored:#010x}, computed {want:#010x}"));
+        }
+    }
+
+    /// Inodes of group `g` that the table may hold (the rest are known unused).
+    pub(super) fn initialized_inodes(&self, g: u32) -> u64 {
+        let gi = &self.groups[g as usize];
+        if !self.geo.desc_csum() {
+            self.geo.ipg
+        } else if gi.flags & BG_INODE_UNINIT != 0 {
+            0
+        } else {
+            self.geo.ipg - u64::from(gi.desc.itable_unused()).min(self.geo.ipg)
+        }
+    }
+
+    pub(super) fn bitmap_bit(&self, g: u32, idx: u64) -> bool {
+        match &self.groups[g as usize].ibitmap {
+            Bitmap::Loaded(m) => (idx as usize) < m.len() * 8 && test_bit(m, idx as usize),
+            _ => false,
+        }
+    }
+
+    /// Read group `g`'s inode table in large chunks and check each inode in it.
+    pub(super) fn scan_group(&mut self, g: u32) -> Result<()> {
+        let n_init = self.initialized_inodes(g);
+        let base = u64::from(g) * self.geo.ipg;
+        if !self.groups[g as usize].it_ok {
+            for i in 0..n_init {
+                if self.bitmap_bit(g, i) {
+                    self.kind[(base + i + 1) as usize] = K_UNKNOWN;
+                }
+            }
+            return Ok(());
+        }
+        let table = self.groups[g as usize].desc.inode_table();
+        let isz = self.geo.isz;
+        let per_chunk = (READ_CHUNK / isz).max(1);
+        let mut buf = Vec::new();
+        let mut i = 0;
+        while i < n_init {
+            let n = per_chunk.min(n_init - i);
+            buf.resize((n * isz) as usize, 0);
+            self.dev.read_at(table * self.geo.bs + i * isz, &mut buf)?;
+            for k in 0..n {
+                let raw = &buf[(k * isz) as usize..((k + 1) * isz) as usize];
+                self.scan_inode((base + i + k + 1) as u32, raw)?;
+            }
+            i += n;
+        }
+        Ok(())
+    }
+
+    /// Decide whether an inode is in use (as e2fsck: it has links) and check it if so.
+    pub(super) fn scan_inode(&mut self, ino: u32, raw: &[u8]) -> Result<()> {
+        let inode = DiskInode::from_bytes(raw);
+        self.check_inode_csum(ino, &inode);
+        if self.is_low_dtime(&inode) {
+            let msg = format!(
+                "inode {ino} has dtime {} as if on a (lost) orphan list",
+                inode.dtime()
+            );
+            self.out.add("ORPHAN_DTIME", msg);
+        }
+        if ino < self.geo.first_ino {
+            return self.scan_reserved(ino, &inode);
+        }
+        if self.special.contains(&ino) {
+            return self.check_special(ino, &inode);
+        }
+        // As e2fsck: an inode is in use when it has links, whatever the bitmap says (pass 5
+        // reports the bitmap difference).
+        if inode.links() == 0 {
+            if inode.dtime() == 0 && inode.mode() != 0 {
+                self.out.add(
+                    "INODE_ZERO_DTIME",
+                    format!("deleted inode {ino} has zero dtime"),
+                );
+            }
+            return Ok(());
+        }
+        self.check_inode(ino, &inode)
+    }
+
+    /// A dtime smaller than the inode count is an orphan-list link, not a time.
+    pub(super) fn is_low_dtime(&self, inode: &DiskInode) -> bool {
+        let d = inode.dtime();
+        self.low_dtime_check && d != 0 && u64::from(d) < self.geo.inodes
+    }
+
+    /// Verify an inode slot's checksum. As e2fsck, every slot read is verified, in use or
+    /// not, except one whose first 128 bytes are zero (never written).
+    pub(super) fn check_inode_csum(&mut self, ino: u32, inode: &DiskInode) {
+        if !self.geo.csum || inode.raw[..128].iter().all(|&b| b == 0) {
+            return;
+        }
+        let (stored, want) = (inode.checksum(), inode.compute_checksum(self.geo.seed, ino));
+        if stored != want {
+            let msg = format!("inode {ino}: checksum {stored:#010x}, computed {want:#010x}");
+            self.out.add("INODE_CHECKSUM", msg);
+        }
+    }
+
+    pub(super) fn scan_reserved(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
+        self.kind[ino as usize] = K_RESERVED;
+        if ino == BADBLOCKS_INO {
+            return self.check_badblocks_inode(inode);
+        }
+        if ino == ROOT_INO {
+            return self.check_root(inode);
+        }
+        if ino == RESIZE_INO && self.sb.has_compat(compat::RESIZE_INODE) {
+            return self.check_resize_inode(inode);
+        }
+        if self.special.contains(&ino) {
+            return self.check_special(ino, inode);
+        }
+        self.check_unused_reserved(ino, inode)
+    }
+
+    /// A reserved inode with no role in this file system, checked as e2fsck does: the
+    /// quota and journal slots must be clear, the others must have no mode (5: not a
+    /// directory; 7: regular), and whatever they map must agree with i_blocks and i_size.
+    pub(super) fn check_unused_reserved(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
+        self.check_reserved_flags(ino, inode, 0);
+        if matches!(ino, 3 | 4 | JOURNAL_INO) {
+            if inode.links() != 0 || le32(&inode.raw, 0x1C) != 0 || le32(inode.iblock(), 0) != 0 {
+                self.out.add(
+                    "RESERVED_INODE_BAD",
+                    format!("reserved inode {ino} is not in use but contains data"),
+                );
+            }
+            return Ok(());
+        }
+        let mode = inode.mode();
+        let bad_mode = match ino {
+            5 => mode_ft(mode) == Some(FT_DIR),
+            RESIZE_INO => mode != 0 && mode_ft(mode) != Some(FT_REG),
+            _ => mode != 0,
+        };
+        if ino == RESIZE_INO && inode.iblock().iter().any(|&b| b != 0) {
+            self.out.add(
+                "RESIZE_INODE_INVALID",
+                "resize inode 7 maps blocks without the resize_inode feature".into(),
+            );
+        }
+        if bad_mode {
+            self.out.add(
+                "RESERVED_INODE_BAD",
+                format!("reserved inode {ino} has mode {mode:#o}"),
+            );
+        }
+        if inode.raw[..128].iter().all(|&b| b == 0) {
+            return Ok(());
+        }
+        // e2fsck reports a bad xattr block number only for inodes some directory names.
+        let xattr = self.reserved_xattr_block(ino, inode)?;
+        // Only directories and regular files have block maps (ext2fs_inode_has_valid_blocks).
+        let w = match mode_ft(mode) {
+            Some(FT_REG | FT_DIR) => self.walk_blocks(ino, inode, false)?,
+            _ => Walk::default(),
+        };
+        self.check_iblocks(ino, inode, w.blocks + xattr);
+        self.check_size(ino, inode, FT_REG, &w);
+        Ok(())
+    }
+
+    /// The xattr block of an inode no directory names: e2fsck reports an out-of-range
+    /// number only for inodes reached from a directory, so it is ignored here.
+    pub(super) fn reserved_xattr_block(&mut self, ino: u32, inode: &DiskInode) -> Result<u64> {
+        if self.geo.in_fs(self.file_acl(inode), 1) {
+            self.check_xattr_block(ino, inode)
+        } else {
+            Ok(0)
+        }
+    }
+
+    /// Flags no reserved or special inode may carry (they are never directories), plus
+    /// `extra` (e.g. ENCRYPT, which makes e2fsck reject a journal).
+    pub(super) fn check_reserved_flags(&mut self, ino: u32, inode: &DiskInode, extra: u32) {
+        if inode.flags() & (FL_INDEX | FL_CASEFOLD | extra) != 0 {
+            let msg = format!(
+                "reserved inode {ino} has invalid flags {:#x}",
+                inode.flags()
+            );
+            self.out.add("INODE_BAD_FLAGS", msg);
+        }
+    }
+
+    /// The bad blocks inode lists unusable blocks with a classic block map (usually none).
+    /// As e2fsck: its owner fields must be clear, and a listed block may lie anywhere (even
+    /// in metadata), so listed blocks are only marked used, never reported as shared.
+    pub(super) fn check_badblocks_inode(&mut self, inode: &DiskInode) -> Result<()> {
+        let ino = BADBLOCKS_INO;
+        if inode.mode() != 0
+            || le16(&inode.raw, 0x2) != 0
+            || le16(&inode.raw, 0x18) != 0
+            || inode.links() != 0
+            || inode.flags() & FL_INLINE_DATA != 0
+            || le32(&inode.raw, 0x68) != 0
+        {
+            self.out.add(
+                "BADBLOCKS_INODE_INVALID",
+                "bad blocks inode 1 has a mode, owner, links or xattr block".into(),
+            );
+        }
+        if inode.iblock().iter().all(|&b| b == 0) {
+            return Ok(());
+        }
+        let mut w = Walk {
+            ino,
+            collect: true,
+            ..Walk::default()
+        };
+        self.walk_indirect(&mut w, inode)?;
+        self.bad_blocks = w.runs;
+        Ok(())
+    }
+
+    pub(super) fn check_root(&mut self, inode: &DiskInode) -> Result<()> {
+        if inode.mode() == 0 || inode.links() == 0 {
+            self.out
+                .add("ROOT_MISSING", "root inode 2 is not in use".into());
+            return Ok(());
+        }
+        if mode_ft(inode.mode()) != Some(FT_DIR) {
+            self.out.add(
+                "ROOT_NOT_DIR",
+                format!("root inode 2 has mode {:#o}, not a directory", inode.mode()),
+            );
+            return Ok(());
+        }
+        self.check_inode(ROOT_INO, inode)
+    }
+
+    /// Check an inode that is in use; records its kind, links and directory blocks.
+    pub(super) fn check_inode(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
+        self.links[ino as usize] = inode.links();
+        self.check_extra_isize(ino, inode);
+        let Some(ft) = mode_ft(inode.mode()) else {
+            self.out.add(
+                "INODE_BAD_MODE",
+                format!(
+                    "inode {ino}: mode {:#o} has no valid file type",
+                    inode.mode()
+                ),
+            );
+            self.kind[ino as usize] = K_BAD_MODE;
+            return Ok(());
+        };
+        self.kind[ino as usize] = ft;
+        if inode.dtime() != 0 && !self.is_low_dtime(inode) {
+            self.out.add(
+                "INODE_DTIME_SET",
+                format!("inode {ino} is in use but has dtime {} set", inode.dtime()),
+            );
+        }
+        self.check_flags(ino, inode, ft);
+        self.check_zero_fields(ino, inode);
+        let xattr = self.check_xattr_block(ino, inode)?;
+        let walk = match ft {
+            FT_REG | FT_DIR => self.walk_blocks(ino, inode, ft == FT_DIR)?,
+            FT_LNK => self.check_symlink(ino, inode)?,
+            _ => {
+                self.check_device(ino, inode, ft);
+                Walk::default()
+            }
+        };
+        self.check_iblocks(ino, inode, walk.blocks + xattr);
+        self.check_size(ino, inode, ft, &walk);
+        if ft == FT_DIR {
+            let seed = inode.csum_seed(self.geo.seed, ino);
+            let indexed = inode.flags() & FL_INDEX != 0 && self.sb.has_compat(compat::DIR_INDEX);
+            self.dirs.push(DirRec {
+                ino,
+                seed,
+                indexed,
+                runs: walk.runs,
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_extra_isize(&mut self, ino: u32, inode: &DiskInode) {
+        if self.geo.isz <= 128 {
+            return;
+        }
+        let extra = u64::from(inode.extra_isize());
+        // It must cover itself and i_checksum_hi (e2fsck allows 0).
+        if (extra != 0 && extra < 4) || extra > self.geo.isz - 128 || extra % 4 != 0 {
+            self.out.add(
+                "INODE_EXTRA_ISIZE",
+                format!(
+                    "inode {ino}: i_extra_isize {extra} invalid for {}-byte inodes",
+                    self.geo.isz
+                ),
+            );
+            return;
+        }
+        let area = &inode.raw[(128 + extra) as usize..];
+        if area.len() >= 8 && le32(area, 0) == XATTR_MAGIC {
+            if let Some(why) = xattr_entries_error(area, 4, 4, true) {
+                self.out.add(
+                    "XATTR_BAD_ENTRY",
+                    format!("inode {ino}: in-inode extended attributes: {why}"),
+                );
+            }
+        }
+    }
+
+    /// Fields e2fsck requires to be zero (its "process_bad_inode" checks).
+    pub(super) fn check_zero_fields(&mut self, ino: u32, inode: &DiskInode) {
+        let mut bad = Vec::new();
+        if le32(&inode.raw, 0x70) != 0 {
+            bad.push(format!("i_faddr is {}", le32(&inode.raw, 0x70)));
+        }
+        if !self.sb.has_incompat(incompat::BIT64) && le16(&inode.raw, 0x76) != 0 {
+            bad.push(format!(
+                "i_file_acl_hi is {} without 64bit",
+                le16(&inode.raw, 0x76)
+            ));
+        }
+        if !self.sb.has_ro_compat(ro_compat::HUGE_FILE) && le16(&inode.raw, 0x74) != 0 {
+            bad.push(format!(
+                "i_blocks_hi is {} without huge_file",
+                le16(&inode.raw, 0x74)
+            ));
+        }
+        if !bad.is_empty() {
+            self.out.add(
+                "INODE_BAD_FIELD",
+                format!("inode {ino}: {} (should be zero)", bad.join(", ")),
+            );
+        }
+    }
+
+    /// The xattr block number (the high half only counts with the 64bit feature).
+    pub(super) fn file_acl(&self, inode: &DiskInode) -> u64 {
+        let lo = u64::from(le32(&inode.raw, 0x68));
+        if self.sb.has_incompat(incompat::BIT64) {
+            lo | (u64::from(le16(&inode.raw, 0x76)) << 32)
+        } else {
+            lo
+        }
+    }
+
+    pub(super) fn check_flags(&mut self, ino: u32, inode: &DiskInode, ft: u8) {
+        let fl = inode.flags();
+        let mut bad = Vec::new();
+        if fl & FL_EXTENTS != 0 && !self.sb.has_incompat(incompat::EXTENTS) {
+            bad.push("EXTENTS set without the extent feature");
+        }
+        if fl & FL_INDEX != 0 && ft != FT_DIR {
+            bad.push("INDEX set on a non-directory");
+        }
+        if fl & FL_INDEX != 0 && ft == FT_DIR && !self.sb.has_compat(compat::DIR_INDEX) {
+            bad.push("INDEX set without the dir_index feature");
+        }
+        if fl & FL_INLINE_DATA != 0 {
+            bad.push("INLINE_DATA set without the inline_data feature");
+        }
+        if fl & FL_IMAGIC != 0 && !self.sb.has_compat(COMPAT_IMAGIC_INODES) {
+            bad.push("IMAGIC set without the imagic_inodes feature");
+        }
+        // Images with these features are refused up front, so the flags are always stray.
+        // (e2fsck 1.47 ignores stray VERITY and EA_INODE flags; so does this check.)
+        if fl & (FL_ENCRYPT | FL_CASEFOLD) != 0 {
+            bad.push("ENCRYPT or CASEFOLD set without the feature");
+        }
+        if !bad.is_empty() {
+            self.out.add(
+                "INODE_BAD_FLAGS",
+                format!("inode {ino}: flags {fl:#x}: {}", bad.join(", ")),
+            );
+        }
+    }
+
+    /// `i_blocks` in 512-byte units as e2fsck reads it (high bits only with huge_file).
+    pub(super) fn stored_iblocks(&self, inode: &DiskInode) -> u64 {
+        let lo = u64::from(le32(&inode.raw, 0x1C));
+        if !self.sb.has_ro_compat(ro_compat::HUGE_FILE) {
+            return lo;
+        }
+        let n = lo | (u64::from(le16(&inode.raw, 0x74)) << 32);
+        if inode.flags() & FL_HUGE_FILE != 0 {
+            n.saturating_mul(self.geo.bs / 512)
+        } else {
+            n
+        }
+    }
+
+    pub(super) fn check_iblocks(&mut self, ino: u32, inode: &DiskInode, counted: u64) {
+        let want = counted.saturating_mul(self.geo.bs / 512);
+        let have = self.stored_iblocks(inode);
+        if want != have {
+            self.out.add(
+                "INODE_BAD_IBLOCKS",
+                format!("inode {ino}: i_blocks is {have}, counted {want} (512-byte units)"),
+            );
+        }
+    }
+
+    pub(super) fn check_size(&mut self, ino: u32, inode: &DiskInode, ft: u8, w: &Walk) {
+        let (size, bs) = (inode.size(), self.geo.bs);
+        if ft == FT_DIR {
+            let nblk = w.last_lblk.map_or(0, |l| l + 1);
+            if size % bs != 0 || size != nblk.saturating_mul(bs) {
+                self.out.add(
+                    "DIR_BAD_SIZE",
+                    format!("directory inode {ino}: size {size}, but {nblk} blocks are mapped"),
+                );
+            }
+            return;
+        }
+        if ft != FT_REG {
+            return;
+        }
+        if let Some(li) = w.last_init {
+            if size < li.saturating_mul(bs) {
+                self.out.add(
+                    "INODE_BAD_SIZE",
+                    format!("inode {ino}: size {size} ends before initialized block {li}"),
+                );
+                return;
+            }
+        }
+        let per = bs / 4;
+        let max = if inode.flags() & FL_EXTENTS != 0 {
+            (bs << 32) - 1
+        } else {
+            (12 + per + per * per + per * per * per)
+                .saturating_mul(bs)
+                .min(bs << 32)
+                - 1
+        };
+        if size > max {
+            self.out.add(
+                "INODE_BAD_SIZE",
+                format!("inode {ino}: size {size} exceeds the largest mappable {max}"),
+            );
+        }
+    }
+
+    pub(super) fn check_device(&mut self, ino: u32, inode: &DiskInode, ft: u8) {
+        let mut bad = Vec::new();
+        if inode.flags() & (FL_INDEX | FL_EXTENTS | FL_INLINE_DATA) != 0 {
+            bad.push("has INDEX/EXTENTS/INLINE_DATA flags".to_string());
+        }
+        // The kernel does not clear the rest of i_block for devices, so (as e2fsck) those
+        // words only count when the immutable or append-only flag is set, which can never be
+        // set on a device; the flag alone is reported but not counted, as e2fsck does.
+        if inode.flags() & (FL_IMMUTABLE | FL_APPEND) != 0 {
+            if inode.iblock()[16..].iter().any(|&b| b != 0) {
+                bad.push("is immutable/append-only with data past the device number".to_string());
+            }
+            self.note_immutable(ino);
+        }
+        if inode.size() != 0 {
+            bad.push(format!("size {} is not zero", inode.size()));
+        }
+        if !bad.is_empty() {
+            self.out.add(
+                "DEVICE_BAD",
+                format!("{} inode {ino}: {}", ft_name(ft), bad.join(", ")),
+            );
+        }
+    }
+
+    pub(super) fn note_immutable(&mut self, ino: u32) {
+        let msg = format!("special file inode {ino} has the immutable or append-only flag");
+        self.out.note("SPECIAL_IMMUTABLE", msg);
+    }
+
+    pub(super) fn check_symlink(&mut self, ino: u32, inode: &DiskInode) -> Result<Walk> {
+        let size = inode.size();
+        if size > 0 && size < crate::disk::inode::IBLOCK_SIZE as u64 {
+            let ib = inode.iblock();
+            let len = ib.iter().position(|&c| c == 0).unwrap_or(ib.len()) as u64;
+            if inode.flags() & (FL_IMMUTABLE | FL_APPEND) != 0 {
+                self.note_immutable(ino);
+            }
+            if inode.flags() & FL_EXTENTS != 0 {
+                self.out.add(
+                    "SYMLINK_BAD",
+                    format!("fast symlink inode {ino} has the EXTENTS flag"),
+                );
+            } else if len != size {
+                self.out.add(
+                    "SYMLINK_BAD",
+                    format!("fast symlink inode {ino}: size {size}, target is {len} bytes"),
+                );
+            }
+            return Ok(Walk::default());
+        }
+        let w = self.walk_blocks(ino, inode, true)?;
+        if size == 0 || size >= self.geo.bs {
+            self.out.add(
+                "SYMLINK_BAD",
+                format!("symlink inode {ino}: size {size} invalid"),
+            );
+            return Ok(w);
+        }
+        let single = w.runs.len() == 1 && w.runs[0].lblk == 0 && w.runs[0].len == 1;
+        if !single || w.bad > 0 {
+            self.out.add(
+                "SYMLINK_BAD",
+                format!("symlink inode {ino}: must map exactly block 0"),
+            );
+            return Ok(w);
+        }
+        let b = self.read_block(w.runs[0].pblk)?;
+        let len = b.iter().position(|&c| c == 0).unwrap_or(b.len()) as u64;
+        if len != size {
+            self.out.add(
+                "SYMLINK_BAD",
+                format!("symlink inode {ino}: size {size}, target is {len} bytes"),
+            );
+        }
+        Ok(w)
+    }
+
+    /// Check an inode that holds file-system data (journal, quota, orphan file).
+    pub(super) fn check_special(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
+        self.kind[ino as usize] = K_RESERVED;
+        self.check_reserved_flags(ino, inode, FL_ENCRYPT);
+        let journal = self.sb.has_compat(compat::HAS_JOURNAL) && ino == self.sb.journal_inum();
+        if mode_ft(inode.mode()) != Some(FT_REG) || inode.links() == 0 {
+            let code = if journal {
+                "JOURNAL_BAD_INODE"
+            } else {
+                "SPECIAL_INODE_BAD"
+            };
+            self.out.add(
+                code,
+                format!(
+                    "inode {ino} (special) has mode {:#o}, links {}",
+                    inode.mode(),
+                    inode.links()
+                ),
+            );
+            return Ok(());
+        }
+        let xattr = self.reserved_xattr_block(ino, inode)?;
+        let w = self.walk_blocks(ino, inode, journal)?;
+        self.check_iblocks(ino, inode, w.blocks + xattr);
+        self.check_size(ino, inode, FT_REG, &w);
+        if journal {
+            self.check_journal_sb(ino, inode, &w)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_journal_sb(&mut self, ino: u32, inode: &DiskInode, w: &Walk) -> Result<()> {
+        let Some(first) = w.runs.first().filter(|r| r.lblk == 0) else {
+            self.out.add(
+                "JOURNAL_BAD_INODE",
+                format!("journal inode {ino} does not map block 0"),
+            );
+            return Ok(());
+        };
+        let b = self.read_block(first.pblk)?;
+        match jbd2::needs_recovery(&b) {
+            None => self.out.add(
+                "JOURNAL_BAD_SUPERBLOCK",
+                format!("journal superblock (block {}) has bad magic", first.pblk),
+            ),
+            Some(true) => self.out.add(
+                "JOURNAL_NEEDS_RECOVERY",
+                "journal is not empty: it must be replayed".into(),
+            ),
+            Some(false) => {}
+        }
+        let be = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let (jbs, maxlen) = (u64::from(be(0xC)), u64::from(be(0x10)));
+        let have = inode.size() / self.geo.bs;
+        if jbd2::needs_recovery(&b).is_some() && (jbs != self.geo.bs || maxlen > have) {
+            self.out.add(
+                "JOURNAL_BAD_SUPERBLOCK",
+                format!("journal block size {jbs}, length {maxlen}, inode holds {have} blocks"),
+            );
+        }
+        Ok(())
+    }
+
+    /// The resize inode: a double-indirect block whose entries are the primary reserved GDT
+    /// blocks, each listing its backups (e2fsck's check_resize_inode). Only the double
+    /// indirect block is claimed here; the reserved GDT blocks are claimed as metadata.
+    pub(super) fn check_resize_inode(&mut self, inode: &DiskInode) -> Result<()> {
+        self.check_reserved_flags(RESIZE_INO, inode, 0);
+        // Its size only has to fit a block-mapped file (e2fsck's check_blocks).
+        self.check_size(RESIZE_INO, inode, FT_REG, &Walk::default());
+        if mode_ft(inode.mode()) != Some(FT_REG) {
+            self.out.add(
+                "RESIZE_INODE_INVALID",
+                format!("resize inode 7 has mode {:#o}", inode.mode()),
+            );
+            return Ok(());
+        }
+        let ib = inode.iblock();
+        let dind = u64::from(le32(ib, 13 * 4));
+        let others = (0..15).filter(|&i| i != 13).any(|i| le32(ib, 4 * i) != 0);
+        if others || !self.geo.in_fs(dind, 1) || (dind == 0) != (self.geo.reserved_gdt == 0) {
+            self.out.add(
+                "RESIZE_INODE_INVALID",
+                format!("resize inode 7: block map invalid (double indirect {dind})"),
+            );
+            return Ok(());
+        }
+        if dind == 0 {
+            return Ok(());
+        }
+        self.claims.claim(dind, 1, Owner::Inode(RESIZE_INO));
+        if let Some(bad) = self.resize_layout_error(dind)? {
+            self.out
+                .add("RESIZE_INODE_INVALID", format!("resize inode 7: {bad}"));
+            return Ok(());
+        }
+        let backups = self.geo.backup_groups().count() as u64;
+        let xattr = self.reserved_xattr_block(RESIZE_INO, inode)?;
+        let counted = 1 + self.geo.reserved_gdt * (1 + backups) + xattr;
+        self.check_iblocks(RESIZE_INO, inode, counted);
+        Ok(())
+    }
+
+    pub(super) fn resize_layout_error(&self, dind: u64) -> Result<Option<String>> {
+        let g = &self.geo;
+        let per = g.bs / 4;
+        let dbuf = self.read_block(dind)?;
+        let first = g.first_data + 1 + g.gdt_blocks;
+        let ind = read_blocks(self.dev, g, first, g.reserved_gdt)?;
+        for i in 0..g.reserved_gdt {
+            let pblk = first + i;
+            let slot = ((g.gdt_blocks + i) % per) as usize;
+            if u64::from(le32(&dbuf, 4 * slot)) != pblk {
+                return Ok(Some(format!(
+                    "double indirect entry {slot} is not reserved GDT block {pblk}"
+                )));
+            }
+            let blk = &ind[(i * g.bs) as usize..((i + 1) * g.bs) as usize];
+            for (k, bg) in g.backup_groups().enumerate() {
+                let want = pblk + u64::from(bg) * g.bpg;
+                if k as u64 >= per || u64::from(le32(blk, 4 * k)) != want {
+                    return Ok(Some(format!(
+                        "reserved GDT block {pblk} does not list backup {want}"
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+}

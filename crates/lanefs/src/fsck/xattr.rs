@@ -1,0 +1,257 @@
+//! Pass 1: xattr blocks and in-inode xattrs, duplicate blocks, the orphan chain.
+
+use super::*;
+
+impl Checker<'_> {
+    /// Account the inode's xattr block; returns the blocks to count in i_blocks (0 or 1).
+    pub(super) fn check_xattr_block(&mut self, ino: u32, inode: &DiskInode) -> Result<u64> {
+        let b = self.file_acl(inode);
+        if b == 0 {
+            return Ok(0);
+        }
+        if !self.sb.has_compat(compat::EXT_ATTR) {
+            self.out.add(
+                "XATTR_BAD_BLOCK",
+                format!("inode {ino}: xattr block {b} without the ext_attr feature"),
+            );
+            return Ok(0);
+        }
+        if !self.geo.in_fs(b, 1) {
+            self.out.add(
+                "XATTR_BAD_BLOCK",
+                format!("inode {ino}: xattr block {b} is outside the file system"),
+            );
+            return Ok(0);
+        }
+        if let Some(r) = self.xattrs.get_mut(&b) {
+            r.refs += 1;
+            return Ok(1);
+        }
+        self.claims.claim(b, 1, Owner::Xattr(ino));
+        let buf = self.read_block(b)?;
+        let valid = self.check_xattr_contents(ino, b, &buf);
+        self.xattrs.insert(
+            b,
+            XattrRef {
+                refs: 1,
+                stored: le32(&buf, 4),
+                valid,
+                first: ino,
+            },
+        );
+        Ok(1)
+    }
+
+    pub(super) fn check_xattr_contents(&mut self, ino: u32, b: u64, buf: &[u8]) -> bool {
+        if le32(buf, 0) != XATTR_MAGIC || le32(buf, 8) != 1 {
+            self.out.add(
+                "XATTR_BAD_BLOCK",
+                format!(
+                    "inode {ino}: xattr block {b} has magic {:#010x}, h_blocks {}",
+                    le32(buf, 0),
+                    le32(buf, 8)
+                ),
+            );
+            return false;
+        }
+        if self.geo.csum {
+            let mut c = crc32c_raw(self.geo.seed, &b.to_le_bytes());
+            c = crc32c_raw(c, &buf[..0x10]);
+            c = crc32c_raw(c, &[0; 4]);
+            c = crc32c_raw(c, &buf[0x14..]);
+            if c != le32(buf, 0x10) {
+                self.out.add(
+                    "XATTR_CHECKSUM",
+                    format!(
+                        "xattr block {b} (inode {ino}): checksum {:#010x}, computed {c:#010x}",
+                        le32(buf, 0x10)
+                    ),
+                );
+            }
+        }
+        if let Some(why) = xattr_entries_error(buf, 32, 0, false) {
+            self.out.add(
+                "XATTR_BAD_ENTRY",
+                format!("xattr block {b} (inode {ino}): {why}"),
+            );
+        }
+        true
+    }
+
+    pub(super) fn check_xattr_refs(&mut self) {
+        let mut v: Vec<_> = self
+            .xattrs
+            .iter()
+            .filter(|(_, r)| r.valid && r.refs != u64::from(r.stored))
+            .map(|(&b, r)| (b, r.refs, r.stored, r.first))
+            .collect();
+        v.sort_unstable();
+        for (b, refs, stored, first) in v {
+            self.out.add("XATTR_REFCOUNT", format!("xattr block {b} (first used by inode {first}): refcount {stored}, referenced by {refs} inodes"));
+        }
+    }
+
+    pub(super) fn report_dups(&mut self) {
+        if self.claims.dups.len() > MAX_DUP_CLAIMS {
+            let msg = format!(
+                "{} overlapping claims; only the first {MAX_DUP_CLAIMS} are resolved",
+                self.claims.dups.len()
+            );
+            self.out.add("DUP_BLOCK", msg);
+        }
+        let (shared, truncated) = self.claims.resolve();
+        if truncated {
+            self.out
+                .add("DUP_BLOCK", "too many overlaps to name every owner".into());
+        }
+        for (owner, sh) in shared {
+            let (meta, files): (Vec<Owner>, Vec<Owner>) =
+                sh.others.iter().partition(|o| o.is_meta());
+            let more = if sh.more > 0 {
+                format!(" and {} more", sh.more)
+            } else {
+                String::new()
+            };
+            for (list, code) in [(meta, "BLOCK_IS_METADATA"), (files, "DUP_BLOCK")] {
+                if list.is_empty() {
+                    continue;
+                }
+                let code = if owner.is_meta() {
+                    "GROUP_META_OVERLAP"
+                } else {
+                    code
+                };
+                let names: Vec<String> = list.iter().map(|o| o.to_string()).collect();
+                let msg = format!(
+                    "{owner}: {} block(s) from {} also claimed by {}{more}",
+                    sh.blocks,
+                    sh.first,
+                    names.join(", ")
+                );
+                self.out.add(code, msg);
+            }
+        }
+    }
+
+    pub(super) fn read_inode(&self, ino: u32) -> Result<Option<DiskInode>> {
+        let idx = u64::from(ino) - 1;
+        let g = (idx / self.geo.ipg) as usize;
+        let Some(gi) = self.groups.get(g).filter(|gi| gi.it_ok) else {
+            return Ok(None);
+        };
+        let mut raw = vec![0u8; self.geo.isz as usize];
+        let off = gi.desc.inode_table() * self.geo.bs + (idx % self.geo.ipg) * self.geo.isz;
+        self.dev.read_at(off, &mut raw)?;
+        Ok(Some(DiskInode { raw }))
+    }
+
+    /// Follow the orphan chain (head in the superblock, next in each inode's dtime).
+    pub(super) fn check_orphan_chain(&mut self) -> Result<()> {
+        let mut ino = self.sb.last_orphan();
+        let mut seen = HashSet::new();
+        while ino != 0 && seen.len() < MAX_ORPHANS {
+            if ino < self.geo.first_ino || u64::from(ino) > self.geo.inodes || !seen.insert(ino) {
+                self.out.note(
+                    "ORPHAN_LIST",
+                    format!("orphan list reaches invalid or repeated inode {ino}"),
+                );
+                break;
+            }
+            match self.read_inode(ino)? {
+                Some(i) => ino = i.dtime(),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Hash of an xattr entry (name, then value words), as ext2fs computes it with signed or
+/// unsigned name characters.
+pub(super) fn xattr_hash(name: &[u8], value: &[u8], signed: bool) -> u32 {
+    let mut h = 0u32;
+    for &c in name {
+        let c = if signed {
+            c as i8 as i32 as u32
+        } else {
+            u32::from(c)
+        };
+        h = (h << 5) ^ (h >> 27) ^ c;
+    }
+    for w in value.chunks_exact(4) {
+        h = (h << 16) ^ (h >> 16) ^ le32(w, 0);
+    }
+    h
+}
+
+/// Reserve `[start, start+n)` of an xattr area; false if it leaves the area or overlaps an
+/// earlier reservation (e2fsck's "allocation collision").
+pub(super) fn xattr_reserve(
+    regions: &mut Vec<(usize, usize)>,
+    area: usize,
+    start: usize,
+    n: usize,
+) -> bool {
+    let Some(end) = start.checked_add(n).filter(|&e| e <= area) else {
+        return false;
+    };
+    if regions.iter().any(|&(a, b)| start < b && a < end) {
+        return false;
+    }
+    regions.push((start, end));
+    true
+}
+
+/// Validate an xattr entry table (e2fsck's check_ext_attr and check_ea_in_inode): entries
+/// from `first`, values at `value_base + e_value_offs`, nothing overlapping, names indexed,
+/// hashes matching. `in_inode` allows the zero hash old in-inode entries carry.
+pub(super) fn xattr_entries_error(
+    area: &[u8],
+    first: usize,
+    value_base: usize,
+    in_inode: bool,
+) -> Option<String> {
+    let mut regions = vec![(0, first)];
+    let mut off = first;
+    while off + 16 <= area.len() && le32(area, off) != 0 {
+        let (name_len, index) = (usize::from(area[off]), area[off + 1]);
+        let value_offs = usize::from(le16(area, off + 2));
+        let (value_inum, value_size) = (le32(area, off + 4), le32(area, off + 8) as usize);
+        let len = (16 + name_len + 3) & !3;
+        if !xattr_reserve(&mut regions, area.len(), off, len) {
+            return Some(format!("entry at {off} overlaps or leaves the area"));
+        }
+        if index == 0 && !in_inode {
+            return Some(format!("entry at {off} has name index 0"));
+        }
+        if value_inum != 0 {
+            return Some(format!(
+                "entry at {off} keeps its value in inode {value_inum}"
+            ));
+        }
+        let (vstart, vlen) = (value_base + value_offs, (value_size + 3) & !3);
+        if value_size > 0 && !xattr_reserve(&mut regions, area.len(), vstart, vlen) {
+            return Some(format!(
+                "entry at {off}: value {value_offs}+{value_size} overlaps or leaves the area"
+            ));
+        }
+        let name = &area[off + 16..off + 16 + name_len];
+        let value = area
+            .get(vstart..vstart + if value_size > 0 { vlen } else { 0 })
+            .unwrap_or(&[]);
+        let stored = le32(area, off + 12);
+        let ok = (in_inode && stored == 0)
+            || stored == xattr_hash(name, value, false)
+            || stored == xattr_hash(name, value, true);
+        if !ok {
+            return Some(format!(
+                "entry at {off}: hash {stored:#010x} does not match"
+            ));
+        }
+        off += len;
+    }
+    if !xattr_reserve(&mut regions, area.len(), off, 4) {
+        return Some(format!("end marker at {off} overlaps or leaves the area"));
+    }
+    None
+}
