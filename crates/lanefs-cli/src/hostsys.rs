@@ -88,6 +88,31 @@ pub fn split_rdev(rdev: u32) -> (u32, u32) {
     )
 }
 
+/// lseek(2) with `SEEK_DATA` or `SEEK_HOLE` on `file`: `Ok(None)` for ENXIO (no data, or
+/// `off` at or past the end). File systems without hole reporting answer as if the whole
+/// file were data, which lseek does by itself.
+pub fn seek_data_hole(file: &std::fs::File, off: u64, hole: bool) -> io::Result<Option<u64>> {
+    use std::os::unix::io::AsRawFd;
+    let whence = if hole {
+        libc::SEEK_HOLE
+    } else {
+        libc::SEEK_DATA
+    };
+    let off = libc::off_t::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: lseek only reads and moves the offset of a descriptor `file` keeps open for
+    // the duration of the call; it touches no memory of ours.
+    let r = unsafe { libc::lseek(file.as_raw_fd(), off, whence) };
+    if r >= 0 {
+        return Ok(Some(r as u64));
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ENXIO) {
+        Ok(None)
+    } else {
+        Err(e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

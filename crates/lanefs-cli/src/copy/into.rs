@@ -2,15 +2,16 @@
 
 use super::{nonzero_pieces, read_full, timespec, CHUNK};
 use crate::error::{CmdResult, Context, Error, Failure};
-use crate::hostsys::rdev_to_ext4;
+use crate::hostsys::{rdev_to_ext4, seek_data_hole};
 use crate::imgpath::{resolve_dest, Dest, ImageArg};
 use crate::progress::Progress;
 use crate::session::{join_display, with_fs};
 use lanefs::{Attr, FileType, Fs, Ino, Owner, SetAttr};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fs::Metadata;
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// Copy `srcs` from the host to `dst` inside an image.
@@ -30,6 +31,8 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i
         let copier = Copier {
             fs,
             progress: &progress,
+            links: RefCell::new(HashMap::new()),
+            buf: RefCell::new(vec![0u8; CHUNK]),
         };
         for (src, meta) in srcs.iter().zip(&metas) {
             let (dir, name, shown) = place(&dest, src, dst)?;
@@ -122,6 +125,12 @@ fn perm_of(meta: &Metadata) -> u16 {
 struct Copier<'a> {
     fs: &'a Fs,
     progress: &'a Progress,
+    /// The copy buffer, allocated once (a fresh 1 MiB per file cost more than the copy
+    /// of a small file).
+    buf: RefCell<Vec<u8>>,
+    /// Host files with more than one name, by (device, inode), and the image inode their
+    /// first name was copied to: later names become hard links to it, as `cp -a` does.
+    links: RefCell<HashMap<(u64, u64), Ino>>,
 }
 
 impl Copier<'_> {
@@ -146,6 +155,12 @@ impl Copier<'_> {
         let existing = self.existing(dir, name, shown)?;
         if meta.is_dir() {
             return self.directory(src, meta, dir, name, existing, shown);
+        }
+        let linked = (meta.nlink() > 1)
+            .then(|| self.links.borrow().get(&(meta.dev(), meta.ino())).copied())
+            .flatten();
+        if let Some(target) = linked {
+            return self.link(target, dir, name, existing, shown);
         }
         let mut reuse = None;
         if let Some(old) = existing {
@@ -178,7 +193,36 @@ impl Copier<'_> {
                 .ctx(shown)?
                 .ino
         };
+        if meta.nlink() > 1 {
+            self.links
+                .borrow_mut()
+                .insert((meta.dev(), meta.ino()), ino);
+        }
         self.finish(ino, meta, shown)
+    }
+
+    /// Make `dir/name` another name of image inode `target` (replacing what was there).
+    fn link(
+        &self,
+        target: Ino,
+        dir: Ino,
+        name: &[u8],
+        existing: Option<Attr>,
+        shown: &str,
+    ) -> CmdResult<()> {
+        match existing {
+            Some(old) if old.ino == target => return Ok(()),
+            Some(old) if old.kind == FileType::Directory => {
+                return Err(Failure::new(
+                    shown,
+                    Error::msg("cannot overwrite a directory with a non-directory"),
+                ))
+            }
+            Some(_) => self.fs.unlink(dir, name).ctx(shown)?,
+            None => {}
+        }
+        self.fs.link(target, dir, name).ctx(shown)?;
+        Ok(())
     }
 
     /// Copy host directory `src` and everything in it, then its attributes.
@@ -262,21 +306,48 @@ impl Copier<'_> {
                 )
                 .ctx(shown)?;
         }
-        let mut file = std::fs::File::open(src).ctx(src.display())?;
-        let mut buf = vec![0u8; CHUNK];
-        let mut off = 0u64;
-        loop {
-            let n =
-                read_full(&mut buf, |_, b| file.read(b).map_err(Error::from)).ctx(src.display())?;
-            if n == 0 {
+        let file = std::fs::File::open(src).ctx(src.display())?;
+        let len = file.metadata().ctx(src.display())?.len();
+        let mut buf = self.buf.borrow_mut();
+        // Only the host file's data segments are read; its holes stay holes here.
+        let (mut pos, mut copied) = (0u64, 0u64);
+        while let Some(start) = seek_data_hole(&file, pos, false).ctx(src.display())? {
+            let end = seek_data_hole(&file, start, true)
+                .ctx(src.display())?
+                .unwrap_or(len)
+                .max(start);
+            let mut off = start;
+            loop {
+                let want = if end > off {
+                    (end - off).min(CHUNK as u64) as usize
+                } else {
+                    // A file growing under us: read on to its end.
+                    CHUNK
+                };
+                let n = read_full(&mut buf[..want], |filled, b| {
+                    Ok(file.read_at(b, off + filled as u64)?)
+                })
+                .ctx(src.display())?;
+                if n == 0 {
+                    break;
+                }
+                for (at, piece) in nonzero_pieces(&buf[..n]) {
+                    self.write_all(ino, off + at as u64, piece).ctx(shown)?;
+                }
+                off += n as u64;
+                copied += n as u64;
+                self.progress.add(n as u64);
+                if off >= end && end > start {
+                    break;
+                }
+            }
+            if off <= pos {
                 break;
             }
-            for (at, piece) in nonzero_pieces(&buf[..n]) {
-                self.write_all(ino, off + at as u64, piece).ctx(shown)?;
-            }
-            off += n as u64;
-            self.progress.add(n as u64);
+            pos = off;
         }
+        self.progress.add(len.saturating_sub(copied));
+        let off = len.max(pos);
         self.fs
             .setattr(
                 ino,

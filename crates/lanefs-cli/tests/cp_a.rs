@@ -1,0 +1,318 @@
+//! `lanefs cp -r` behaves like `cp -a`, both ways: sparse files stay sparse and cost per
+//! extent, hard links keep their identity, extended attributes and ACLs are kept; and an
+//! image in use (mounted by the kernel, or written by another lanefs) is refused.
+//! Tests that need root or loop mounts print SKIP without them (and fail under
+//! `LANEFS_REQUIRE_PRIVILEGED=1`).
+
+use lanefs::{Fs, MountOptions, Owner, ROOT_INO};
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::mpsc;
+use std::time::Duration;
+
+fn lanefs<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lanefs"))
+        .args(args)
+        .output()
+        .expect("run lanefs")
+}
+
+fn ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "failed ({:?}): {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The one `lanefs: ...` line of a failure.
+fn one_line_failure(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "unexpected success");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one line, got {err:?}");
+    lines[0].to_string()
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn at(image: &Path, path: &str) -> String {
+    format!("{}:{path}", image.display())
+}
+
+fn new_image(dir: &Path, name: &str, size: &str) -> PathBuf {
+    let image = dir.join(name);
+    ok(lanefs(&["mkfs", &s(&image), "--size", size]));
+    image
+}
+
+fn required() -> bool {
+    std::env::var("LANEFS_REQUIRE_PRIVILEGED").as_deref() == Ok("1")
+}
+
+fn skip(test: &str, why: &str) {
+    assert!(!required(), "{test}: {why} (LANEFS_REQUIRE_PRIVILEGED=1)");
+    println!("SKIP {test}: {why}");
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn e2fsck_clean(image: &Path) {
+    let out = Command::new("e2fsck").arg("-fn").arg(image).output();
+    match out {
+        Ok(out) => assert_eq!(
+            out.status.code(),
+            Some(0),
+            "e2fsck -fn: {}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+        Err(_) => skip("e2fsck", "e2fsck not installed"),
+    }
+}
+
+/// Ends the process if `secs` pass before it is dropped: a per-byte walk of a huge hole
+/// must fail the run, not hang it.
+struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
+
+fn watchdog(test: &'static str, secs: u64) -> Watchdog {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(Duration::from_secs(secs)) == Err(mpsc::RecvTimeoutError::Timeout) {
+            eprintln!("{test}: still running after {secs} s: exiting");
+            std::process::exit(101);
+        }
+    });
+    Watchdog(tx)
+}
+
+/// Sparse files of 8 GiB (empty) and 15 TiB (three 4 KiB blocks) copy out in bounded
+/// time, stay sparse on the host, and hold the right bytes; copied back in, they stay
+/// sparse in the image too.
+#[test]
+fn sparse_files_copy_per_extent() {
+    let _wd = watchdog("sparse_files_copy_per_extent", 60);
+    let td = tempfile::tempdir().unwrap();
+    let image = new_image(td.path(), "s.img", "64M");
+    let tib = 1u64 << 40;
+    {
+        let fs = Fs::mount_path(&image, MountOptions::default()).unwrap();
+        let me = Owner::default();
+        let e = fs.create(ROOT_INO, b"empty8g", 0o644, me).unwrap();
+        let set = lanefs::SetAttr {
+            size: Some(8 << 30),
+            ..lanefs::SetAttr::default()
+        };
+        fs.setattr(e.ino, &set).unwrap();
+        fs.release(e.ino).unwrap();
+        let h = fs.create(ROOT_INO, b"huge", 0o644, me).unwrap();
+        for (off, byte) in [(0, 1u8), (7 * tib, 2), (15 * tib - 4096, 3)] {
+            fs.write(h.ino, off, &[byte; 4096]).unwrap();
+        }
+        fs.release(h.ino).unwrap();
+        fs.unmount().unwrap();
+    }
+    let out = td.path().join("out");
+    fs::create_dir(&out).unwrap();
+    ok(lanefs(&[
+        "cp",
+        &at(&image, "/empty8g"),
+        &at(&image, "/huge"),
+        &s(&out),
+    ]));
+    let e = fs::metadata(out.join("empty8g")).unwrap();
+    assert_eq!((e.len(), e.blocks()), (8 << 30, 0));
+    let h = fs::File::open(out.join("huge")).unwrap();
+    let m = h.metadata().unwrap();
+    assert_eq!(m.len(), 15 * tib);
+    assert!(m.blocks() <= 3 * 8 * 4, "{} sectors allocated", m.blocks());
+    for (off, byte) in [(0, 1u8), (7 * tib, 2), (15 * tib - 4096, 3), (3 * tib, 0)] {
+        let mut b = [9u8; 4096];
+        std::os::unix::fs::FileExt::read_exact_at(&h, &mut b, off).unwrap();
+        assert!(b.iter().all(|&x| x == byte), "at {off}");
+    }
+    // And back in: the host file's holes are skipped, not read.
+    let image2 = new_image(td.path(), "s2.img", "64M");
+    ok(lanefs(&[
+        "cp",
+        &s(&out.join("huge")),
+        &at(&image2, "/huge"),
+    ]));
+    let fs = Fs::mount_path(&image2, MountOptions::default()).unwrap();
+    let a = fs.lookup(ROOT_INO, b"huge").unwrap();
+    assert_eq!(a.size, 15 * tib);
+    assert_eq!(fs.extent_count(a.ino).unwrap(), 3);
+    drop(fs);
+    e2fsck_clean(&image2);
+}
+
+/// (name -> inode) of every non-directory under `root`, and the link groups.
+fn link_groups(root: &Path) -> Vec<Vec<String>> {
+    let mut by_ino: BTreeMap<(u64, u64), Vec<String>> = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = fs::symlink_metadata(e.path()).unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+                by_ino.entry((m.dev(), m.ino())).or_default().push(rel);
+            }
+        }
+    }
+    let mut groups: Vec<Vec<String>> = by_ino
+        .into_values()
+        .map(|mut v| {
+            v.sort();
+            v
+        })
+        .collect();
+    groups.sort();
+    groups
+}
+
+/// A tree with 16 names in 4 link groups (and a lone file): copied in, the image has 5
+/// inodes with the right link counts; copied out, the host tree has the same groups. With
+/// root, the kernel reads the image's groups too.
+#[test]
+fn hard_links_keep_their_identity() {
+    let td = tempfile::tempdir().unwrap();
+    let src = td.path().join("src");
+    fs::create_dir_all(src.join("a/b")).unwrap();
+    fs::create_dir_all(src.join("c")).unwrap();
+    fs::write(src.join("lone"), b"lone").unwrap();
+    let dirs = ["", "a", "a/b", "c"];
+    for g in 0..4 {
+        let first = src.join(format!("g{g}-0"));
+        fs::write(&first, format!("group {g}")).unwrap();
+        for (k, d) in dirs.iter().enumerate().skip(1) {
+            fs::hard_link(&first, src.join(d).join(format!("g{g}-{k}"))).unwrap();
+        }
+    }
+    let want = link_groups(&src);
+    assert_eq!(want.iter().filter(|g| g.len() == 4).count(), 4);
+    let image = new_image(td.path(), "h.img", "64M");
+    ok(lanefs(&["cp", "-r", &s(&src), &at(&image, "/t")]));
+    {
+        let fs = Fs::mount_path(
+            &image,
+            MountOptions {
+                read_only: true,
+                ..MountOptions::default()
+            },
+        )
+        .unwrap();
+        let t = fs.lookup(ROOT_INO, b"t").unwrap().ino;
+        let g0 = fs.lookup(t, b"g0-0").unwrap();
+        assert_eq!(g0.nlink, 4);
+        let b = fs
+            .lookup(fs.lookup(t, b"a").unwrap().ino, b"b")
+            .unwrap()
+            .ino;
+        assert_eq!(fs.lookup(b, b"g0-2").unwrap().ino, g0.ino);
+    }
+    e2fsck_clean(&image);
+    let out = td.path().join("out");
+    ok(lanefs(&["cp", "-r", &at(&image, "/t"), &s(&out)]));
+    assert_eq!(link_groups(&out), want);
+    if !is_root() {
+        skip("hard_links_keep_their_identity (kernel)", "not root");
+        return;
+    }
+    let mnt = td.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-o", "loop,ro"])
+        .arg(&image)
+        .arg(&mnt)
+        .status();
+    if !st.is_ok_and(|s| s.success()) {
+        skip(
+            "hard_links_keep_their_identity (kernel)",
+            "cannot loop-mount",
+        );
+        return;
+    }
+    let groups = link_groups(&mnt.join("t"));
+    let _ = Command::new("umount").arg(&mnt).status();
+    assert_eq!(groups, want);
+}
+
+/// `lanefs mkdir IMG:/d` while the kernel has IMG mounted read-write fails in one line
+/// naming the mount, and the image stays clean; reading still works.
+#[test]
+fn kernel_mounted_image_is_refused() {
+    if !is_root() {
+        skip("kernel_mounted_image_is_refused", "not root");
+        return;
+    }
+    let td = tempfile::tempdir().unwrap();
+    let image = td.path().join("k.img");
+    fs::File::create(&image).unwrap().set_len(64 << 20).unwrap();
+    let made = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "4096"])
+        .arg(&image)
+        .status();
+    if !made.is_ok_and(|s| s.success()) {
+        skip("kernel_mounted_image_is_refused", "mkfs.ext4 failed");
+        return;
+    }
+    let mnt = td.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&image)
+        .arg(&mnt)
+        .status();
+    if !st.is_ok_and(|s| s.success()) {
+        skip("kernel_mounted_image_is_refused", "cannot loop-mount");
+        return;
+    }
+    fs::write(mnt.join("k"), b"kernel").unwrap();
+    let line = one_line_failure(&lanefs(&["mkdir", &at(&image, "/d")]));
+    let read = lanefs(&["ls", &at(&image, "/")]);
+    let _ = Command::new("umount").arg(&mnt).status();
+    assert!(line.contains("mounted by the kernel"), "{line}");
+    assert!(line.contains(&s(&mnt)), "{line}");
+    ok(read);
+    e2fsck_clean(&image);
+    let ls = ok(lanefs(&["ls", &at(&image, "/")]));
+    let text = String::from_utf8_lossy(&ls.stdout);
+    assert!(text.contains('k') && !text.contains("\nd\n"), "{text}");
+}
+
+/// Two writers at once: the second is refused in one line while the first holds the
+/// image, and the first's tree is whole afterwards.
+#[test]
+fn second_writer_is_refused() {
+    let td = tempfile::tempdir().unwrap();
+    let image = new_image(td.path(), "w.img", "64M");
+    let fs = Fs::mount_path(&image, MountOptions::default()).unwrap();
+    fs.mkdir(ROOT_INO, b"first", 0o755, Owner::default())
+        .unwrap();
+    let src = td.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("f"), b"second").unwrap();
+    let line = one_line_failure(&lanefs(&["cp", "-r", &s(&src), &at(&image, "/second")]));
+    assert!(line.contains("in use by another lanefs"), "{line}");
+    fs.unmount().unwrap();
+    ok(lanefs(&["cp", "-r", &s(&src), &at(&image, "/second")]));
+    let ls = ok(lanefs(&["ls", &at(&image, "/")]));
+    let text = String::from_utf8_lossy(&ls.stdout);
+    assert!(text.contains("first") && text.contains("second"), "{text}");
+    e2fsck_clean(&image);
+}
