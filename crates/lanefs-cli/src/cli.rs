@@ -1,6 +1,7 @@
 //! The command line: every command and its options.
 
 use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// ext4 in user space: format, check and inspect images, and work on files inside them
@@ -109,14 +110,14 @@ pub struct LsArgs {
     #[arg(short = 'a')]
     pub all: bool,
     /// IMAGE:/PATH (a bare IMAGE lists its root).
-    pub target: String,
+    pub target: OsString,
 }
 
 /// A single `IMAGE:/PATH`.
 #[derive(Debug, Args)]
 pub struct PathArg {
     /// IMAGE:/PATH.
-    pub target: String,
+    pub target: OsString,
 }
 
 /// Options of `mkdir`.
@@ -127,7 +128,7 @@ pub struct MkdirArgs {
     pub parents: bool,
     /// IMAGE:/PATH of each directory to create.
     #[arg(required = true)]
-    pub targets: Vec<String>,
+    pub targets: Vec<OsString>,
 }
 
 /// Options of `rm`.
@@ -141,7 +142,7 @@ pub struct RmArgs {
     pub force: bool,
     /// IMAGE:/PATH of each entry to remove.
     #[arg(required = true)]
-    pub targets: Vec<String>,
+    pub targets: Vec<OsString>,
 }
 
 /// Options of `cp`.
@@ -150,9 +151,11 @@ pub struct CpArgs {
     /// Copy directories recursively.
     #[arg(short, long, visible_short_alias = 'R')]
     pub recursive: bool,
-    /// Sources, then the destination; exactly one side is IMAGE:/PATH.
+    /// Sources, then the destination; exactly one side is IMAGE:/PATH. IMAGE:/PATH splits
+    /// at a ':' that follows an existing image file, so an image whose name holds ':' is
+    /// written as it is (`./a:b.img:/dir`), and paths inside may hold ':' too.
     #[arg(required = true, num_args = 2..)]
-    pub paths: Vec<String>,
+    pub paths: Vec<OsString>,
 }
 
 /// Options of `bench`.

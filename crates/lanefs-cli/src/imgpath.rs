@@ -2,6 +2,8 @@
 
 use crate::error::{CmdResult, Error, Failure};
 use lanefs::{Attr, FileType, Fs, Ino, ROOT_INO};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
@@ -34,37 +36,63 @@ fn is_image_file(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() || m.file_type().is_block_device())
 }
 
-/// Split `arg` at its first ':' when the part before it is an existing image file;
-/// `None` means `arg` is a host path.
-pub fn split_image_arg(arg: &str) -> Option<ImageArg> {
-    let (image, path) = arg.split_once(':')?;
-    if image.is_empty() || !is_image_file(Path::new(image)) {
-        return None;
-    }
+/// Where `arg` splits into an existing image file and a path: at a ':' whose left side is
+/// an image file (a regular file or block device). Of several, the first whose right side
+/// is absolute (or empty) wins, so `./a:b.img:/x` names image `./a:b.img` and
+/// `disk.img:/dir/a:b` names `/dir/a:b` inside `disk.img`.
+fn image_split(arg: &[u8]) -> Option<usize> {
+    let splits: Vec<usize> = (0..arg.len())
+        .filter(|&i| {
+            arg[i] == b':' && i > 0 && is_image_file(Path::new(OsStr::from_bytes(&arg[..i])))
+        })
+        .collect();
+    let absolute = |&&i: &&usize| matches!(arg.get(i + 1), None | Some(b'/'));
+    splits.iter().find(absolute).copied().or_else(|| {
+        // A bare image whose name holds ':' is the image, not a relative path in another.
+        if is_image_file(Path::new(OsStr::from_bytes(arg))) {
+            None
+        } else {
+            splits.first().copied()
+        }
+    })
+}
+
+/// `arg` split as `IMAGE:PATH` when some ':' follows an existing image file (see
+/// `image_split`); `None` means `arg` is a host path.
+pub fn split_image_arg(arg: &OsStr) -> Option<ImageArg> {
+    let b = arg.as_bytes();
+    let i = image_split(b)?;
     Some(ImageArg {
-        image: PathBuf::from(image),
-        path: path.as_bytes().to_vec(),
+        image: PathBuf::from(OsStr::from_bytes(&b[..i])),
+        path: b[i + 1..].to_vec(),
     })
 }
 
 /// Parse an argument that must name a path inside an image. A bare image file means its
 /// root directory.
-pub fn parse_image_arg(arg: &str) -> CmdResult<ImageArg> {
-    let (image, path) = match arg.split_once(':') {
-        Some((image, path)) => (image, path),
-        None if is_image_file(Path::new(arg)) => (arg, "/"),
-        None => return Err(Failure::new(arg, Error::msg("expected IMAGE:/PATH"))),
+pub fn parse_image_arg(arg: &OsStr) -> CmdResult<ImageArg> {
+    let shown = arg.to_string_lossy();
+    let b = arg.as_bytes();
+    let (image, path): (&[u8], &[u8]) = match image_split(b) {
+        Some(i) => (&b[..i], &b[i + 1..]),
+        None if is_image_file(Path::new(arg)) => (b, b"/"),
+        // Nothing names an image: report on the part before the first ':'.
+        None => match b.iter().position(|&c| c == b':') {
+            Some(i) => (&b[..i], &b[i + 1..]),
+            None => return Err(Failure::new(shown, Error::msg("expected IMAGE:/PATH"))),
+        },
     };
     if image.is_empty() {
-        return Err(Failure::new(arg, Error::msg("expected IMAGE:/PATH")));
+        return Err(Failure::new(shown, Error::msg("expected IMAGE:/PATH")));
     }
-    let meta = std::fs::metadata(image).map_err(|e| Failure::new(image, e))?;
+    let image = PathBuf::from(OsStr::from_bytes(image));
+    let meta = std::fs::metadata(&image).map_err(|e| Failure::new(image.display(), e))?;
     if meta.is_dir() {
-        return Err(Failure::new(image, lanefs::Error::IsDir));
+        return Err(Failure::new(image.display(), lanefs::Error::IsDir));
     }
     let parsed = ImageArg {
-        image: PathBuf::from(image),
-        path: path.as_bytes().to_vec(),
+        image,
+        path: path.to_vec(),
     };
     check_absolute(&parsed)?;
     Ok(parsed)
@@ -262,20 +290,42 @@ mod tests {
     fn image_args_need_an_existing_file() {
         let dir = std::env::temp_dir();
         let arg = format!("{}:/x", dir.display());
-        assert_eq!(split_image_arg(&arg), None, "a directory is not an image");
-        assert_eq!(split_image_arg("/no/such/image.img:/x"), None);
+        assert_eq!(
+            split_image_arg(OsStr::new(&arg)),
+            None,
+            "a directory is not an image"
+        );
+        assert_eq!(split_image_arg(OsStr::new("/no/such/image.img:/x")), None);
         let exe = std::env::current_exe().unwrap_or_default();
         let arg = format!("{}:/a:b", exe.display());
-        let got = split_image_arg(&arg);
+        let got = split_image_arg(OsStr::new(&arg));
         assert_eq!(got.map(|a| a.path), Some(b"/a:b".to_vec()));
+    }
+
+    #[test]
+    fn image_names_may_hold_colons() {
+        let td = tempfile::tempdir().unwrap();
+        let img = td.path().join("a:b.img");
+        std::fs::write(&img, b"").unwrap();
+        let arg = format!("{}:/x:y", img.display());
+        let got = split_image_arg(OsStr::new(&arg)).unwrap();
+        assert_eq!((got.image, got.path), (img.clone(), b"/x:y".to_vec()));
+        // A file named like the first part does not steal the split: its right side is
+        // not absolute.
+        std::fs::write(td.path().join("a"), b"").unwrap();
+        let got = split_image_arg(OsStr::new(&arg)).unwrap();
+        assert_eq!(got.image, img);
+        let bare = parse_image_arg(img.as_os_str()).unwrap();
+        assert_eq!(bare.path, b"/".to_vec());
     }
 
     #[test]
     fn image_paths_must_be_absolute() {
         let exe = std::env::current_exe().unwrap_or_default();
-        assert!(parse_image_arg(&format!("{}:rel", exe.display())).is_err());
-        assert!(parse_image_arg(&format!("{}:/", exe.display())).is_ok());
-        assert!(parse_image_arg("/no/such/image.img:/x").is_err());
-        assert!(parse_image_arg("plain").is_err());
+        let parse = |a: &str| parse_image_arg(OsStr::new(a));
+        assert!(parse(&format!("{}:rel", exe.display())).is_err());
+        assert!(parse(&format!("{}:/", exe.display())).is_ok());
+        assert!(parse("/no/such/image.img:/x").is_err());
+        assert!(parse("plain").is_err());
     }
 }

@@ -316,3 +316,36 @@ fn second_writer_is_refused() {
     assert!(text.contains("first") && text.contains("second"), "{text}");
     e2fsck_clean(&image);
 }
+
+/// Arguments are OS strings: a host path and an image path that are not UTF-8 work in
+/// every direction, and an image whose name holds ':' is named as it is.
+#[test]
+fn non_utf8_paths_and_colon_image_names() {
+    use std::ffi::{OsStr, OsString};
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let td = tempfile::tempdir().unwrap();
+    let name = OsStr::from_bytes(b"caf\xe9");
+    let host = td.path().join(name);
+    fs::write(&host, b"latin-1 name").unwrap();
+    let image = new_image(td.path(), "a:b.img", "64M");
+    let img_arg = |path: &[u8]| {
+        let mut v = image.as_os_str().as_bytes().to_vec();
+        v.push(b':');
+        v.extend_from_slice(path);
+        OsString::from_vec(v)
+    };
+    let cp = |a: &OsStr, b: &OsStr| lanefs(&[OsStr::new("cp"), a, b]);
+    ok(cp(host.as_os_str(), &img_arg(b"/")));
+    ok(lanefs(&[OsStr::new("mkdir"), &img_arg(b"/d\xff:x")]));
+    ok(cp(host.as_os_str(), &img_arg(b"/d\xff:x/")));
+    let cat = ok(lanefs(&[OsStr::new("cat"), &img_arg(b"/d\xff:x/caf\xe9")]));
+    assert_eq!(cat.stdout, b"latin-1 name");
+    let ls = ok(lanefs(&[OsStr::new("ls"), &img_arg(b"/")]));
+    assert!(ls.stdout.windows(4).any(|w| w == b"caf\xe9"));
+    let out = td.path().join(OsStr::from_bytes(b"out\xfe"));
+    ok(cp(&img_arg(b"/caf\xe9"), out.as_os_str()));
+    assert_eq!(fs::read(&out).unwrap(), b"latin-1 name");
+    // The bare image (no path) is its root.
+    ok(lanefs(&[OsStr::new("ls"), image.as_os_str()]));
+    e2fsck_clean(&image);
+}
