@@ -49,6 +49,14 @@ pub enum Error {
     Unsupported(String),
     /// The image or device is in use: mounted by the kernel or open by another writer.
     Busy(String),
+    /// No such extended attribute.
+    NoData,
+    /// A name or buffer out of range (an xattr name over 255 bytes).
+    Range,
+    /// An argument too large (an xattr value over 64 KiB).
+    TooBig,
+    /// Permission denied (a default ACL on a non-directory).
+    AccessDenied,
 }
 
 impl Error {
@@ -72,6 +80,10 @@ impl Error {
             Error::Io(_) => libc::EIO,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::Busy(_) => libc::EBUSY,
+            Error::NoData => libc::ENODATA,
+            Error::Range => libc::ERANGE,
+            Error::TooBig => libc::E2BIG,
+            Error::AccessDenied => libc::EACCES,
         }
     }
 
@@ -107,6 +119,10 @@ impl fmt::Display for Error {
             Error::Io(s) => write!(f, "I/O error: {s}"),
             Error::Unsupported(s) => write!(f, "unsupported: {s}"),
             Error::Busy(s) => write!(f, "busy: {s}"),
+            Error::NoData => write!(f, "no such attribute"),
+            Error::Range => write!(f, "name out of range"),
+            Error::TooBig => write!(f, "argument list too long"),
+            Error::AccessDenied => write!(f, "permission denied"),
         }
     }
 }

@@ -26,6 +26,7 @@ mod data;
 mod ops;
 mod orphan;
 mod rename;
+mod xattr;
 use std::sync::Arc;
 
 /// Mount options: which mechanism or baseline each part runs.
@@ -71,13 +72,17 @@ pub struct Fs {
     rename_lock: Mutex<()>,
     /// The orphan list in chain order (head first): unlinked inodes still open.
     orphans: Mutex<Vec<Ino>>,
-    timer: std::sync::OnceLock<std::thread::JoinHandle<()>>,
+    /// The commit timer's thread; `unmount` joins it, so the device is closed (and its
+    /// claim released) once the caller's last `Arc` goes.
+    timer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     timer_stop: std::sync::atomic::AtomicBool,
     read_only: bool,
     seed: [u32; 4],
     unsigned: bool,
     def_hash: u8,
     dir_index: bool,
+    /// The ext_attr feature: extended attributes may be stored.
+    ext_attr: bool,
     bs: u32,
 }
 
@@ -172,6 +177,7 @@ impl Fs {
             unsigned: sb.flags() & sbm::FLAG_UNSIGNED_HASH != 0,
             def_hash: sb.def_hash_version(),
             dir_index: sb.has_compat(compat::DIR_INDEX),
+            ext_attr: sb.has_compat(compat::EXT_ATTR),
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: Mutex::new(&ORPHAN, Vec::new()),
@@ -182,7 +188,7 @@ impl Fs {
             read_only,
             latch,
             bs,
-            timer: std::sync::OnceLock::new(),
+            timer: std::sync::Mutex::new(None),
             timer_stop: std::sync::atomic::AtomicBool::new(false),
         };
         let root = fs.iget(ROOT_INO).map_err(|e| match e {
@@ -241,7 +247,7 @@ impl Fs {
                 }
             });
         if let Ok(t) = t {
-            let _ = self.timer.set(t);
+            *self.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
         }
     }
 

@@ -208,3 +208,15 @@ pub struct Owner {
     /// Group id.
     pub gid: u32,
 }
+
+/// How `Fs::setxattr` treats an existing attribute (setxattr(2)'s flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XattrFlags {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Fail with `Error::Exists` if the attribute exists (XATTR_CREATE).
+    Create,
+    /// Fail with `Error::NoData` if it does not (XATTR_REPLACE).
+    Replace,
+}

@@ -11,6 +11,7 @@ pub mod hash;
 pub mod inode;
 pub mod jbd2;
 pub mod superblock;
+pub mod xattr;
 
 /// crc32c as ext4 computes it: no final inversion, caller-supplied seed.
 pub fn crc32c_raw(seed: u32, data: &[u8]) -> u32 {

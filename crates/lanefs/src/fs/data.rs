@@ -652,11 +652,17 @@ impl Fs {
         self.dev.flush()
     }
 
+    /// Stop the commit timer and wait for its thread to end (unless called on it), so it
+    /// holds no reference to the mount afterwards.
     fn stop_timer(&self) {
         self.timer_stop
             .store(true, std::sync::atomic::Ordering::Release);
-        if let Some(t) = self.timer.get() {
+        let t = self.timer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
             t.thread().unpark();
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -664,11 +670,6 @@ impl Fs {
 impl Drop for Fs {
     fn drop(&mut self) {
         self.stop_timer();
-        if let Some(t) = self.timer.take() {
-            if t.thread().id() != std::thread::current().id() {
-                let _ = t.join();
-            }
-        }
         // Best effort for callers that never unmounted: release what is still open (an
         // unlinked file's blocks) and unmount cleanly, as unmount does.
         if self.is_read_only() || self.journal.is_aborted() {

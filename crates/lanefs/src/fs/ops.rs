@@ -559,42 +559,6 @@ impl Fs {
         Ok(())
     }
 
-    /// Drop the inode's reference to its xattr block; free it at refcount zero.
-    fn release_xattr_block(&self, h: &Handle, st: &mut InodeState) -> Result<()> {
-        let blk = st.d.file_acl();
-        if blk == 0 {
-            return Ok(());
-        }
-        st.d.set_file_acl(0);
-        if blk >= self.al.geo.blocks {
-            return Err(Error::corrupt(
-                "xattr block",
-                blk,
-                "outside the file system",
-            ));
-        }
-        let b = self.bufs.get(blk)?;
-        let mut d = b.write();
-        if crate::disk::le32(&d, 0) != 0xEA02_0000 {
-            return Err(Error::corrupt("xattr block", blk, "bad magic"));
-        }
-        let refs = crate::disk::le32(&d, 4);
-        if refs > 1 {
-            crate::disk::put32(&mut d, 4, refs - 1);
-            if self.al.geo.csum {
-                crate::disk::put32(&mut d, 0x10, 0);
-                let c = crate::disk::crc32c_raw(self.al.geo.seed, &blk.to_le_bytes());
-                let c = crate::disk::crc32c_raw(c, &d);
-                crate::disk::put32(&mut d, 0x10, c);
-            }
-            drop(d);
-            h.dirty(&b);
-            return Ok(());
-        }
-        drop(d);
-        self.al.free_blocks_range(h, blk, 1, true)
-    }
-
     /// Number of extents mapping `ino`'s data (what `filefrag` counts).
     pub fn extent_count(&self, ino: Ino) -> Result<usize> {
         let i = self.iget(ino)?;

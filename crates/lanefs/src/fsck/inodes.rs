@@ -440,7 +440,7 @@ impl Checker<'_> {
             return;
         }
         let area = &inode.raw[(128 + extra) as usize..];
-        if area.len() >= 8 && le32(area, 0) == XATTR_MAGIC {
+        if area.len() >= 8 && le32(area, 0) == crate::disk::xattr::MAGIC {
             if let Some(why) = xattr_entries_error(area, 4, 4, true) {
                 self.out.add(
                     "XATTR_BAD_ENTRY",

@@ -28,7 +28,7 @@ use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_HUGE_FILE, FL_INDEX, FL_INLIN
 use crate::disk::superblock::{
     compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE,
 };
-use crate::disk::{crc32c_raw, dir, hash, jbd2, le16, le32, test_bit};
+use crate::disk::{dir, hash, jbd2, le16, le32, test_bit};
 use crate::error::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -91,7 +91,6 @@ const BADBLOCKS_INO: u32 = 1;
 const ROOT_INO: u32 = 2;
 const RESIZE_INO: u32 = 7;
 const JOURNAL_INO: u32 = 8;
-const XATTR_MAGIC: u32 = 0xEA02_0000;
 const DX_BLOCK_MASK: u32 = 0x0FFF_FFFF;
 /// `s_state` bits.
 const STATE_VALID: u16 = 0x1;

@@ -43,7 +43,7 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_xattr_contents(&mut self, ino: u32, b: u64, buf: &[u8]) -> bool {
-        if le32(buf, 0) != XATTR_MAGIC || le32(buf, 8) != 1 {
+        if le32(buf, 0) != crate::disk::xattr::MAGIC || le32(buf, 8) != 1 {
             self.out.add(
                 "XATTR_BAD_BLOCK",
                 format!(
@@ -55,10 +55,7 @@ impl Checker<'_> {
             return false;
         }
         if self.geo.csum {
-            let mut c = crc32c_raw(self.geo.seed, &b.to_le_bytes());
-            c = crc32c_raw(c, &buf[..0x10]);
-            c = crc32c_raw(c, &[0; 4]);
-            c = crc32c_raw(c, &buf[0x14..]);
+            let c = crate::disk::xattr::block_csum(self.geo.seed, b, buf);
             if c != le32(buf, 0x10) {
                 self.out.add(
                     "XATTR_CHECKSUM",
@@ -166,24 +163,6 @@ impl Checker<'_> {
     }
 }
 
-/// Hash of an xattr entry (name, then value words), as ext2fs computes it with signed or
-/// unsigned name characters.
-pub(super) fn xattr_hash(name: &[u8], value: &[u8], signed: bool) -> u32 {
-    let mut h = 0u32;
-    for &c in name {
-        let c = if signed {
-            c as i8 as i32 as u32
-        } else {
-            u32::from(c)
-        };
-        h = (h << 5) ^ (h >> 27) ^ c;
-    }
-    for w in value.chunks_exact(4) {
-        h = (h << 16) ^ (h >> 16) ^ le32(w, 0);
-    }
-    h
-}
-
 /// Reserve `[start, start+n)` of an xattr area; false if it leaves the area or overlaps an
 /// earlier reservation (e2fsck's "allocation collision").
 pub(super) fn xattr_reserve(
@@ -241,8 +220,8 @@ pub(super) fn xattr_entries_error(
             .unwrap_or(&[]);
         let stored = le32(area, off + 12);
         let ok = (in_inode && stored == 0)
-            || stored == xattr_hash(name, value, false)
-            || stored == xattr_hash(name, value, true);
+            || stored == crate::disk::xattr::entry_hash(name, value)
+            || stored == crate::disk::xattr::entry_hash_signed(name, value);
         if !ok {
             return Some(format!(
                 "entry at {off}: hash {stored:#010x} does not match"

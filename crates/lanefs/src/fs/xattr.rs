@@ -1,0 +1,317 @@
+//! Extended attributes and POSIX ACLs: get, list, set, remove.
+//!
+//! As ext4 stores them: in the inode body after `i_extra_isize` when they fit there (tried
+//! first, as `ext4_xattr_set_handle` does), else in one external block. A block shared by
+//! several inodes (`h_refcount` > 1, as the kernel's mbcache makes them) is never edited in
+//! place: the inode gets its own copy and the shared one's count drops. The decision is
+//! taken under the shared block's buffer lock, so two sharers unsharing at once leave the
+//! count exact. ACL values cross the API in the VFS's xattr form and are stored in ext4's.
+
+use super::{now, Fs};
+use crate::disk::xattr::{self as dx, Entry};
+use crate::error::{Error, Result};
+use crate::inode::InodeState;
+use crate::journal::Handle;
+use crate::types::*;
+
+/// An inode's attributes as found: in the body, and in its block (with the block's number
+/// and refcount).
+struct Found {
+    ibody: Vec<Entry>,
+    block: Vec<Entry>,
+    blk: u64,
+    refcount: u32,
+}
+
+impl Found {
+    fn get(&self, index: u8, name: &[u8]) -> Option<&Entry> {
+        let same = |e: &&Entry| e.index == index && e.name == name;
+        self.ibody
+            .iter()
+            .find(same)
+            .or_else(|| self.block.iter().find(same))
+    }
+}
+
+impl Fs {
+    /// Value of xattr `name` (full name with its prefix, e.g. `b"user.foo"`);
+    /// `Error::NoData` when absent. ACLs come in the VFS's xattr form.
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        let (index, sub) = dx::split_name(name)?;
+        let i = self.iget(ino)?;
+        let st = i.state.read();
+        if st.freed {
+            return Err(Error::NotFound);
+        }
+        let found = self.read_xattrs(ino, &st)?;
+        let e = found.get(index, &sub).ok_or(Error::NoData)?;
+        if index == dx::INDEX_ACL_ACCESS || index == dx::INDEX_ACL_DEFAULT {
+            let a = dx::acl_from_disk(&e.value, ino)?;
+            return Ok(dx::acl_to_vfs(&a));
+        }
+        Ok(e.value.clone())
+    }
+
+    /// Every xattr name of `ino` with its prefix: in-inode ones first, then the block's.
+    pub fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        let i = self.iget(ino)?;
+        let st = i.state.read();
+        if st.freed {
+            return Err(Error::NotFound);
+        }
+        let found = self.read_xattrs(ino, &st)?;
+        Ok(found
+            .ibody
+            .iter()
+            .chain(&found.block)
+            .filter_map(Entry::full_name)
+            .collect())
+    }
+
+    /// Set xattr `name` to `value` (`flags` as setxattr(2)). Setting an access ACL also
+    /// sets the mode's permission bits from it, and one the mode says whole is not stored.
+    pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> Result<()> {
+        self.retry_nospace(|| self.change_xattr(ino, name, Some(value), flags))
+    }
+
+    /// Remove xattr `name`; `Error::NoData` when absent.
+    pub fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
+        self.retry_nospace(|| self.change_xattr(ino, name, None, XattrFlags::Replace))
+    }
+
+    /// The attributes of `ino`: its body's and its block's.
+    fn read_xattrs(&self, ino: Ino, st: &InodeState) -> Result<Found> {
+        let ibody = match self.ibody_range(st) {
+            Some((start, _)) => dx::decode_ibody(&st.d.raw[start..], ino)?,
+            None => Vec::new(),
+        };
+        let blk = st.d.file_acl();
+        if blk == 0 {
+            return Ok(Found {
+                ibody,
+                block: Vec::new(),
+                blk: 0,
+                refcount: 0,
+            });
+        }
+        if blk >= self.al.geo.blocks {
+            return Err(Error::corrupt(
+                "xattr block",
+                blk,
+                "outside the file system",
+            ));
+        }
+        let b = self.bufs.get(blk)?;
+        let d = b.read();
+        let (h, block) = dx::decode_block(&d, blk, self.xattr_seed())?;
+        Ok(Found {
+            ibody,
+            block,
+            blk,
+            refcount: h.refcount,
+        })
+    }
+
+    fn ibody_range(&self, st: &InodeState) -> Option<(usize, usize)> {
+        dx::ibody_range(st.d.raw.len(), usize::from(st.d.extra_isize()))
+    }
+
+    fn xattr_seed(&self) -> Option<u32> {
+        self.al.geo.csum.then_some(self.al.geo.seed)
+    }
+
+    /// Set (`Some`) or remove (`None`) one attribute.
+    fn change_xattr(
+        &self,
+        ino: Ino,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: XattrFlags,
+    ) -> Result<()> {
+        self.check_rw()?;
+        if !self.ext_attr {
+            return Err(Error::NotSupported(
+                "extended attributes (the image lacks ext_attr)".into(),
+            ));
+        }
+        let (index, sub) = dx::split_name(name)?;
+        if sub.len() > dx::NAME_MAX {
+            return Err(Error::Range);
+        }
+        if value.is_some_and(|v| v.len() > dx::VALUE_MAX) {
+            return Err(Error::TooBig);
+        }
+        let is_acl = index == dx::INDEX_ACL_ACCESS || index == dx::INDEX_ACL_DEFAULT;
+        let parsed = match value {
+            Some(v) if is_acl => Some(dx::acl_from_vfs(v)?),
+            _ => None,
+        };
+        let i = self.iget(ino)?;
+        let mut st = i.state.write();
+        if st.freed {
+            return Err(Error::NotFound);
+        }
+        let is_dir = FileType::from_mode(st.d.mode()) == Some(FileType::Directory);
+        // What goes on disk: ACLs in ext4's form; an access ACL the mode says whole is
+        // not stored (posix_acl_update_mode), a default ACL only on a directory.
+        let mut new_mode = None;
+        let stored: Option<Vec<u8>> = match (&parsed, value) {
+            (Some(a), _) if index == dx::INDEX_ACL_ACCESS => {
+                let (perm, equiv) = dx::acl_mode(a);
+                new_mode = Some((st.d.mode() & !0o777) | perm);
+                (!equiv).then(|| dx::acl_to_disk(a))
+            }
+            (Some(a), _) => {
+                if !is_dir {
+                    return Err(Error::AccessDenied);
+                }
+                Some(dx::acl_to_disk(a))
+            }
+            (None, v) => v.map(<[u8]>::to_vec),
+        };
+        let mut found = self.read_xattrs(ino, &st)?;
+        let exists = found.get(index, &sub).is_some();
+        match (flags, exists) {
+            (XattrFlags::Create, true) => return Err(Error::Exists),
+            (XattrFlags::Replace, false) => return Err(Error::NoData),
+            _ => {}
+        }
+        let unchanged = match &stored {
+            Some(v) => found.get(index, &sub).is_some_and(|e| &e.value == v),
+            None => !exists,
+        };
+        let h = self.journal.start();
+        if !unchanged {
+            let same = |e: &Entry| e.index == index && e.name == sub;
+            let mut ibody: Vec<Entry> = found.ibody.iter().filter(|e| !same(e)).cloned().collect();
+            let mut block: Vec<Entry> = found.block.iter().filter(|e| !same(e)).cloned().collect();
+            if let Some(v) = stored {
+                let e = Entry {
+                    index,
+                    name: sub,
+                    value: v,
+                };
+                let room = self.ibody_range(&st).map_or(0, |r| r.1);
+                ibody.push(e);
+                if !dx::fits_ibody(&ibody, room) {
+                    let e = ibody.pop().ok_or(Error::NoSpace)?;
+                    block.push(e);
+                    dx::sort_for_block(&mut block);
+                    if !dx::fits_block(&block, self.bs as usize) {
+                        return Err(Error::NoSpace);
+                    }
+                }
+            }
+            if let Some((start, _)) = self.ibody_range(&st) {
+                if ibody != found.ibody {
+                    dx::encode_ibody(&mut st.d.raw[start..], &ibody);
+                }
+            }
+            if block != found.block {
+                found.block = block;
+                self.write_xattr_block(&h, ino, &mut st, &found)?;
+            }
+        }
+        if let Some(m) = new_mode {
+            st.d.set_mode(m);
+        }
+        if !unchanged || new_mode.is_some() {
+            st.d.set_ctime(now());
+            self.store(&h, ino, &mut st)?;
+        }
+        Ok(())
+    }
+
+    /// Make the inode's block hold `found.block` (none: drop the block), never editing a
+    /// block other inodes share.
+    fn write_xattr_block(
+        &self,
+        h: &Handle,
+        ino: Ino,
+        st: &mut InodeState,
+        found: &Found,
+    ) -> Result<()> {
+        let spb = u64::from(self.bs / 512);
+        let seed = self.xattr_seed();
+        if found.block.is_empty() {
+            if found.blk != 0 {
+                self.release_xattr_block(h, st)?;
+                let n = st.d.blocks_512(self.bs).saturating_sub(spb);
+                st.d.set_blocks_512(n, self.bs);
+            }
+            return Ok(());
+        }
+        if found.blk != 0 && found.refcount == 1 && self.edit_if_sole(h, found)? {
+            return Ok(());
+        }
+        // A block of its own: new, or a copy of a shared one.
+        let goal = self.al.geo.group_first(self.al.geo.group_of_inode(ino));
+        let (nb, _) = self.al.alloc_blocks(h, goal, 1)?;
+        if found.blk != 0 {
+            let old = self.bufs.get(found.blk)?;
+            let mut d = old.write();
+            let refs = dx::refcount(&d);
+            if refs <= 1 {
+                // The other sharers let go meanwhile: it is this inode's alone.
+                dx::encode_block(&mut d, found.blk, 1, &found.block, seed);
+                drop(d);
+                h.dirty(&old);
+                return self.al.free_blocks_range(h, nb, 1, true);
+            }
+            dx::set_refcount(&mut d, found.blk, refs - 1, seed);
+            drop(d);
+            h.dirty(&old);
+        } else {
+            let n = st.d.blocks_512(self.bs) + spb;
+            st.d.set_blocks_512(n, self.bs);
+        }
+        let b = self.bufs.get_new(nb);
+        dx::encode_block(&mut b.write(), nb, 1, &found.block, seed);
+        h.dirty(&b);
+        st.d.set_file_acl(nb);
+        Ok(())
+    }
+
+    /// Rewrite `found.blk` in place if this inode is still its only user (checked under
+    /// the block's lock); false if another inode shares it now.
+    fn edit_if_sole(&self, h: &Handle, found: &Found) -> Result<bool> {
+        let b = self.bufs.get(found.blk)?;
+        let mut d = b.write();
+        if dx::refcount(&d) != 1 {
+            return Ok(false);
+        }
+        dx::encode_block(&mut d, found.blk, 1, &found.block, self.xattr_seed());
+        drop(d);
+        h.dirty(&b);
+        Ok(true)
+    }
+
+    /// Drop the inode's reference to its xattr block and clear `i_file_acl`; the block is
+    /// freed when it was the last reference (the caller adjusts `i_blocks`).
+    pub(super) fn release_xattr_block(&self, h: &Handle, st: &mut InodeState) -> Result<()> {
+        let blk = st.d.file_acl();
+        if blk == 0 {
+            return Ok(());
+        }
+        st.d.set_file_acl(0);
+        if blk >= self.al.geo.blocks {
+            return Err(Error::corrupt(
+                "xattr block",
+                blk,
+                "outside the file system",
+            ));
+        }
+        let b = self.bufs.get(blk)?;
+        let mut d = b.write();
+        dx::decode_block(&d, blk, None)?;
+        let refs = dx::refcount(&d);
+        if refs > 1 {
+            dx::set_refcount(&mut d, blk, refs - 1, self.xattr_seed());
+            drop(d);
+            h.dirty(&b);
+            return Ok(());
+        }
+        drop(d);
+        self.al.free_blocks_range(h, blk, 1, true)
+    }
+}
