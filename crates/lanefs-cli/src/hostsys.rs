@@ -113,6 +113,75 @@ pub fn seek_data_hole(file: &std::fs::File, off: u64, hole: bool) -> io::Result<
     }
 }
 
+/// The xattr names of `path` (not following a final symlink).
+pub fn list_xattrs(path: &Path) -> io::Result<Vec<Vec<u8>>> {
+    let p = c_path(path)?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: `p` is NUL terminated and `buf` is writable for the length passed.
+        let n = unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            return Ok(buf
+                .split(|&b| b == 0)
+                .filter(|n| !n.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect());
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            Some(libc::ENOTSUP) => return Ok(Vec::new()),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// The value of xattr `name` of `path` (not following a final symlink).
+pub fn get_xattr(path: &Path, name: &[u8]) -> io::Result<Vec<u8>> {
+    let (p, n) = (c_path(path)?, c_name(name)?);
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: `p` and `n` are NUL terminated; `buf` is writable for the length passed.
+        let r =
+            unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if r >= 0 {
+            buf.truncate(r as usize);
+            return Ok(buf);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Set xattr `name` of `path` to `value` (not following a final symlink).
+pub fn set_xattr(path: &Path, name: &[u8], value: &[u8]) -> io::Result<()> {
+    let (p, n) = (c_path(path)?, c_name(name)?);
+    // SAFETY: `p` and `n` are NUL terminated; `value` is readable for its length.
+    let r = unsafe {
+        libc::lsetxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// An xattr name as a C string.
+fn c_name(name: &[u8]) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

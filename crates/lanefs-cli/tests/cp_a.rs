@@ -349,3 +349,96 @@ fn non_utf8_paths_and_colon_image_names() {
     ok(lanefs(&[OsStr::new("ls"), image.as_os_str()]));
     e2fsck_clean(&image);
 }
+
+/// Every xattr of host path `p` through getfattr (names and hex values), or None when the
+/// tool is missing.
+fn getfattr_dump(p: &Path) -> String {
+    let out = Command::new("getfattr")
+        .args(["-h", "-d", "-m", "-", "-e", "hex", "--absolute-names"])
+        .arg(p)
+        .output()
+        .expect("getfattr");
+    // Drop the "# file:" header, which names the path.
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with("# file:") && !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `cp -r` keeps user, trusted and security attributes and access and default ACLs, in
+/// both directions; the kernel reads the image's copy the same.
+#[test]
+fn xattrs_and_acls_are_copied_both_ways() {
+    if !is_root() {
+        skip(
+            "xattrs_and_acls_are_copied_both_ways",
+            "not root (trusted.* and loop mounts)",
+        );
+        return;
+    }
+    let have = |t: &str| Command::new(t).arg("--version").output().is_ok();
+    if !have("setfacl") || !have("getfattr") {
+        skip(
+            "xattrs_and_acls_are_copied_both_ways",
+            "setfacl/getfattr not installed",
+        );
+        return;
+    }
+    let td = tempfile::tempdir().unwrap();
+    let src = td.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("f"), b"file").unwrap();
+    fs::write(src.join("d/g"), b"inner").unwrap();
+    std::os::unix::fs::symlink("f", src.join("link")).unwrap();
+    let setfattr = |args: &[&str], p: &Path| {
+        let st = Command::new("setfattr").args(args).arg(p).status().unwrap();
+        assert!(st.success(), "setfattr {args:?}");
+    };
+    setfattr(&["-n", "user.small", "-v", "v"], &src.join("f"));
+    setfattr(
+        &["-n", "user.big", "-v", &format!("0x{}", "ab".repeat(1500))],
+        &src.join("f"),
+    );
+    setfattr(&["-n", "trusted.t", "-v", "trusted value"], &src.join("f"));
+    setfattr(&["-n", "security.test", "-v", "sec"], &src.join("d/g"));
+    setfattr(&["-n", "user.dir", "-v", "on a dir"], &src.join("d"));
+    let setfacl = |args: &[&str], p: &Path| {
+        let st = Command::new("setfacl").args(args).arg(p).status().unwrap();
+        assert!(st.success(), "setfacl {args:?}");
+    };
+    setfacl(&["-m", "u:1234:rw,g:55:r"], &src.join("f"));
+    setfacl(&["-d", "-m", "u:1234:rwx"], &src.join("d"));
+    let paths = ["f", "d", "d/g", "link"];
+    let want: Vec<String> = paths.iter().map(|p| getfattr_dump(&src.join(p))).collect();
+    assert!(want[0].contains("system.posix_acl_access") && want[1].contains("posix_acl_default"));
+    let image = new_image(td.path(), "x.img", "64M");
+    ok(lanefs(&["cp", "-r", &s(&src), &at(&image, "/t")]));
+    e2fsck_clean(&image);
+    let mnt = td.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-o", "loop,ro"])
+        .arg(&image)
+        .arg(&mnt)
+        .status();
+    if !st.is_ok_and(|s| s.success()) {
+        skip("xattrs_and_acls_are_copied_both_ways", "cannot loop-mount");
+        return;
+    }
+    let in_kernel: Vec<String> = paths
+        .iter()
+        .map(|p| getfattr_dump(&mnt.join("t").join(p)))
+        .collect();
+    let mode = fs::metadata(mnt.join("t/f")).unwrap().mode();
+    let _ = Command::new("umount").arg(&mnt).status();
+    assert_eq!(in_kernel, want, "the kernel reads what lanefs copied in");
+    assert_eq!(
+        mode & 0o777,
+        fs::metadata(src.join("f")).unwrap().mode() & 0o777
+    );
+    let out = td.path().join("out");
+    ok(lanefs(&["cp", "-r", &at(&image, "/t"), &s(&out)]));
+    let back: Vec<String> = paths.iter().map(|p| getfattr_dump(&out.join(p))).collect();
+    assert_eq!(back, want, "copied back out");
+}

@@ -1,12 +1,12 @@
 //! Copying host files and trees into an image.
 
-use super::{nonzero_pieces, read_full, timespec, CHUNK};
+use super::{nonzero_pieces, read_full, show, timespec, CHUNK};
 use crate::error::{CmdResult, Context, Error, Failure};
-use crate::hostsys::{rdev_to_ext4, seek_data_hole};
+use crate::hostsys::{get_xattr, list_xattrs, rdev_to_ext4, seek_data_hole};
 use crate::imgpath::{resolve_dest, Dest, ImageArg};
 use crate::progress::Progress;
 use crate::session::{join_display, with_fs};
-use lanefs::{Attr, FileType, Fs, Ino, Owner, SetAttr};
+use lanefs::{Attr, FileType, Fs, Ino, Owner, SetAttr, XattrFlags};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::Metadata;
@@ -198,7 +198,7 @@ impl Copier<'_> {
                 .borrow_mut()
                 .insert((meta.dev(), meta.ino()), ino);
         }
-        self.finish(ino, meta, shown)
+        self.finish(src, ino, meta, shown)
     }
 
     /// Make `dir/name` another name of image inode `target` (replacing what was there).
@@ -261,7 +261,7 @@ impl Copier<'_> {
             let child_shown = join_display(shown, child_name.as_bytes());
             self.entry(&path, &child_meta, ino, child_name.as_bytes(), &child_shown)?;
         }
-        self.finish(ino, meta, shown)
+        self.finish(src, ino, meta, shown)
     }
 
     /// Copy the data of regular file `src` into a new file `dir/name` or over `reuse`.
@@ -373,8 +373,46 @@ impl Copier<'_> {
         Ok(())
     }
 
+    /// Copy the extended attributes and ACLs of host `src` to `ino`, as `cp -a` does: one
+    /// the image cannot take is a warning (none for "not supported"), not a failure.
+    fn xattrs(&self, src: &Path, ino: Ino, shown: &str) -> CmdResult<()> {
+        let names = match list_xattrs(src) {
+            Ok(n) => n,
+            Err(e) => {
+                self.warn(src.display(), &e.to_string());
+                return Ok(());
+            }
+        };
+        for name in names {
+            let value = match get_xattr(src, &name) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.warn(src.display(), &format!("reading {}: {e}", show(&name)));
+                    continue;
+                }
+            };
+            match self.fs.setxattr(ino, &name, &value, XattrFlags::Any) {
+                Ok(()) | Err(lanefs::Error::NotSupported(_)) => {}
+                Err(
+                    e @ (lanefs::Error::Corrupt { .. }
+                    | lanefs::Error::Io(_)
+                    | lanefs::Error::ReadOnly),
+                ) => return Err(Failure::new(shown, e)),
+                Err(e) => self.warn(shown, &format!("setting {}: {e}", show(&name))),
+            }
+        }
+        Ok(())
+    }
+
+    /// A one-line warning that does not stop the copy.
+    fn warn(&self, what: impl std::fmt::Display, why: &str) {
+        let line = format!("lanefs: cp: warning: {what}: {why}");
+        self.progress.warn(&line);
+    }
+
     /// Give `ino` the owner, permissions and times of host `meta`.
-    fn finish(&self, ino: Ino, meta: &Metadata, shown: &str) -> CmdResult<()> {
+    fn finish(&self, src: &Path, ino: Ino, meta: &Metadata, shown: &str) -> CmdResult<()> {
+        self.xattrs(src, ino, shown)?;
         let set = SetAttr {
             perm: (!meta.file_type().is_symlink()).then(|| perm_of(meta)),
             uid: Some(meta.uid()),

@@ -57,6 +57,11 @@ fn timespec(sec: i64, nsec: i64) -> Timespec {
     }
 }
 
+/// An xattr name for a message.
+fn show(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
 /// The aligned `HOLE_CHUNK` pieces of `data` that are not all zero, with their offsets.
 fn nonzero_pieces(data: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
     data.chunks(HOLE_CHUNK)

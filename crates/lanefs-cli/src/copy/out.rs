@@ -1,8 +1,8 @@
 //! Copying files and trees out of an image onto the host.
 
-use super::{nonzero_pieces, read_full, CHUNK};
+use super::{nonzero_pieces, read_full, show, CHUNK};
 use crate::error::{CmdResult, Context, Error, Failure};
-use crate::hostsys::{euid, mknod, rdev_from_ext4, set_times};
+use crate::hostsys::{euid, mknod, rdev_from_ext4, set_times, set_xattr};
 use crate::imgpath::{resolve, ImageArg, Located};
 use crate::progress::Progress;
 use crate::session::{join_display, read_dir_all, with_fs};
@@ -220,7 +220,30 @@ impl Copier<'_> {
         Ok(true)
     }
 
+    /// Copy the extended attributes and ACLs of `attr` to `host`, as `cp -a` does: one the
+    /// host refuses is a warning (none for "not supported"), not a failure.
+    fn xattrs(&self, attr: &Attr, host: &Path) -> CmdResult<()> {
+        let names = self.fs.listxattr(attr.ino).ctx(host.display())?;
+        for name in names {
+            let value = self.fs.getxattr(attr.ino, &name).ctx(host.display())?;
+            match set_xattr(host, &name, &value) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
+                Err(e) => {
+                    let line = format!(
+                        "lanefs: cp: warning: {}: setting {}: {e}",
+                        host.display(),
+                        show(&name)
+                    );
+                    self.progress.warn(&line);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Give host path `host` the owner (as root), permissions and times of `attr`.
+    /// Owner first, then xattrs (a chown drops security.capability), then the mode.
     fn finish(&self, attr: &Attr, host: &Path) -> CmdResult<()> {
         if self.root {
             match std::os::unix::fs::lchown(host, Some(attr.uid), Some(attr.gid)) {
@@ -230,6 +253,7 @@ impl Copier<'_> {
                 _ => {}
             }
         }
+        self.xattrs(attr, host)?;
         if attr.kind != FileType::Symlink {
             let perm = Permissions::from_mode(u32::from(attr.perm));
             std::fs::set_permissions(host, perm).ctx(host.display())?;

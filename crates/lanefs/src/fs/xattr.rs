@@ -151,7 +151,12 @@ impl Fs {
         if st.freed {
             return Err(Error::NotFound);
         }
-        let is_dir = FileType::from_mode(st.d.mode()) == Some(FileType::Directory);
+        let kind = FileType::from_mode(st.d.mode());
+        let is_dir = kind == Some(FileType::Directory);
+        // As the VFS has it: user.* attributes only on regular files and directories.
+        if index == dx::INDEX_USER && !is_dir && kind != Some(FileType::Regular) {
+            return Err(Error::NotPermitted);
+        }
         // What goes on disk: ACLs in ext4's form; an access ACL the mode says whole is
         // not stored (posix_acl_update_mode), a default ACL only on a directory.
         let mut new_mode = None;
