@@ -13,6 +13,8 @@ use std::fs::Metadata;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Mutex;
 
 /// Copy `srcs` from the host to `dst` inside an image.
 pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i32> {
@@ -28,17 +30,34 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i
         if srcs.len() > 1 && !is_dir {
             return Err(Failure::new(dst.display(), lanefs::Error::NotDir));
         }
-        let copier = Copier {
+        let ctx = Ctx {
             fs,
             progress: &progress,
-            links: RefCell::new(HashMap::new()),
-            buf: RefCell::new(vec![0u8; CHUNK]),
         };
-        for (src, meta) in srcs.iter().zip(&metas) {
-            let (dir, name, shown) = place(&dest, src, dst)?;
-            copier.entry(src, meta, dir, &name, &shown)?;
-        }
-        Ok(0)
+        let failed: Mutex<Option<Failure>> = Mutex::new(None);
+        // File data is written by workers while this thread walks the tree and makes the
+        // names (a directory's own attributes are set after its last name).
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(256);
+        let rx = Mutex::new(rx);
+        let walked = std::thread::scope(|scope| {
+            for _ in 0..workers() {
+                scope.spawn(|| work(ctx, &rx, &failed));
+            }
+            let copier = Copier {
+                ctx,
+                links: RefCell::new(HashMap::new()),
+                jobs: tx,
+                failed: &failed,
+            };
+            for (src, meta) in srcs.iter().zip(&metas) {
+                let (dir, name, shown) = place(&dest, src, dst)?;
+                copier.entry(src, meta, dir, &name, &shown)?;
+            }
+            Ok(())
+        });
+        let failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
+        walked?;
+        failed.map_or(Ok(0), Err)
     });
     progress.finish();
     result
@@ -121,22 +140,65 @@ fn perm_of(meta: &Metadata) -> u16 {
     (meta.mode() & 0o7777) as u16
 }
 
-/// One copy into one mounted image.
-struct Copier<'a> {
+/// Threads writing file data: one per CPU, at most 8.
+fn workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
+/// What every thread of a copy shares.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
     fs: &'a Fs,
     progress: &'a Progress,
-    /// The copy buffer, allocated once (a fresh 1 MiB per file cost more than the copy
-    /// of a small file).
-    buf: RefCell<Vec<u8>>,
+}
+
+/// One regular file whose name exists (open, as create leaves it): its data, xattrs and
+/// attributes are still to be written.
+struct Job {
+    src: PathBuf,
+    meta: Metadata,
+    ino: Ino,
+    truncate: bool,
+    shown: String,
+}
+
+/// A worker: run jobs until the walk ends; after a failure only release what is left.
+fn work(ctx: Ctx<'_>, rx: &Mutex<Receiver<Job>>, failed: &Mutex<Option<Failure>>) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let job = match rx.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        let Ok(job) = job else { return };
+        let stop = failed.lock().map_or(true, |f| f.is_some());
+        let r = if stop {
+            ctx.fs.release(job.ino).ctx(&job.shown)
+        } else {
+            ctx.run(&mut buf, &job)
+        };
+        if let Err(e) = r {
+            if let Ok(mut f) = failed.lock() {
+                f.get_or_insert(e);
+            }
+        }
+    }
+}
+
+/// The walk of one copy into one mounted image.
+struct Copier<'a> {
+    ctx: Ctx<'a>,
     /// Host files with more than one name, by (device, inode), and the image inode their
     /// first name was copied to: later names become hard links to it, as `cp -a` does.
     links: RefCell<HashMap<(u64, u64), Ino>>,
+    jobs: SyncSender<Job>,
+    failed: &'a Mutex<Option<Failure>>,
 }
 
 impl Copier<'_> {
     /// What `dir` already holds under `name`, if anything.
     fn existing(&self, dir: Ino, name: &[u8], shown: &str) -> CmdResult<Option<Attr>> {
-        match self.fs.lookup(dir, name) {
+        match self.ctx.fs.lookup(dir, name) {
             Ok(attr) => Ok(Some(attr)),
             Err(lanefs::Error::NotFound) => Ok(None),
             Err(e) => Err(Failure::new(shown, e)),
@@ -173,7 +235,7 @@ impl Copier<'_> {
             if meta.is_file() && old.kind == FileType::Regular {
                 reuse = Some(old.ino);
             } else {
-                self.fs.unlink(dir, name).ctx(shown)?;
+                self.ctx.fs.unlink(dir, name).ctx(shown)?;
             }
         }
         let ft = meta.file_type();
@@ -182,13 +244,15 @@ impl Copier<'_> {
         } else if ft.is_symlink() {
             let target = std::fs::read_link(src).ctx(src.display())?;
             let target = target.as_os_str().as_bytes();
-            self.fs
+            self.ctx
+                .fs
                 .symlink(dir, name, target, owner_of(meta))
                 .ctx(shown)?
                 .ino
         } else {
             let rdev = rdev_to_ext4(meta.rdev());
-            self.fs
+            self.ctx
+                .fs
                 .mknod(dir, name, meta.mode(), rdev, owner_of(meta))
                 .ctx(shown)?
                 .ino
@@ -198,7 +262,11 @@ impl Copier<'_> {
                 .borrow_mut()
                 .insert((meta.dev(), meta.ino()), ino);
         }
-        self.finish(src, ino, meta, shown)
+        if ft.is_file() {
+            // Its worker sets its attributes once the data is in.
+            return Ok(());
+        }
+        self.ctx.finish(src, ino, meta, shown)
     }
 
     /// Make `dir/name` another name of image inode `target` (replacing what was there).
@@ -218,10 +286,10 @@ impl Copier<'_> {
                     Error::msg("cannot overwrite a directory with a non-directory"),
                 ))
             }
-            Some(_) => self.fs.unlink(dir, name).ctx(shown)?,
+            Some(_) => self.ctx.fs.unlink(dir, name).ctx(shown)?,
             None => {}
         }
-        self.fs.link(target, dir, name).ctx(shown)?;
+        self.ctx.fs.link(target, dir, name).ctx(shown)?;
         Ok(())
     }
 
@@ -244,7 +312,8 @@ impl Copier<'_> {
                 ))
             }
             None => {
-                self.fs
+                self.ctx
+                    .fs
                     .mkdir(dir, name, perm_of(meta), owner_of(meta))
                     .ctx(shown)?
                     .ino
@@ -261,10 +330,10 @@ impl Copier<'_> {
             let child_shown = join_display(shown, child_name.as_bytes());
             self.entry(&path, &child_meta, ino, child_name.as_bytes(), &child_shown)?;
         }
-        self.finish(src, ino, meta, shown)
+        self.ctx.finish(src, ino, meta, shown)
     }
 
-    /// Copy the data of regular file `src` into a new file `dir/name` or over `reuse`.
+    /// Make regular file `dir/name` (or reuse `reuse`) and hand its data to a worker.
     fn file(
         &self,
         src: &Path,
@@ -274,27 +343,55 @@ impl Copier<'_> {
         reuse: Option<Ino>,
         shown: &str,
     ) -> CmdResult<Ino> {
+        if let Some(e) = self.failed.lock().ok().and_then(|mut f| f.take()) {
+            return Err(e);
+        }
         let ino = match reuse {
             Some(ino) => {
-                self.fs.open(ino).ctx(shown)?;
+                self.ctx.fs.open(ino).ctx(shown)?;
                 ino
             }
             None => {
-                self.fs
+                self.ctx
+                    .fs
                     .create(dir, name, perm_of(meta), owner_of(meta))
                     .ctx(shown)?
                     .ino
             }
         };
-        let written = self.fill(src, ino, reuse.is_some(), shown);
-        let released = self.fs.release(ino).ctx(shown);
+        let job = Job {
+            src: src.to_path_buf(),
+            meta: meta.clone(),
+            ino,
+            truncate: reuse.is_some(),
+            shown: shown.to_string(),
+        };
+        if self.jobs.send(job).is_err() {
+            return Err(Failure::new(shown, Error::msg("the copy's workers ended")));
+        }
+        Ok(ino)
+    }
+}
+
+impl Ctx<'_> {
+    /// Write one file's data, release it, then give it its xattrs and attributes.
+    fn run(&self, buf: &mut [u8], job: &Job) -> CmdResult<()> {
+        let written = self.fill(buf, &job.src, job.ino, job.truncate, &job.shown);
+        let released = self.fs.release(job.ino).ctx(&job.shown);
         written?;
         released?;
-        Ok(ino)
+        self.finish(&job.src, job.ino, &job.meta, &job.shown)
     }
 
     /// Write the data of `src` into open file `ino` (emptied first if `truncate`).
-    fn fill(&self, src: &Path, ino: Ino, truncate: bool, shown: &str) -> CmdResult<()> {
+    fn fill(
+        &self,
+        buf: &mut [u8],
+        src: &Path,
+        ino: Ino,
+        truncate: bool,
+        shown: &str,
+    ) -> CmdResult<()> {
         if truncate {
             self.fs
                 .setattr(
@@ -308,7 +405,6 @@ impl Copier<'_> {
         }
         let file = std::fs::File::open(src).ctx(src.display())?;
         let len = file.metadata().ctx(src.display())?.len();
-        let mut buf = self.buf.borrow_mut();
         // Only the host file's data segments are read; its holes stay holes here.
         let (mut pos, mut copied) = (0u64, 0u64);
         while let Some(start) = seek_data_hole(&file, pos, false).ctx(src.display())? {
