@@ -83,6 +83,22 @@ fn e2fsck_clean(image: &Path) {
     }
 }
 
+/// Loop-mount `image` at `mnt` with `opts` (`loop,...`); false (after a SKIP line, or a
+/// panic when required) if this machine cannot.
+fn kernel_mount(test: &str, image: &Path, mnt: &Path, opts: &str) -> bool {
+    fs::create_dir_all(mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-o", opts])
+        .arg(image)
+        .arg(mnt)
+        .status();
+    if st.is_ok_and(|s| s.success()) {
+        return true;
+    }
+    skip(test, "cannot loop-mount");
+    false
+}
+
 /// Ends the process if `secs` pass before it is dropped: a per-byte walk of a huge hole
 /// must fail the run, not hang it.
 struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
@@ -234,17 +250,7 @@ fn hard_links_keep_their_identity() {
         return;
     }
     let mnt = td.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    let st = Command::new("mount")
-        .args(["-o", "loop,ro"])
-        .arg(&image)
-        .arg(&mnt)
-        .status();
-    if !st.is_ok_and(|s| s.success()) {
-        skip(
-            "hard_links_keep_their_identity (kernel)",
-            "cannot loop-mount",
-        );
+    if !kernel_mount("hard_links_keep_their_identity", &image, &mnt, "loop,ro") {
         return;
     }
     let groups = link_groups(&mnt.join("t"));
@@ -272,14 +278,7 @@ fn kernel_mounted_image_is_refused() {
         return;
     }
     let mnt = td.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    let st = Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&image)
-        .arg(&mnt)
-        .status();
-    if !st.is_ok_and(|s| s.success()) {
-        skip("kernel_mounted_image_is_refused", "cannot loop-mount");
+    if !kernel_mount("kernel_mounted_image_is_refused", &image, &mnt, "loop") {
         return;
     }
     fs::write(mnt.join("k"), b"kernel").unwrap();
@@ -416,14 +415,12 @@ fn xattrs_and_acls_are_copied_both_ways() {
     ok(lanefs(&["cp", "-r", &s(&src), &at(&image, "/t")]));
     e2fsck_clean(&image);
     let mnt = td.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    let st = Command::new("mount")
-        .args(["-o", "loop,ro"])
-        .arg(&image)
-        .arg(&mnt)
-        .status();
-    if !st.is_ok_and(|s| s.success()) {
-        skip("xattrs_and_acls_are_copied_both_ways", "cannot loop-mount");
+    if !kernel_mount(
+        "xattrs_and_acls_are_copied_both_ways",
+        &image,
+        &mnt,
+        "loop,ro",
+    ) {
         return;
     }
     let in_kernel: Vec<String> = paths

@@ -94,14 +94,7 @@ impl Fs {
                 refcount: 0,
             });
         }
-        if blk >= self.al.geo.blocks {
-            return Err(Error::corrupt(
-                "xattr block",
-                blk,
-                "outside the file system",
-            ));
-        }
-        let b = self.bufs.get(blk)?;
+        let b = self.xattr_buf(blk)?;
         let d = b.read();
         let (h, block) = dx::decode_block(&d, blk, self.xattr_seed())?;
         Ok(Found {
@@ -110,6 +103,18 @@ impl Fs {
             blk,
             refcount: h.refcount,
         })
+    }
+
+    /// The buffer of xattr block `blk`, refusing a number outside the file system.
+    fn xattr_buf(&self, blk: u64) -> Result<std::sync::Arc<crate::buf::Buf>> {
+        if blk >= self.al.geo.blocks {
+            return Err(Error::corrupt(
+                "xattr block",
+                blk,
+                "outside the file system",
+            ));
+        }
+        self.bufs.get(blk)
     }
 
     fn ibody_range(&self, st: &InodeState) -> Option<(usize, usize)> {
@@ -299,14 +304,7 @@ impl Fs {
             return Ok(());
         }
         st.d.set_file_acl(0);
-        if blk >= self.al.geo.blocks {
-            return Err(Error::corrupt(
-                "xattr block",
-                blk,
-                "outside the file system",
-            ));
-        }
-        let b = self.bufs.get(blk)?;
+        let b = self.xattr_buf(blk)?;
         let mut d = b.write();
         dx::decode_block(&d, blk, None)?;
         let refs = dx::refcount(&d);
