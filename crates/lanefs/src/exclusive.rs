@@ -3,7 +3,8 @@
 //!
 //! - A regular image file is locked with `flock`: exclusive for a read-write open, shared
 //!   for a read-only one, so a second lanefs writer (another process, or another mount in
-//!   this one) is refused while readers may share.
+//!   this one) is refused while readers may share. A lock held elsewhere is retried for
+//!   half a second first (see `LOCK_PATIENCE`).
 //! - A read-write open of an image file is refused while a loop device backed by that
 //!   file is in use (mounted by the kernel, or held exclusively); a loop device attached
 //!   but idle is opened with `O_EXCL` and held for as long as lanefs has the image, so the
@@ -90,25 +91,37 @@ pub fn busy_device(path: &Path) -> Error {
     ))
 }
 
-/// flock the image: exclusive for writing, shared for reading, never waiting.
+/// How long a lock held elsewhere is retried before the image counts as in use. A child
+/// process this program spawns holds copies of its descriptors between fork and exec (the
+/// close-on-exec flag closes them only at exec), so a lock just released by closing the
+/// image can stay held for that window; a real second writer holds it far longer.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// flock the image: exclusive for writing, shared for reading; busy after `LOCK_PATIENCE`.
 fn lock(file: &File, path: &Path, read_only: bool) -> Result<()> {
-    let r = if read_only {
-        file.try_lock_shared()
-    } else {
-        file.try_lock()
-    };
-    match r {
-        Ok(()) => Ok(()),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let who = if read_only {
-                "open for writing by another lanefs"
-            } else {
-                "in use by another lanefs"
-            };
-            Err(Error::Busy(format!("{}: {who}", path.display())))
+    let start = std::time::Instant::now();
+    loop {
+        let r = if read_only {
+            file.try_lock_shared()
+        } else {
+            file.try_lock()
+        };
+        match r {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_PATIENCE => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let who = if read_only {
+                    "open for writing by another lanefs"
+                } else {
+                    "in use by another lanefs"
+                };
+                return Err(Error::Busy(format!("{}: {who}", path.display())));
+            }
+            // A file system without flock support (some network mounts): go on unlocked.
+            Err(std::fs::TryLockError::Error(_)) => return Ok(()),
         }
-        // A file system without flock support (some network mounts): go on unlocked.
-        Err(std::fs::TryLockError::Error(_)) => Ok(()),
     }
 }
 
