@@ -43,6 +43,30 @@ fn fsck_clean(img: &Path, when: &str) -> Result<(), String> {
     }
 }
 
+/// An error the kernel recorded in the superblock (`s_state` error bit, `s_error_count`):
+/// some inconsistencies it only logs and records, without failing any call.
+fn recorded_errors(img: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let mut sb = [0u8; 1024];
+    std::fs::File::open(img)
+        .and_then(|f| f.read_exact_at(&mut sb, 1024))
+        .map_err(|e| format!("read superblock: {e}"))?;
+    let state = u16::from_le_bytes([sb[0x3A], sb[0x3B]]);
+    let count = u32::from_le_bytes([sb[0x194], sb[0x195], sb[0x196], sb[0x197]]);
+    if state & 2 != 0 || count != 0 {
+        let info = run(Command::new("dumpe2fs").arg("-h").arg(img)).unwrap_or_default();
+        let lines: Vec<&str> = info
+            .lines()
+            .filter(|l| l.contains("error") || l.contains("Error") || l.contains("state"))
+            .collect();
+        return Err(format!(
+            "the kernel recorded errors (state {state:#x}, count {count}):\n{}",
+            lines.join("\n")
+        ));
+    }
+    Ok(())
+}
+
 /// (indirect levels, root count) of an htree directory, from `debugfs htree_dump`;
 /// None when the directory is not indexed.
 fn htree_info(img: &Path, path: &str) -> Option<(u32, usize)> {
@@ -1232,7 +1256,8 @@ impl World {
             .and_then(|km| {
                 let r = kernel_view(&km.dir).and_then(|v| compare(&self.model, &v, "kernel"));
                 km.unmount().and(r)
-            });
+            })
+            .and_then(|_| recorded_errors(&self.img));
         if let Err(e) = r {
             self.fail(format!("{label}: {e}"));
         }
@@ -1444,6 +1469,15 @@ impl World {
 
     /// A random operation the model says must succeed (None: no candidate this time).
     fn rand_op(&mut self) -> Option<Op> {
+        if self.data_bytes() > 120 << 20 && self.rng.gen_bool(0.5) {
+            // Long runs: keep the 256 MiB image from filling up (holes count here).
+            let path = self.pick(|m, _, n| match n {
+                Node::File { fid } => m.files[fid].data.len() > 1 << 20,
+                _ => false,
+            })?;
+            let size = self.rng.gen_range(0..=self.model.size(&path) / 4);
+            return Some(Op::Truncate { path, size });
+        }
         let perms = [0o644u16, 0o600, 0o755, 0o000, 0o4755, 0o2750, 0o1777, 0o444];
         let perm = perms[self.rng.gen_range(0..perms.len())];
         Some(match self.rng.gen_range(0..100) {
@@ -2751,6 +2785,40 @@ fn kernel_edit_edge_shapes() {
     });
     w.shape("the kernel punches and truncates after lanefs", "/u");
     w.note(&format!("{test}: longest extents"));
+
+    // Extent trees at their exact capacities, a full root in the inode (4 extents) and a
+    // full depth-1 tree (4 leaves of 340): one side builds, the other adds the extent
+    // that needs a new level, then one in the middle of a full leaf.
+    let img = mkfs_image(td.path(), "cap.img", 256 << 20);
+    let mut w = World::new(td.path(), img, 14, 100);
+    for (builder, n) in [
+        ("kernel", 4u64),
+        ("kernel", 1360),
+        ("lanefs", 4),
+        ("lanefs", 1360),
+    ] {
+        let path = format!("/{builder}_{n}");
+        if builder == "kernel" {
+            w.mount_kernel();
+        } else {
+            w.mount_lanefs();
+        }
+        w.create(path.clone(), 0);
+        w.alternate_blocks(&path, 0, n);
+        let (leaves, depth) = w.shape(&format!("{builder} fills a tree to capacity"), &path);
+        assert_eq!((leaves, depth), (n as usize, u32::from(n > 4)), "{path}");
+        if builder == "kernel" {
+            w.mount_lanefs();
+        } else {
+            w.mount_kernel();
+        }
+        w.alternate_blocks(&path, 2 * n, 1);
+        let (_, depth) = w.shape("the other side adds one extent", &path);
+        assert_eq!(depth, if n > 4 { 2 } else { 1 }, "{path}");
+        w.alternate_blocks(&path, 1, 1);
+        w.shape("the other side inserts into a full leaf", &path);
+    }
+    w.note(&format!("{test}: trees at capacity"));
 
     // Directories with an extent index: lanefs interleaves directory growth with file
     // data, the kernel grows the directory further, lanefs removes it.
