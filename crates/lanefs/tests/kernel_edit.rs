@@ -43,6 +43,28 @@ fn fsck_clean(img: &Path, when: &str) -> Result<(), String> {
     }
 }
 
+/// lanefs's own checker (`lanefs::fsck`) must find the image clean too.
+fn lanefs_fsck(img: &Path, when: &str) -> Result<(), String> {
+    let dev = lanefs::FileDevice::open(img, true).map_err(|e| format!("open {when}: {e}"))?;
+    let r = lanefs::fsck::check(&dev, &lanefs::fsck::FsckOptions::default())
+        .map_err(|e| format!("lanefs fsck {when}: {e}"))?;
+    if r.is_clean() {
+        Ok(())
+    } else {
+        let list: Vec<String> = r
+            .problems
+            .iter()
+            .take(10)
+            .map(|p| format!("  {}: {}", p.code, p.message))
+            .collect();
+        Err(format!(
+            "lanefs fsck {when}: {}\n{}",
+            r.summary(),
+            list.join("\n")
+        ))
+    }
+}
+
 /// An error the kernel recorded in the superblock (`s_state` error bit, `s_error_count`):
 /// some inconsistencies it only logs and records, without failing any call.
 fn recorded_errors(img: &Path) -> Result<(), String> {
@@ -3281,4 +3303,77 @@ fn kernel_indirect_block_maps() {
     });
     w.remove_tree("/d");
     w.check("lanefs edited and removed them");
+}
+
+/// A directory at the dir_nlink limit: the kernel makes 64,997 subdirectories (link
+/// count 64,999), lanefs adds the 64,998th (65,000: still exact, as in Linux and for
+/// e2fsck) and the 64,999th (past 65,000: 1, "many"), and the kernel one more (stays 1).
+#[test]
+fn kernel_edit_dir_nlink_limit() {
+    use std::os::unix::fs::MetadataExt;
+    let test = "kernel_edit_dir_nlink_limit";
+    let _wd = watchdog(test, 600);
+    let td = tempfile::tempdir().expect("tempdir");
+    if !kernel_ready(test, td.path(), &[]) {
+        return;
+    }
+    let t0 = Instant::now();
+    let img = common::mkfs_image_args(td.path(), "nlink.img", 1 << 30, &["-N", "140000"]);
+    let mnt = td.path().join("mnt");
+    let km = KernelMount::mount(&img, &mnt, "").expect("kernel mount");
+    let p = mnt.join("p");
+    std::fs::create_dir(&p).expect("mkdir /p");
+    for i in 0..64_997 {
+        std::fs::create_dir(p.join(format!("{i}"))).expect("kernel mkdir");
+    }
+    assert_eq!(std::fs::metadata(&p).expect("stat").nlink(), 64_999);
+    km.unmount().expect("unmount");
+    fsck_clean(&img, "after the kernel made 64,997 subdirectories")
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "{test}: the kernel made 64,997 subdirectories ({:.1} s)",
+        t0.elapsed().as_secs_f64()
+    );
+    for (name, want) in [("l1", 65_000u32), ("l2", 1)] {
+        let fs = Fs::mount_path(&img, MountOptions::default()).expect("lanefs mount");
+        let pi = fs.lookup(ROOT_INO, b"p").expect("lookup").ino;
+        fs.mkdir(pi, name.as_bytes(), 0o755, Owner::default())
+            .expect("lanefs mkdir");
+        let got = fs.getattr(pi).expect("getattr").nlink;
+        fs.unmount().expect("lanefs unmount");
+        let when = format!("after lanefs made /p/{name}");
+        fsck_clean(&img, &when)
+            .and_then(|_| lanefs_fsck(&img, &when))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got, want, "lanefs's link count of /p after {name}");
+        let km = KernelMount::mount(&img, &mnt, "ro").expect("kernel mount");
+        let n = std::fs::metadata(mnt.join("p")).expect("stat").nlink();
+        km.unmount().expect("unmount");
+        assert_eq!(
+            n,
+            u64::from(want),
+            "the kernel's link count of /p after {name}"
+        );
+    }
+    let km = KernelMount::mount(&img, &mnt, "").expect("kernel mount");
+    std::fs::create_dir(mnt.join("p").join("k1")).expect("kernel mkdir");
+    assert_eq!(std::fs::metadata(mnt.join("p")).expect("stat").nlink(), 1);
+    km.unmount().expect("unmount");
+    fsck_clean(&img, "after the kernel made one more").unwrap_or_else(|e| panic!("{e}"));
+    // Back below the limit: the count stays 1 (Linux's ext4_dec_count), which e2fsck
+    // accepts for an indexed directory.
+    let fs = Fs::mount_path(&img, MountOptions::default()).expect("lanefs mount");
+    let pi = fs.lookup(ROOT_INO, b"p").expect("lookup").ino;
+    for name in ["l1", "l2", "k1", "0"] {
+        fs.rmdir(pi, name.as_bytes()).expect("lanefs rmdir");
+    }
+    assert_eq!(fs.getattr(pi).expect("getattr").nlink, 1);
+    fs.unmount().expect("lanefs unmount");
+    fsck_clean(&img, "after lanefs removed four").unwrap_or_else(|e| panic!("{e}"));
+    let km = KernelMount::mount(&img, &mnt, "").expect("kernel mount");
+    std::fs::remove_dir(mnt.join("p").join("1")).expect("kernel rmdir");
+    assert_eq!(std::fs::metadata(mnt.join("p")).expect("stat").nlink(), 1);
+    km.unmount().expect("unmount");
+    fsck_clean(&img, "after the kernel removed one").unwrap_or_else(|e| panic!("{e}"));
+    println!("{test}: done ({:.1} s)", t0.elapsed().as_secs_f64());
 }

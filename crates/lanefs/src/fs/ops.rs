@@ -66,8 +66,9 @@ pub(super) mod links {
 fn inc_dir_links(d: &mut DiskInode) {
     let l = d.links();
     if l != 1 {
+        // As Linux's ext4_inc_count: exact up to LINK_MAX itself, 1 ("many") past it.
         // Saturating: a corrupt count near u16::MAX must not overflow.
-        d.set_links(if l.saturating_add(1) >= LINK_MAX {
+        d.set_links(if l.saturating_add(1) > LINK_MAX {
             1
         } else {
             l + 1
