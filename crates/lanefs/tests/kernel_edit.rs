@@ -1253,7 +1253,7 @@ impl World {
         if let Err(e) = self.unmount() {
             self.fail(format!("{label}: {e}"));
         }
-        if let Err(e) = fsck_clean(&self.img, label) {
+        if let Err(e) = fsck_clean(&self.img, label).and_then(|_| lanefs_fsck(&self.img, label)) {
             self.fail(e);
         }
         if was != "lanefs" {
@@ -3376,4 +3376,33 @@ fn kernel_edit_dir_nlink_limit() {
     km.unmount().expect("unmount");
     fsck_clean(&img, "after the kernel removed one").unwrap_or_else(|e| panic!("{e}"));
     println!("{test}: done ({:.1} s)", t0.elapsed().as_secs_f64());
+}
+
+/// Known false positive of lanefs's checker, not fixed here (`src/fsck.rs` is another
+/// engineer's): a directory whose subdirectories went past 65,000 and back below keeps
+/// link count 1 in Linux (ext4_dec_count never raises it again) and in lanefs alike;
+/// e2fsck accepts that for an indexed directory ("previously exceeded, but no longer is":
+/// fixed quietly, not an error), but `lanefs::fsck` reports LINK_COUNT. The fix belongs in
+/// its pass 4: a directory with the index flag and i_links_count 1 is fine for any count.
+#[test]
+#[ignore = "lanefs fsck reports LINK_COUNT for a directory back below the dir_nlink limit (src/fsck.rs)"]
+fn kernel_dir_nlink_back_below_limit_lanefs_fsck() {
+    let test = "kernel_dir_nlink_back_below_limit_lanefs_fsck";
+    let td = tempfile::tempdir().expect("tempdir");
+    if !kernel_ready(test, td.path(), &[]) {
+        return;
+    }
+    let img = common::mkfs_image_args(td.path(), "nlink.img", 1 << 30, &["-N", "140000"]);
+    let mnt = td.path().join("mnt");
+    let km = KernelMount::mount(&img, &mnt, "").expect("kernel mount");
+    let p = mnt.join("p");
+    std::fs::create_dir(&p).expect("mkdir /p");
+    for i in 0..64_999 {
+        std::fs::create_dir(p.join(format!("{i}"))).expect("kernel mkdir");
+    }
+    // 65,001 links: 1 from now on, also after the next rmdir (65,000 counted).
+    std::fs::remove_dir(p.join("0")).expect("kernel rmdir");
+    km.unmount().expect("unmount");
+    fsck_clean(&img, "with /p back at 65,000").unwrap_or_else(|e| panic!("{e}"));
+    lanefs_fsck(&img, "with /p back at 65,000").unwrap_or_else(|e| panic!("{e}"));
 }
