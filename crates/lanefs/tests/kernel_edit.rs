@@ -3406,3 +3406,95 @@ fn kernel_dir_nlink_back_below_limit_lanefs_fsck() {
     fsck_clean(&img, "with /p back at 65,000").unwrap_or_else(|e| panic!("{e}"));
     lanefs_fsck(&img, "with /p back at 65,000").unwrap_or_else(|e| panic!("{e}"));
 }
+
+impl World {
+    /// A compact round trip: the kernel builds a 3,000-entry directory, a depth-1 extent
+    /// tree and symlinks; lanefs inserts, deletes, renames, edits the tree and does random
+    /// operations; the kernel does random operations; lanefs removes the directory.
+    fn compact_round_trip(&mut self, label: &str) {
+        self.mount_kernel();
+        self.mkdir("/d");
+        for _ in 0..3000 {
+            let p = format!("/d/{}", self.rand_name("/d"));
+            let len = self.rng.gen_range(0..=60);
+            self.create(p, len);
+        }
+        self.create("/f".into(), 0);
+        self.alternate_blocks("/f", 0, 400);
+        for len in [10usize, 59, 60, 700] {
+            let target = rand_chars(&mut self.rng, len).into_bytes();
+            self.op(Op::Symlink {
+                path: format!("/s{len}"),
+                target,
+            });
+        }
+        self.check(&format!("{label}: the kernel built"));
+        self.mount_lanefs();
+        for _ in 0..300 {
+            let p = format!("/d/{}", self.rand_name("/d"));
+            self.create(p, 5);
+        }
+        self.unlink_some("/d", 1000);
+        for i in 0..20 {
+            let from = self.names_in("/d")[i * 7].clone();
+            let to = if i % 2 == 0 {
+                format!("/d/{}", self.rand_name("/d"))
+            } else {
+                format!("/{}", self.rand_name(""))
+            };
+            self.op(Op::Rename { from, to });
+        }
+        self.edit_frag("/f", 40);
+        self.op(Op::Unlink {
+            path: "/s60".into(),
+        });
+        self.check(&format!("{label}: lanefs edited"));
+        self.frozen.clear();
+        self.pinned = ["/d".to_string()].into();
+        self.hot = vec!["/d".into()];
+        self.random_ops(250, &format!("{label}: lanefs"));
+        self.mount_kernel();
+        self.random_ops(120, &format!("{label}: kernel"));
+        self.mount_lanefs();
+        self.pinned.clear();
+        self.remove_tree("/d");
+        self.check(&format!("{label}: lanefs removed /d"));
+        if let Err(e) = self.unmount() {
+            self.fail(e);
+        }
+    }
+}
+
+/// The same structures on images `mkfs.ext4` makes with other options lanefs accepts: no
+/// dir_index (the kernel's directories stay linear over many blocks), 32-byte group
+/// descriptors (no 64bit), no flex_bg, a checksum seed kept across a UUID change
+/// (metadata_csum_seed), 128-byte inodes, and no metadata_csum.
+#[test]
+fn kernel_edit_mkfs_variants() {
+    let test = "kernel_edit_mkfs_variants";
+    let _wd = watchdog(test, 900);
+    let td = tempfile::tempdir().expect("tempdir");
+    if !kernel_ready(test, td.path(), &["xfs_io", "tune2fs"]) {
+        return;
+    }
+    let t0 = Instant::now();
+    let variants: [(&str, &[&str]); 6] = [
+        ("no_dir_index", &["-O", "^dir_index"]),
+        ("no_64bit", &["-O", "^64bit"]),
+        ("no_flex_bg", &["-O", "^flex_bg"]),
+        ("csum_seed", &["-O", "metadata_csum_seed"]),
+        ("inode128", &["-I", "128"]),
+        ("no_metadata_csum", &["-O", "^metadata_csum"]),
+    ];
+    for (k, (name, args)) in variants.iter().enumerate() {
+        let img = common::mkfs_image_args(td.path(), &format!("{name}.img"), 256 << 20, args);
+        if *name == "csum_seed" {
+            run(Command::new("tune2fs").args(["-U", "random"]).arg(&img))
+                .expect("tune2fs -U random");
+        }
+        let mut w = World::new(td.path(), img, 20 + k as u64, 1000);
+        w.compact_round_trip(name);
+        w.note(&format!("{test}: {name}: {} checks", w.checks));
+    }
+    println!("{test}: done ({:.1} s)", t0.elapsed().as_secs_f64());
+}
