@@ -684,13 +684,18 @@ impl DirCtx<'_> {
             self.def_version()
         };
         let leaves = self.leaf_blocks(ino, st)?;
-        // Start at the last leaf whose range begins below the cursor's hash: earlier
-        // leaves hold only smaller hashes. Stop once enough entries are collected and
-        // the next leaf starts above everything collected.
+        // In an htree, start at the last leaf whose range begins below the cursor's hash:
+        // earlier leaves hold only smaller hashes. Stop once enough entries are collected
+        // and the next leaf starts above everything collected. A linear directory's
+        // blocks hold any hashes: every block is read every time.
         let major = (pos.saturating_sub(3) >> 32) << 1;
-        let first = leaves
-            .partition_point(|&(h, _)| u64::from(h) < major)
-            .saturating_sub(1);
+        let first = if self.is_htree(st) {
+            leaves
+                .partition_point(|&(h, _)| u64::from(h) < major)
+                .saturating_sub(1)
+        } else {
+            0
+        };
         let mut all: Vec<(u64, RawEntry)> = Vec::new();
         for (k, &(_, lblk)) in leaves.iter().enumerate().skip(first) {
             let (_, entries) = self.leaf(st, ino, lblk)?;

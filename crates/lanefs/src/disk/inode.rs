@@ -15,6 +15,10 @@ pub const FL_INLINE_DATA: u32 = 0x10000000;
 pub const FL_TOPDIR: u32 = 0x20000;
 /// Inode flag: large xattr value inode.
 pub const FL_EA_INODE: u32 = 0x200000;
+/// Inode flag: immutable (`chattr +i`): no name, link, attribute or data change.
+pub const FL_IMMUTABLE: u32 = 0x10;
+/// Inode flag: append-only (`chattr +a`): data only appended, names only added.
+pub const FL_APPEND: u32 = 0x20;
 
 /// Offset of the first byte past the classic 128-byte inode.
 pub const GOOD_OLD_SIZE: usize = 128;

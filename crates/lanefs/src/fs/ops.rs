@@ -2,7 +2,7 @@
 
 use super::{now, Fs, LINK_MAX};
 use crate::disk::extent::{self, Node};
-use crate::disk::inode::{DiskInode, FL_EXTENTS};
+use crate::disk::inode::{DiskInode, FL_APPEND, FL_EXTENTS, FL_IMMUTABLE};
 use crate::error::{Error, Result};
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::Handle;
@@ -31,6 +31,24 @@ fn kind_of(st: &InodeState) -> FileType {
     FileType::from_mode(st.d.mode()).unwrap_or(FileType::Regular)
 }
 
+/// The inode flags `chattr` sets, as the VFS enforces them for ext4 (EPERM, even for root):
+/// an immutable inode (`+i`) keeps its names, links and attributes, and an immutable
+/// directory its entries; an append-only inode (`+a`) keeps its names, links and
+/// attributes too, and an append-only directory gains entries but loses none.
+pub(super) mod flags {
+    use super::{InodeState, FL_APPEND, FL_IMMUTABLE};
+
+    /// `chattr +i`.
+    pub fn immutable(st: &InodeState) -> bool {
+        st.d.flags() & FL_IMMUTABLE != 0
+    }
+    /// `chattr +i` or `+a`: the inode itself cannot be unlinked, renamed, linked or
+    /// changed by setattr (Linux's `may_delete`, `vfs_link`, `notify_change`).
+    pub fn pinned(st: &InodeState) -> bool {
+        st.d.flags() & (FL_IMMUTABLE | FL_APPEND) != 0
+    }
+}
+
 /// Directory link count helpers shared with rename.
 pub(super) mod links {
     use crate::disk::inode::DiskInode;
@@ -48,8 +66,9 @@ pub(super) mod links {
 fn inc_dir_links(d: &mut DiskInode) {
     let l = d.links();
     if l != 1 {
+        // As Linux's ext4_inc_count: exact up to LINK_MAX itself, 1 ("many") past it.
         // Saturating: a corrupt count near u16::MAX must not overflow.
-        d.set_links(if l.saturating_add(1) >= LINK_MAX {
+        d.set_links(if l.saturating_add(1) > LINK_MAX {
             1
         } else {
             l + 1
@@ -126,6 +145,16 @@ impl Fs {
             if size > super::MAX_FILE_BLOCKS * u64::from(self.bs) {
                 return Err(Error::FileTooBig);
             }
+        }
+        let changes = set.perm.is_some()
+            || set.uid.is_some()
+            || set.gid.is_some()
+            || set.size.is_some()
+            || set.atime.is_some()
+            || set.mtime.is_some()
+            || set.ctime.is_some();
+        if changes && flags::pinned(&st) {
+            return Err(Error::NotPermitted);
         }
         let h = self.journal.start();
         if let Some(size) = set.size {
@@ -244,6 +273,9 @@ impl Fs {
         let ctx = self.ctx();
         if ctx.lookup(dir, &dst, name)?.is_some() {
             return Err(Error::Exists);
+        }
+        if flags::immutable(&dst) {
+            return Err(Error::NotPermitted);
         }
         let kind = FileType::from_mode(mode).ok_or_else(|| Error::Invalid("mode".into()))?;
         let h = self.journal.start();
@@ -419,12 +451,15 @@ impl Fs {
         if ctx.lookup(newdir, &dst, newname)?.is_some() {
             return Err(Error::Exists);
         }
-        if ino == newdir {
+        if ino == newdir || flags::immutable(&dst) {
             return Err(Error::NotPermitted);
         }
         let mut cst = c.state.write();
         if cst.freed || cst.d.links() == 0 {
             return Err(Error::NotFound);
+        }
+        if flags::pinned(&cst) {
+            return Err(Error::NotPermitted);
         }
         if kind_of(&cst) == FileType::Directory {
             return Err(Error::NotPermitted);
@@ -479,6 +514,10 @@ impl Fs {
         let c = self.iget(cino)?;
         let mut cst = c.state.write();
         self.load(&c, &mut cst)?;
+        // As Linux's may_delete: before the type checks.
+        if flags::pinned(&dst) || flags::pinned(&cst) {
+            return Err(Error::NotPermitted);
+        }
         let is_dir = kind_of(&cst) == FileType::Directory;
         if want_dir && !is_dir {
             return Err(Error::NotDir);

@@ -138,6 +138,21 @@ impl Fs {
         };
         self.load(&src, &mut sst)?;
         let src_dir = FileType::from_mode(sst.d.mode()) == Some(FileType::Directory);
+        {
+            // As Linux's may_delete (the source, a replaced target) and may_create (a new
+            // name), before the type checks: chattr +i / +a flags.
+            use super::ops::flags::{immutable, pinned};
+            let ndst: &InodeState = nst.as_deref().map_or(&**ost, |g| &**g);
+            let refused = pinned(ost)
+                || pinned(&sst)
+                || match tst.as_deref() {
+                    Some(ts) => pinned(ndst) || pinned(ts),
+                    None => immutable(ndst),
+                };
+            if refused {
+                return Err(Error::NotPermitted);
+            }
+        }
         if let (Some(t), Some(ts)) = (&tgt, tst.as_mut()) {
             self.load(t, ts)?;
             self.check_replace(t.ino, ts, src_dir)?;
