@@ -3100,14 +3100,11 @@ fn kernel_inode_flags_bind_lanefs() {
     w.check("lanefs edits once the kernel cleared the flags");
 }
 
-/// Known gap, not fixed here (`src/fs/data.rs` is another engineer's): lanefs writes,
-/// fallocates and punches a file the kernel marked immutable, and writes an append-only
-/// file anywhere but at its end; the kernel refuses both with EPERM (an immutable file
-/// cannot be opened for writing; an append-only one only with O_APPEND; `vfs_fallocate`
-/// refuses an immutable file, and a punch of an append-only one). The fix belongs at the
-/// top of `Fs::write_once` and `Fs::fallocate_once`.
+/// lanefs must not write, fallocate or punch a file the kernel marked immutable, nor
+/// write an append-only file anywhere but at its end: the kernel refuses both with EPERM
+/// (an immutable file cannot be opened for writing; an append-only one only with
+/// O_APPEND; `vfs_fallocate` refuses an immutable file, and a punch of an append-only one).
 #[test]
-#[ignore = "lanefs's write and fallocate ignore the immutable and append-only flags (src/fs/data.rs)"]
 fn kernel_inode_flags_bind_lanefs_data() {
     let test = "kernel_inode_flags_bind_lanefs_data";
     let td = tempfile::tempdir().expect("tempdir");
@@ -3378,14 +3375,11 @@ fn kernel_edit_dir_nlink_limit() {
     println!("{test}: done ({:.1} s)", t0.elapsed().as_secs_f64());
 }
 
-/// Known false positive of lanefs's checker, not fixed here (`src/fsck.rs` is another
-/// engineer's): a directory whose subdirectories went past 65,000 and back below keeps
-/// link count 1 in Linux (ext4_dec_count never raises it again) and in lanefs alike;
-/// e2fsck accepts that for an indexed directory ("previously exceeded, but no longer is":
-/// fixed quietly, not an error), but `lanefs::fsck` reports LINK_COUNT. The fix belongs in
-/// its pass 4: a directory with the index flag and i_links_count 1 is fine for any count.
+/// A directory whose subdirectories went past 65,000 and back below keeps link count 1 in
+/// Linux (ext4_dec_count never raises it again) and in lanefs alike; e2fsck accepts that
+/// for an indexed directory ("previously exceeded, but no longer is"), and so must
+/// `lanefs::fsck` (it reported LINK_COUNT before its pass 4 learnt this).
 #[test]
-#[ignore = "lanefs fsck reports LINK_COUNT for a directory back below the dir_nlink limit (src/fsck.rs)"]
 fn kernel_dir_nlink_back_below_limit_lanefs_fsck() {
     let test = "kernel_dir_nlink_back_below_limit_lanefs_fsck";
     let td = tempfile::tempdir().expect("tempdir");

@@ -1,5 +1,6 @@
 //! File data: read, write, fallocate, truncate; and write-back (fsync, sync, unmount).
 
+use super::ops::flags;
 use super::{now, Fs, MAX_FILE_BLOCKS};
 use crate::alloc::blocks::DataRequest;
 use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
@@ -146,6 +147,10 @@ impl Fs {
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
         self.regular(&st)?;
+        // chattr +i: no writes; +a: only at the end (Linux wants O_APPEND to open it).
+        if flags::immutable(&st) || (flags::pinned(&st) && off != st.d.size()) {
+            return Err(Error::NotPermitted);
+        }
         let h = self.journal.start();
         let (first, last) = (off / bs, (end - 1) / bs);
         // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
@@ -390,6 +395,10 @@ impl Fs {
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
         self.regular(&st)?;
+        // vfs_fallocate: nothing on an immutable file, only allocation on an append-only one.
+        if flags::immutable(&st) || (flags::pinned(&st) && mode.punch_hole) {
+            return Err(Error::NotPermitted);
+        }
         let h = self.journal.start();
         if mode.punch_hole {
             self.punch(&h, &i, &mut st, off, end)?;

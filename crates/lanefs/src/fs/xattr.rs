@@ -156,6 +156,10 @@ impl Fs {
         if st.freed {
             return Err(Error::NotFound);
         }
+        // xattr_permission: an immutable or append-only inode keeps its attributes.
+        if super::ops::flags::pinned(&st) {
+            return Err(Error::NotPermitted);
+        }
         let kind = FileType::from_mode(st.d.mode());
         let is_dir = kind == Some(FileType::Directory);
         // As the VFS has it: user.* attributes only on regular files and directories.
