@@ -3412,7 +3412,12 @@ impl World {
     /// tree and symlinks; lanefs inserts, deletes, renames, edits the tree and does random
     /// operations; the kernel does random operations; lanefs removes the directory.
     fn compact_round_trip(&mut self, label: &str) {
+        // lanefs fills most of the disk (every group's bitmap gets initialized), then
+        // the kernel, each checked and removed.
+        self.mount_lanefs();
+        self.fill(label, 150);
         self.mount_kernel();
+        self.fill(label, 150);
         self.mkdir("/d");
         for _ in 0..3000 {
             let p = format!("/d/{}", self.rand_name("/d"));
@@ -3465,6 +3470,30 @@ impl World {
     }
 }
 
+impl World {
+    /// Files of `mib` MiB in all, written in 1 MiB pieces, checked, then removed.
+    fn fill(&mut self, label: &str, mib: usize) {
+        for f in 0..mib / 30 {
+            let path = format!("/fill{f}");
+            self.create(path.clone(), 0);
+            for k in 0..30u64 {
+                let data = self.rand_data(1 << 20);
+                self.op(Op::Write {
+                    path: path.clone(),
+                    off: k << 20,
+                    data,
+                });
+            }
+        }
+        self.check(&format!("{label}: {} filled {mib} MiB", self.side_name()));
+        for f in 0..mib / 30 {
+            self.op(Op::Unlink {
+                path: format!("/fill{f}"),
+            });
+        }
+    }
+}
+
 /// The same structures on images `mkfs.ext4` makes with other options lanefs accepts: no
 /// dir_index (the kernel's directories stay linear over many blocks), 32-byte group
 /// descriptors (no 64bit), no flex_bg, a checksum seed kept across a UUID change
@@ -3478,7 +3507,11 @@ fn kernel_edit_mkfs_variants() {
         return;
     }
     let t0 = Instant::now();
-    let variants: [(&str, &[&str]); 6] = [
+    let variants: [(&str, &[&str]); 10] = [
+        ("many_groups", &["-g", "4096"]),
+        ("no_sparse_super", &["-O", "^sparse_super,^resize_inode", "-g", "4096"]),
+        ("no_resize_inode", &["-O", "^resize_inode", "-g", "4096"]),
+        ("no_journal", &["-O", "^has_journal"]),
         ("no_dir_index", &["-O", "^dir_index"]),
         ("no_64bit", &["-O", "^64bit"]),
         ("no_flex_bg", &["-O", "^flex_bg"]),
@@ -3497,4 +3530,32 @@ fn kernel_edit_mkfs_variants() {
         w.note(&format!("{test}: {name}: {} checks", w.checks));
     }
     println!("{test}: done ({:.1} s)", t0.elapsed().as_secs_f64());
+}
+
+/// Known bug, not fixed here (the block allocator, `src/alloc/mod.rs`, and the geometry in
+/// `src/fs.rs` are not this change's to edit): on a `sparse_super2` image the backup
+/// superblocks live only in the two groups `s_backup_bgs` names (Linux's
+/// ext4_bg_has_super), but `Allocator::init_block_bitmap` places them by the
+/// `sparse_super` rule (groups 0, 1 and powers of 3, 5, 7). Initializing an uninitialized
+/// group's bitmap then marks blocks used that nothing owns (e2fsck: "Block bitmap
+/// differences: -(12288--12544) -(20480--20736) -(36864--37120)", groups 3, 5 and 9 of 16),
+/// and could leave the last group's backup superblock free to allocate.
+#[test]
+#[ignore = "lanefs places sparse_super2 backups by the sparse_super rule (src/alloc/mod.rs)"]
+fn kernel_sparse_super2_backups() {
+    let test = "kernel_sparse_super2_backups";
+    let _wd = watchdog(test, 300);
+    let td = tempfile::tempdir().expect("tempdir");
+    if !kernel_ready(test, td.path(), &["xfs_io"]) {
+        return;
+    }
+    let img = common::mkfs_image_args(
+        td.path(),
+        "ss2.img",
+        256 << 20,
+        &["-O", "sparse_super2", "-g", "4096"],
+    );
+    let mut w = World::new(td.path(), img, 21, 1000);
+    w.mount_lanefs();
+    w.fill("sparse_super2", 150);
 }
