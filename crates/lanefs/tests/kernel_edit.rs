@@ -3509,7 +3509,10 @@ fn kernel_edit_mkfs_variants() {
     let t0 = Instant::now();
     let variants: [(&str, &[&str]); 10] = [
         ("many_groups", &["-g", "4096"]),
-        ("no_sparse_super", &["-O", "^sparse_super,^resize_inode", "-g", "4096"]),
+        (
+            "no_sparse_super",
+            &["-O", "^sparse_super,^resize_inode", "-g", "4096"],
+        ),
         ("no_resize_inode", &["-O", "^resize_inode", "-g", "4096"]),
         ("no_journal", &["-O", "^has_journal"]),
         ("no_dir_index", &["-O", "^dir_index"]),
@@ -3558,4 +3561,69 @@ fn kernel_sparse_super2_backups() {
     let mut w = World::new(td.path(), img, 21, 1000);
     w.mount_lanefs();
     w.fill("sparse_super2", 150);
+}
+
+/// Without dir_nlink a directory stops at 65,000 links (Linux's EXT4_DIR_LINK_MAX): the
+/// kernel makes 64,998 subdirectories and refuses one more; lanefs's mkdir and a
+/// directory moved in fail with EMLINK too, while a file moved in, a subdirectory renamed
+/// within, and a directory moved over an empty one still work.
+#[test]
+fn kernel_edit_no_dir_nlink_limit() {
+    use std::os::unix::fs::MetadataExt;
+    let test = "kernel_edit_no_dir_nlink_limit";
+    let _wd = watchdog(test, 600);
+    let td = tempfile::tempdir().expect("tempdir");
+    if !kernel_ready(test, td.path(), &[]) {
+        return;
+    }
+    let img = common::mkfs_image_args(
+        td.path(),
+        "nonlink.img",
+        1 << 30,
+        &["-N", "140000", "-O", "^dir_nlink"],
+    );
+    let mnt = td.path().join("mnt");
+    let km = KernelMount::mount(&img, &mnt, "").expect("kernel mount");
+    let p = mnt.join("p");
+    std::fs::create_dir(&p).expect("mkdir /p");
+    for i in 0..64_998 {
+        std::fs::create_dir(p.join(format!("{i}"))).expect("kernel mkdir");
+    }
+    for d in ["q", "q2"] {
+        std::fs::create_dir(mnt.join(d)).expect("mkdir");
+    }
+    std::fs::write(mnt.join("f"), b"f").expect("create");
+    let e = std::fs::create_dir(p.join("x")).expect_err("the kernel's 65,001st link");
+    assert_eq!(e.raw_os_error(), Some(libc::EMLINK));
+    km.unmount().expect("unmount");
+
+    let fs = Fs::mount_path(&img, MountOptions::default()).expect("lanefs mount");
+    let pi = fs.lookup(ROOT_INO, b"p").expect("lookup").ino;
+    let o = Owner::default();
+    let e = fs
+        .mkdir(pi, b"l1", 0o755, o)
+        .expect_err("lanefs mkdir past the limit");
+    assert_eq!(e.errno(), libc::EMLINK, "mkdir: {e}");
+    let e = fs
+        .rename(ROOT_INO, b"q", pi, b"q")
+        .expect_err("lanefs moves a directory in past the limit");
+    assert_eq!(e.errno(), libc::EMLINK, "rename: {e}");
+    fs.rename(ROOT_INO, b"f", pi, b"f")
+        .expect("a file moves in");
+    fs.rename(pi, b"0", pi, b"zero")
+        .expect("a subdirectory renamed within");
+    fs.rename(ROOT_INO, b"q2", pi, b"1")
+        .expect("a directory over an empty one");
+    assert_eq!(fs.getattr(pi).expect("getattr").nlink, 65_000);
+    fs.unmount().expect("lanefs unmount");
+    fsck_clean(&img, "after lanefs edited /p")
+        .and_then(|_| lanefs_fsck(&img, "after lanefs edited /p"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let km = KernelMount::mount(&img, &mnt, "ro").expect("kernel mount");
+    assert_eq!(std::fs::metadata(&p).expect("stat").nlink(), 65_000);
+    for n in ["f", "zero", "1"] {
+        assert!(p.join(n).exists(), "/p/{n}");
+    }
+    assert!(mnt.join("q").is_dir() && !p.join("0").exists() && !mnt.join("q2").exists());
+    km.unmount().expect("unmount");
 }
