@@ -98,7 +98,8 @@ impl DirCtx<'_> {
         Ok((b, entries))
     }
 
-    fn is_htree(&self, st: &InodeState) -> bool {
+    /// Whether the directory is read and written as an htree.
+    pub fn is_htree(&self, st: &InodeState) -> bool {
         st.d.flags() & FL_INDEX != 0 && self.dir_index
     }
 

@@ -3406,7 +3406,12 @@ impl World {
     /// tree and symlinks; lanefs inserts, deletes, renames, edits the tree and does random
     /// operations; the kernel does random operations; lanefs removes the directory.
     fn compact_round_trip(&mut self, label: &str) {
+        // lanefs fills most of the disk (every group's bitmap gets initialized), then
+        // the kernel, each checked and removed.
+        self.mount_lanefs();
+        self.fill(label, 150);
         self.mount_kernel();
+        self.fill(label, 150);
         self.mkdir("/d");
         for _ in 0..3000 {
             let p = format!("/d/{}", self.rand_name("/d"));
@@ -3459,6 +3464,30 @@ impl World {
     }
 }
 
+impl World {
+    /// Files of `mib` MiB in all, written in 1 MiB pieces, checked, then removed.
+    fn fill(&mut self, label: &str, mib: usize) {
+        for f in 0..mib / 30 {
+            let path = format!("/fill{f}");
+            self.create(path.clone(), 0);
+            for k in 0..30u64 {
+                let data = self.rand_data(1 << 20);
+                self.op(Op::Write {
+                    path: path.clone(),
+                    off: k << 20,
+                    data,
+                });
+            }
+        }
+        self.check(&format!("{label}: {} filled {mib} MiB", self.side_name()));
+        for f in 0..mib / 30 {
+            self.op(Op::Unlink {
+                path: format!("/fill{f}"),
+            });
+        }
+    }
+}
+
 /// The same structures on images `mkfs.ext4` makes with other options lanefs accepts: no
 /// dir_index (the kernel's directories stay linear over many blocks), 32-byte group
 /// descriptors (no 64bit), no flex_bg, a checksum seed kept across a UUID change
@@ -3472,7 +3501,14 @@ fn kernel_edit_mkfs_variants() {
         return;
     }
     let t0 = Instant::now();
-    let variants: [(&str, &[&str]); 6] = [
+    let variants: [(&str, &[&str]); 10] = [
+        ("many_groups", &["-g", "4096"]),
+        (
+            "no_sparse_super",
+            &["-O", "^sparse_super,^resize_inode", "-g", "4096"],
+        ),
+        ("no_resize_inode", &["-O", "^resize_inode", "-g", "4096"]),
+        ("no_journal", &["-O", "^has_journal"]),
         ("no_dir_index", &["-O", "^dir_index"]),
         ("no_64bit", &["-O", "^64bit"]),
         ("no_flex_bg", &["-O", "^flex_bg"]),
@@ -3491,4 +3527,97 @@ fn kernel_edit_mkfs_variants() {
         w.note(&format!("{test}: {name}: {} checks", w.checks));
     }
     println!("{test}: done ({:.1} s)", t0.elapsed().as_secs_f64());
+}
+
+/// Known bug, not fixed here (the block allocator, `src/alloc/mod.rs`, and the geometry in
+/// `src/fs.rs` are not this change's to edit): on a `sparse_super2` image the backup
+/// superblocks live only in the two groups `s_backup_bgs` names (Linux's
+/// ext4_bg_has_super), but `Allocator::init_block_bitmap` places them by the
+/// `sparse_super` rule (groups 0, 1 and powers of 3, 5, 7). Initializing an uninitialized
+/// group's bitmap then marks blocks used that nothing owns (e2fsck: "Block bitmap
+/// differences: -(12288--12544) -(20480--20736) -(36864--37120)", groups 3, 5 and 9 of 16),
+/// and could leave the last group's backup superblock free to allocate.
+#[test]
+#[ignore = "lanefs places sparse_super2 backups by the sparse_super rule (src/alloc/mod.rs)"]
+fn kernel_sparse_super2_backups() {
+    let test = "kernel_sparse_super2_backups";
+    let _wd = watchdog(test, 300);
+    let td = tempfile::tempdir().expect("tempdir");
+    if !kernel_ready(test, td.path(), &["xfs_io"]) {
+        return;
+    }
+    let img = common::mkfs_image_args(
+        td.path(),
+        "ss2.img",
+        256 << 20,
+        &["-O", "sparse_super2", "-g", "4096"],
+    );
+    let mut w = World::new(td.path(), img, 21, 1000);
+    w.mount_lanefs();
+    w.fill("sparse_super2", 150);
+}
+
+/// Without dir_nlink a directory stops at 65,000 links (Linux's EXT4_DIR_LINK_MAX): the
+/// kernel makes 64,998 subdirectories and refuses one more; lanefs's mkdir and a
+/// directory moved in fail with EMLINK too, while a file moved in, a subdirectory renamed
+/// within, and a directory moved over an empty one still work.
+#[test]
+fn kernel_edit_no_dir_nlink_limit() {
+    use std::os::unix::fs::MetadataExt;
+    let test = "kernel_edit_no_dir_nlink_limit";
+    let _wd = watchdog(test, 600);
+    let td = tempfile::tempdir().expect("tempdir");
+    if !kernel_ready(test, td.path(), &[]) {
+        return;
+    }
+    let img = common::mkfs_image_args(
+        td.path(),
+        "nonlink.img",
+        1 << 30,
+        &["-N", "140000", "-O", "^dir_nlink"],
+    );
+    let mnt = td.path().join("mnt");
+    let km = KernelMount::mount(&img, &mnt, "").expect("kernel mount");
+    let p = mnt.join("p");
+    std::fs::create_dir(&p).expect("mkdir /p");
+    for i in 0..64_998 {
+        std::fs::create_dir(p.join(format!("{i}"))).expect("kernel mkdir");
+    }
+    for d in ["q", "q2"] {
+        std::fs::create_dir(mnt.join(d)).expect("mkdir");
+    }
+    std::fs::write(mnt.join("f"), b"f").expect("create");
+    let e = std::fs::create_dir(p.join("x")).expect_err("the kernel's 65,001st link");
+    assert_eq!(e.raw_os_error(), Some(libc::EMLINK));
+    km.unmount().expect("unmount");
+
+    let fs = Fs::mount_path(&img, MountOptions::default()).expect("lanefs mount");
+    let pi = fs.lookup(ROOT_INO, b"p").expect("lookup").ino;
+    let o = Owner::default();
+    let e = fs
+        .mkdir(pi, b"l1", 0o755, o)
+        .expect_err("lanefs mkdir past the limit");
+    assert_eq!(e.errno(), libc::EMLINK, "mkdir: {e}");
+    let e = fs
+        .rename(ROOT_INO, b"q", pi, b"q")
+        .expect_err("lanefs moves a directory in past the limit");
+    assert_eq!(e.errno(), libc::EMLINK, "rename: {e}");
+    fs.rename(ROOT_INO, b"f", pi, b"f")
+        .expect("a file moves in");
+    fs.rename(pi, b"0", pi, b"zero")
+        .expect("a subdirectory renamed within");
+    fs.rename(ROOT_INO, b"q2", pi, b"1")
+        .expect("a directory over an empty one");
+    assert_eq!(fs.getattr(pi).expect("getattr").nlink, 65_000);
+    fs.unmount().expect("lanefs unmount");
+    fsck_clean(&img, "after lanefs edited /p")
+        .and_then(|_| lanefs_fsck(&img, "after lanefs edited /p"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let km = KernelMount::mount(&img, &mnt, "ro").expect("kernel mount");
+    assert_eq!(std::fs::metadata(&p).expect("stat").nlink(), 65_000);
+    for n in ["f", "zero", "1"] {
+        assert!(p.join(n).exists(), "/p/{n}");
+    }
+    assert!(mnt.join("q").is_dir() && !p.join("0").exists() && !mnt.join("q2").exists());
+    km.unmount().expect("unmount");
 }

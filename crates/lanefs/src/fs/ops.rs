@@ -3,6 +3,7 @@
 use super::{now, Fs, LINK_MAX};
 use crate::disk::extent::{self, Node};
 use crate::disk::inode::{DiskInode, FL_APPEND, FL_EXTENTS, FL_IMMUTABLE};
+use crate::disk::superblock::ro_compat;
 use crate::error::{Error, Result};
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::Handle;
@@ -86,6 +87,14 @@ fn dec_dir_links(d: &mut DiskInode) {
 impl Fs {
     pub(super) fn dir_guard_pub(&self, st: &InodeState) -> Result<()> {
         self.dir_guard(st)
+    }
+
+    /// Whether directory `st` can take no more subdirectories (EMLINK): Linux's
+    /// EXT4_DIR_LINK_MAX, at LINK_MAX links unless dir_nlink lets an indexed directory
+    /// go on with count 1.
+    pub(super) fn dir_links_full(&self, st: &InodeState) -> bool {
+        st.d.links() >= LINK_MAX
+            && !(self.sb.lock().has_ro_compat(ro_compat::DIR_NLINK) && self.ctx().is_htree(st))
     }
 
     pub(super) fn drop_link_pub(&self, h: &Handle, c: &Inode, st: &mut InodeState) -> Result<bool> {
@@ -278,6 +287,9 @@ impl Fs {
             return Err(Error::NotPermitted);
         }
         let kind = FileType::from_mode(mode).ok_or_else(|| Error::Invalid("mode".into()))?;
+        if kind == FileType::Directory && self.dir_links_full(&dst) {
+            return Err(Error::TooManyLinks);
+        }
         let h = self.journal.start();
         let group = self.al.geo.group_of_inode(dir);
         let ino = self

@@ -156,6 +156,13 @@ impl Fs {
         if let (Some(t), Some(ts)) = (&tgt, tst.as_mut()) {
             self.load(t, ts)?;
             self.check_replace(t.ino, ts, src_dir)?;
+        } else if src_dir && dir != newdir {
+            // A directory moving in gives the new parent one more link.
+            if let Some(g) = nst.as_deref() {
+                if self.dir_links_full(g) {
+                    return Err(Error::TooManyLinks);
+                }
+            }
         }
         let h = self.journal.start();
         let ft = FileType::from_mode(sst.d.mode())
