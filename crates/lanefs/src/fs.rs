@@ -405,7 +405,7 @@ fn geometry(sb: &Superblock) -> Geometry {
         csum: sb.metadata_csum(),
         seed: sb.csum_seed(),
         first_ino: sb.first_ino(),
-        sparse: sb.has_ro_compat(ro_compat::SPARSE_SUPER),
+        backups: sb.backups(),
         gdt_blocks: (u64::from(groups) * u64::from(desc_size)).div_ceil(u64::from(sb.block_size()))
             as u32,
         reserved_gdt: if sb.has_compat(compat::RESIZE_INODE) {

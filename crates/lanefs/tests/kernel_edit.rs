@@ -3529,16 +3529,13 @@ fn kernel_edit_mkfs_variants() {
     println!("{test}: done ({:.1} s)", t0.elapsed().as_secs_f64());
 }
 
-/// Known bug, not fixed here (the block allocator, `src/alloc/mod.rs`, and the geometry in
-/// `src/fs.rs` are not this change's to edit): on a `sparse_super2` image the backup
-/// superblocks live only in the two groups `s_backup_bgs` names (Linux's
-/// ext4_bg_has_super), but `Allocator::init_block_bitmap` places them by the
-/// `sparse_super` rule (groups 0, 1 and powers of 3, 5, 7). Initializing an uninitialized
-/// group's bitmap then marks blocks used that nothing owns (e2fsck: "Block bitmap
-/// differences: -(12288--12544) -(20480--20736) -(36864--37120)", groups 3, 5 and 9 of 16),
-/// and could leave the last group's backup superblock free to allocate.
+/// On a `sparse_super2` image the backup superblocks live only in the two groups
+/// `s_backup_bgs` names (Linux's ext4_bg_has_super). Placing them by the `sparse_super`
+/// rule (groups 0, 1 and powers of 3, 5, 7), as lanefs once did, made an uninitialized
+/// group's bitmap mark blocks used that nothing owns (e2fsck: "Block bitmap differences:
+/// -(12288--12544) -(20480--20736) -(36864--37120)", groups 3, 5 and 9 of 16) and could
+/// leave the last group's backup superblock free to allocate.
 #[test]
-#[ignore = "lanefs places sparse_super2 backups by the sparse_super rule (src/alloc/mod.rs)"]
 fn kernel_sparse_super2_backups() {
     let test = "kernel_sparse_super2_backups";
     let _wd = watchdog(test, 300);

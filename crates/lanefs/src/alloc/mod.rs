@@ -16,7 +16,7 @@ use buddy::Buddy;
 use lists::ScanLists;
 
 use crate::buf::{Buf, BufCache};
-use crate::disk::group::{bitmap_csum, has_super, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use crate::disk::group::{bitmap_csum, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use crate::disk::{clear_bit, find_one, find_zero, set_bit, test_bit};
 use crate::error::{Error, Result};
 use crate::journal::Handle;
@@ -54,8 +54,8 @@ pub struct Geometry {
     pub seed: u32,
     /// First non-reserved inode.
     pub first_ino: u32,
-    /// sparse_super on.
-    pub sparse: bool,
+    /// Which groups hold superblock and descriptor backups.
+    pub backups: crate::disk::group::Backups,
     /// GDT blocks (plus reserved GDT blocks) after each superblock copy.
     pub gdt_blocks: u32,
     /// Reserved GDT blocks.
@@ -500,7 +500,7 @@ impl Allocator {
         map.fill(0);
         let first = self.geo.group_first(g);
         let len = u64::from(self.geo.group_len(g));
-        if has_super(g, self.geo.sparse) {
+        if self.geo.backups.has_super(g) {
             let n = 1 + self.geo.gdt_blocks + self.geo.reserved_gdt;
             for i in 0..u64::from(n).min(len) {
                 set_bit(map, i as usize);

@@ -155,6 +155,28 @@ pub fn bitmap_csum(csum_seed: u32, map: &[u8], bytes: usize, wide: bool) -> u32 
     }
 }
 
+/// Which groups hold a superblock and descriptor backup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backups {
+    /// Every group (no sparse_super).
+    Every,
+    /// Groups 0, 1 and powers of 3, 5 and 7 (sparse_super).
+    Sparse,
+    /// Group 0 and the (at most) two groups `s_backup_bgs` names (sparse_super2).
+    Listed([u32; 2]),
+}
+
+impl Backups {
+    /// Whether group `g` holds a superblock (ext4_bg_has_super).
+    pub fn has_super(self, g: u32) -> bool {
+        match self {
+            Backups::Every => true,
+            Backups::Sparse => has_super(g, true),
+            Backups::Listed(l) => g == 0 || (g != 0 && l.contains(&g)),
+        }
+    }
+}
+
 /// Whether group `g` holds a superblock backup (sparse_super rule: 0, 1, powers of 3, 5, 7).
 pub fn has_super(g: u32, sparse: bool) -> bool {
     if !sparse || g <= 1 {

@@ -20,6 +20,8 @@ pub mod compat {
     pub const RESIZE_INODE: u32 = 0x10;
     /// dir_index
     pub const DIR_INDEX: u32 = 0x20;
+    /// sparse_super2: backups only in the groups `s_backup_bgs` names.
+    pub const SPARSE_SUPER2: u32 = 0x200;
     /// Names for messages and reports.
     pub const NAMES: &[(u32, &str)] = &[
         (0x1, "dir_prealloc"),
@@ -246,6 +248,20 @@ impl Superblock {
     field16!(want_extra_isize, set_want_extra_isize, 0x15E);
     field32!(flags, set_flags, 0x160);
     field32!(checksum_seed, set_checksum_seed, 0x270);
+    field32!(backup_bg0, set_backup_bg0, 0x24C);
+    field32!(backup_bg1, set_backup_bg1, 0x250);
+
+    /// Which groups hold superblock and descriptor backups.
+    pub fn backups(&self) -> crate::disk::group::Backups {
+        use crate::disk::group::Backups;
+        if self.has_compat(compat::SPARSE_SUPER2) {
+            Backups::Listed([self.backup_bg0(), self.backup_bg1()])
+        } else if self.has_ro_compat(ro_compat::SPARSE_SUPER) {
+            Backups::Sparse
+        } else {
+            Backups::Every
+        }
+    }
 
     /// UUID of the file system.
     pub fn uuid(&self) -> [u8; 16] {

@@ -19,7 +19,7 @@ pub(crate) struct Geo {
     pub(crate) gdt_csum: bool,
     pub(crate) seed: u32,
     pub(crate) flex: bool,
-    pub(crate) sparse: bool,
+    pub(crate) backups: group::Backups,
     pub(crate) gdt_blocks: u64,
     pub(crate) reserved_gdt: u64,
     pub(crate) itable_blocks: u64,
@@ -92,7 +92,7 @@ impl Geo {
             gdt_csum: sb.has_ro_compat(ro_compat::GDT_CSUM),
             seed: sb.csum_seed(),
             flex: sb.has_incompat(incompat::FLEX_BG),
-            sparse: sb.has_ro_compat(ro_compat::SPARSE_SUPER),
+            backups: sb.backups(),
             gdt_blocks: (u64::from(groups) * desc_size).div_ceil(bs),
             reserved_gdt: if resize {
                 u64::from(sb.reserved_gdt_blocks())
@@ -147,7 +147,7 @@ impl Geo {
 
     /// Superblock copy, descriptor blocks and reserved GDT blocks of group `g`.
     pub(crate) fn base_meta(&self, g: u32) -> Vec<(u64, u64, Owner)> {
-        if !group::has_super(g, self.sparse) {
+        if !self.backups.has_super(g) {
             return Vec::new();
         }
         let s = self.group_first(g);
@@ -167,7 +167,7 @@ impl Geo {
 
     /// Groups whose superblock backup (and reserved GDT copy) exists, group 0 excluded.
     pub(super) fn backup_groups(&self) -> impl Iterator<Item = u32> + '_ {
-        (1..self.groups).filter(|&g| group::has_super(g, self.sparse))
+        (1..self.groups).filter(|&g| self.backups.has_super(g))
     }
 }
 

@@ -96,7 +96,6 @@ const DX_BLOCK_MASK: u32 = 0x0FFF_FFFF;
 const STATE_VALID: u16 = 0x1;
 const STATE_ERROR: u16 = 0x2;
 /// COMPAT bits `disk` does not name (values from the ext4 headers).
-const COMPAT_SPARSE_SUPER2: u32 = 0x200;
 const COMPAT_ORPHAN_FILE: u32 = 0x1000;
 /// Superblock offsets `disk` has no accessor for (from struct ext4_super_block).
 const SB_CHECKSUM_TYPE: usize = 0x175;
@@ -429,11 +428,6 @@ fn check_supported(sb: &Superblock) -> Result<()> {
         return Err(Error::Unsupported(format!(
             "fsck does not check features: {names}"
         )));
-    }
-    if sb.has_compat(COMPAT_SPARSE_SUPER2) {
-        return Err(Error::Unsupported(
-            "fsck does not check sparse_super2".into(),
-        ));
     }
     Ok(())
 }
