@@ -172,7 +172,7 @@ impl Backups {
         match self {
             Backups::Every => true,
             Backups::Sparse => has_super(g, true),
-            Backups::Listed(l) => g == 0 || (g != 0 && l.contains(&g)),
+            Backups::Listed(l) => g == 0 || l.contains(&g),
         }
     }
 }
