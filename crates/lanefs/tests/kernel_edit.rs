@@ -1,18 +1,26 @@
 //! Goal: lanefs edits, through every code path, the structures the Linux kernel builds, in
 //! the shapes the kernel builds them, and the kernel edits what lanefs built; after every
-//! step `e2fsck -fn` is clean and a kernel mount reads back exactly what a model expects.
+//! step `e2fsck -fn` and lanefs fsck are clean, the kernel recorded no error, and a kernel
+//! mount and lanefs both read back exactly what a model expects.
 //!
 //! Method: (1) a regression test: lanefs inserts into a 3,000-entry htree the kernel built
 //! (the dx tail's reserved word, which the kernel leaves non-zero, used to be zeroed after
 //! checksumming). (2) a seeded differential run: kernel and lanefs phases alternate on one
 //! image; scripted steps make sure each structure reaches its shapes (htree leaf splits, a
-//! full root growing a second index level and node splits, emptied leaves, renames within
-//! and across htree and linear directories over existing targets, rmdir of an htree;
-//! extent trees grown to depth 2 and shrunk back by the other side; unwritten extents split
-//! by partial writes; holes; fast and slow symlinks replaced; hard links dropped one at a
-//! time; files of a few bytes), and seeded random operations fill in between. A model
-//! (path -> kind, mode, size, content, symlink target, link count) is compared with what a
-//! read-only kernel mount shows, and with what lanefs shows, at every check.
+//! full root growing a second index level and index node splits, each side doing either
+//! to the other's tree; emptied leaves, renames within and across htree and linear
+//! directories over existing targets, directories moved (their ".." in a dx root), rmdir
+//! of htrees and renames over emptied ones; extent trees grown to depth 2 and shrunk back
+//! by the other side; unwritten extents split by partial writes; holes; fast and slow
+//! symlinks replaced; hard links dropped one at a time; files of a few bytes; device
+//! nodes; names with bytes >= 0x80), and seeded random operations fill in between. A model
+//! (path -> kind, mode, size, content, symlink target, device number, link count, hard
+//! links sharing an inode) is compared with what a read-only kernel mount shows, and with
+//! what lanefs shows, at every check. (3) shapes the run does not reach: TEA and legacy
+//! hashes, the longest extents, trees at exact capacity, directories with an extent index,
+//! the last logical block, the dir_nlink limit with and without the feature, other mkfs
+//! layouts, and the kernel's immutable and append-only flags. Ignored tests reproduce
+//! known bugs outside this change's files.
 //!
 //! `LANEFS_KERNEL_EDIT_SEED` picks the seed (printed), `LANEFS_KERNEL_EDIT_OPS` the number
 //! of random lanefs operations. Needs root, loop devices, e2fsprogs and xfs_io; otherwise
