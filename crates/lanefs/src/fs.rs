@@ -89,7 +89,7 @@ pub struct Fs {
 /// Largest file size: 2^32 - 1 blocks, ext4's s_maxbytes (the last logical block stays
 /// unused so that an extent's end fits in 32 bits).
 const MAX_FILE_BLOCKS: u64 = (1 << 32) - 1;
-/// Link count at which directories switch to "many" (dir_nlink).
+/// Link count past which directories switch to "many" (dir_nlink).
 const LINK_MAX: u16 = 65000;
 
 fn now() -> Timespec {

@@ -966,7 +966,9 @@ fn fix_checksum(
 /// Differential run against `e2fsck -fn` on randomly corrupted images: 1 to 4 bytes of
 /// metadata flipped, and in half the cases every checksum over them recomputed (as a
 /// corruption that knows the format would), so the checks behind the checksums are
-/// judged too. lanefs fsck and e2fsck must agree on clean or not in every case.
+/// judged too. lanefs fsck and e2fsck must agree on clean or not in every case (a problem
+/// e2fsck finds and asks about but exits 0 for counts as found). The image is made anew
+/// each run (mkfs picks a new UUID and hash seed), so runs differ beyond the seed.
 /// `LANEFS_FUZZ_ITERS` (300), `LANEFS_FUZZ_SEED`, `LANEFS_FUZZ_MKFS` ("-g 8192 -N 8192").
 #[test]
 fn differential_against_e2fsck() {
@@ -1029,7 +1031,11 @@ fn differential_against_e2fsck() {
             .unwrap();
         let theirs = out.status.code() != Some(0);
         tally[usize::from(!ours.is_clean())][usize::from(theirs)] += 1;
-        if ours.is_clean() == theirs {
+        // e2fsck exits 0 for a few problems it finds but calls harmless (an extent tree
+        // "could be more shallow" at a depth the kernel refuses to read): it still asks
+        // "...? no", and lanefs reporting them is agreement, not a false alarm.
+        let theirs_noted = String::from_utf8_lossy(&out.stdout).contains("? no");
+        if ours.is_clean() == theirs && !(theirs_noted && !ours.is_clean()) {
             let what: Vec<String> = ours
                 .problems
                 .iter()

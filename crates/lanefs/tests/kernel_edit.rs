@@ -19,8 +19,9 @@
 //! what lanefs shows, at every check. (3) shapes the run does not reach: TEA and legacy
 //! hashes, the longest extents, trees at exact capacity, directories with an extent index,
 //! the last logical block, the dir_nlink limit with and without the feature, other mkfs
-//! layouts, and the kernel's immutable and append-only flags. Ignored tests reproduce
-//! known bugs outside this change's files.
+//! layouts (sparse_super2 among them), and the kernel's immutable and append-only flags.
+//! The one ignored test reproduces a missing feature: files the kernel maps with indirect
+//! blocks (issue 10's ext2/ext3 work).
 //!
 //! `LANEFS_KERNEL_EDIT_SEED` picks the seed (printed), `LANEFS_KERNEL_EDIT_OPS` the number
 //! of random lanefs operations. Needs root, loop devices, e2fsprogs and xfs_io; otherwise

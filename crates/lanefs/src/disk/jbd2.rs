@@ -136,6 +136,55 @@ impl JournalSuper {
             0
         }
     }
+    /// Read-only compat features (jbd2 defines none).
+    pub fn ro_compat(&self) -> u32 {
+        if self.v2() {
+            be32(&self.raw, 0x2C)
+        } else {
+            0
+        }
+    }
+    /// File systems sharing the journal (`s_nr_users`; 1 for an internal journal).
+    pub fn nr_users(&self) -> u32 {
+        if self.v2() {
+            be32(&self.raw, 0x40)
+        } else {
+            1
+        }
+    }
+    /// What e2fsck's journal load refuses in a superblock whose magic and type are right:
+    /// unknown incompat or read-only features, both checksum versions, a bad checksum, a
+    /// log start or length out of range, too many users.
+    pub fn problem(&self) -> Option<String> {
+        let unknown = self.incompat() & !(INCOMPAT_KNOWN | INCOMPAT_FAST_COMMIT);
+        if unknown != 0 {
+            return Some(format!("unknown incompat features {unknown:#x}"));
+        }
+        if self.ro_compat() != 0 {
+            return Some(format!(
+                "unknown read-only features {:#x}",
+                self.ro_compat()
+            ));
+        }
+        let both = INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3;
+        if self.incompat() & both == both {
+            return Some("both checksum v2 and v3".into());
+        }
+        if !self.checksum_ok() {
+            return Some("checksum mismatch".into());
+        }
+        if self.first() == 0 || self.first() >= self.maxlen() || self.maxlen() < 1024 {
+            return Some(format!(
+                "log starts at {} of {} blocks",
+                self.first(),
+                self.maxlen()
+            ));
+        }
+        if self.nr_users() > 48 {
+            return Some(format!("{} users", self.nr_users()));
+        }
+        None
+    }
     /// UUID.
     pub fn uuid(&self) -> [u8; 16] {
         let mut u = [0u8; 16];

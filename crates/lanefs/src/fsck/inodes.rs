@@ -712,6 +712,21 @@ impl Checker<'_> {
             ),
             Some(false) => {}
         }
+        match jbd2::JournalSuper::decode(&b) {
+            Err(why) if jbd2::needs_recovery(&b).is_some() => self.out.add(
+                "JOURNAL_BAD_SUPERBLOCK",
+                format!("journal superblock (block {}): {why}", first.pblk),
+            ),
+            Ok(js) => {
+                if let Some(why) = js.problem() {
+                    self.out.add(
+                        "JOURNAL_BAD_SUPERBLOCK",
+                        format!("journal superblock (block {}): {why}", first.pblk),
+                    );
+                }
+            }
+            Err(_) => {}
+        }
         let be = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let (jbs, maxlen) = (u64::from(be(0xC)), u64::from(be(0x10)));
         let have = inode.size() / self.geo.bs;
