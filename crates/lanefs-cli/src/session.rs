@@ -28,7 +28,15 @@ pub fn with_fs<T>(
         return Err(Failure::new(what, e));
     }
     let fs = Fs::mount_path(image, mount_options(read_only)).ctx(&what)?;
-    let result = work(&fs);
+    // A command that writes says why it cannot, before it starts.
+    let refused = (!read_only)
+        .then(|| fs.read_only_reason())
+        .flatten()
+        .map(|why| Failure::new(&what, lanefs::Error::NotSupported(why)));
+    let result = match refused {
+        Some(f) => Err(f),
+        None => work(&fs),
+    };
     let unmounted = fs.unmount().ctx(format!("{what}: unmount"));
     let value = result?;
     unmounted?;

@@ -439,3 +439,30 @@ fn xattrs_and_acls_are_copied_both_ways() {
     let back: Vec<String> = paths.iter().map(|p| getfattr_dump(&out.join(p))).collect();
     assert_eq!(back, want, "copied back out");
 }
+
+/// An image with features lanefs reads but cannot write (quota, project) is mounted
+/// read-only; a command that writes says so, naming them, in one line; reading works.
+#[test]
+fn unwritable_features_are_named() {
+    let td = tempfile::tempdir().unwrap();
+    let image = td.path().join("q.img");
+    fs::File::create(&image).unwrap().set_len(64 << 20).unwrap();
+    let made = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "4096", "-O", "quota,project"])
+        .arg(&image)
+        .status();
+    if !made.is_ok_and(|s| s.success()) {
+        skip(
+            "unwritable_features_are_named",
+            "mkfs.ext4 -O quota,project failed",
+        );
+        return;
+    }
+    let line = one_line_failure(&lanefs(&["mkdir", &at(&image, "/d")]));
+    assert!(
+        line.contains("quota") && line.contains("project") && line.contains("read-only"),
+        "{line}"
+    );
+    ok(lanefs(&["ls", &at(&image, "/")]));
+    e2fsck_clean(&image);
+}

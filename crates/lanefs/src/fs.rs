@@ -77,6 +77,8 @@ pub struct Fs {
     timer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     timer_stop: std::sync::atomic::AtomicBool,
     read_only: bool,
+    /// Why the mount is read-only when the caller asked for read-write.
+    ro_reason: Option<String>,
     seed: [u32; 4],
     unsigned: bool,
     def_hash: u8,
@@ -110,7 +112,8 @@ impl Fs {
         let latch = Arc::new(ErrorLatch::new(dev));
         let dev: Arc<dyn BlockDevice> = latch.clone();
         let sb = read_super(&*dev)?;
-        let read_only = check_features(&sb)? || opts.read_only;
+        let ro_reason = check_features(&sb)?;
+        let read_only = ro_reason.is_some() || opts.read_only;
         let bs = sb.block_size();
         if bs != 4096 {
             return Err(Error::Unsupported(format!(
@@ -186,6 +189,7 @@ impl Fs {
             bufs,
             al,
             read_only,
+            ro_reason,
             latch,
             bs,
             timer: std::sync::Mutex::new(None),
@@ -269,6 +273,18 @@ impl Fs {
         } else {
             Ok(())
         }
+    }
+
+    /// Why changes are refused, when they are: features lanefs cannot write, an earlier
+    /// device error, or a read-only mount.
+    pub fn read_only_reason(&self) -> Option<String> {
+        if self.latch.failed() || self.journal.is_aborted() {
+            return Some("an earlier device error aborted the journal: mounted read-only".into());
+        }
+        if let Some(r) = &self.ro_reason {
+            return Some(r.clone());
+        }
+        self.read_only.then(|| "mounted read-only".into())
     }
 
     /// Whether changes are refused (read-only mount or an earlier device error).
@@ -374,7 +390,8 @@ fn is_dev(d: &DiskInode) -> bool {
 }
 
 /// Refuse unknown INCOMPAT features; returns whether unknown RO_COMPAT forces read-only.
-fn check_features(sb: &Superblock) -> Result<bool> {
+/// Refuse what lanefs cannot read; say why it must mount read-only, if it must.
+fn check_features(sb: &Superblock) -> Result<Option<String>> {
     let unknown = sb.feature_incompat() & !incompat::SUPPORTED;
     if unknown != 0 {
         let names = sbm::feature_names(unknown, incompat::NAMES);
@@ -387,7 +404,11 @@ fn check_features(sb: &Superblock) -> Result<bool> {
             "directories without the filetype feature".into(),
         ));
     }
-    Ok(sb.feature_ro_compat() & !ro_compat::SUPPORTED != 0)
+    let unwritable = sb.feature_ro_compat() & !ro_compat::SUPPORTED;
+    Ok((unwritable != 0).then(|| {
+        let names = sbm::feature_names(unwritable, ro_compat::NAMES);
+        format!("lanefs cannot write images with {names}: mounted read-only")
+    }))
 }
 
 fn geometry(sb: &Superblock) -> Geometry {
