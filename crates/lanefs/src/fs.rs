@@ -115,11 +115,6 @@ impl Fs {
         let ro_reason = check_features(&sb)?;
         let read_only = ro_reason.is_some() || opts.read_only;
         let bs = sb.block_size();
-        if bs != 4096 {
-            return Err(Error::Unsupported(format!(
-                "block size {bs} (lanefs supports 4096)"
-            )));
-        }
         let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize));
         let (log, replay) = open_journal(&sb, &dev, &bufs)?;
         let mut next_tid = log
@@ -138,7 +133,9 @@ impl Fs {
                 for (blk, data) in &r.blocks {
                     bufs.insert_pinned(*blk, data);
                 }
-                sb = Superblock::decode(&bufs.get(0)?.read()[1024..2048], dev.size())?;
+                let (blk, off) = sbm::location(bs);
+                let b = bufs.get(blk)?;
+                sb = Superblock::decode(&b.read()[off..off + sbm::SB_SIZE], dev.size())?;
             } else {
                 for (blk, data) in &r.blocks {
                     dev.write_at(blk * u64::from(bs), data)?;
@@ -230,8 +227,9 @@ impl Fs {
         drop(sbg);
         self.dev.write_at(sbm::SB_OFFSET, &raw[..])?;
         self.dev.flush()?;
-        // The cached block 0 (read later, for journaled superblock updates) sees this.
-        self.bufs.forget(0);
+        // The cached superblock block (read later, for journaled superblock updates) sees
+        // this.
+        self.bufs.forget(sbm::location(self.bs).0);
         Ok(())
     }
 

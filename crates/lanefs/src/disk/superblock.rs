@@ -7,6 +7,14 @@ use crate::error::{Error, Result};
 pub const SB_OFFSET: u64 = 1024;
 /// Size of the superblock.
 pub const SB_SIZE: usize = 1024;
+/// The block holding the primary superblock and the superblock's offset in it, for a
+/// file system of `block_size`-byte blocks (block 1 at offset 0 for 1 KiB blocks, block 0
+/// at offset 1024 otherwise).
+pub fn location(block_size: u32) -> (u64, usize) {
+    let bs = u64::from(block_size.max(1));
+    (SB_OFFSET / bs, (SB_OFFSET % bs) as usize)
+}
+
 /// ext2/3/4 magic.
 pub const MAGIC: u16 = 0xEF53;
 

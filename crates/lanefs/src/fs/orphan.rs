@@ -28,8 +28,9 @@ impl Fs {
             sb.update_checksum();
             sb.raw.clone()
         };
-        let b = self.bufs.get(0)?;
-        b.write()[1024..2048].copy_from_slice(&raw[..]);
+        let (blk, off) = crate::disk::superblock::location(self.bs);
+        let b = self.bufs.get(blk)?;
+        b.write()[off..off + raw.len()].copy_from_slice(&raw[..]);
         h.dirty(&b);
         Ok(())
     }
