@@ -33,6 +33,9 @@ pub struct DirCtx<'a> {
     pub def_hash: u8,
     /// dir_index feature on: grow directories into htrees.
     pub dir_index: bool,
+    /// filetype feature on: entries record their inode's type (else the byte is 0, the
+    /// high byte of a 16-bit name length, as ext2 without filetype has it).
+    pub filetype: bool,
 }
 
 /// Where an entry lives.
@@ -236,6 +239,7 @@ impl DirCtx<'_> {
         if name.len() > 255 {
             return Err(Error::NameTooLong);
         }
+        let ft = if self.filetype { ft } else { 0 };
         if self.is_htree(st) {
             return self.htree_add(h, ino, st, name, child, ft);
         }
@@ -727,7 +731,14 @@ impl DirCtx<'_> {
             if out.len() >= max && last != Some(key) {
                 break;
             }
-            let kind = FileType::from_dirent_code(e.ft).unwrap_or(FileType::Regular);
+            let kind = match FileType::from_dirent_code(e.ft) {
+                Some(k) if self.filetype => k,
+                // No type in the entry: the inode's mode says it.
+                _ => crate::inode::read_disk_inode(self.al, self.bufs, u64::from(e.ino))
+                    .ok()
+                    .and_then(|d| FileType::from_mode(d.mode()))
+                    .unwrap_or(FileType::Regular),
+            };
             out.push(DirEntry {
                 ino: u64::from(e.ino),
                 kind,
@@ -750,8 +761,9 @@ impl DirCtx<'_> {
         let mut d = b.write();
         dd::init_empty_leaf(&mut d, self.csum());
         let end = dd::entries_end(self.bs(), self.csum());
-        dd::put_entry(&mut d, 0, ino as u32, 12, 2, b".");
-        dd::put_entry(&mut d, 12, parent as u32, end - 12, 2, b"..");
+        let ft = if self.filetype { 2 } else { 0 };
+        dd::put_entry(&mut d, 0, ino as u32, 12, ft, b".");
+        dd::put_entry(&mut d, 12, parent as u32, end - 12, ft, b"..");
         if self.csum() {
             dd::set_leaf_csum(self.iseed(ino, st), &mut d);
         }

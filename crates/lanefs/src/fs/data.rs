@@ -4,6 +4,7 @@ use super::ops::flags;
 use super::{now, Fs, MAX_FILE_BLOCKS};
 use crate::alloc::blocks::DataRequest;
 use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
+use crate::disk::inode::FL_EXTENTS;
 use crate::disk::superblock as sbm;
 use crate::error::{Error, Result};
 use crate::extmap::{ExtentMap, Mapping};
@@ -147,6 +148,9 @@ impl Fs {
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
         self.regular(&st)?;
+        if end > self.max_bytes(&st.d) {
+            return Err(Error::FileTooBig);
+        }
         // chattr +i: no writes; +a: only at the end (Linux wants O_APPEND to open it).
         if flags::immutable(&st) || (flags::pinned(&st) && off != st.d.size()) {
             return Err(Error::NotPermitted);
@@ -395,6 +399,16 @@ impl Fs {
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
         self.regular(&st)?;
+        // As ext4: block-mapped files can punch holes but not preallocate (no unwritten
+        // state to record).
+        if !mode.punch_hole && st.d.flags() & FL_EXTENTS == 0 {
+            return Err(Error::NotSupported(
+                "fallocate on a file mapped by indirect blocks".into(),
+            ));
+        }
+        if !mode.punch_hole && end > self.max_bytes(&st.d) {
+            return Err(Error::FileTooBig);
+        }
         // vfs_fallocate: nothing on an immutable file, only allocation on an append-only one.
         if flags::immutable(&st) || (flags::pinned(&st) && mode.punch_hole) {
             return Err(Error::NotPermitted);
