@@ -12,6 +12,7 @@ pub mod group;
 pub mod hash;
 pub mod inode;
 pub mod jbd2;
+pub mod mmp;
 pub mod superblock;
 pub mod xattr;
 
