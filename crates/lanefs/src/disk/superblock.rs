@@ -507,7 +507,19 @@ impl Superblock {
             ));
         }
         let bs = u64::from(self.block_size());
-        if self.blocks_per_group() == 0 || u64::from(self.blocks_per_group()) > bs * 8 {
+        // bigalloc: bitmaps count clusters, so a group spans cluster-ratio times more.
+        let ratio = if self.has_ro_compat(ro_compat::BIGALLOC) {
+            if self.log_cluster_size() < self.log_block_size() || self.log_cluster_size() > 16 {
+                return bad(format!(
+                    "cluster size log {} invalid",
+                    self.log_cluster_size()
+                ));
+            }
+            1u64 << (self.log_cluster_size() - self.log_block_size())
+        } else {
+            1
+        };
+        if self.blocks_per_group() == 0 || u64::from(self.blocks_per_group()) > bs * 8 * ratio {
             return bad(format!(
                 "blocks per group {} invalid",
                 self.blocks_per_group()
