@@ -57,7 +57,7 @@ impl Command {
     }
 }
 
-/// Options of `mkfs`.
+/// Options of `mkfs` (named as mke2fs names them).
 #[derive(Debug, Args)]
 pub struct MkfsArgs {
     /// Image file or block device.
@@ -66,6 +66,28 @@ pub struct MkfsArgs {
     /// creates or resizes the file. Without it an existing file or device keeps its size.
     #[arg(short, long)]
     pub size: Option<String>,
+    /// File system type: ext2, ext3 or ext4 (default ext4), with the features Debian 12's
+    /// mke2fs.conf gives it.
+    #[arg(short = 't', long = "type", value_name = "TYPE")]
+    pub fs_type: Option<String>,
+    /// Usage types of mke2fs.conf, comma separated: small, floppy, default, big, huge,
+    /// news, largefile, largefile4, hurd (default: from the size, as mke2fs).
+    #[arg(short = 'T', long = "usage-type", value_name = "TYPES")]
+    pub usage_types: Option<String>,
+    /// Features to turn on, or off with ^, comma separated, e.g. ^has_journal,mmp (may
+    /// be repeated).
+    #[arg(short = 'O', long = "features", value_name = "FEATURES")]
+    pub features: Vec<String>,
+    /// Block size in bytes: 1024, 2048, 4096 ... 65536 (default: 1024 below 512 MiB,
+    /// else 4096, as mke2fs.conf).
+    #[arg(short = 'b', long, value_name = "BYTES")]
+    pub block_size: Option<String>,
+    /// Number of inodes (rounded up to fill whole inode-table blocks).
+    #[arg(short = 'N', long = "inodes", value_name = "COUNT")]
+    pub inodes: Option<String>,
+    /// Inode size in bytes: 128, 256, 512 ... up to the block size (default 256).
+    #[arg(short = 'I', long, value_name = "BYTES")]
+    pub inode_size: Option<String>,
     /// Volume label (at most 16 bytes).
     #[arg(short = 'L', long)]
     pub label: Option<String>,
@@ -79,7 +101,7 @@ pub struct MkfsArgs {
     #[arg(short = 'm', long)]
     pub reserved_percent: Option<u32>,
     /// Overwrite an image that already holds an ext4 file system.
-    #[arg(short, long)]
+    #[arg(short = 'F', long, visible_short_alias = 'f')]
     pub force: bool,
 }
 

@@ -55,22 +55,41 @@ fn holds_ext4(path: &Path) -> CmdResult<bool> {
     }
 }
 
-/// Engine options from the command line.
+/// A count or size option: digits with an optional K/M/G/T suffix, in one line on error.
+fn number(flag: &str, text: &Option<String>) -> CmdResult<Option<u64>> {
+    text.as_deref()
+        .map(|t| parse_size(t).map_err(|e| Failure::new(flag, Error::Msg(e))))
+        .transpose()
+}
+
+/// A number that must fit in 32 bits.
+fn number32(flag: &str, text: &Option<String>) -> CmdResult<Option<u32>> {
+    number(flag, text)?
+        .map(|n| {
+            u32::try_from(n)
+                .map_err(|_| Failure::new(flag, Error::msg(format!("{n} is too large"))))
+        })
+        .transpose()
+}
+
+/// Engine options from the command line: what is not given is left to the mke2fs rules.
 fn mkfs_options(args: &MkfsArgs) -> CmdResult<MkfsOptions> {
-    let mut opts = MkfsOptions::default();
+    let mut opts = MkfsOptions::mke2fs();
     if let Some(label) = &args.label {
         opts.label = label.clone();
     }
-    if let Some(ratio) = &args.inode_ratio {
-        opts.inode_ratio =
-            parse_size(ratio).map_err(|e| Failure::new("--inode-ratio", Error::Msg(e)))?;
-    }
-    if args.journal_blocks.is_some() {
-        opts.journal_blocks = args.journal_blocks;
-    }
+    opts.fs_type = args.fs_type.clone();
+    opts.usage_types = args.usage_types.clone();
+    opts.features = args.features.join(",");
+    opts.block_size = number32("-b", &args.block_size)?;
+    opts.inode_size = number32("-I", &args.inode_size)?;
+    opts.inodes = number("-N", &args.inodes)?;
+    opts.inode_ratio = number("-i", &args.inode_ratio)?;
+    opts.journal_blocks = args.journal_blocks;
     if let Some(pct) = args.reserved_percent {
         opts.reserved_percent = pct;
     }
+    opts.device_name = args.image.display().to_string();
     Ok(opts)
 }
 
@@ -119,8 +138,9 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         return Err(Failure::new(args.image.display(), e));
     }
     let line = format!(
-        "formatted {} as ext4 ({})\n",
+        "formatted {} as {} ({})\n",
         args.image.display(),
+        args.fs_type.as_deref().unwrap_or("ext4"),
         human(dev.size())
     );
     std::io::stdout()
