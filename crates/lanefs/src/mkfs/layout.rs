@@ -86,6 +86,15 @@ pub(super) fn size(p: &Params) -> Result<Sizes> {
             }
             break (full, (full * isz).div_ceil(bs));
         };
+        if ipg * groups <= u64::from(FIRST_INO) {
+            // Rounding to whole inode-table blocks and multiples of 8 left fewer inodes
+            // than the reserved ones and lost+found (mke2fs fails writing them).
+            return Err(invalid(format!(
+                "too few inodes ({}): at least {} are needed (larger device or -N)",
+                ipg * groups,
+                FIRST_INO + 1
+            )));
+        }
         let mut reserved_gdt = if p.features.has("resize_inode") {
             reserved_gdt_blocks(blocks, fdb, bpg, bs / desc_size, desc_blocks, bs / 4)
         } else {

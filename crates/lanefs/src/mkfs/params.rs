@@ -363,7 +363,8 @@ pub(super) fn resolve(opts: &MkfsOptions, dev_bytes: u64) -> Result<Params> {
         None => {}
     }
     check_features(&mut features, inode_size)?;
-    let blocks = dev_bytes / u64::from(bs);
+    // mke2fs takes the device's size in whole pages.
+    let blocks = dev_bytes / u64::from(bs) & !(u64::from(PAGE_SIZE / bs).max(1) - 1);
     let inodes = inode_count(opts, &types, bs, blocks, &features)?;
     Ok(Params {
         bs,
