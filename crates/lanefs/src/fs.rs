@@ -77,6 +77,8 @@ pub struct Fs {
     timer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     timer_stop: std::sync::atomic::AtomicBool,
     read_only: bool,
+    /// The multi-mount protection claim of a read-write mount of an mmp image.
+    mmp: std::sync::Mutex<Option<crate::mmp::MmpGuard>>,
     /// Why the mount is read-only when the caller asked for read-write.
     ro_reason: Option<String>,
     seed: [u32; 4],
@@ -111,19 +113,34 @@ impl Fs {
     /// Open the image or device at `path` and mount it.
     pub fn mount_path(path: &Path, opts: MountOptions) -> Result<Arc<Fs>> {
         let dev = FileDevice::open(path, opts.read_only)?;
-        Fs::mount(Arc::new(dev), opts)
+        Fs::mount_named(Arc::new(dev), opts, &path.display().to_string())
     }
 
     /// Mount the file system on `dev`: replay the journal if it holds committed
     /// transactions (in memory only on a read-only mount), then release the inodes left
     /// on the orphan list.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
+        Fs::mount_named(dev, opts, "the device")
+    }
+
+    /// [`Fs::mount`], naming the device `dev_name` in errors and in the MMP block.
+    fn mount_named(
+        dev: Arc<dyn BlockDevice>,
+        opts: MountOptions,
+        dev_name: &str,
+    ) -> Result<Arc<Fs>> {
         let latch = Arc::new(ErrorLatch::new(dev));
         let dev: Arc<dyn BlockDevice> = latch.clone();
         let sb = read_super(&*dev)?;
         let ro_reason = check_features(&sb)?;
         let read_only = ro_reason.is_some() || opts.read_only;
         let bs = sb.block_size();
+        // Before anything is written (replay included), as ext4_fill_super does.
+        let mmp = if !read_only && sb.has_incompat(incompat::MMP) {
+            Some(crate::mmp::protect(&dev, &sb, &dev_name, &latch)?)
+        } else {
+            None
+        };
         let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize));
         let (log, replay) = open_journal(&sb, &dev, &bufs)?;
         let mut next_tid = log
@@ -195,6 +212,7 @@ impl Fs {
             bufs,
             al,
             read_only,
+            mmp: std::sync::Mutex::new(mmp),
             ro_reason,
             latch,
             bs,
@@ -288,6 +306,9 @@ impl Fs {
     /// Why changes are refused, when they are: features lanefs cannot write, an earlier
     /// device error, or a read-only mount.
     pub fn read_only_reason(&self) -> Option<String> {
+        if let Some(r) = self.latch.reason() {
+            return Some(r);
+        }
         if self.latch.failed() || self.journal.is_aborted() {
             return Some("an earlier device error aborted the journal: mounted read-only".into());
         }

@@ -84,7 +84,7 @@ pub mod incompat {
     pub const CASEFOLD: u32 = 0x20000;
     /// What lanefs reads and writes.
     pub const SUPPORTED: u32 =
-        FILETYPE | RECOVER | META_BG | EXTENTS | BIT64 | FLEX_BG | CSUM_SEED | INLINE_DATA;
+        FILETYPE | RECOVER | META_BG | EXTENTS | BIT64 | MMP | FLEX_BG | CSUM_SEED | INLINE_DATA;
     /// Names for messages.
     pub const NAMES: &[(u32, &str)] = &[
         (COMPRESSION, "compression"),
