@@ -137,7 +137,7 @@ impl Fs {
         let bs = sb.block_size();
         // Before anything is written (replay included), as ext4_fill_super does.
         let mmp = if !read_only && sb.has_incompat(incompat::MMP) {
-            Some(crate::mmp::protect(&dev, &sb, &dev_name, &latch)?)
+            Some(crate::mmp::protect(&dev, &sb, dev_name, &latch)?)
         } else {
             None
         };
