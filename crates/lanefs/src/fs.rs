@@ -96,12 +96,16 @@ pub struct Fs {
     huge_file: bool,
     /// The inline_data feature: small files and directories may live in their inode.
     inline_data: bool,
+    /// The large_file feature is on (set by the first file past 2 GiB if it was not).
+    large_file: std::sync::atomic::AtomicBool,
     bs: u32,
 }
 
 /// Largest file size: 2^32 - 1 blocks, ext4's s_maxbytes (the last logical block stays
 /// unused so that an extent's end fits in 32 bits).
 const MAX_FILE_BLOCKS: u64 = (1 << 32) - 1;
+/// Largest file size without the large_file feature (2 GiB - 1).
+const LARGE_FILE_SIZE: u64 = 0x7FFF_FFFF;
 /// Link count past which directories switch to "many" (dir_nlink).
 const LINK_MAX: u16 = 65000;
 
@@ -204,6 +208,9 @@ impl Fs {
             extents: sb.has_incompat(incompat::EXTENTS),
             huge_file: sb.has_ro_compat(ro_compat::HUGE_FILE),
             inline_data: sb.has_incompat(incompat::INLINE_DATA),
+            large_file: std::sync::atomic::AtomicBool::new(
+                sb.has_ro_compat(ro_compat::LARGE_FILE),
+            ),
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: Mutex::new(&ORPHAN, Vec::new()),
@@ -378,8 +385,33 @@ impl Fs {
             inode::store_tree(&self.al, &self.bufs, h, ino, st)?;
         }
         st.tid = h.tid();
+        if st.d.size() > LARGE_FILE_SIZE {
+            self.note_large_file(h)?;
+        }
         let keep_dtime = st.d.links() == 0 && !st.freed;
         inode::store_inode(&self.al, &self.bufs, h, ino, &mut st.d, keep_dtime)
+    }
+
+    /// A file past 2 GiB on an image without large_file turns the feature on in the
+    /// superblock (and a revision-0 superblock into revision 1), as ext4_do_update_inode
+    /// and ext4_update_dynamic_rev do.
+    fn note_large_file(&self, h: &Handle) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.large_file.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut order = self.orphans.lock();
+        if self.large_file.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.update_sb(h, &mut order, |sb| {
+            if sb.rev_level() == 0 {
+                sb.set_rev_level(1);
+                sb.set_first_ino(11);
+                sb.set_inode_size(128);
+            }
+            sb.set_feature_ro_compat(sb.feature_ro_compat() | ro_compat::LARGE_FILE);
+        })
     }
 
     /// The largest size inode `d` may have (ext4's s_maxbytes, or the bitmap limit for
