@@ -208,9 +208,7 @@ impl Fs {
             extents: sb.has_incompat(incompat::EXTENTS),
             huge_file: sb.has_ro_compat(ro_compat::HUGE_FILE),
             inline_data: sb.has_incompat(incompat::INLINE_DATA),
-            large_file: std::sync::atomic::AtomicBool::new(
-                sb.has_ro_compat(ro_compat::LARGE_FILE),
-            ),
+            large_file: std::sync::atomic::AtomicBool::new(sb.has_ro_compat(ro_compat::LARGE_FILE)),
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: Mutex::new(&ORPHAN, Vec::new()),
@@ -481,17 +479,27 @@ fn is_dev(d: &DiskInode) -> bool {
 /// Refuse unknown INCOMPAT features; returns whether unknown RO_COMPAT forces read-only.
 /// Refuse what lanefs cannot read; say why it must mount read-only, if it must.
 fn check_features(sb: &Superblock) -> Result<Option<String>> {
-    let unknown = sb.feature_incompat() & !incompat::SUPPORTED;
+    let unknown = sb.feature_incompat() & !(incompat::SUPPORTED | incompat::READ_ONLY);
     if unknown != 0 {
         let names = sbm::feature_names(unknown, incompat::NAMES);
         return Err(Error::Unsupported(format!(
-            "unknown INCOMPAT feature(s): {names}"
+            "lanefs cannot read images with {names} (INCOMPAT); the kernel's ext4 or fuse2fs may"
         )));
     }
+    let mut names = Vec::new();
+    let ro_only = sb.feature_incompat() & incompat::READ_ONLY;
+    if ro_only != 0 {
+        names.push(sbm::feature_names(ro_only, incompat::NAMES));
+    }
     let unwritable = sb.feature_ro_compat() & !ro_compat::SUPPORTED;
-    Ok((unwritable != 0).then(|| {
-        let names = sbm::feature_names(unwritable, ro_compat::NAMES);
-        format!("lanefs cannot write images with {names}: mounted read-only")
+    if unwritable != 0 {
+        names.push(sbm::feature_names(unwritable, ro_compat::NAMES));
+    }
+    Ok((!names.is_empty()).then(|| {
+        format!(
+            "lanefs cannot write images with {}: mounted read-only",
+            names.join(", ")
+        )
     }))
 }
 
