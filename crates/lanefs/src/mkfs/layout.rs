@@ -68,7 +68,9 @@ pub(super) fn size(p: &Params) -> Result<Sizes> {
         let mut ipg = inodes.div_ceil(groups);
         if ipg > bs * 8 {
             if bpg >= 256 {
+                // Smaller groups, from the whole device again (ext2fs_initialize).
                 bpg -= 8;
+                blocks = p.blocks;
                 continue 'retry;
             }
             return Err(invalid(format!(

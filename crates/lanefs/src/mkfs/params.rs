@@ -341,7 +341,7 @@ fn lookup<T: Copy>(types: &[&str], key: impl Fn(&FsType) -> Option<T>) -> Option
         .iter()
         .filter_map(|t| stanza(t))
         .filter_map(key)
-        .last()
+        .next_back()
 }
 
 /// Resolve the options for a device of `dev_bytes` bytes.
@@ -364,7 +364,7 @@ pub(super) fn resolve(opts: &MkfsOptions, dev_bytes: u64) -> Result<Params> {
     }
     check_features(&mut features, inode_size)?;
     // mke2fs takes the device's size in whole pages.
-    let blocks = dev_bytes / u64::from(bs) & !(u64::from(PAGE_SIZE / bs).max(1) - 1);
+    let blocks = (dev_bytes / u64::from(bs)) & !(u64::from(PAGE_SIZE / bs).max(1) - 1);
     let inodes = inode_count(opts, &types, bs, blocks, &features)?;
     Ok(Params {
         bs,

@@ -25,6 +25,8 @@ const JOURNAL_INO: u32 = 8;
 const LPF_INO: u32 = FIRST_INO;
 /// Directory file type in entries (with filetype).
 const FT_DIR: u8 = 2;
+/// Blocks to write: (block, bytes).
+type Blocks = Vec<(u64, Vec<u8>)>;
 /// Groups whose bitmaps are built and written together.
 const GROUP_BATCH: u32 = 64;
 
@@ -46,7 +48,7 @@ impl<'a> Out<'a> {
 
     /// Write `data` at block `block`.
     pub fn put(&mut self, block: u64, data: &[u8]) -> Result<()> {
-        debug_assert!(data.len() as u64 % self.bs == 0 || data.len() < self.bs as usize);
+        debug_assert!((data.len() as u64).is_multiple_of(self.bs) || data.len() < self.bs as usize);
         self.dev.write_at(block * self.bs, data)?;
         self.written += data.len() as u64;
         Ok(())
@@ -119,7 +121,7 @@ fn reserved_inode(cx: &Ctx, ino: u32) -> DiskInode {
 
 /// Point inode `ino` at `f`'s blocks; returns the map's own blocks (extent leaf or
 /// indirect blocks) to write.
-fn map_inode(cx: &Ctx, i: &mut DiskInode, ino: u32, f: &FileMap) -> Vec<(u64, Vec<u8>)> {
+fn map_inode(cx: &Ctx, i: &mut DiskInode, ino: u32, f: &FileMap) -> Blocks {
     let mut extra = Vec::new();
     match &f.kind {
         MapKind::Extents { leaf: None } => {
@@ -204,7 +206,7 @@ fn directory(
     links: u16,
     f: &FileMap,
     entries: &[(u32, &[u8])],
-) -> (DiskInode, Vec<(u64, Vec<u8>)>) {
+) -> (DiskInode, Blocks) {
     let mut i = new_inode(cx, 0o040000 | mode, links);
     let mut blocks = map_inode(cx, &mut i, ino, f);
     i.set_size(f.data_blocks() * cx.bs as u64);
@@ -224,7 +226,7 @@ pub(super) fn resize_inode_size(bs: u32) -> u64 {
 
 /// The resize inode (ext2fs_create_resize_inode): its double-indirect block lists the
 /// primary reserved GDT blocks, each of which lists its copies in the backup groups.
-fn resize_inode(cx: &Ctx, dind: u64) -> (DiskInode, Vec<(u64, Vec<u8>)>) {
+fn resize_inode(cx: &Ctx, dind: u64) -> (DiskInode, Blocks) {
     let geo = cx.geo;
     let apb = cx.bs / 4;
     let sb_blk = location(geo.bs).0;
@@ -262,7 +264,7 @@ fn journal(
     f: &FileMap,
     n: u32,
     sb: &Superblock,
-) -> Result<(DiskInode, Vec<(u64, Vec<u8>)>)> {
+) -> Result<(DiskInode, Blocks)> {
     let mut i = new_inode(cx, 0o100600, 1);
     let blocks = map_inode(cx, &mut i, JOURNAL_INO, f);
     i.set_size(u64::from(n) * cx.bs as u64);
@@ -456,7 +458,7 @@ fn uninit_bitmap(geo: &Geometry, plan: &Plan, g: u32) -> Vec<u8> {
 }
 
 /// Write `(block, bytes)` pieces, merging neighbours into one write.
-fn put_merged(out: &mut Out, mut pieces: Vec<(u64, Vec<u8>)>, bs: u64) -> Result<()> {
+fn put_merged(out: &mut Out, mut pieces: Blocks, bs: u64) -> Result<()> {
     pieces.sort_by_key(|p| p.0);
     let mut i = 0;
     while i < pieces.len() {
