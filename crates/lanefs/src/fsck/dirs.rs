@@ -76,7 +76,7 @@ impl Checker<'_> {
             None
         };
         let mut st = DirScan::default();
-        let per_read = (READ_CHUNK / self.geo.bs).max(1);
+        let per_read = (READ_CHUNK / self.geo.block_bytes()).max(1);
         for r in &d.runs {
             let mut k = 0;
             while k < r.len {
@@ -85,7 +85,7 @@ impl Checker<'_> {
                     return Ok(());
                 }
                 let buf = read_blocks(self.dev, &self.geo, r.pblk + k, n)?;
-                for (j, blk) in buf.chunks(self.geo.bs as usize).enumerate() {
+                for (j, blk) in buf.chunks(self.geo.block_bytes() as usize).enumerate() {
                     let off = k + j as u64;
                     self.dir_block(d, &mut st, r.lblk + off, r.pblk + off, blk, ht.as_ref());
                 }
@@ -298,7 +298,7 @@ impl Checker<'_> {
                 .add("DIR_DUP_DOT", format!("{at}: extra '.' or '..' entry"));
             return;
         }
-        if u64::from(ino) > self.geo.inodes
+        if u64::from(ino) > self.geo.inodes()
             || ino < self.geo.first_ino
             || self.special.contains(&ino)
         {

@@ -22,9 +22,13 @@
 //! a panic or a hang.
 
 use crate::dev::BlockDevice;
+use crate::disk::blockmap as bmap;
 use crate::disk::extent::{self, Extent, Index, Node};
+use crate::disk::geometry::Geometry;
 use crate::disk::group::{self, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
-use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_HUGE_FILE, FL_INDEX, FL_INLINE_DATA};
+use crate::disk::inode::{
+    DiskInode, FL_APPEND, FL_EXTENTS, FL_HUGE_FILE, FL_IMMUTABLE, FL_INDEX, FL_INLINE_DATA,
+};
 use crate::disk::superblock::{
     compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE,
 };
@@ -47,11 +51,7 @@ mod xattr;
 use claims::*;
 pub(crate) use geo::*;
 
-/// Inode flag: immutable (from the ext4 headers; `disk` does not name it).
-const FL_IMMUTABLE: u32 = 0x10;
-/// Inode flag: append only.
-const FL_APPEND: u32 = 0x20;
-/// Inode flag: encrypted.
+/// Inode flag: encrypted (from the ext4 headers; `disk` does not name it).
 const FL_ENCRYPT: u32 = 0x800;
 /// Inode flag: AFS directory (imagic_inodes).
 const FL_IMAGIC: u32 = 0x2000;
@@ -88,7 +88,8 @@ const MAX_OWNERS_LISTED: usize = 8;
 /// Longest orphan chain followed.
 const MAX_ORPHANS: usize = 100_000;
 const BADBLOCKS_INO: u32 = 1;
-const ROOT_INO: u32 = 2;
+/// The root directory (`crate::types::ROOT_INO`, as the checker's u32 inode numbers).
+const ROOT_INO: u32 = crate::types::ROOT_INO as u32;
 const RESIZE_INO: u32 = 7;
 const JOURNAL_INO: u32 = 8;
 const DX_BLOCK_MASK: u32 = 0x0FFF_FFFF;
@@ -349,7 +350,7 @@ struct DirScan {
 struct Checker<'a> {
     dev: &'a dyn BlockDevice,
     sb: Superblock,
-    geo: Geo,
+    geo: Geometry,
     out: Sink,
     verbose: bool,
     groups: Vec<GroupInfo>,
@@ -390,7 +391,7 @@ struct Checker<'a> {
 /// ```
 pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<FsckReport> {
     let (sb, sb_problems) = load_superblock(dev)?;
-    let geo = Geo::from_sb(&sb, dev.size())?;
+    let geo = geometry(&sb, dev.size())?;
     check_supported(&sb)?;
     let mut c = Checker::new(dev, sb, geo, opts.verbose);
     for p in sb_problems {
@@ -527,8 +528,8 @@ fn diff_bits(
 }
 
 impl<'a> Checker<'a> {
-    fn new(dev: &'a dyn BlockDevice, sb: Superblock, geo: Geo, verbose: bool) -> Checker<'a> {
-        let n = geo.inodes as usize + 1;
+    fn new(dev: &'a dyn BlockDevice, sb: Superblock, geo: Geometry, verbose: bool) -> Checker<'a> {
+        let n = geo.inodes() as usize + 1;
         let claims = Claims::new(geo.blocks);
         let geo_blocks = geo.blocks;
         let busted = |t: u32| t != 0 && t < sb.inodes_count();
@@ -573,9 +574,11 @@ impl<'a> Checker<'a> {
             problems: self.out.problems,
             problems_omitted: self.out.omitted,
             notes: self.out.notes,
-            inodes_total: self.geo.inodes,
+            inodes_total: self.geo.inodes(),
             blocks_total: self.geo.blocks,
-            blocks_used: self.claims.count(),
+            // As e2fsck (blocks_count - free): the blocks before the first data block
+            // (block 0 with 1 KiB blocks) count as used.
+            blocks_used: self.claims.count() + u64::from(self.geo.first_data_block),
             groups: self.geo.groups,
             ..FsckReport::default()
         };

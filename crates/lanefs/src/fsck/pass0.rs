@@ -35,7 +35,7 @@ impl Checker<'_> {
         }
         let orphan_ino = le32(&sb.raw[..], SB_ORPHAN_FILE_INUM);
         let names_inode =
-            orphan_ino >= self.geo.first_ino && u64::from(orphan_ino) <= self.geo.inodes;
+            orphan_ino >= self.geo.first_ino && u64::from(orphan_ino) <= self.geo.inodes();
         if sb.has_compat(COMPAT_ORPHAN_FILE) && !names_inode {
             let msg = "orphan_file feature is set but the orphan file inode number is invalid";
             p.push(("SB_ORPHAN_FILE", msg.into()));
@@ -68,10 +68,10 @@ impl Checker<'_> {
             bad.push(format!("group descriptor size field {ds} invalid"));
         }
         let rgdt = u64::from(sb.reserved_gdt_blocks());
-        if rgdt > self.geo.bs / 4 {
+        if rgdt > self.geo.block_bytes() / 4 {
             bad.push(format!(
                 "reserved GDT blocks {rgdt} exceed {}",
-                self.geo.bs / 4
+                self.geo.block_bytes() / 4
             ));
         }
         if sb.clusters_per_group() != sb.blocks_per_group() {
@@ -193,7 +193,7 @@ impl Checker<'_> {
             v.push(le32(&sb.raw[..], SB_ORPHAN_FILE_INUM));
         }
         for ino in v {
-            if ino != 0 && u64::from(ino) <= self.geo.inodes && ino != ROOT_INO {
+            if ino != 0 && u64::from(ino) <= self.geo.inodes() && ino != ROOT_INO {
                 self.special.insert(ino);
             }
         }
@@ -215,13 +215,13 @@ impl Checker<'_> {
         self.check_desc_csum(g, &desc);
         let raw_flags = desc.flags();
         let uninit = BG_INODE_UNINIT | BG_BLOCK_UNINIT;
-        let flags = if self.geo.desc_csum() {
+        let flags = if self.geo.desc_csum.on() {
             raw_flags
         } else {
             raw_flags & !uninit
         };
         // e2fsck offers to fix these two but does not count them as errors.
-        if !self.geo.desc_csum() && raw_flags & uninit != 0 {
+        if !self.geo.desc_csum.on() && raw_flags & uninit != 0 {
             self.out.note(
                 "GROUP_DESC_FLAGS",
                 format!("group {g}: UNINIT flags {raw_flags:#x} without descriptor checksums"),
@@ -236,8 +236,12 @@ impl Checker<'_> {
         self.check_desc_counts(g, &desc);
         let bb_ok = self.check_location(g, "block bitmap", desc.block_bitmap(), 1);
         let ib_ok = self.check_location(g, "inode bitmap", desc.inode_bitmap(), 1);
-        let it_ok =
-            self.check_location(g, "inode table", desc.inode_table(), self.geo.itable_blocks);
+        let it_ok = self.check_location(
+            g,
+            "inode table",
+            desc.inode_table(),
+            self.geo.itable_blocks(),
+        );
         GroupInfo {
             desc,
             flags,
@@ -249,11 +253,7 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_desc_csum(&mut self, g: u32, d: &GroupDesc) {
-        let want = if self.geo.csum {
-            d.compute_checksum(self.geo.seed, g)
-        } else if self.geo.gdt_csum {
-            gdt_crc16(&self.sb.uuid(), g, &d.raw)
-        } else {
+        let Some(want) = d.checksum_of(self.geo.desc_csum, g) else {
             return;
         };
         if d.checksum() != want {
@@ -268,7 +268,7 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_desc_counts(&mut self, g: u32, d: &GroupDesc) {
-        let (ipg, len) = (self.geo.ipg, self.geo.group_len(g));
+        let (ipg, len) = (u64::from(self.geo.ipg), u64::from(self.geo.group_len(g)));
         let mut bad = Vec::new();
         if u64::from(d.free_blocks()) > len {
             bad.push(format!("free blocks {} > {len} blocks", d.free_blocks()));
@@ -279,7 +279,7 @@ impl Checker<'_> {
         if u64::from(d.used_dirs()) > ipg {
             bad.push(format!("directories {} > {ipg} inodes", d.used_dirs()));
         }
-        if self.geo.desc_csum() && d.itable_unused() > d.free_inodes() {
+        if self.geo.desc_csum.on() && d.itable_unused() > d.free_inodes() {
             bad.push(format!(
                 "unused inodes {} > free inodes {}",
                 d.itable_unused(),
@@ -306,8 +306,8 @@ impl Checker<'_> {
             return false;
         }
         let first = self.geo.group_first(g);
-        let inside = start >= first && start + n <= first + self.geo.group_len(g);
-        if !self.geo.flex && !inside {
+        let inside = start >= first && start + n <= first + u64::from(self.geo.group_len(g));
+        if !self.sb.has_incompat(incompat::FLEX_BG) && !inside {
             self.out.add(
                 "GROUP_META_RANGE",
                 format!("group {g}: {what} at block {start} is not in its group"),
@@ -319,8 +319,13 @@ impl Checker<'_> {
 
     pub(super) fn claim_fixed_metadata(&mut self) {
         for g in 0..self.geo.groups {
-            for (s, n, owner) in self.geo.base_meta(g) {
-                if self.geo.in_fs(s, n) {
+            let parts = self.geo.base_meta_parts(g);
+            for ((s, n), owner) in [
+                (parts.super_block, Owner::Super(g)),
+                (parts.descriptors, Owner::Gdt(g)),
+                (parts.reserved, Owner::ReservedGdt(g)),
+            ] {
+                if n > 0 && self.geo.in_fs(s, n) {
                     self.claims.claim(s, n, owner);
                 }
             }
@@ -338,7 +343,7 @@ impl Checker<'_> {
             if gi.it_ok {
                 v.push((
                     d.inode_table(),
-                    self.geo.itable_blocks,
+                    self.geo.itable_blocks(),
                     Owner::InodeTable(g32),
                 ));
             }

@@ -132,12 +132,13 @@ impl Checker<'_> {
 
     pub(super) fn read_inode(&self, ino: u32) -> Result<Option<DiskInode>> {
         let idx = u64::from(ino) - 1;
-        let g = (idx / self.geo.ipg) as usize;
+        let g = (idx / u64::from(self.geo.ipg)) as usize;
         let Some(gi) = self.groups.get(g).filter(|gi| gi.it_ok) else {
             return Ok(None);
         };
-        let mut raw = vec![0u8; self.geo.isz as usize];
-        let off = gi.desc.inode_table() * self.geo.bs + (idx % self.geo.ipg) * self.geo.isz;
+        let mut raw = vec![0u8; u64::from(self.geo.inode_size) as usize];
+        let off = gi.desc.inode_table() * self.geo.block_bytes()
+            + (idx % u64::from(self.geo.ipg)) * u64::from(self.geo.inode_size);
         self.dev.read_at(off, &mut raw)?;
         Ok(Some(DiskInode { raw }))
     }
@@ -147,7 +148,7 @@ impl Checker<'_> {
         let mut ino = self.sb.last_orphan();
         let mut seen = HashSet::new();
         while ino != 0 && seen.len() < MAX_ORPHANS {
-            if ino < self.geo.first_ino || u64::from(ino) > self.geo.inodes || !seen.insert(ino) {
+            if ino < self.geo.first_ino || u64::from(ino) > self.geo.inodes() || !seen.insert(ino) {
                 self.out.note(
                     "ORPHAN_LIST",
                     format!("orphan list reaches invalid or repeated inode {ino}"),
