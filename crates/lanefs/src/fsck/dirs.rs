@@ -121,18 +121,18 @@ impl Checker<'_> {
             }
         }
         let tail = self.geo.csum && self.leaf_tail(d, pblk, b);
-        let entries = match dir::parse_block(b, tail, pblk) {
-            Ok(v) => v,
-            Err(e) => {
-                self.out.add(
-                    "DIR_BAD_ENTRY",
-                    format!("directory inode {}, block {lblk}: {e}", d.ino),
-                );
-                // Keep the entries before the damage, as e2fsck's salvage does, so one bad
-                // record does not orphan everything else in the block.
-                salvage_prefix(b, tail)
-            }
-        };
+        // The entries before any damage are kept, as e2fsck's salvage does, so one bad
+        // record does not orphan everything else in the block.
+        let (entries, err) = parse_entries(b, tail);
+        if let Some(e) = err {
+            self.out.add(
+                "DIR_BAD_ENTRY",
+                format!(
+                    "directory inode {}, block {lblk} (block {pblk}): {e}",
+                    d.ino
+                ),
+            );
+        }
         let mut hashes: Option<(u32, u32)> = None;
         for (i, e) in entries.iter().enumerate() {
             if lblk == 0 && i < 2 {
@@ -491,17 +491,34 @@ impl Checker<'_> {
     }
 }
 
-/// The valid entries at the start of a leaf block that `dir::parse_block` rejected: the same
-/// record checks, stopping at the first bad record instead of failing.
-pub(super) fn salvage_prefix(b: &[u8], csum: bool) -> Vec<dir::RawEntry> {
+/// A record length as stored: blocks of 64 KiB and more keep the high bits in the low two
+/// bits, and 65535 or 0 stands for a whole 64 KiB block (ext2fs_get_rec_len).
+pub(super) fn rec_len(stored: u16, block_size: usize) -> usize {
+    let len = usize::from(stored);
+    if block_size < 65536 {
+        len
+    } else if stored == u16::MAX || stored == 0 {
+        block_size
+    } else {
+        (len & 65532) | ((len & 3) << 16)
+    }
+}
+
+/// The entries of a leaf block up to the first bad record (as `dir::parse_block`, with
+/// record lengths decoded for every block size), and what was wrong with that record.
+pub(super) fn parse_entries(b: &[u8], csum: bool) -> (Vec<dir::RawEntry>, Option<String>) {
     let end = dir::entries_end(b.len(), csum);
     let mut out = Vec::new();
     let mut off = 0;
-    while off + 8 <= end {
-        let rec_len = usize::from(le16(b, off + 4));
+    while off < end {
+        if off + 8 > end {
+            return (out, Some(format!("entry at {off} truncated")));
+        }
+        let rec_len = rec_len(le16(b, off + 4), b.len());
         let name_len = usize::from(b[off + 6]);
         if rec_len < 8 || rec_len % 4 != 0 || off + rec_len > end || 8 + name_len > rec_len {
-            break;
+            let why = format!("entry at offset {off}: rec_len {rec_len}, name_len {name_len}");
+            return (out, Some(why));
         }
         out.push(dir::RawEntry {
             off,
@@ -512,5 +529,5 @@ pub(super) fn salvage_prefix(b: &[u8], csum: bool) -> Vec<dir::RawEntry> {
         });
         off += rec_len;
     }
-    out
+    (out, None)
 }
