@@ -22,6 +22,7 @@ use crate::types::*;
 use std::path::Path;
 
 mod data;
+mod inline;
 mod ops;
 mod orphan;
 mod rename;
@@ -91,6 +92,8 @@ pub struct Fs {
     extents: bool,
     /// The huge_file feature: `i_blocks` has 48 bits, so files may be larger.
     huge_file: bool,
+    /// The inline_data feature: small files and directories may live in their inode.
+    inline_data: bool,
     bs: u32,
 }
 
@@ -183,6 +186,7 @@ impl Fs {
             ext_attr: sb.has_compat(compat::EXT_ATTR),
             extents: sb.has_incompat(incompat::EXTENTS),
             huge_file: sb.has_ro_compat(ro_compat::HUGE_FILE),
+            inline_data: sb.has_incompat(incompat::INLINE_DATA),
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: Mutex::new(&ORPHAN, Vec::new()),
@@ -267,6 +271,8 @@ impl Fs {
             def_hash: self.def_hash,
             dir_index: self.dir_index,
             filetype: self.filetype,
+            inline_data: self.inline_data,
+            extents: self.extents,
         }
     }
 
@@ -307,9 +313,6 @@ impl Fs {
         let d = inode::read_disk_inode(&self.al, &self.bufs, ino)?;
         if d.links() == 0 || FileType::from_mode(d.mode()).is_none() {
             return Err(Error::NotFound);
-        }
-        if d.flags() & FL_INLINE_DATA != 0 {
-            return Err(Error::Unsupported(format!("inode {ino} has inline data")));
         }
         let i = inode::new_inode(ino, d);
         // Its last change may be in any uncommitted transaction: fsync commits them.
@@ -390,6 +393,9 @@ impl Fs {
 }
 
 fn needs_extents(d: &DiskInode, bs: u32) -> bool {
+    if d.flags() & FL_INLINE_DATA != 0 {
+        return false;
+    }
     match FileType::from_mode(d.mode()) {
         Some(FileType::Regular) | Some(FileType::Directory) => true,
         Some(FileType::Symlink) => !is_fast_symlink(d, bs),

@@ -43,6 +43,8 @@ pub struct Geometry {
     pub meta_bg: bool,
     /// First descriptor block kept in its meta group (meta_bg only).
     pub first_meta_bg: u32,
+    /// Blocks per allocation cluster (bigalloc; 1 otherwise).
+    pub cluster_ratio: u32,
 }
 
 impl Geometry {
@@ -82,6 +84,14 @@ impl Geometry {
             },
             meta_bg,
             first_meta_bg: if meta_bg { sb.first_meta_bg() } else { 0 },
+            cluster_ratio: if sb.has_ro_compat(ro_compat::BIGALLOC) {
+                1 << sb
+                    .log_cluster_size()
+                    .saturating_sub(sb.log_block_size())
+                    .min(16)
+            } else {
+                1
+            },
         }
     }
 
@@ -115,12 +125,14 @@ impl Geometry {
         u64::from(self.ipg) * u64::from(self.groups)
     }
 
-    /// Where descriptor block `i` of the primary table lives (ext2fs_descriptor_block_loc2):
+    /// Where descriptor block `i` of the primary table lives (ext4's descriptor_loc):
     /// after the primary superblock, or with meta_bg from `first_meta_bg` on in the first
     /// group of its meta group, after that group's superblock copy if it has one.
     pub fn gdt_block(&self, i: u32) -> u64 {
         if !self.meta_bg || i < self.first_meta_bg {
-            return u64::from(self.first_data_block) + 1 + u64::from(i);
+            // After the primary superblock's block (ext4's descriptor_loc): block 1 on
+            // 1 KiB blocks, even with bigalloc, whose group 0 starts at block 0.
+            return super::superblock::location(self.bs).0 + 1 + u64::from(i);
         }
         let g = self.descs_per_block() * i;
         self.group_first(g) + u64::from(self.backups.has_super(g))
@@ -173,6 +185,7 @@ mod tests {
             reserved_gdt: if meta_bg { 0 } else { 5 },
             meta_bg,
             first_meta_bg: 0,
+            cluster_ratio: 1,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod extent;
 pub mod geometry;
 pub mod group;
 pub mod hash;
+pub mod inline;
 pub mod inode;
 pub mod jbd2;
 pub mod superblock;

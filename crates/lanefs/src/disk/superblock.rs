@@ -83,7 +83,8 @@ pub mod incompat {
     /// casefold
     pub const CASEFOLD: u32 = 0x20000;
     /// What lanefs reads and writes.
-    pub const SUPPORTED: u32 = FILETYPE | RECOVER | META_BG | EXTENTS | BIT64 | FLEX_BG | CSUM_SEED;
+    pub const SUPPORTED: u32 =
+        FILETYPE | RECOVER | META_BG | EXTENTS | BIT64 | FLEX_BG | CSUM_SEED | INLINE_DATA;
     /// Names for messages.
     pub const NAMES: &[(u32, &str)] = &[
         (COMPRESSION, "compression"),
@@ -507,7 +508,19 @@ impl Superblock {
             ));
         }
         let bs = u64::from(self.block_size());
-        if self.blocks_per_group() == 0 || u64::from(self.blocks_per_group()) > bs * 8 {
+        // bigalloc: bitmaps count clusters, so a group spans cluster-ratio times more.
+        let ratio = if self.has_ro_compat(ro_compat::BIGALLOC) {
+            if self.log_cluster_size() < self.log_block_size() || self.log_cluster_size() > 16 {
+                return bad(format!(
+                    "cluster size log {} invalid",
+                    self.log_cluster_size()
+                ));
+            }
+            1u64 << (self.log_cluster_size() - self.log_block_size())
+        } else {
+            1
+        };
+        if self.blocks_per_group() == 0 || u64::from(self.blocks_per_group()) > bs * 8 * ratio {
             return bad(format!(
                 "blocks per group {} invalid",
                 self.blocks_per_group()

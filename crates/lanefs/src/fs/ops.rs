@@ -544,7 +544,7 @@ impl Fs {
             return Err(Error::NotEmpty);
         }
         let h = self.journal.start();
-        ctx.remove(&h, dir, &dst, name)?;
+        ctx.remove(&h, dir, &mut dst, name)?;
         let t = now();
         if is_dir {
             dec_dir_links(&mut dst.d);
