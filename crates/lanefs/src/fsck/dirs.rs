@@ -51,6 +51,10 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_dir_blocks(&mut self, d: &DirRec) -> Result<()> {
+        if let Some(inl) = &d.inline {
+            self.check_inline_dir(d, inl);
+            return Ok(());
+        }
         let nblocks = d.runs.iter().map(|r| r.lblk + r.len).max().unwrap_or(0);
         if nblocks == 0 {
             self.out.add(
@@ -101,6 +105,41 @@ impl Checker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// An inline directory: "." is implied, ".." is the parent number at the start of
+    /// i_block, and the entries fill i_block's other 56 bytes and the `system.data` value.
+    pub(super) fn check_inline_dir(&mut self, d: &DirRec, inl: &crate::disk::inline::Dir) {
+        let mut st = DirScan::default();
+        let dot = Dot {
+            i: 0,
+            ino: d.ino,
+            name: b".",
+            pad: 0,
+            ft: FT_DIR,
+        };
+        self.dot_entry(d, &mut st, dot);
+        let dotdot = Dot {
+            i: 1,
+            ino: inl.parent,
+            name: b"..",
+            pad: 0,
+            ft: FT_DIR,
+        };
+        self.dot_entry(d, &mut st, dotdot);
+        for (what, area) in [("i_block", &inl.head), ("system.data", &inl.tail)] {
+            if area.is_empty() {
+                continue;
+            }
+            let (entries, err) = parse_entries(area, false);
+            if let Some(e) = err {
+                let msg = format!("inline directory inode {}, {what}: {e}", d.ino);
+                self.out.add("DIR_BAD_ENTRY", msg);
+            }
+            for e in entries.iter().filter(|e| e.ino != 0) {
+                self.dir_entry(d, &mut st, e, 0);
+            }
+        }
     }
 
     pub(super) fn dir_block(

@@ -1,6 +1,6 @@
 //! Pass 1: every in-use inode.
 
-use super::xattr::xattr_entries_error;
+use super::xattr::{xattr_entries, XattrScan};
 use super::*;
 
 impl Checker<'_> {
@@ -385,7 +385,7 @@ impl Checker<'_> {
     /// Check an inode that is in use; records its kind, links and directory blocks.
     pub(super) fn check_inode(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
         self.links[ino as usize] = inode.links();
-        self.check_extra_isize(ino, inode);
+        let ibody = self.check_extra_isize(ino, inode);
         let Some(ft) = mode_ft(inode.mode()) else {
             self.out.add(
                 "INODE_BAD_MODE",
@@ -406,8 +406,18 @@ impl Checker<'_> {
         }
         self.check_flags(ino, inode, ft);
         self.check_zero_fields(ino, inode);
-        let xattr = self.check_xattr_block(ino, inode)?;
+        if inode.flags() & FL_EA_INODE != 0 && self.ea_inode_feature() {
+            let legacy = inode.ctime_lo() == inode.atime_lo();
+            self.ea_inodes.insert(ino, (inode.ea_inode_refs(), legacy));
+        }
+        let xattr = self.check_xattr_block(ino, inode)? + self.check_ea_refs(ino, &ibody.refs)?;
+        let inline = self.is_inline(inode) && matches!(ft, FT_REG | FT_DIR | FT_LNK);
+        let mut inline_dir = None;
         let walk = match ft {
+            _ if inline => {
+                inline_dir = self.check_inline(ino, inode, ft, ibody.inline_data);
+                Walk::default()
+            }
             FT_REG | FT_DIR => self.walk_blocks(ino, inode, ft == FT_DIR)?,
             FT_LNK => self.check_symlink(ino, inode)?,
             _ => {
@@ -416,46 +426,104 @@ impl Checker<'_> {
             }
         };
         self.check_iblocks(ino, inode, walk.blocks + xattr);
-        self.check_size(ino, inode, ft, &walk);
+        if !(inline && ft == FT_DIR) {
+            self.check_size(ino, inode, ft, &walk);
+        }
         if ft == FT_DIR {
             let seed = inode.csum_seed(self.geo.seed, ino);
             let indexed = inode.flags() & FL_INDEX != 0 && self.sb.has_compat(compat::DIR_INDEX);
             self.dirs.push(DirRec {
                 ino,
                 seed,
-                indexed,
+                indexed: indexed && !inline,
                 runs: walk.runs,
+                inline: inline_dir,
             });
         }
         Ok(())
     }
 
-    pub(super) fn check_extra_isize(&mut self, ino: u32, inode: &DiskInode) {
-        if u64::from(self.geo.inode_size) <= 128 {
-            return;
+    /// Whether the inode keeps its data inline (the flag counts with the feature only).
+    pub(super) fn is_inline(&self, inode: &DiskInode) -> bool {
+        crate::disk::inline::is_inline(inode) && self.sb.has_incompat(incompat::INLINE_DATA)
+    }
+
+    /// An inline inode: no block map, its bytes in i_block and the `system.data` xattr
+    /// (e2fsck: a directory's size must be 60 plus that value's length; a symlink's
+    /// target must be all of its inline bytes). Returns a directory's areas for pass 2.
+    pub(super) fn check_inline(
+        &mut self,
+        ino: u32,
+        inode: &DiskInode,
+        ft: u8,
+        value: Option<Vec<u8>>,
+    ) -> Option<crate::disk::inline::Dir> {
+        use crate::disk::inline;
+        if inode.flags() & FL_EXTENTS != 0 {
+            let msg = format!("inode {ino}: both INLINE_DATA and EXTENTS flags are set");
+            self.out.add("INODE_BAD_FLAGS", msg);
+            return None;
+        }
+        let Some(value) = value else {
+            let msg = format!("inode {ino}: inline data without a system.data attribute");
+            self.out.add("INLINE_DATA_BAD", msg);
+            return None;
+        };
+        let (size, have) = (inode.size(), (inline::MIN_SIZE + value.len()) as u64);
+        match ft {
+            FT_DIR if size == have => {
+                return Some(inline::Dir {
+                    parent: inode.iblock_ptr(0),
+                    head: inode.iblock()[inline::DIR_PARENT_SIZE..].to_vec(),
+                    tail: value,
+                })
+            }
+            FT_DIR => {
+                let msg = format!("inline directory inode {ino}: size {size}, {have} inline bytes");
+                self.out.add("DIR_BAD_SIZE", msg);
+            }
+            FT_LNK if size != have => {
+                let msg = format!("inline symlink inode {ino}: size {size}, {have} inline bytes");
+                self.out.add("SYMLINK_BAD", msg);
+            }
+            // A file's size is checked as any file's (e2fsck does not compare it with the
+            // inline bytes).
+            _ => {}
+        }
+        None
+    }
+
+    /// i_extra_isize and the in-inode xattrs; returns what the xattrs hold (value inodes,
+    /// inline data).
+    pub(super) fn check_extra_isize(&mut self, ino: u32, inode: &DiskInode) -> XattrScan {
+        let isz = u64::from(self.geo.inode_size);
+        if isz <= 128 {
+            return XattrScan::default();
         }
         let extra = u64::from(inode.extra_isize());
         // It must cover itself and i_checksum_hi (e2fsck allows 0).
-        if (extra != 0 && extra < 4)
-            || extra > u64::from(self.geo.inode_size) - 128
-            || extra % 4 != 0
-        {
+        if (extra != 0 && extra < 4) || extra > isz - 128 || extra % 4 != 0 {
             self.out.add(
                 "INODE_EXTRA_ISIZE",
-                format!(
-                    "inode {ino}: i_extra_isize {extra} invalid for {}-byte inodes",
-                    u64::from(self.geo.inode_size)
-                ),
+                format!("inode {ino}: i_extra_isize {extra} invalid for {isz}-byte inodes"),
             );
-            return;
+            return XattrScan::default();
         }
-        let area = &inode.raw[(128 + extra) as usize..];
-        if area.len() >= 8 && le32(area, 0) == crate::disk::xattr::MAGIC {
-            if let Some(why) = xattr_entries_error(area, 4, 4, true) {
+        let Some(area) = inode.ibody_xattr_area() else {
+            return XattrScan::default();
+        };
+        if area.len() < 8 || le32(area, 0) != crate::disk::xattr::MAGIC {
+            return XattrScan::default();
+        }
+        let first = crate::disk::xattr::IBODY_HEADER;
+        match xattr_entries(area, first, first, true, self.ea_inode_feature()) {
+            Ok(scan) => scan,
+            Err(why) => {
                 self.out.add(
                     "XATTR_BAD_ENTRY",
                     format!("inode {ino}: in-inode extended attributes: {why}"),
                 );
+                XattrScan::default()
             }
         }
     }
@@ -508,7 +576,7 @@ impl Checker<'_> {
         if fl & FL_INDEX != 0 && ft == FT_DIR && !self.sb.has_compat(compat::DIR_INDEX) {
             bad.push("INDEX set without the dir_index feature");
         }
-        if fl & FL_INLINE_DATA != 0 {
+        if fl & FL_INLINE_DATA != 0 && !self.sb.has_incompat(incompat::INLINE_DATA) {
             bad.push("INLINE_DATA set without the inline_data feature");
         }
         if fl & FL_IMAGIC != 0 && !self.sb.has_compat(COMPAT_IMAGIC_INODES) {

@@ -27,7 +27,8 @@ use crate::disk::extent::{self, Extent, Index, Node};
 use crate::disk::geometry::Geometry;
 use crate::disk::group::{self, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use crate::disk::inode::{
-    DiskInode, FL_APPEND, FL_EXTENTS, FL_HUGE_FILE, FL_IMMUTABLE, FL_INDEX, FL_INLINE_DATA,
+    DiskInode, FL_APPEND, FL_EA_INODE, FL_EXTENTS, FL_HUGE_FILE, FL_IMMUTABLE, FL_INDEX,
+    FL_INLINE_DATA,
 };
 use crate::disk::superblock::{
     compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE,
@@ -310,6 +311,8 @@ struct DirRec {
     seed: u32,
     indexed: bool,
     runs: Vec<Run>,
+    /// An inline directory's parent and entry areas (no blocks).
+    inline: Option<crate::disk::inline::Dir>,
 }
 
 /// References to one xattr block.
@@ -318,6 +321,8 @@ struct XattrRef {
     stored: u32,
     valid: bool,
     first: u32,
+    /// Blocks its entries' value inodes charge to each user's i_blocks.
+    ea_blocks: u64,
 }
 
 /// The htree of one directory: which logical blocks are index nodes and the hash range
@@ -363,6 +368,11 @@ struct Checker<'a> {
     parent: HashMap<u32, u32>,
     dotdot: HashMap<u32, u32>,
     xattrs: HashMap<u64, XattrRef>,
+    /// References to each value inode that checked out.
+    ea_counts: HashMap<u32, u64>,
+    /// Value inodes (EA_INODE flag, ea_inode feature): stored reference count, and whether
+    /// ctime equals atime (old Lustre-style value inodes keep no count).
+    ea_inodes: HashMap<u32, (u64, bool)>,
     /// Blocks listed by the bad blocks inode.
     bad_blocks: Vec<Run>,
     /// Whether dtimes below the inode count are taken as orphan links (e2fsck's
@@ -417,10 +427,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<FsckReport> {
 fn check_supported(sb: &Superblock) -> Result<()> {
     let unsupported_incompat = incompat::COMPRESSION
         | incompat::JOURNAL_DEV
-        | incompat::MMP
-        | incompat::EA_INODE
         | incompat::DIRDATA
-        | incompat::INLINE_DATA
         | incompat::ENCRYPT
         | incompat::CASEFOLD;
     let bad = sb.feature_incompat() & unsupported_incompat;
@@ -550,6 +557,8 @@ impl<'a> Checker<'a> {
             parent: HashMap::new(),
             dotdot: HashMap::new(),
             xattrs: HashMap::new(),
+            ea_counts: HashMap::new(),
+            ea_inodes: HashMap::new(),
             bad_blocks: Vec::new(),
             low_dtime_check,
             dir_budget: 2 * geo_blocks,
