@@ -564,3 +564,71 @@ impl Superblock {
         Ok(())
     }
 }
+
+/// Fields the checker and the report read that the engine does not (each names its
+/// `ext4_super_block` field).
+impl Superblock {
+    /// `s_checksum_type` (1 is crc32c).
+    pub fn checksum_type(&self) -> u8 {
+        self.raw[0x175]
+    }
+    /// `s_usr_quota_inum`.
+    pub fn usr_quota_inum(&self) -> u32 {
+        le32(&self.raw[..], 0x240)
+    }
+    /// `s_grp_quota_inum`.
+    pub fn grp_quota_inum(&self) -> u32 {
+        le32(&self.raw[..], 0x244)
+    }
+    /// `s_prj_quota_inum`.
+    pub fn prj_quota_inum(&self) -> u32 {
+        le32(&self.raw[..], 0x26C)
+    }
+    /// `s_orphan_file_inum` (orphan_file).
+    pub fn orphan_file_inum(&self) -> u32 {
+        le32(&self.raw[..], 0x280)
+    }
+    /// `s_journal_uuid`: set when the journal is external.
+    pub fn journal_uuid(&self) -> [u8; 16] {
+        let mut u = [0u8; 16];
+        u.copy_from_slice(&self.raw[0xD0..0xE0]);
+        u
+    }
+}
+
+/// The multi-mount protection block (mmp): `struct mmp_struct` at `s_mmp_block`.
+pub mod mmp {
+    use crate::disk::{crc32c_raw, le32};
+
+    /// `mmp_magic`.
+    pub const MAGIC: u32 = 0x004D_4D50;
+    /// `mmp_seq` of a cleanly unmounted file system.
+    pub const SEQ_CLEAN: u32 = 0xFF4D_4D50;
+    /// `mmp_seq` while e2fsck runs.
+    pub const SEQ_FSCK: u32 = 0xE24D_4D50;
+    /// Offset of `mmp_checksum` (the checksum covers the bytes before it).
+    const CSUM_OFF: usize = 0x3FC;
+
+    /// What is wrong with an MMP block as e2fsck reads it (magic, and its crc32c from the
+    /// file system's checksum seed when metadata_csum is on), or None.
+    pub fn problem(b: &[u8], csum_seed: Option<u32>) -> Option<String> {
+        if b.len() < CSUM_OFF + 4 {
+            return Some("block too short".into());
+        }
+        if le32(b, 0) != MAGIC {
+            return Some(format!("bad magic {:#010x}", le32(b, 0)));
+        }
+        if let Some(seed) = csum_seed {
+            let (stored, want) = (le32(b, CSUM_OFF), crc32c_raw(seed, &b[..CSUM_OFF]));
+            if stored != want {
+                return Some(format!("checksum {stored:#010x}, computed {want:#010x}"));
+            }
+        }
+        None
+    }
+
+    /// `mmp_seq`.
+    pub fn seq(b: &[u8]) -> u32 {
+        le32(b, 4)
+    }
+}

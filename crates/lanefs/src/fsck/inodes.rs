@@ -23,14 +23,11 @@ impl Checker<'_> {
         let mut v = Vec::new();
         if !self.sb.has_ro_compat(ro_compat::QUOTA) {
             // (A stray project quota number is accepted by e2fsck.)
-            v.push(("SB_QUOTA_INODE", le32(&self.sb.raw[..], SB_USR_QUOTA_INUM)));
-            v.push(("SB_QUOTA_INODE", le32(&self.sb.raw[..], SB_GRP_QUOTA_INUM)));
+            v.push(("SB_QUOTA_INODE", self.sb.usr_quota_inum()));
+            v.push(("SB_QUOTA_INODE", self.sb.grp_quota_inum()));
         }
         if !self.sb.has_compat(COMPAT_ORPHAN_FILE) {
-            v.push((
-                "SB_ORPHAN_FILE",
-                le32(&self.sb.raw[..], SB_ORPHAN_FILE_INUM),
-            ));
+            v.push(("SB_ORPHAN_FILE", self.sb.orphan_file_inum()));
         }
         for (code, ino) in v {
             if ino >= self.geo.first_ino && self.inode_in_use(u64::from(ino)) {

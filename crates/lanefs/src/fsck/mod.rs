@@ -31,7 +31,7 @@ use crate::disk::inode::{
     FL_INLINE_DATA,
 };
 use crate::disk::superblock::{
-    compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE,
+    compat, incompat, mmp, ro_compat, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE,
 };
 use crate::disk::{dir, hash, jbd2, le16, le32, test_bit};
 use crate::error::{Error, Result};
@@ -99,12 +99,6 @@ const STATE_VALID: u16 = 0x1;
 const STATE_ERROR: u16 = 0x2;
 /// COMPAT bits `disk` does not name (values from the ext4 headers).
 const COMPAT_ORPHAN_FILE: u32 = 0x1000;
-/// Superblock offsets `disk` has no accessor for (from struct ext4_super_block).
-const SB_CHECKSUM_TYPE: usize = 0x175;
-const SB_USR_QUOTA_INUM: usize = 0x240;
-const SB_GRP_QUOTA_INUM: usize = 0x244;
-const SB_PRJ_QUOTA_INUM: usize = 0x26C;
-const SB_ORPHAN_FILE_INUM: usize = 0x280;
 
 // Inode kinds in the per-inode table; 1..=7 are the directory-entry file type codes.
 const K_FREE: u8 = 0;

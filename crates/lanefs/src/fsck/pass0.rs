@@ -23,8 +23,8 @@ impl Checker<'_> {
             let msg = "superblock has needs_recovery set: the journal must be replayed";
             p.push(("JOURNAL_NEEDS_RECOVERY", msg.into()));
         }
-        if sb.metadata_csum() && sb.raw[SB_CHECKSUM_TYPE] != 1 {
-            let msg = format!("checksum type {} is not crc32c", sb.raw[SB_CHECKSUM_TYPE]);
+        if sb.metadata_csum() && sb.checksum_type() != 1 {
+            let msg = format!("checksum type {} is not crc32c", sb.checksum_type());
             p.push(("SB_CHECKSUM_TYPE", msg));
         }
         if sb.metadata_csum() && sb.has_ro_compat(ro_compat::GDT_CSUM) {
@@ -33,7 +33,7 @@ impl Checker<'_> {
                 "both metadata_csum and uninit_bg are set".into(),
             ));
         }
-        let orphan_ino = le32(&sb.raw[..], SB_ORPHAN_FILE_INUM);
+        let orphan_ino = sb.orphan_file_inum();
         let names_inode =
             orphan_ino >= self.geo.first_ino && u64::from(orphan_ino) <= self.geo.inodes();
         if sb.has_compat(COMPAT_ORPHAN_FILE) && !names_inode {
@@ -157,7 +157,7 @@ impl Checker<'_> {
         let inum = sb.journal_inum();
         if sb.has_compat(compat::HAS_JOURNAL) {
             // e2fsck takes a set journal UUID to mean an external journal.
-            let external = sb.raw[0xD0..0xE0].iter().any(|&b| b != 0);
+            let external = sb.journal_uuid().iter().any(|&b| b != 0);
             if external && inum != 0 {
                 p.push((
                     "JOURNAL_BAD_INODE",
@@ -185,12 +185,13 @@ impl Checker<'_> {
             v.push(sb.journal_inum());
         }
         if sb.has_ro_compat(ro_compat::QUOTA) {
-            for off in [SB_USR_QUOTA_INUM, SB_GRP_QUOTA_INUM, SB_PRJ_QUOTA_INUM] {
-                v.push(le32(&sb.raw[..], off));
-            }
+            v.extend([sb.usr_quota_inum(), sb.grp_quota_inum()]);
+        }
+        if sb.has_ro_compat(ro_compat::PROJECT) || sb.has_ro_compat(ro_compat::QUOTA) {
+            v.push(sb.prj_quota_inum());
         }
         if sb.has_compat(COMPAT_ORPHAN_FILE) {
-            v.push(le32(&sb.raw[..], SB_ORPHAN_FILE_INUM));
+            v.push(sb.orphan_file_inum());
         }
         for ino in v {
             if ino != 0 && u64::from(ino) <= self.geo.inodes() && ino != ROOT_INO {
@@ -208,6 +209,34 @@ impl Checker<'_> {
             self.groups.push(info);
         }
         self.claim_fixed_metadata();
+        self.check_mmp()?;
+        Ok(())
+    }
+
+    /// The MMP block (mmp): e2fsck marks it used when it lies inside the file system, and
+    /// refuses one outside it or without its magic (checksum with metadata_csum).
+    pub(super) fn check_mmp(&mut self) -> Result<()> {
+        if !self.sb.has_incompat(incompat::MMP) {
+            return Ok(());
+        }
+        let b = self.sb.mmp_block();
+        if b <= u64::from(self.geo.first_data_block) || !self.geo.in_fs(b, 1) {
+            self.out.add(
+                "MMP_BAD_BLOCK",
+                format!("MMP block {b} is outside the file system"),
+            );
+            return Ok(());
+        }
+        self.claims.claim(b, 1, Owner::Mmp);
+        let buf = self.read_block(b)?;
+        let seed = self.geo.csum.then_some(self.geo.seed);
+        if let Some(why) = mmp::problem(&buf, seed) {
+            self.out
+                .add("MMP_BAD_BLOCK", format!("MMP block {b}: {why}"));
+        } else if ![mmp::SEQ_CLEAN, mmp::SEQ_FSCK].contains(&mmp::seq(&buf)) {
+            let msg = format!("MMP block {b}: the file system may be in use (sequence not clean)");
+            self.out.note("MMP_IN_USE", msg);
+        }
         Ok(())
     }
 
