@@ -802,10 +802,12 @@ impl Checker<'_> {
             }
             Err(_) => {}
         }
-        let be = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let (jbs, maxlen) = (u64::from(be(0xC)), u64::from(be(0x10)));
+        let Ok(js) = jbd2::JournalSuper::decode(&b) else {
+            return Ok(());
+        };
+        let (jbs, maxlen) = (u64::from(js.block_size()), u64::from(js.maxlen()));
         let have = inode.size() / self.geo.block_bytes();
-        if jbd2::needs_recovery(&b).is_some() && (jbs != self.geo.block_bytes() || maxlen > have) {
+        if jbs != self.geo.block_bytes() || maxlen > have {
             self.out.add(
                 "JOURNAL_BAD_SUPERBLOCK",
                 format!("journal block size {jbs}, length {maxlen}, inode holds {have} blocks"),

@@ -35,7 +35,7 @@ impl Checker<'_> {
             b,
             XattrRef {
                 refs: 1,
-                stored: le32(&buf, 4),
+                stored: crate::disk::xattr::refcount(&buf),
                 valid,
                 first: ino,
                 ea_blocks,
