@@ -555,7 +555,11 @@ pub(super) fn parse_entries(b: &[u8], csum: bool) -> (Vec<dir::RawEntry>, Option
         }
         let rec_len = rec_len(le16(b, off + 4), b.len());
         let name_len = usize::from(b[off + 6]);
-        if rec_len < 8 || !rec_len.is_multiple_of(4) || off + rec_len > end || 8 + name_len > rec_len {
+        if rec_len < 8
+            || !rec_len.is_multiple_of(4)
+            || off + rec_len > end
+            || 8 + name_len > rec_len
+        {
             let why = format!("entry at offset {off}: rec_len {rec_len}, name_len {name_len}");
             return (out, Some(why));
         }

@@ -30,8 +30,9 @@ use crate::disk::inode::{
     DiskInode, FL_APPEND, FL_EA_INODE, FL_EXTENTS, FL_HUGE_FILE, FL_IMMUTABLE, FL_INDEX,
     FL_INLINE_DATA,
 };
+use crate::disk::mmp;
 use crate::disk::superblock::{
-    compat, incompat, mmp, ro_compat, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE,
+    compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE,
 };
 use crate::disk::{dir, hash, jbd2, le16, le32, test_bit};
 use crate::error::{Error, Result};

@@ -229,13 +229,25 @@ impl Checker<'_> {
         }
         self.claims.claim(b, 1, Owner::Mmp);
         let buf = self.read_block(b)?;
-        let seed = self.geo.csum.then_some(self.geo.seed);
-        if let Some(why) = mmp::problem(&buf, seed) {
+        let why = match mmp::Mmp::decode(&buf) {
+            Err(why) => Some(why),
+            Ok(_) if self.geo.csum && !mmp::checksum_ok(self.geo.seed, &buf) => {
+                Some("checksum mismatch".into())
+            }
+            Ok(m) => {
+                if !matches!(
+                    mmp::seq_state(m.seq),
+                    mmp::SeqState::Clean | mmp::SeqState::Fsck
+                ) {
+                    let msg = format!("MMP block {b}: the file system may be in use elsewhere");
+                    self.out.note("MMP_IN_USE", msg);
+                }
+                None
+            }
+        };
+        if let Some(why) = why {
             self.out
                 .add("MMP_BAD_BLOCK", format!("MMP block {b}: {why}"));
-        } else if ![mmp::SEQ_CLEAN, mmp::SEQ_FSCK].contains(&mmp::seq(&buf)) {
-            let msg = format!("MMP block {b}: the file system may be in use (sequence not clean)");
-            self.out.note("MMP_IN_USE", msg);
         }
         Ok(())
     }
