@@ -78,7 +78,7 @@ impl DirCtx<'_> {
                 return Ok(false);
             };
             dir.tail.resize(max, 0);
-            crate::disk::put16(&mut dir.tail, last.off + 4, (last.rec_len + grown) as u16);
+            dd::set_rec_len(&mut dir.tail, last.off, last.rec_len + grown);
         }
         let entries = dd::parse_block(&dir.tail, false, ino)?;
         if !dd::insert_entry(&mut dir.tail, &entries, name, child as u32, ft) {

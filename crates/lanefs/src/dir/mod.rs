@@ -361,7 +361,8 @@ impl DirCtx<'_> {
             indirect_levels: 0,
         };
         let mut d = b0.write();
-        dd::init_dx_root(&mut d, ino as u32, parent, info);
+        let dot_ft = if self.filetype { 2 } else { 0 };
+        dd::init_dx_root(&mut d, ino as u32, parent, info, dot_ft);
         let limit = dd::dx_limit(self.bs(), DX_ROOT_COUNT_OFF, self.csum());
         dd::encode_dx(&mut d, DX_ROOT_COUNT_OFF, limit, &[(0, 1)]);
         if self.csum() {

@@ -142,23 +142,11 @@ impl Geometry {
     /// blocks (old-style table and reserved blocks, or its meta_bg descriptor block):
     /// (first block, count). ext2fs_super_and_bgd_loc2's layout.
     pub fn base_meta(&self, g: u32) -> (u64, u64) {
-        let has_super = self.backups.has_super(g);
-        let mut n = u64::from(has_super);
-        if has_super {
-            n += if self.meta_bg {
-                u64::from(self.first_meta_bg.min(self.gdt_blocks))
-            } else {
-                u64::from(self.gdt_blocks + self.reserved_gdt)
-            };
-        }
-        let per = self.descs_per_block();
-        if self.meta_bg && g / per >= self.first_meta_bg {
-            let r = g % per;
-            if r == 0 || r == 1 || r == per - 1 {
-                n = u64::from(has_super) + 1;
-            }
-        }
-        (self.group_first(g), n.min(u64::from(self.group_len(g))))
+        let p = self.base_meta_parts(g);
+        (
+            p.super_block.0,
+            p.super_block.1 + p.descriptors.1 + p.reserved.1,
+        )
     }
 }
 
