@@ -156,23 +156,6 @@ fn map_inode(cx: &Ctx, i: &mut DiskInode, ino: u32, f: &FileMap) -> Blocks {
     extra
 }
 
-/// Store a directory entry's record length as ext4 does past 65535 (64 KiB blocks).
-fn set_rec_len(b: &mut [u8], off: usize, len: usize) {
-    let bs = b.len();
-    let v = if len < 65536 {
-        len as u16
-    } else if len == bs {
-        if bs == 65536 {
-            65535
-        } else {
-            0
-        }
-    } else {
-        ((len & 65532) | ((len >> 16) & 3)) as u16
-    };
-    put16(b, off + 4, v);
-}
-
 /// A leaf directory block holding `entries` (ino, name), the last one spanning to the
 /// end; with a checksum tail under metadata_csum.
 fn dir_block(cx: &Ctx, entries: &[(u32, &[u8])], inode_seed: Option<u32>) -> Vec<u8> {
@@ -186,8 +169,8 @@ fn dir_block(cx: &Ctx, entries: &[(u32, &[u8])], inode_seed: Option<u32>) -> Vec
         } else {
             dir::rec_len_for(name.len()).max(12)
         };
+        // put_entry stores 64 KiB record lengths as ext4 does (65535 for a whole block).
         dir::put_entry(&mut b, off, ino, rec, if ino == 0 { 0 } else { ft }, name);
-        set_rec_len(&mut b, off, rec);
         off += rec;
     }
     if let Some(seed) = inode_seed {
@@ -647,15 +630,6 @@ mod tests {
         assert_eq!(count_ones(&m, 64), 18);
         assert!(!crate::disk::test_bit(&m, 2) && crate::disk::test_bit(&m, 20));
         assert!(!crate::disk::test_bit(&m, 21));
-    }
-
-    #[test]
-    fn rec_len_past_65535() {
-        let mut b = vec![0u8; 65536];
-        set_rec_len(&mut b, 0, 65536);
-        assert_eq!(crate::disk::le16(&b, 4), 65535);
-        set_rec_len(&mut b, 0, 65524);
-        assert_eq!(crate::disk::le16(&b, 4), 65524);
     }
 
     #[test]
