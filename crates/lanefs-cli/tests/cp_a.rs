@@ -48,9 +48,11 @@ fn at(image: &Path, path: &str) -> String {
     format!("{}:{path}", image.display())
 }
 
+/// A 4 KiB-block image (the tests need ext4's 16 TiB files and 4 KiB xattr blocks; mkfs
+/// would pick 1 KiB blocks below 512 MiB, as mke2fs does).
 fn new_image(dir: &Path, name: &str, size: &str) -> PathBuf {
     let image = dir.join(name);
-    ok(lanefs(&["mkfs", &s(&image), "--size", size]));
+    ok(lanefs(&["mkfs", &s(&image), "--size", size, "-b", "4096"]));
     image
 }
 

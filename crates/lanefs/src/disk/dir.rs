@@ -97,7 +97,11 @@ pub fn parse_block(b: &[u8], csum: bool, at: u64) -> Result<Vec<RawEntry>> {
         }
         let rec_len = rec_len_at(b, off);
         let name_len = usize::from(b[off + 6]);
-        if rec_len < 8 || rec_len % 4 != 0 || off + rec_len > end || 8 + name_len > rec_len {
+        if rec_len < 8
+            || !rec_len.is_multiple_of(4)
+            || off + rec_len > end
+            || 8 + name_len > rec_len
+        {
             return Err(Error::corrupt(
                 "directory block",
                 at,
