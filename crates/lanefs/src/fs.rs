@@ -13,7 +13,6 @@ use crate::dev::{BlockDevice, ErrorLatch, FileDevice};
 use crate::dir::DirCtx;
 use crate::disk::group::GroupDesc;
 use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_INLINE_DATA};
-use crate::disk::jbd2;
 use crate::disk::superblock::{self as sbm, compat, incompat, ro_compat, Superblock};
 use crate::error::{Error, Result};
 use crate::inode::{self, ICache, Inode, InodeState};
@@ -23,6 +22,7 @@ use crate::types::*;
 use std::path::Path;
 
 mod data;
+mod inline;
 mod ops;
 mod orphan;
 mod rename;
@@ -83,8 +83,17 @@ pub struct Fs {
     unsigned: bool,
     def_hash: u8,
     dir_index: bool,
+    /// The filetype feature: directory entries record their inode's type.
+    filetype: bool,
     /// The ext_attr feature: extended attributes may be stored.
     ext_attr: bool,
+    /// The extent feature: new files and directories are extent-mapped (else they use
+    /// direct and indirect blocks, as ext2 and ext3 do).
+    extents: bool,
+    /// The huge_file feature: `i_blocks` has 48 bits, so files may be larger.
+    huge_file: bool,
+    /// The inline_data feature: small files and directories may live in their inode.
+    inline_data: bool,
     bs: u32,
 }
 
@@ -157,11 +166,7 @@ impl Fs {
         let mut log = log;
         if let (Some(l), false) = (log.as_mut(), read_only) {
             // An empty log starting at its first block, in the format lanefs writes.
-            let f = (l.js.incompat() & !(jbd2::INCOMPAT_CSUM_V2 | jbd2::INCOMPAT_ASYNC_COMMIT))
-                | jbd2::INCOMPAT_64BIT
-                | jbd2::INCOMPAT_CSUM_V3
-                | jbd2::INCOMPAT_REVOKE;
-            l.js.set_incompat(f);
+            l.js.set_write_features(sb.has_incompat(incompat::BIT64), sb.metadata_csum());
             l.js.set_start(l.first(), next_tid as u32);
             l.write_super(&*dev)?;
             dev.flush()?;
@@ -177,7 +182,11 @@ impl Fs {
             unsigned: sb.flags() & sbm::FLAG_UNSIGNED_HASH != 0,
             def_hash: sb.def_hash_version(),
             dir_index: sb.has_compat(compat::DIR_INDEX),
+            filetype: sb.has_incompat(incompat::FILETYPE),
             ext_attr: sb.has_compat(compat::EXT_ATTR),
+            extents: sb.has_incompat(incompat::EXTENTS),
+            huge_file: sb.has_ro_compat(ro_compat::HUGE_FILE),
+            inline_data: sb.has_incompat(incompat::INLINE_DATA),
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: Mutex::new(&ORPHAN, Vec::new()),
@@ -261,6 +270,9 @@ impl Fs {
             unsigned: self.unsigned,
             def_hash: self.def_hash,
             dir_index: self.dir_index,
+            filetype: self.filetype,
+            inline_data: self.inline_data,
+            extents: self.extents,
         }
     }
 
@@ -302,9 +314,6 @@ impl Fs {
         if d.links() == 0 || FileType::from_mode(d.mode()).is_none() {
             return Err(Error::NotFound);
         }
-        if d.flags() & FL_INLINE_DATA != 0 {
-            return Err(Error::Unsupported(format!("inode {ino} has inline data")));
-        }
         let i = inode::new_inode(ino, d);
         // Its last change may be in any uncommitted transaction: fsync commits them.
         i.state.write().tid = self.journal.running_tid();
@@ -318,7 +327,7 @@ impl Fs {
             if st.freed {
                 return Err(Error::NotFound);
             }
-            if st.ext.is_some() || !needs_extents(&st.d) {
+            if st.ext.is_some() || !needs_extents(&st.d, self.bs) {
                 return Ok(st);
             }
         }
@@ -334,7 +343,7 @@ impl Fs {
         if st.freed {
             return Err(Error::NotFound);
         }
-        if needs_extents(&st.d) {
+        if needs_extents(&st.d, self.bs) {
             inode::load_extents(&self.al, &self.bufs, i.ino, st)?;
         }
         Ok(())
@@ -350,6 +359,17 @@ impl Fs {
         st.tid = h.tid();
         let keep_dtime = st.d.links() == 0 && !st.freed;
         inode::store_inode(&self.al, &self.bufs, h, ino, &mut st.d, keep_dtime)
+    }
+
+    /// The largest size inode `d` may have (ext4's s_maxbytes, or the bitmap limit for
+    /// a block-mapped file).
+    fn max_bytes(&self, d: &DiskInode) -> u64 {
+        let bs = self.bs as usize;
+        if d.flags() & FL_EXTENTS != 0 {
+            crate::disk::extent::max_file_bytes(bs, self.huge_file)
+        } else {
+            crate::disk::blockmap::max_file_bytes(bs, self.huge_file)
+        }
     }
 
     fn attr(&self, ino: Ino, d: &DiskInode) -> Attr {
@@ -372,12 +392,30 @@ impl Fs {
     }
 }
 
-fn needs_extents(d: &DiskInode) -> bool {
+fn needs_extents(d: &DiskInode, bs: u32) -> bool {
+    if d.flags() & FL_INLINE_DATA != 0 {
+        return false;
+    }
     match FileType::from_mode(d.mode()) {
         Some(FileType::Regular) | Some(FileType::Directory) => true,
-        Some(FileType::Symlink) => d.flags() & FL_EXTENTS != 0,
+        Some(FileType::Symlink) => !is_fast_symlink(d, bs),
         _ => false,
     }
+}
+
+/// Whether a symlink keeps its target in `i_block` (ext4_inode_is_fast_symlink): an
+/// extent-mapped one never does; otherwise it does when it owns no block but its xattr
+/// block.
+pub(crate) fn is_fast_symlink(d: &DiskInode, bs: u32) -> bool {
+    if d.flags() & FL_EXTENTS != 0 {
+        return false;
+    }
+    let xattr_sectors = if d.file_acl() != 0 {
+        u64::from(bs / 512)
+    } else {
+        0
+    };
+    d.blocks_512(bs) == xattr_sectors
 }
 
 fn is_dev(d: &DiskInode) -> bool {
@@ -397,11 +435,6 @@ fn check_features(sb: &Superblock) -> Result<Option<String>> {
             "unknown INCOMPAT feature(s): {names}"
         )));
     }
-    if !sb.has_incompat(incompat::FILETYPE) {
-        return Err(Error::Unsupported(
-            "directories without the filetype feature".into(),
-        ));
-    }
     let unwritable = sb.feature_ro_compat() & !ro_compat::SUPPORTED;
     Ok((unwritable != 0).then(|| {
         let names = sbm::feature_names(unwritable, ro_compat::NAMES);
@@ -410,29 +443,7 @@ fn check_features(sb: &Superblock) -> Result<Option<String>> {
 }
 
 fn geometry(sb: &Superblock) -> Geometry {
-    let groups = sb.group_count();
-    let desc_size = sb.desc_size();
-    Geometry {
-        bs: sb.block_size(),
-        blocks: sb.blocks_count(),
-        bpg: sb.blocks_per_group(),
-        ipg: sb.inodes_per_group(),
-        groups,
-        first_data_block: sb.first_data_block(),
-        inode_size: u32::from(sb.inode_size()),
-        desc_size,
-        csum: sb.metadata_csum(),
-        seed: sb.csum_seed(),
-        first_ino: sb.first_ino(),
-        backups: sb.backups(),
-        gdt_blocks: (u64::from(groups) * u64::from(desc_size)).div_ceil(u64::from(sb.block_size()))
-            as u32,
-        reserved_gdt: if sb.has_compat(compat::RESIZE_INODE) {
-            u32::from(sb.reserved_gdt_blocks())
-        } else {
-            0
-        },
-    }
+    Geometry::from_superblock(sb)
 }
 
 fn read_super(dev: &dyn BlockDevice) -> Result<Superblock> {
@@ -484,6 +495,7 @@ fn open_journal(
         d,
         ext: None,
         tree_blocks: Vec::new(),
+        ind: Default::default(),
         ext_dirty: false,
         freed: false,
         pa: None,
@@ -508,10 +520,17 @@ fn open_journal(
 }
 
 fn read_gdt(geo: &Geometry, bufs: &BufCache) -> Result<(Vec<GroupDesc>, Vec<Arc<Buf>>)> {
-    let first = u64::from(geo.first_data_block) + 1;
     let mut gdt = Vec::new();
-    for i in 0..u64::from(geo.gdt_blocks) {
-        gdt.push(bufs.get(first + i)?);
+    for i in 0..geo.gdt_blocks {
+        let blk = geo.gdt_block(i);
+        if blk >= geo.blocks {
+            return Err(Error::corrupt(
+                "group descriptor table",
+                blk,
+                "descriptor block outside the file system",
+            ));
+        }
+        gdt.push(bufs.get(blk)?);
     }
     let ds = geo.desc_size as usize;
     let per = geo.bs as usize / ds;
@@ -531,7 +550,7 @@ fn read_gdt(geo: &Geometry, bufs: &BufCache) -> Result<(Vec<GroupDesc>, Vec<Arc<
 
 fn validate_desc(geo: &Geometry, g: u32, d: &GroupDesc) -> Result<()> {
     let at = u64::from(g);
-    if geo.csum && d.checksum() != d.compute_checksum(geo.seed, g) {
+    if !d.verify(geo.desc_csum, g) {
         return Err(Error::corrupt("group descriptor", at, "checksum mismatch"));
     }
     let itb = (u64::from(geo.ipg) * u64::from(geo.inode_size)).div_ceil(u64::from(geo.bs));

@@ -7,6 +7,7 @@
 
 use crate::alloc::Allocator;
 use crate::buf::BufCache;
+use crate::disk::blockmap;
 use crate::disk::extent::{self, Extent, Node};
 use crate::disk::inode::{DiskInode, FL_EXTENTS};
 use crate::error::{Error, Result};
@@ -26,6 +27,8 @@ pub struct InodeState {
     pub ext: Option<ExtentMap>,
     /// Blocks the on-disk extent tree occupies (index and leaf blocks).
     pub tree_blocks: Vec<u64>,
+    /// The indirect blocks of a block-mapped inode (ext2/ext3 style), by what they map.
+    pub ind: blockmap::Nodes,
     /// The extent map changed since the tree was last written.
     pub ext_dirty: bool,
     /// The inode has been released on disk; any further use is an error.
@@ -152,6 +155,7 @@ pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
             d,
             ext: None,
             tree_blocks: Vec::new(),
+            ind: blockmap::Nodes::new(),
             ext_dirty: false,
             freed: false,
             pa: None,
@@ -220,28 +224,35 @@ pub fn store_inode(
 /// Offset of `i_dtime` in an inode.
 pub const DTIME_OFF: usize = 0x14;
 
-/// Load the extent map of an extent-mapped inode, walking the on-disk tree.
+/// Load the block map of an inode: its extent tree, or its direct and indirect blocks
+/// (an inode without the extents flag), into an extent map.
 pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeState) -> Result<()> {
     if st.ext.is_some() {
         return Ok(());
     }
-    if st.d.flags() & FL_EXTENTS == 0 {
-        if st.d.iblock().iter().all(|&b| b == 0) {
-            st.ext = Some(ExtentMap::default());
-            return Ok(());
-        }
-        return Err(Error::Unsupported(format!(
-            "inode {ino} uses indirect block maps"
-        )));
-    }
     let mut out = Vec::new();
     let mut tree = Vec::new();
-    let seed = st.d.csum_seed(al.geo.seed, ino as u32);
-    let root = extent::decode_node(st.d.iblock(), ino)?;
-    walk(al, bufs, seed, root, ino, &mut out, &mut tree, 0)?;
-    for w in out.windows(2) {
-        if w[0].lend() > u64::from(w[1].lblk) {
-            return Err(Error::corrupt("extent tree", ino, "overlapping extents"));
+    if st.d.flags() & FL_EXTENTS == 0 {
+        let mut read = |b: u64| -> Result<Vec<u8>> { Ok(bufs.get(b)?.read().to_vec()) };
+        let geo = &al.geo;
+        let (runs, nodes) = blockmap::decode(
+            st.d.iblock(),
+            geo.bs as usize,
+            u64::from(geo.first_data_block),
+            geo.blocks,
+            ino,
+            &mut read,
+        )?;
+        out = split_long_runs(runs);
+        st.ind = nodes;
+    } else {
+        let seed = st.d.csum_seed(al.geo.seed, ino as u32);
+        let root = extent::decode_node(st.d.iblock(), ino)?;
+        walk(al, bufs, seed, root, ino, &mut out, &mut tree, 0)?;
+        for w in out.windows(2) {
+            if w[0].lend() > u64::from(w[1].lblk) {
+                return Err(Error::corrupt("extent tree", ino, "overlapping extents"));
+            }
         }
     }
     // Directory code walks blocks 0..size/bs and appends at size/bs: both must match the
@@ -259,6 +270,24 @@ pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeSta
     st.ext = Some(ExtentMap::from_extents(out));
     st.tree_blocks = tree;
     Ok(())
+}
+
+/// Runs of a block map cut to the longest extent the map in memory holds.
+fn split_long_runs(runs: Vec<Extent>) -> Vec<Extent> {
+    let mut out = Vec::with_capacity(runs.len());
+    for mut e in runs {
+        while e.len > extent::MAX_INIT_LEN {
+            out.push(Extent {
+                len: extent::MAX_INIT_LEN,
+                ..e
+            });
+            e.lblk += extent::MAX_INIT_LEN;
+            e.pblk += u64::from(extent::MAX_INIT_LEN);
+            e.len -= extent::MAX_INIT_LEN;
+        }
+        out.push(e);
+    }
+    out
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -332,6 +361,9 @@ pub fn store_tree(
         return Ok(());
     };
     let exts: Vec<Extent> = map.extents().copied().collect();
+    if st.d.flags() & FL_EXTENTS == 0 {
+        return store_block_map(al, bufs, h, st, &exts);
+    }
     let cap = extent::block_capacity(al.geo.bs as usize);
     // Level sizes bottom-up: leaves hold extents; each upper level holds child pointers.
     let mut levels: Vec<usize> = Vec::new();
@@ -381,6 +413,64 @@ pub fn store_tree(
         Node::Index(levels.len() as u16, idx)
     };
     extent::encode_node(st.d.iblock_mut(), &root);
+    st.ext_dirty = false;
+    Ok(())
+}
+
+/// Rewrite a block-mapped inode's `i_block` and indirect blocks from its extent map:
+/// indirect blocks no longer needed are freed, missing ones allocated near the data they
+/// map, and only blocks whose bytes change are dirtied. Adjusts i_blocks.
+fn store_block_map(
+    al: &Allocator,
+    bufs: &BufCache,
+    h: &Handle,
+    st: &mut InodeState,
+    runs: &[Extent],
+) -> Result<()> {
+    let bs = al.geo.bs as usize;
+    if !blockmap::fits(runs, bs) {
+        return Err(Error::FileTooBig);
+    }
+    let spb = u64::from(al.geo.bs / 512);
+    let need = blockmap::needed(runs, bs);
+    let keep: std::collections::HashSet<_> = need.iter().copied().collect();
+    let gone: Vec<_> = st
+        .ind
+        .keys()
+        .filter(|k| !keep.contains(k))
+        .copied()
+        .collect();
+    for k in gone {
+        if let Some(p) = st.ind.remove(&k) {
+            al.free_blocks_range(h, p, 1, true)?;
+            let cur = st.d.blocks_512(al.geo.bs);
+            st.d.set_blocks_512(cur.saturating_sub(spb), al.geo.bs);
+        }
+    }
+    for k in need {
+        if st.ind.contains_key(&k) {
+            continue;
+        }
+        let i = runs.partition_point(|e| e.lend() <= k.base);
+        let goal = runs
+            .get(i)
+            .map_or(0, |e| e.pblk + k.base.saturating_sub(u64::from(e.lblk)));
+        let (p, _) = al.alloc_blocks(h, goal, 1)?;
+        st.ind.insert(k, p);
+        let cur = st.d.blocks_512(al.geo.bs);
+        st.d.set_blocks_512(cur + spb, al.geo.bs);
+    }
+    let (iblock, blocks) = blockmap::encode(runs, &st.ind, bs);
+    for (blk, fresh) in blocks {
+        let b = bufs.get_new_keep(blk);
+        let mut data = b.write();
+        if data[..] != fresh[..] {
+            data.copy_from_slice(&fresh);
+            drop(data);
+            h.dirty(&b);
+        }
+    }
+    st.d.iblock_mut().copy_from_slice(&iblock);
     st.ext_dirty = false;
     Ok(())
 }

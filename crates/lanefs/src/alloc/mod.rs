@@ -29,58 +29,7 @@ const PENDING_BLOCK: u8 = 1;
 /// The inode bitmap changed.
 const PENDING_INODE: u8 = 2;
 
-/// Fixed geometry of a mounted file system.
-#[derive(Clone, Debug)]
-pub struct Geometry {
-    /// Block size.
-    pub bs: u32,
-    /// Total blocks.
-    pub blocks: u64,
-    /// Blocks per group.
-    pub bpg: u32,
-    /// Inodes per group.
-    pub ipg: u32,
-    /// Number of groups.
-    pub groups: u32,
-    /// First data block (0 for 4 KiB blocks).
-    pub first_data_block: u32,
-    /// Inode size.
-    pub inode_size: u32,
-    /// Descriptor size.
-    pub desc_size: u32,
-    /// metadata_csum on.
-    pub csum: bool,
-    /// Checksum seed.
-    pub seed: u32,
-    /// First non-reserved inode.
-    pub first_ino: u32,
-    /// Which groups hold superblock and descriptor backups.
-    pub backups: crate::disk::group::Backups,
-    /// GDT blocks (plus reserved GDT blocks) after each superblock copy.
-    pub gdt_blocks: u32,
-    /// Reserved GDT blocks.
-    pub reserved_gdt: u32,
-}
-
-impl Geometry {
-    /// First block of group `g`.
-    pub fn group_first(&self, g: u32) -> u64 {
-        u64::from(self.first_data_block) + u64::from(g) * u64::from(self.bpg)
-    }
-    /// Number of blocks in group `g` (the last one may be short).
-    pub fn group_len(&self, g: u32) -> u32 {
-        let start = self.group_first(g);
-        (self.blocks - start).min(u64::from(self.bpg)) as u32
-    }
-    /// Group holding block `b`.
-    pub fn group_of_block(&self, b: u64) -> u32 {
-        ((b - u64::from(self.first_data_block)) / u64::from(self.bpg)) as u32
-    }
-    /// Group holding inode `ino`.
-    pub fn group_of_inode(&self, ino: u64) -> u32 {
-        ((ino - 1) / u64::from(self.ipg)) as u32
-    }
-}
+pub use crate::disk::geometry::Geometry;
 
 /// A group's descriptor, free-space index and pending frees, under the group lock.
 struct GroupState {
@@ -486,8 +435,8 @@ impl Allocator {
                     let bytes = self.geo.ipg as usize / 8;
                     d.set_inode_bitmap_csum(bitmap_csum(self.geo.seed, &b.read(), bytes, true));
                 }
-                d.update_checksum(self.geo.seed, grp.no);
             }
+            d.seal(self.geo.desc_csum, grp.no);
             let buf = &self.gdt[grp.no as usize / per];
             let off = (grp.no as usize % per) * self.geo.desc_size as usize;
             buf.write()[off..off + d.raw.len()].copy_from_slice(&d.raw);
@@ -500,11 +449,9 @@ impl Allocator {
         map.fill(0);
         let first = self.geo.group_first(g);
         let len = u64::from(self.geo.group_len(g));
-        if self.geo.backups.has_super(g) {
-            let n = 1 + self.geo.gdt_blocks + self.geo.reserved_gdt;
-            for i in 0..u64::from(n).min(len) {
-                set_bit(map, i as usize);
-            }
+        let (_, n) = self.geo.base_meta(g);
+        for i in 0..n.min(len) {
+            set_bit(map, i as usize);
         }
         let itb = (u64::from(self.geo.ipg) * u64::from(self.geo.inode_size))
             .div_ceil(u64::from(self.geo.bs));

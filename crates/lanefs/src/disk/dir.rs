@@ -81,6 +81,74 @@ pub fn put_entry(b: &mut [u8], off: usize, ino: u32, rec_len: usize, ft: u8, nam
     b[off + 8..off + 8 + name.len()].copy_from_slice(name);
 }
 
+/// Put `name -> child` into the first record of a leaf area (a block's entries, or an
+/// inline directory's area) with room: a free record, or the slack after a live entry,
+/// which is split. `entries` is what [`parse_block`] found there. Returns whether it fit.
+pub fn insert_entry(
+    area: &mut [u8],
+    entries: &[RawEntry],
+    name: &[u8],
+    child: u32,
+    ft: u8,
+) -> bool {
+    let need = rec_len_for(name.len());
+    for e in entries {
+        let used = if e.ino == 0 {
+            0
+        } else {
+            rec_len_for(e.name.len())
+        };
+        if e.rec_len - used < need {
+            continue;
+        }
+        if used == 0 {
+            put_entry(area, e.off, child, e.rec_len, ft, name);
+        } else {
+            put_entry(area, e.off, e.ino, used, e.ft, &e.name);
+            put_entry(area, e.off + used, child, e.rec_len - used, ft, name);
+        }
+        return true;
+    }
+    false
+}
+
+/// Remove the entry at `off`: its record joins the one before it (`prev`), or, first in
+/// its area, it becomes a free record (inode 0).
+pub fn remove_entry(area: &mut [u8], off: usize, prev: Option<usize>) {
+    match prev {
+        Some(p) => {
+            let len = usize::from(le16(area, p + 4)) + usize::from(le16(area, off + 4));
+            put16(area, p + 4, len as u16);
+        }
+        None => put32(area, off, 0),
+    }
+}
+
+/// Point the entry at `off` at inode `ino` of type `ft`.
+pub fn retarget_entry(area: &mut [u8], off: usize, ino: u32, ft: u8) {
+    put32(area, off, ino);
+    area[off + 7] = ft;
+}
+
+/// Offset of the ".." entry in a directory's first block (after "." with its 12-byte
+/// record).
+pub const DOTDOT_OFF: usize = 12;
+
+/// The inode ".." names in a directory's first block, if that entry is "..".
+pub fn dotdot(b: &[u8]) -> Option<u32> {
+    let o = DOTDOT_OFF;
+    (b.len() >= o + 10 && b[o + 6] == 2 && &b[o + 8..o + 10] == b"..").then(|| le32(b, o))
+}
+
+/// Point ".." in a directory's first block at `parent`; false if that entry is not "..".
+pub fn set_dotdot(b: &mut [u8], parent: u32) -> bool {
+    if dotdot(b).is_none() {
+        return false;
+    }
+    put32(b, DOTDOT_OFF, parent);
+    true
+}
+
 /// Initialize the checksum tail of a leaf block.
 pub fn init_tail(b: &mut [u8]) {
     let t = b.len() - TAIL_SIZE;

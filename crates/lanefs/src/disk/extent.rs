@@ -208,6 +208,18 @@ pub fn encode_block(b: &mut [u8], node: &Node) {
     encode_node(&mut b[..cap], node);
 }
 
+/// The largest size of an extent-mapped file (ext4_max_size): 2^32 - 1 blocks, or what
+/// 2^32 - 1 sectors of `i_blocks` count without huge_file.
+pub fn max_file_bytes(bs: usize, huge_file: bool) -> u64 {
+    let bits = bs.trailing_zeros();
+    let res = ((1u64 << 32) - 1) << bits;
+    if huge_file {
+        return res;
+    }
+    let upper = (((1u64 << 32) - 1) >> (bits - 9)) << bits;
+    res.min(upper)
+}
+
 /// Entries one tree block holds.
 pub fn block_capacity(block_size: usize) -> usize {
     node_capacity(block_size - 4)

@@ -9,6 +9,40 @@ pub const BG_BLOCK_UNINIT: u16 = 0x2;
 /// Group flag: inode table is zeroed.
 pub const BG_INODE_ZEROED: u16 = 0x4;
 
+/// Which checksum group descriptors carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DescCsum {
+    /// None (ext2, ext3): the descriptor's flags and `itable_unused` are not trusted.
+    None,
+    /// uninit_bg (gdt_csum): crc16 over the UUID, the group number and the descriptor.
+    Crc16([u8; 16]),
+    /// metadata_csum: the low 16 bits of crc32c from the checksum seed.
+    Crc32c(u32),
+}
+
+impl DescCsum {
+    /// Whether descriptors are checksummed, so their UNINIT flags and `itable_unused`
+    /// count (ext4_has_group_desc_csum).
+    pub fn on(self) -> bool {
+        self != DescCsum::None
+    }
+}
+
+/// The crc16 (polynomial 0x8005, reflected) ext4 uses for uninit_bg descriptors.
+pub fn crc16(mut crc: u16, data: &[u8]) -> u16 {
+    for &b in data {
+        crc ^= u16::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xA001
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
 /// One group descriptor as raw bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupDesc {
@@ -142,6 +176,33 @@ impl GroupDesc {
     pub fn update_checksum(&mut self, csum_seed: u32, group: u32) {
         let c = self.compute_checksum(csum_seed, group);
         put16(&mut self.raw, 0x1E, c);
+    }
+    /// The checksum of kind `k` for group `group` (`None` when descriptors carry none).
+    pub fn checksum_of(&self, k: DescCsum, group: u32) -> Option<u16> {
+        match k {
+            DescCsum::None => None,
+            DescCsum::Crc32c(seed) => Some(self.compute_checksum(seed, group)),
+            DescCsum::Crc16(uuid) => {
+                let mut c = crc16(0xFFFF, &uuid);
+                c = crc16(c, &group.to_le_bytes());
+                c = crc16(c, &self.raw[..0x1E]);
+                if self.raw.len() > 0x20 {
+                    c = crc16(c, &self.raw[0x20..]);
+                }
+                Some(c)
+            }
+        }
+    }
+    /// Whether the stored checksum is right (always, when there is none).
+    pub fn verify(&self, k: DescCsum, group: u32) -> bool {
+        self.checksum_of(k, group)
+            .is_none_or(|c| c == self.checksum())
+    }
+    /// Store the checksum of kind `k` (nothing when there is none).
+    pub fn seal(&mut self, k: DescCsum, group: u32) {
+        if let Some(c) = self.checksum_of(k, group) {
+            put16(&mut self.raw, 0x1E, c);
+        }
     }
 }
 

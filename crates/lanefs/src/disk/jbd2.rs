@@ -207,6 +207,30 @@ impl JournalSuper {
             put_be32(&mut self.raw, 0x24, c);
         }
     }
+    /// Clear the v1 commit-block checksum (crc32), which lanefs does not write.
+    pub fn clear_compat_checksum(&mut self) {
+        if self.v2() {
+            let c = be32(&self.raw, 0x24) & !COMPAT_CHECKSUM;
+            put_be32(&mut self.raw, 0x24, c);
+        }
+    }
+    /// The features lanefs writes a log with, as ext4 sets them at mount: revoke records,
+    /// 64-bit block numbers when the file system has 64-bit blocks (kept once on), and
+    /// checksum v3 exactly when the file system has metadata_csum (no checksums on ext3
+    /// and uninit_bg images, as ext4 without `journal_checksum`).
+    pub fn set_write_features(&mut self, bit64: bool, metadata_csum: bool) {
+        let mut f =
+            self.incompat() & !(INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3 | INCOMPAT_ASYNC_COMMIT);
+        f |= INCOMPAT_REVOKE;
+        if bit64 {
+            f |= INCOMPAT_64BIT;
+        }
+        if metadata_csum {
+            f |= INCOMPAT_CSUM_V3;
+        }
+        self.set_incompat(f);
+        self.clear_compat_checksum();
+    }
     /// Whether checksum v2 or v3 is on.
     pub fn csum(&self) -> bool {
         self.incompat() & (INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3) != 0

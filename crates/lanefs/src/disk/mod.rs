@@ -4,10 +4,13 @@
 //! its own. Structures are kept as their raw bytes with typed accessors, so fields lanefs
 //! does not interpret (in-inode xattrs, reserved words) survive every rewrite.
 
+pub mod blockmap;
 pub mod dir;
 pub mod extent;
+pub mod geometry;
 pub mod group;
 pub mod hash;
+pub mod inline;
 pub mod inode;
 pub mod jbd2;
 pub mod superblock;

@@ -83,7 +83,8 @@ pub mod incompat {
     /// casefold
     pub const CASEFOLD: u32 = 0x20000;
     /// What lanefs reads and writes.
-    pub const SUPPORTED: u32 = FILETYPE | RECOVER | EXTENTS | BIT64 | FLEX_BG | CSUM_SEED;
+    pub const SUPPORTED: u32 =
+        FILETYPE | RECOVER | META_BG | EXTENTS | BIT64 | FLEX_BG | CSUM_SEED | INLINE_DATA;
     /// Names for messages.
     pub const NAMES: &[(u32, &str)] = &[
         (COMPRESSION, "compression"),
@@ -133,7 +134,7 @@ pub mod ro_compat {
     pub const ORPHAN_PRESENT: u32 = 0x10000;
     /// What lanefs writes correctly.
     pub const SUPPORTED: u32 =
-        SPARSE_SUPER | LARGE_FILE | HUGE_FILE | DIR_NLINK | EXTRA_ISIZE | METADATA_CSUM;
+        SPARSE_SUPER | LARGE_FILE | HUGE_FILE | GDT_CSUM | DIR_NLINK | EXTRA_ISIZE | METADATA_CSUM;
     /// Names for messages.
     pub const NAMES: &[(u32, &str)] = &[
         (SPARSE_SUPER, "sparse_super"),
@@ -256,8 +257,35 @@ impl Superblock {
     field16!(want_extra_isize, set_want_extra_isize, 0x15E);
     field32!(flags, set_flags, 0x160);
     field32!(checksum_seed, set_checksum_seed, 0x270);
+    field32!(first_meta_bg, set_first_meta_bg, 0x104);
+    field16!(mmp_update_interval, set_mmp_update_interval, 0x166);
     field32!(backup_bg0, set_backup_bg0, 0x24C);
     field32!(backup_bg1, set_backup_bg1, 0x250);
+
+    /// `s_mmp_block`: the multi-mount protection block.
+    pub fn mmp_block(&self) -> u64 {
+        super::le64(&self.raw[..], 0x168)
+    }
+    /// Set `s_mmp_block`.
+    pub fn set_mmp_block(&mut self, v: u64) {
+        super::put64(&mut self.raw[..], 0x168, v)
+    }
+    /// Inode size (128 on revision 0 file systems, which do not record it).
+    pub fn inode_size_or_default(&self) -> u32 {
+        if self.rev_level() == 0 {
+            128
+        } else {
+            u32::from(self.inode_size())
+        }
+    }
+    /// First non-reserved inode (11 on revision 0 file systems).
+    pub fn first_ino_or_default(&self) -> u32 {
+        if self.rev_level() == 0 {
+            11
+        } else {
+            self.first_ino()
+        }
+    }
 
     /// Which groups hold superblock and descriptor backups.
     pub fn backups(&self) -> crate::disk::group::Backups {
@@ -480,7 +508,19 @@ impl Superblock {
             ));
         }
         let bs = u64::from(self.block_size());
-        if self.blocks_per_group() == 0 || u64::from(self.blocks_per_group()) > bs * 8 {
+        // bigalloc: bitmaps count clusters, so a group spans cluster-ratio times more.
+        let ratio = if self.has_ro_compat(ro_compat::BIGALLOC) {
+            if self.log_cluster_size() < self.log_block_size() || self.log_cluster_size() > 16 {
+                return bad(format!(
+                    "cluster size log {} invalid",
+                    self.log_cluster_size()
+                ));
+            }
+            1u64 << (self.log_cluster_size() - self.log_block_size())
+        } else {
+            1
+        };
+        if self.blocks_per_group() == 0 || u64::from(self.blocks_per_group()) > bs * 8 * ratio {
             return bad(format!(
                 "blocks per group {} invalid",
                 self.blocks_per_group()

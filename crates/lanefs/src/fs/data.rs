@@ -4,6 +4,8 @@ use super::ops::flags;
 use super::{now, Fs, MAX_FILE_BLOCKS};
 use crate::alloc::blocks::DataRequest;
 use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
+use crate::disk::inline;
+use crate::disk::inode::FL_EXTENTS;
 use crate::disk::superblock as sbm;
 use crate::error::{Error, Result};
 use crate::extmap::{ExtentMap, Mapping};
@@ -13,12 +15,17 @@ use crate::page::PAGE_LIMIT;
 use crate::types::*;
 
 impl Fs {
-    fn regular<'a>(&self, st: &'a InodeState) -> Result<&'a ExtentMap> {
+    /// Refuse anything but a regular file.
+    fn regular_kind(&self, st: &InodeState) -> Result<()> {
         match FileType::from_mode(st.d.mode()) {
-            Some(FileType::Regular) => {}
-            Some(FileType::Directory) => return Err(Error::IsDir),
-            _ => return Err(Error::Invalid("not a regular file".into())),
+            Some(FileType::Regular) => Ok(()),
+            Some(FileType::Directory) => Err(Error::IsDir),
+            _ => Err(Error::Invalid("not a regular file".into())),
         }
+    }
+
+    fn regular<'a>(&self, st: &'a InodeState) -> Result<&'a ExtentMap> {
+        self.regular_kind(st)?;
         st.ext
             .as_ref()
             .ok_or_else(|| Error::Unsupported("file without extents".into()))
@@ -28,6 +35,10 @@ impl Fs {
     pub fn read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
         let i = self.iget(ino)?;
         let st = self.read_loaded(&i)?;
+        if inline::is_inline(&st.d) {
+            self.regular_kind(&st)?;
+            return self.read_inline(ino, &st, off, buf);
+        }
         let ext = self.regular(&st)?;
         let size = st.d.size();
         if off >= size || buf.is_empty() {
@@ -60,6 +71,10 @@ impl Fs {
     pub fn seek_data(&self, ino: Ino, off: u64) -> Result<Option<u64>> {
         let i = self.iget(ino)?;
         let st = self.read_loaded(&i)?;
+        if inline::is_inline(&st.d) {
+            self.regular_kind(&st)?;
+            return Ok((off < st.d.size()).then_some(off));
+        }
         let ext = self.regular(&st)?;
         let (size, bs) = (st.d.size(), self.bs as u64);
         let Ok(lblk) = u32::try_from(off / bs) else {
@@ -80,6 +95,10 @@ impl Fs {
     pub fn seek_hole(&self, ino: Ino, off: u64) -> Result<Option<u64>> {
         let i = self.iget(ino)?;
         let st = self.read_loaded(&i)?;
+        if inline::is_inline(&st.d) {
+            self.regular_kind(&st)?;
+            return Ok((off < st.d.size()).then_some(st.d.size()));
+        }
         let ext = self.regular(&st)?;
         let (size, bs) = (st.d.size(), self.bs as u64);
         if off >= size {
@@ -146,12 +165,23 @@ impl Fs {
         let i = self.iget(ino)?;
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
-        self.regular(&st)?;
+        self.regular_kind(&st)?;
+        if end > self.max_bytes(&st.d) {
+            return Err(Error::FileTooBig);
+        }
         // chattr +i: no writes; +a: only at the end (Linux wants O_APPEND to open it).
         if flags::immutable(&st) || (flags::pinned(&st) && off != st.d.size()) {
             return Err(Error::NotPermitted);
         }
         let h = self.journal.start();
+        if self.inline_candidate(&st) && self.write_inline(&h, &i, &mut st, off, data)? {
+            let t = now();
+            st.d.set_mtime(t);
+            st.d.set_ctime(t);
+            self.store(&h, ino, &mut st)?;
+            return Ok(data.len());
+        }
+        self.regular(&st)?;
         let (first, last) = (off / bs, (end - 1) / bs);
         // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
         let prior = self.prior_blocks(&st, first, last);
@@ -260,7 +290,7 @@ impl Fs {
     }
 
     /// Copy `data` into dirty pages (blocks already mapped and written).
-    fn copy_in(
+    pub(super) fn copy_in(
         &self,
         i: &Inode,
         st: &InodeState,
@@ -311,7 +341,7 @@ impl Fs {
     }
 
     /// Map every hole in `[first, first+count)` with new blocks (unwritten if asked).
-    fn allocate(
+    pub(super) fn allocate(
         &self,
         h: &Handle,
         i: &Inode,
@@ -394,12 +424,30 @@ impl Fs {
         let i = self.iget(ino)?;
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
-        self.regular(&st)?;
+        self.regular_kind(&st)?;
+        // As ext4_fallocate: an inline file moves to a block first.
+        let h = self.journal.start();
+        if inline::is_inline(&st.d) {
+            if flags::immutable(&st) {
+                return Err(Error::NotPermitted);
+            }
+            self.uninline(&h, &i, &mut st)?;
+            self.store(&h, ino, &mut st)?;
+        }
+        // As ext4: block-mapped files can punch holes but not preallocate (no unwritten
+        // state to record).
+        if !mode.punch_hole && st.d.flags() & FL_EXTENTS == 0 {
+            return Err(Error::NotSupported(
+                "fallocate on a file mapped by indirect blocks".into(),
+            ));
+        }
+        if !mode.punch_hole && end > self.max_bytes(&st.d) {
+            return Err(Error::FileTooBig);
+        }
         // vfs_fallocate: nothing on an immutable file, only allocation on an append-only one.
         if flags::immutable(&st) || (flags::pinned(&st) && mode.punch_hole) {
             return Err(Error::NotPermitted);
         }
-        let h = self.journal.start();
         if mode.punch_hole {
             self.punch(&h, &i, &mut st, off, end)?;
         } else {
@@ -507,12 +555,20 @@ impl Fs {
     pub(super) fn truncate(
         &self,
         h: &Handle,
-        i: &Inode,
+        i: &std::sync::Arc<Inode>,
         st: &mut InodeState,
         size: u64,
     ) -> Result<()> {
         let bs = self.bs as u64;
         let old = st.d.size();
+        if inline::is_inline(&st.d) && self.truncate_inline(h, i, st, size)? {
+            if size != old {
+                let t = now();
+                st.d.set_mtime(t);
+                st.d.set_ctime(t);
+            }
+            return Ok(());
+        }
         if size < old {
             let keep = size.div_ceil(bs);
             if !size.is_multiple_of(bs) {
@@ -698,7 +754,7 @@ impl Drop for Fs {
 
 /// A block's state before a write mapped it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Prior {
+pub(super) enum Prior {
     /// Mapped and written: the write overwrites it.
     Written,
     /// Mapped unwritten (fallocated): reads as zeros until written.

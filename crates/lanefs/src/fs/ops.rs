@@ -151,7 +151,7 @@ impl Fs {
                 FileType::Regular => {}
                 _ => return Err(Error::Invalid("size of a special file".into())),
             }
-            if size > super::MAX_FILE_BLOCKS * u64::from(self.bs) {
+            if size > self.max_bytes(&st.d) {
                 return Err(Error::FileTooBig);
             }
         }
@@ -346,18 +346,21 @@ impl Fs {
         d.set_crtime(t);
         d.set_links(if kind == FileType::Directory { 2 } else { 1 });
         d.set_generation(generation(ino));
-        if matches!(kind, FileType::Regular | FileType::Directory) || slow_link {
+        let mapped = matches!(kind, FileType::Regular | FileType::Directory) || slow_link;
+        // Without the extent feature, block maps (an all-zero i_block), as ext2/ext3.
+        if mapped && self.extents {
             d.set_flags(FL_EXTENTS);
             extent::encode_node(d.iblock_mut(), &Node::Leaf(Vec::new()));
         }
         if matches!(kind, FileType::CharDevice | FileType::BlockDevice) {
             d.set_rdev(rdev);
         }
-        let ext = d.flags() & FL_EXTENTS != 0;
+        let ext = mapped;
         InodeState {
             d,
             ext: ext.then(Default::default),
             tree_blocks: Vec::new(),
+            ind: Default::default(),
             ext_dirty: false,
             freed: false,
             pa: None,
@@ -422,7 +425,7 @@ impl Fs {
             return Err(Error::Invalid("not a symbolic link".into()));
         }
         let size = st.d.size() as usize;
-        if st.d.flags() & FL_EXTENTS == 0 {
+        if super::is_fast_symlink(&st.d, self.bs) {
             if size > 60 {
                 return Err(Error::corrupt(
                     "inode",
@@ -541,7 +544,7 @@ impl Fs {
             return Err(Error::NotEmpty);
         }
         let h = self.journal.start();
-        ctx.remove(&h, dir, &dst, name)?;
+        ctx.remove(&h, dir, &mut dst, name)?;
         let t = now();
         if is_dir {
             dec_dir_links(&mut dst.d);

@@ -182,7 +182,7 @@ impl Fs {
         }
         ctx.remove(&h, dir, ost, name)?;
         if src_dir && dir != newdir {
-            ctx.set_dotdot(&h, sino, &sst, newdir)?;
+            ctx.set_dotdot(&h, sino, &mut sst, newdir)?;
             super::ops::links::dec(&mut ost.d);
             if let Some(g) = nst.as_deref_mut() {
                 if tgt.is_none() {

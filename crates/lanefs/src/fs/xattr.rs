@@ -33,11 +33,23 @@ impl Found {
     }
 }
 
+/// `system.*` names other than the ACLs have no handler in Linux (EOPNOTSUPP); the one
+/// ext4 stores, `system.data`, holds inline data and is the file system's own.
+fn refuse_system(index: u8) -> Result<()> {
+    if index == dx::INDEX_SYSTEM {
+        return Err(Error::NotSupported(
+            "system.* attributes other than POSIX ACLs".into(),
+        ));
+    }
+    Ok(())
+}
+
 impl Fs {
     /// Value of xattr `name` (full name with its prefix, e.g. `b"user.foo"`);
     /// `Error::NoData` when absent. ACLs come in the VFS's xattr form.
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
         let (index, sub) = dx::split_name(name)?;
+        refuse_system(index)?;
         let i = self.iget(ino)?;
         let st = i.state.read();
         if st.freed {
@@ -64,6 +76,7 @@ impl Fs {
             .ibody
             .iter()
             .chain(&found.block)
+            .filter(|e| e.index != dx::INDEX_SYSTEM)
             .filter_map(Entry::full_name)
             .collect())
     }
@@ -140,6 +153,7 @@ impl Fs {
             ));
         }
         let (index, sub) = dx::split_name(name)?;
+        refuse_system(index)?;
         if sub.len() > dx::NAME_MAX {
             return Err(Error::Range);
         }

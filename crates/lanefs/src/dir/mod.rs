@@ -19,6 +19,8 @@ use crate::journal::Handle;
 use crate::types::{DirEntry, FileType};
 use std::sync::Arc;
 
+mod inline;
+
 /// What directory code needs from the mount.
 pub struct DirCtx<'a> {
     /// Allocator (for new directory blocks).
@@ -33,6 +35,13 @@ pub struct DirCtx<'a> {
     pub def_hash: u8,
     /// dir_index feature on: grow directories into htrees.
     pub dir_index: bool,
+    /// filetype feature on: entries record their inode's type (else the byte is 0, the
+    /// high byte of a 16-bit name length, as ext2 without filetype has it).
+    pub filetype: bool,
+    /// inline_data feature on: new directories start in their inode.
+    pub inline_data: bool,
+    /// extent feature on: directories leaving their inode become extent-mapped.
+    pub extents: bool,
 }
 
 /// Where an entry lives.
@@ -105,6 +114,9 @@ impl DirCtx<'_> {
 
     /// Find `name`: (inode, file type code).
     pub fn lookup(&self, ino: u64, st: &InodeState, name: &[u8]) -> Result<Option<(u64, u8)>> {
+        if self.is_inline(st) {
+            return self.inline_lookup(ino, st, name);
+        }
         Ok(self.find(ino, st, name)?.map(|s| (u64::from(s.ino), s.ft)))
     }
 
@@ -236,6 +248,13 @@ impl DirCtx<'_> {
         if name.len() > 255 {
             return Err(Error::NameTooLong);
         }
+        let ft = if self.filetype { ft } else { 0 };
+        if self.is_inline(st) {
+            if self.inline_add(ino, st, name, child, ft)? {
+                return Ok(());
+            }
+            self.uninline(h, ino, st)?;
+        }
         if self.is_htree(st) {
             return self.htree_add(h, ino, st, name, child, ft);
         }
@@ -275,38 +294,16 @@ impl DirCtx<'_> {
         child: u64,
         ft: u8,
     ) -> bool {
-        let need = dd::rec_len_for(name.len());
-        for e in entries {
-            let used = if e.ino == 0 {
-                0
-            } else {
-                dd::rec_len_for(e.name.len())
-            };
-            if e.rec_len - used < need {
-                continue;
-            }
-            let mut d = b.write();
-            if used == 0 {
-                dd::put_entry(&mut d, e.off, child as u32, e.rec_len, ft, name);
-            } else {
-                dd::put_entry(&mut d, e.off, e.ino, used, e.ft, &e.name);
-                dd::put_entry(
-                    &mut d,
-                    e.off + used,
-                    child as u32,
-                    e.rec_len - used,
-                    ft,
-                    name,
-                );
-            }
-            if self.csum() {
-                dd::set_leaf_csum(self.iseed(ino, st), &mut d);
-            }
-            drop(d);
-            h.dirty(b);
-            return true;
+        let mut d = b.write();
+        if !dd::insert_entry(&mut d, entries, name, child as u32, ft) {
+            return false;
         }
-        false
+        if self.csum() {
+            dd::set_leaf_csum(self.iseed(ino, st), &mut d);
+        }
+        drop(d);
+        h.dirty(b);
+        true
     }
 
     fn init_leaf(&self, h: &Handle, ino: u64, st: &InodeState, b: &Arc<Buf>) {
@@ -551,17 +548,13 @@ impl DirCtx<'_> {
     }
 
     /// Remove `name`; returns the inode it pointed to.
-    pub fn remove(&self, h: &Handle, ino: u64, st: &InodeState, name: &[u8]) -> Result<u64> {
+    pub fn remove(&self, h: &Handle, ino: u64, st: &mut InodeState, name: &[u8]) -> Result<u64> {
+        if self.is_inline(st) {
+            return self.inline_remove(ino, st, name);
+        }
         let s = self.find(ino, st, name)?.ok_or(Error::NotFound)?;
         let mut d = s.buf.write();
-        match s.prev {
-            Some(p) => {
-                let len = usize::from(crate::disk::le16(&d, p + 4))
-                    + usize::from(crate::disk::le16(&d, s.off + 4));
-                crate::disk::put16(&mut d, p + 4, len as u16);
-            }
-            None => crate::disk::put32(&mut d, s.off, 0),
-        }
+        dd::remove_entry(&mut d, s.off, s.prev);
         if self.csum() {
             dd::set_leaf_csum(self.iseed(ino, st), &mut d);
         }
@@ -575,15 +568,19 @@ impl DirCtx<'_> {
         &self,
         h: &Handle,
         ino: u64,
-        st: &InodeState,
+        st: &mut InodeState,
         name: &[u8],
         child: u64,
         ft: u8,
     ) -> Result<u64> {
+        if self.is_inline(st) {
+            let ft = if self.filetype { ft } else { 0 };
+            return self.inline_replace(ino, st, name, child, ft);
+        }
         let s = self.find(ino, st, name)?.ok_or(Error::NotFound)?;
         let mut d = s.buf.write();
-        crate::disk::put32(&mut d, s.off, child as u32);
-        d[s.off + 7] = ft;
+        let ft = if self.filetype { ft } else { 0 };
+        dd::retarget_entry(&mut d, s.off, child as u32, ft);
         if self.csum() {
             dd::set_leaf_csum(self.iseed(ino, st), &mut d);
         }
@@ -593,13 +590,15 @@ impl DirCtx<'_> {
     }
 
     /// Point ".." at `parent`.
-    pub fn set_dotdot(&self, h: &Handle, ino: u64, st: &InodeState, parent: u64) -> Result<()> {
+    pub fn set_dotdot(&self, h: &Handle, ino: u64, st: &mut InodeState, parent: u64) -> Result<()> {
+        if self.is_inline(st) {
+            return self.inline_set_dotdot(ino, st, parent);
+        }
         let b = self.block(st, ino, 0)?;
         let mut d = b.write();
-        if d[12 + 6] != 2 || &d[12 + 8..12 + 10] != b".." {
+        if !dd::set_dotdot(&mut d, parent as u32) {
             return Err(Error::corrupt("directory", ino, "second entry is not .."));
         }
-        crate::disk::put32(&mut d, 12, parent as u32);
         if self.csum() {
             if self.is_htree(st) {
                 dd::set_dx_csum(self.iseed(ino, st), &mut d, DX_ROOT_COUNT_OFF);
@@ -614,9 +613,14 @@ impl DirCtx<'_> {
 
     /// Inode of "..".
     pub fn dotdot(&self, ino: u64, st: &InodeState) -> Result<u64> {
+        if self.is_inline(st) {
+            return self.inline_dotdot(ino, st);
+        }
         let b = self.block(st, ino, 0)?;
         let d = b.read();
-        Ok(u64::from(crate::disk::le32(&d, 12)))
+        dd::dotdot(&d)
+            .map(u64::from)
+            .ok_or_else(|| Error::corrupt("directory", ino, "second entry is not .."))
     }
 
     /// Leaf logical blocks of the directory with the lowest hash each may hold, in
@@ -641,6 +645,9 @@ impl DirCtx<'_> {
 
     /// Whether the directory holds nothing but "." and "..".
     pub fn is_empty(&self, ino: u64, st: &InodeState) -> Result<bool> {
+        if self.is_inline(st) {
+            return self.inline_is_empty(ino, st);
+        }
         for (_, lblk) in self.leaf_blocks(ino, st)? {
             let (_, entries) = self.leaf(st, ino, lblk)?;
             if entries
@@ -661,6 +668,9 @@ impl DirCtx<'_> {
         pos: u64,
         max: usize,
     ) -> Result<Vec<DirEntry>> {
+        if self.is_inline(st) {
+            return self.inline_readdir(ino, st, pos, max);
+        }
         let mut out = Vec::new();
         if pos == 0 {
             out.push(DirEntry {
@@ -704,8 +714,7 @@ impl DirCtx<'_> {
                 if e.ino == 0 || e.name == b"." || e.name == b".." {
                     continue;
                 }
-                let (a, m) = self.hash(&e.name, version);
-                let key = 3 + ((u64::from(a) >> 1) << 32 | u64::from(m));
+                let key = self.readdir_key(&e.name, version);
                 if key >= pos.max(3) {
                     all.push((key, e));
                 }
@@ -721,13 +730,33 @@ impl DirCtx<'_> {
                 break;
             }
         }
+        self.emit_sorted(all, max, &mut out);
+        Ok(out)
+    }
+
+    /// A name's readdir cookie: its hash key, above "." (0) and ".." (1).
+    fn readdir_key(&self, name: &[u8], version: u8) -> u64 {
+        let (a, m) = self.hash(name, version);
+        3 + ((u64::from(a) >> 1) << 32 | u64::from(m))
+    }
+
+    /// Append `all` to `out` in cookie order, stopping past `max` entries at a change of
+    /// cookie (entries with equal cookies are never split between calls).
+    fn emit_sorted(&self, mut all: Vec<(u64, RawEntry)>, max: usize, out: &mut Vec<DirEntry>) {
         all.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
         let mut last = None;
         for (key, e) in all {
             if out.len() >= max && last != Some(key) {
                 break;
             }
-            let kind = FileType::from_dirent_code(e.ft).unwrap_or(FileType::Regular);
+            let kind = match FileType::from_dirent_code(e.ft) {
+                Some(k) if self.filetype => k,
+                // No type in the entry: the inode's mode says it.
+                _ => crate::inode::read_disk_inode(self.al, self.bufs, u64::from(e.ino))
+                    .ok()
+                    .and_then(|d| FileType::from_mode(d.mode()))
+                    .unwrap_or(FileType::Regular),
+            };
             out.push(DirEntry {
                 ino: u64::from(e.ino),
                 kind,
@@ -736,7 +765,6 @@ impl DirCtx<'_> {
             });
             last = Some(key);
         }
-        Ok(out)
     }
 
     fn def_version(&self) -> u8 {
@@ -746,12 +774,16 @@ impl DirCtx<'_> {
 
     /// Format block 0 of a new directory: "." and "..".
     pub fn init_dir(&self, h: &Handle, ino: u64, st: &mut InodeState, parent: u64) -> Result<()> {
+        if self.inline_init(ino, st, parent)? {
+            return Ok(());
+        }
         let b = self.append_block(h, ino, st)?;
         let mut d = b.write();
         dd::init_empty_leaf(&mut d, self.csum());
         let end = dd::entries_end(self.bs(), self.csum());
-        dd::put_entry(&mut d, 0, ino as u32, 12, 2, b".");
-        dd::put_entry(&mut d, 12, parent as u32, end - 12, 2, b"..");
+        let ft = if self.filetype { 2 } else { 0 };
+        dd::put_entry(&mut d, 0, ino as u32, 12, ft, b".");
+        dd::put_entry(&mut d, 12, parent as u32, end - 12, ft, b"..");
         if self.csum() {
             dd::set_leaf_csum(self.iseed(ino, st), &mut d);
         }

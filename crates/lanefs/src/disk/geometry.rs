@@ -1,0 +1,216 @@
+//! The geometry of a file system, derived once from its superblock: group sizes, where
+//! each group's superblock and descriptor copies sit (sparse_super, sparse_super2,
+//! meta_bg), and which checksums descriptors and metadata carry. The engine, mkfs, fsck
+//! and info all place blocks through this one type.
+
+use super::group::{Backups, DescCsum};
+use super::superblock::{compat, incompat, ro_compat, Superblock};
+
+/// Fixed geometry of a file system.
+#[derive(Clone, Debug)]
+pub struct Geometry {
+    /// Block size.
+    pub bs: u32,
+    /// Total blocks.
+    pub blocks: u64,
+    /// Blocks per group.
+    pub bpg: u32,
+    /// Inodes per group.
+    pub ipg: u32,
+    /// Number of groups.
+    pub groups: u32,
+    /// First data block (1 for 1 KiB blocks, else 0).
+    pub first_data_block: u32,
+    /// Inode size.
+    pub inode_size: u32,
+    /// Descriptor size.
+    pub desc_size: u32,
+    /// metadata_csum on.
+    pub csum: bool,
+    /// The checksum group descriptors carry (none, uninit_bg's crc16, metadata_csum's).
+    pub desc_csum: DescCsum,
+    /// Checksum seed.
+    pub seed: u32,
+    /// First non-reserved inode.
+    pub first_ino: u32,
+    /// Which groups hold superblock and descriptor backups.
+    pub backups: Backups,
+    /// Blocks the descriptor table takes.
+    pub gdt_blocks: u32,
+    /// Reserved GDT blocks after each descriptor table copy (resize_inode).
+    pub reserved_gdt: u32,
+    /// meta_bg: descriptor blocks from `first_meta_bg` on live in their meta group.
+    pub meta_bg: bool,
+    /// First descriptor block kept in its meta group (meta_bg only).
+    pub first_meta_bg: u32,
+    /// Blocks per allocation cluster (bigalloc; 1 otherwise).
+    pub cluster_ratio: u32,
+}
+
+impl Geometry {
+    /// The geometry `sb` describes (fields bounded by `Superblock::decode`).
+    pub fn from_superblock(sb: &Superblock) -> Geometry {
+        let groups = sb.group_count();
+        let desc_size = sb.desc_size();
+        let bs = sb.block_size();
+        let csum = sb.metadata_csum();
+        let desc_csum = if csum {
+            DescCsum::Crc32c(sb.csum_seed())
+        } else if sb.has_ro_compat(ro_compat::GDT_CSUM) {
+            DescCsum::Crc16(sb.uuid())
+        } else {
+            DescCsum::None
+        };
+        let meta_bg = sb.has_incompat(incompat::META_BG);
+        Geometry {
+            bs,
+            blocks: sb.blocks_count(),
+            bpg: sb.blocks_per_group(),
+            ipg: sb.inodes_per_group(),
+            groups,
+            first_data_block: sb.first_data_block(),
+            inode_size: sb.inode_size_or_default(),
+            desc_size,
+            csum,
+            desc_csum,
+            seed: sb.csum_seed(),
+            first_ino: sb.first_ino_or_default(),
+            backups: sb.backups(),
+            gdt_blocks: (u64::from(groups) * u64::from(desc_size)).div_ceil(u64::from(bs)) as u32,
+            reserved_gdt: if sb.has_compat(compat::RESIZE_INODE) {
+                u32::from(sb.reserved_gdt_blocks())
+            } else {
+                0
+            },
+            meta_bg,
+            first_meta_bg: if meta_bg { sb.first_meta_bg() } else { 0 },
+            cluster_ratio: if sb.has_ro_compat(ro_compat::BIGALLOC) {
+                1 << sb
+                    .log_cluster_size()
+                    .saturating_sub(sb.log_block_size())
+                    .min(16)
+            } else {
+                1
+            },
+        }
+    }
+
+    /// First block of group `g`.
+    pub fn group_first(&self, g: u32) -> u64 {
+        u64::from(self.first_data_block) + u64::from(g) * u64::from(self.bpg)
+    }
+    /// Number of blocks in group `g` (the last one may be short).
+    pub fn group_len(&self, g: u32) -> u32 {
+        let start = self.group_first(g);
+        (self.blocks - start).min(u64::from(self.bpg)) as u32
+    }
+    /// Group holding block `b`.
+    pub fn group_of_block(&self, b: u64) -> u32 {
+        ((b - u64::from(self.first_data_block)) / u64::from(self.bpg)) as u32
+    }
+    /// Group holding inode `ino`.
+    pub fn group_of_inode(&self, ino: u64) -> u32 {
+        ((ino - 1) / u64::from(self.ipg)) as u32
+    }
+    /// Blocks each group's inode table takes.
+    pub fn itable_blocks(&self) -> u64 {
+        (u64::from(self.ipg) * u64::from(self.inode_size)).div_ceil(u64::from(self.bs))
+    }
+    /// Descriptors per block.
+    pub fn descs_per_block(&self) -> u32 {
+        self.bs / self.desc_size
+    }
+    /// Total inodes.
+    pub fn inodes(&self) -> u64 {
+        u64::from(self.ipg) * u64::from(self.groups)
+    }
+
+    /// Where descriptor block `i` of the primary table lives (ext4's descriptor_loc):
+    /// after the primary superblock, or with meta_bg from `first_meta_bg` on in the first
+    /// group of its meta group, after that group's superblock copy if it has one.
+    pub fn gdt_block(&self, i: u32) -> u64 {
+        if !self.meta_bg || i < self.first_meta_bg {
+            // After the primary superblock's block (ext4's descriptor_loc): block 1 on
+            // 1 KiB blocks, even with bigalloc, whose group 0 starts at block 0.
+            return super::superblock::location(self.bs).0 + 1 + u64::from(i);
+        }
+        let g = self.descs_per_block() * i;
+        self.group_first(g) + u64::from(self.backups.has_super(g))
+    }
+
+    /// The blocks at the start of group `g` that hold its superblock copy and descriptor
+    /// blocks (old-style table and reserved blocks, or its meta_bg descriptor block):
+    /// (first block, count). ext2fs_super_and_bgd_loc2's layout.
+    pub fn base_meta(&self, g: u32) -> (u64, u64) {
+        let has_super = self.backups.has_super(g);
+        let mut n = u64::from(has_super);
+        if has_super {
+            n += if self.meta_bg {
+                u64::from(self.first_meta_bg.min(self.gdt_blocks))
+            } else {
+                u64::from(self.gdt_blocks + self.reserved_gdt)
+            };
+        }
+        let per = self.descs_per_block();
+        if self.meta_bg && g / per >= self.first_meta_bg {
+            let r = g % per;
+            if r == 0 || r == 1 || r == per - 1 {
+                n = u64::from(has_super) + 1;
+            }
+        }
+        (self.group_first(g), n.min(u64::from(self.group_len(g))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geo(meta_bg: bool) -> Geometry {
+        Geometry {
+            bs: 1024,
+            blocks: 8192 * 64,
+            bpg: 8192,
+            ipg: 2048,
+            groups: 64,
+            first_data_block: 1,
+            inode_size: 128,
+            desc_size: 32,
+            csum: false,
+            desc_csum: DescCsum::None,
+            seed: 0,
+            first_ino: 11,
+            backups: Backups::Sparse,
+            gdt_blocks: 2,
+            reserved_gdt: if meta_bg { 0 } else { 5 },
+            meta_bg,
+            first_meta_bg: 0,
+            cluster_ratio: 1,
+        }
+    }
+
+    #[test]
+    fn classic_layout() {
+        let g = geo(false);
+        assert_eq!(g.gdt_block(0), 2);
+        assert_eq!(g.gdt_block(1), 3);
+        assert_eq!(g.base_meta(0), (1, 1 + 2 + 5));
+        assert_eq!(g.base_meta(2), (1 + 2 * 8192, 0));
+        assert_eq!(g.base_meta(3), (1 + 3 * 8192, 8));
+    }
+
+    #[test]
+    fn meta_bg_layout() {
+        // 32 descriptors per 1 KiB block: meta groups of 32 groups, descriptor copies in
+        // groups 0, 1 and 31 of each.
+        let g = geo(true);
+        assert_eq!(g.gdt_block(0), 2);
+        assert_eq!(g.gdt_block(1), 1 + 32 * 8192);
+        assert_eq!(g.base_meta(0), (1, 2));
+        assert_eq!(g.base_meta(1), (1 + 8192, 2));
+        assert_eq!(g.base_meta(2), (1 + 2 * 8192, 0));
+        assert_eq!(g.base_meta(31), (1 + 31 * 8192, 1));
+        assert_eq!(g.base_meta(32), (1 + 32 * 8192, 1));
+        assert_eq!(g.base_meta(25), (1 + 25 * 8192, 1));
+    }
+}
