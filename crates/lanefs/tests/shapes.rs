@@ -230,6 +230,21 @@ const SHAPES: &[Shape] = &[
             &["-t", "ext4", "-b", "4096", "-O", "bigalloc", "-C", "16384"],
         )
     },
+    sh(
+        "ext2_4k_oldest",
+        4096,
+        128 * M,
+        &[
+            "-t",
+            "ext2",
+            "-b",
+            "4096",
+            "-I",
+            "128",
+            "-O",
+            "^filetype,^dir_index,^sparse_super,^resize_inode,^large_file,^ext_attr",
+        ],
+    ),
     Shape {
         tune: &["-O", "extent"],
         ..sh(
@@ -1541,6 +1556,8 @@ fn run_shape(name: &str) {
             args.extend(["-d", &src_s]);
             mke2fs_image(td.path(), "shape.img", s.size, &args)
                 .unwrap_or_else(|e| panic!("{test}: {e}"));
+            // mke2fs -d leaves the quota files' usage at zero: e2fsck -fy updates them.
+            let _ = Command::new("e2fsck").arg("-fy").arg(&img).output();
             false
         }
     };
@@ -1734,6 +1751,7 @@ shape_tests!(
     ext4_project,
     ext4_bigalloc,
     ext3_4k_then_extent,
+    ext2_4k_oldest,
 );
 
 // ---------------------------------------------------------------------------------------
