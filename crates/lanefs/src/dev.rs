@@ -185,6 +185,8 @@ impl BlockDevice for MemDevice {
 pub struct ErrorLatch {
     inner: std::sync::Arc<dyn BlockDevice>,
     failed: std::sync::atomic::AtomicBool,
+    /// Why the mount stopped writing, when it was not a device error.
+    reason: std::sync::Mutex<Option<String>>,
 }
 
 impl ErrorLatch {
@@ -193,7 +195,22 @@ impl ErrorLatch {
         ErrorLatch {
             inner,
             failed: std::sync::atomic::AtomicBool::new(false),
+            reason: std::sync::Mutex::new(None),
         }
+    }
+    /// Stop writes for a reason other than a failed write (another host took the image
+    /// over, say): the mount turns read-only as after a device error.
+    pub fn trip(&self, reason: String) {
+        *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+        self.failed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+    /// The reason given to [`ErrorLatch::trip`], if any.
+    pub fn reason(&self) -> Option<String> {
+        self.reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
     /// Whether a write or flush has failed.
     pub fn failed(&self) -> bool {

@@ -77,6 +77,8 @@ pub struct Fs {
     timer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     timer_stop: std::sync::atomic::AtomicBool,
     read_only: bool,
+    /// The multi-mount protection claim of a read-write mount of an mmp image.
+    mmp: std::sync::Mutex<Option<crate::mmp::MmpGuard>>,
     /// Why the mount is read-only when the caller asked for read-write.
     ro_reason: Option<String>,
     seed: [u32; 4],
@@ -94,12 +96,16 @@ pub struct Fs {
     huge_file: bool,
     /// The inline_data feature: small files and directories may live in their inode.
     inline_data: bool,
+    /// The large_file feature is on (set by the first file past 2 GiB if it was not).
+    large_file: std::sync::atomic::AtomicBool,
     bs: u32,
 }
 
 /// Largest file size: 2^32 - 1 blocks, ext4's s_maxbytes (the last logical block stays
 /// unused so that an extent's end fits in 32 bits).
 const MAX_FILE_BLOCKS: u64 = (1 << 32) - 1;
+/// Largest file size without the large_file feature (2 GiB - 1).
+const LARGE_FILE_SIZE: u64 = 0x7FFF_FFFF;
 /// Link count past which directories switch to "many" (dir_nlink).
 const LINK_MAX: u16 = 65000;
 
@@ -111,19 +117,34 @@ impl Fs {
     /// Open the image or device at `path` and mount it.
     pub fn mount_path(path: &Path, opts: MountOptions) -> Result<Arc<Fs>> {
         let dev = FileDevice::open(path, opts.read_only)?;
-        Fs::mount(Arc::new(dev), opts)
+        Fs::mount_named(Arc::new(dev), opts, &path.display().to_string())
     }
 
     /// Mount the file system on `dev`: replay the journal if it holds committed
     /// transactions (in memory only on a read-only mount), then release the inodes left
     /// on the orphan list.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
+        Fs::mount_named(dev, opts, "the device")
+    }
+
+    /// [`Fs::mount`], naming the device `dev_name` in errors and in the MMP block.
+    fn mount_named(
+        dev: Arc<dyn BlockDevice>,
+        opts: MountOptions,
+        dev_name: &str,
+    ) -> Result<Arc<Fs>> {
         let latch = Arc::new(ErrorLatch::new(dev));
         let dev: Arc<dyn BlockDevice> = latch.clone();
         let sb = read_super(&*dev)?;
         let ro_reason = check_features(&sb)?;
         let read_only = ro_reason.is_some() || opts.read_only;
         let bs = sb.block_size();
+        // Before anything is written (replay included), as ext4_fill_super does.
+        let mmp = if !read_only && sb.has_incompat(incompat::MMP) {
+            Some(crate::mmp::protect(&dev, &sb, dev_name, &latch)?)
+        } else {
+            None
+        };
         let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize));
         let (log, replay) = open_journal(&sb, &dev, &bufs)?;
         let mut next_tid = log
@@ -187,6 +208,7 @@ impl Fs {
             extents: sb.has_incompat(incompat::EXTENTS),
             huge_file: sb.has_ro_compat(ro_compat::HUGE_FILE),
             inline_data: sb.has_incompat(incompat::INLINE_DATA),
+            large_file: std::sync::atomic::AtomicBool::new(sb.has_ro_compat(ro_compat::LARGE_FILE)),
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: Mutex::new(&ORPHAN, Vec::new()),
@@ -195,6 +217,7 @@ impl Fs {
             bufs,
             al,
             read_only,
+            mmp: std::sync::Mutex::new(mmp),
             ro_reason,
             latch,
             bs,
@@ -288,6 +311,9 @@ impl Fs {
     /// Why changes are refused, when they are: features lanefs cannot write, an earlier
     /// device error, or a read-only mount.
     pub fn read_only_reason(&self) -> Option<String> {
+        if let Some(r) = self.latch.reason() {
+            return Some(r);
+        }
         if self.latch.failed() || self.journal.is_aborted() {
             return Some("an earlier device error aborted the journal: mounted read-only".into());
         }
@@ -357,8 +383,33 @@ impl Fs {
             inode::store_tree(&self.al, &self.bufs, h, ino, st)?;
         }
         st.tid = h.tid();
+        if st.d.size() > LARGE_FILE_SIZE {
+            self.note_large_file(h)?;
+        }
         let keep_dtime = st.d.links() == 0 && !st.freed;
         inode::store_inode(&self.al, &self.bufs, h, ino, &mut st.d, keep_dtime)
+    }
+
+    /// A file past 2 GiB on an image without large_file turns the feature on in the
+    /// superblock (and a revision-0 superblock into revision 1), as ext4_do_update_inode
+    /// and ext4_update_dynamic_rev do.
+    fn note_large_file(&self, h: &Handle) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.large_file.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut order = self.orphans.lock();
+        if self.large_file.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.update_sb(h, &mut order, |sb| {
+            if sb.rev_level() == 0 {
+                sb.set_rev_level(1);
+                sb.set_first_ino(11);
+                sb.set_inode_size(128);
+            }
+            sb.set_feature_ro_compat(sb.feature_ro_compat() | ro_compat::LARGE_FILE);
+        })
     }
 
     /// The largest size inode `d` may have (ext4's s_maxbytes, or the bitmap limit for
@@ -428,17 +479,27 @@ fn is_dev(d: &DiskInode) -> bool {
 /// Refuse unknown INCOMPAT features; returns whether unknown RO_COMPAT forces read-only.
 /// Refuse what lanefs cannot read; say why it must mount read-only, if it must.
 fn check_features(sb: &Superblock) -> Result<Option<String>> {
-    let unknown = sb.feature_incompat() & !incompat::SUPPORTED;
+    let unknown = sb.feature_incompat() & !(incompat::SUPPORTED | incompat::READ_ONLY);
     if unknown != 0 {
         let names = sbm::feature_names(unknown, incompat::NAMES);
         return Err(Error::Unsupported(format!(
-            "unknown INCOMPAT feature(s): {names}"
+            "lanefs cannot read images with {names} (INCOMPAT); the kernel's ext4 or fuse2fs may"
         )));
     }
+    let mut names = Vec::new();
+    let ro_only = sb.feature_incompat() & incompat::READ_ONLY;
+    if ro_only != 0 {
+        names.push(sbm::feature_names(ro_only, incompat::NAMES));
+    }
     let unwritable = sb.feature_ro_compat() & !ro_compat::SUPPORTED;
-    Ok((unwritable != 0).then(|| {
-        let names = sbm::feature_names(unwritable, ro_compat::NAMES);
-        format!("lanefs cannot write images with {names}: mounted read-only")
+    if unwritable != 0 {
+        names.push(sbm::feature_names(unwritable, ro_compat::NAMES));
+    }
+    Ok((!names.is_empty()).then(|| {
+        format!(
+            "lanefs cannot write images with {}: mounted read-only",
+            names.join(", ")
+        )
     }))
 }
 

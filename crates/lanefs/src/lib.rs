@@ -17,6 +17,7 @@ pub mod info;
 pub mod inode;
 pub mod journal;
 pub mod mkfs;
+pub mod mmp;
 pub mod page;
 pub mod sync;
 pub mod types;

@@ -146,9 +146,9 @@ impl Decoder {
     fn check(&self, what: &str, p: u64) -> Result<()> {
         if p < self.first_data || p >= self.blocks {
             return Err(Error::corrupt(
-                "block map",
+                "inode",
                 self.ino,
-                format!("{what} pointer {p} outside the file system"),
+                format!("block map: {what} pointer {p} outside the file system"),
             ));
         }
         Ok(())
@@ -183,9 +183,9 @@ impl Decoder {
         self.check("indirect", p)?;
         if !self.seen.insert(p) {
             return Err(Error::corrupt(
-                "block map",
+                "inode",
                 self.ino,
-                format!("indirect block {p} used twice"),
+                format!("block map: indirect block {p} used twice"),
             ));
         }
         self.nodes.insert(key, p);

@@ -108,6 +108,7 @@ pub fn set_value(d: &mut DiskInode, ino: u64, v: Option<&[u8]>) -> Result<()> {
                 index: dx::INDEX_SYSTEM,
                 name: XATTR_NAME.to_vec(),
                 value: v.to_vec(),
+                ea_inode: None,
             },
         ),
         (Some(i), None) => {

@@ -13,6 +13,7 @@ pub mod hash;
 pub mod inline;
 pub mod inode;
 pub mod jbd2;
+pub mod mmp;
 pub mod superblock;
 pub mod xattr;
 

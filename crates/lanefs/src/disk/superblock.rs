@@ -84,7 +84,9 @@ pub mod incompat {
     pub const CASEFOLD: u32 = 0x20000;
     /// What lanefs reads and writes.
     pub const SUPPORTED: u32 =
-        FILETYPE | RECOVER | META_BG | EXTENTS | BIT64 | FLEX_BG | CSUM_SEED | INLINE_DATA;
+        FILETYPE | RECOVER | META_BG | EXTENTS | BIT64 | MMP | FLEX_BG | CSUM_SEED | INLINE_DATA;
+    /// What lanefs reads but does not write: such images mount read-only.
+    pub const READ_ONLY: u32 = EA_INODE;
     /// Names for messages.
     pub const NAMES: &[(u32, &str)] = &[
         (COMPRESSION, "compression"),

@@ -59,8 +59,21 @@ pub struct Entry {
     pub index: u8,
     /// Name bytes after the prefix.
     pub name: Vec<u8>,
-    /// Value bytes.
+    /// Value bytes (empty when the value lives in an EA inode).
     pub value: Vec<u8>,
+    /// ea_inode: the value is the data of this inode instead.
+    pub ea_inode: Option<EaRef>,
+}
+
+/// An attribute value kept in its own inode (the ea_inode feature).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EaRef {
+    /// The inode holding the value (`e_value_inum`).
+    pub inum: u32,
+    /// The value's length (`e_value_size`).
+    pub size: u32,
+    /// The entry's stored hash (`e_hash`), which covers the value's hash.
+    pub hash: u32,
 }
 
 impl Entry {
@@ -158,12 +171,24 @@ pub fn decode(area: &[u8], first: usize, value_base: usize, at: u64) -> Result<V
         let voff = usize::from(le16(area, off + 2));
         let inum = le32(area, off + 4);
         let vsize = le32(area, off + 8) as usize;
-        if inum != 0 {
-            return Err(Error::Unsupported(format!(
-                "xattr value in inode {inum} (ea_inode)"
-            )));
-        }
         let name_end = off + ENTRY_HEAD + name_len;
+        if inum != 0 {
+            if name_end > area.len() {
+                return Err(bad(format!("entry at {off} reaches past the area")));
+            }
+            out.push(Entry {
+                index,
+                name: area[off + ENTRY_HEAD..name_end].to_vec(),
+                value: Vec::new(),
+                ea_inode: Some(EaRef {
+                    inum,
+                    size: vsize as u32,
+                    hash: le32(area, off + 12),
+                }),
+            });
+            off += (ENTRY_HEAD + name_len + 3) & !3;
+            continue;
+        }
         let vstart = value_base + voff;
         if name_end > area.len() || (vsize > 0 && vstart + vsize > area.len()) {
             return Err(bad(format!("entry at {off} reaches past the area")));
@@ -177,6 +202,7 @@ pub fn decode(area: &[u8], first: usize, value_base: usize, at: u64) -> Result<V
             index,
             name: area[off + ENTRY_HEAD..name_end].to_vec(),
             value,
+            ea_inode: None,
         });
         off += (ENTRY_HEAD + name_len + 3) & !3;
     }
@@ -214,9 +240,18 @@ fn encode(area: &mut [u8], first: usize, value_base: usize, entries: &[Entry]) {
         area[off] = e.name.len() as u8;
         area[off + 1] = e.index;
         put16(area, off + 2, voff as u16);
-        put32(area, off + 4, 0);
-        put32(area, off + 8, e.value.len() as u32);
-        put32(area, off + 12, entry_hash(&e.name, &e.value));
+        match e.ea_inode {
+            Some(r) => {
+                put32(area, off + 4, r.inum);
+                put32(area, off + 8, r.size);
+                put32(area, off + 12, r.hash);
+            }
+            None => {
+                put32(area, off + 4, 0);
+                put32(area, off + 8, e.value.len() as u32);
+                put32(area, off + 12, entry_hash(&e.name, &e.value));
+            }
+        }
         area[off + ENTRY_HEAD..off + ENTRY_HEAD + e.name.len()].copy_from_slice(&e.name);
         off += e.entry_len();
     }
@@ -350,7 +385,9 @@ pub fn refcount(b: &[u8]) -> u32 {
 fn block_hash(entries: &[Entry]) -> u32 {
     let mut h = 0u32;
     for e in entries {
-        let eh = entry_hash(&e.name, &e.value);
+        let eh = e
+            .ea_inode
+            .map_or_else(|| entry_hash(&e.name, &e.value), |r| r.hash);
         if eh == 0 {
             return 0;
         }
@@ -553,6 +590,7 @@ mod tests {
             index,
             name: name.as_bytes().to_vec(),
             value: value.to_vec(),
+            ea_inode: None,
         }
     }
 

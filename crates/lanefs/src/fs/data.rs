@@ -696,7 +696,17 @@ impl Fs {
         self.sync()?;
         self.journal.mark_empty()?;
         self.dev.flush()?;
-        self.write_super_clean()
+        self.write_super_clean()?;
+        self.release_mmp()
+    }
+
+    /// Give up the multi-mount protection claim (the MMP block goes CLEAN).
+    fn release_mmp(&self) -> Result<()> {
+        let g = self.mmp.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match g {
+            Some(mut g) => g.release(),
+            None => Ok(()),
+        }
     }
 
     /// The clean-unmount superblock, written in place: log empty, no recovery needed.
@@ -749,6 +759,7 @@ impl Drop for Fs {
         if self.sync().is_ok() && self.journal.mark_empty().is_ok() && self.dev.flush().is_ok() {
             let _ = self.write_super_clean();
         }
+        let _ = self.release_mmp();
     }
 }
 

@@ -57,11 +57,36 @@ impl Fs {
         }
         let found = self.read_xattrs(ino, &st)?;
         let e = found.get(index, &sub).ok_or(Error::NoData)?;
+        if let Some(r) = e.ea_inode {
+            drop(st);
+            return self.read_ea_inode(ino, r);
+        }
         if index == dx::INDEX_ACL_ACCESS || index == dx::INDEX_ACL_DEFAULT {
             let a = dx::acl_from_disk(&e.value, ino)?;
             return Ok(dx::acl_to_vfs(&a));
         }
         Ok(e.value.clone())
+    }
+
+    /// The value an EA inode holds for an attribute of `owner` (the ea_inode feature).
+    fn read_ea_inode(&self, owner: Ino, r: dx::EaRef) -> Result<Vec<u8>> {
+        let bad = |why: &str| Error::corrupt("xattr", owner, format!("EA inode {}: {why}", r.inum));
+        let i = self
+            .iget(u64::from(r.inum))
+            .map_err(|_| bad("not in use"))?;
+        {
+            let st = i.state.read();
+            if st.d.flags() & crate::disk::inode::FL_EA_INODE == 0 {
+                return Err(bad("lacks the EA_INODE flag"));
+            }
+            if st.d.size() != u64::from(r.size) {
+                return Err(bad("size differs from the entry's value size"));
+            }
+        }
+        let mut v = vec![0u8; r.size as usize];
+        let n = self.read(u64::from(r.inum), 0, &mut v)?;
+        v.truncate(n);
+        Ok(v)
     }
 
     /// Every xattr name of `ino` with its prefix: in-inode ones first, then the block's.
@@ -218,6 +243,7 @@ impl Fs {
                     index,
                     name: sub,
                     value: v,
+                    ea_inode: None,
                 };
                 let room = self.ibody_range(&st).map_or(0, |r| r.1);
                 ibody.push(e);
