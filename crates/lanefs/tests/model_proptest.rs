@@ -2041,3 +2041,41 @@ fn big_directories_and_many_extents_match_the_model_1k() {
 fn big_directories_and_many_extents_match_the_model_2k() {
     big_directories("big_directories_and_many_extents_match_the_model_2k", 2048);
 }
+
+/// The symlink length rule the model uses, checked directly on every block size (the
+/// random sequences meet its edges only now and then): a target must fit a block with its
+/// NUL, and Linux refuses PATH_MAX (4096) bytes or more whatever the block size.
+#[test]
+fn symlink_target_limits_follow_linux() {
+    let test = "symlink_target_limits_follow_linux";
+    if !common::require_tools(test, &["mke2fs"]) {
+        return;
+    }
+    let mut wrong = Vec::new();
+    for block in [1024u64, 2048, 4096, 65536] {
+        BLOCK_SIZE.with(|b| b.set(block));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = block.to_string();
+        let img = common::mke2fs_image(dir.path(), "s.img", img_size(), &["-t", "ext4", "-b", &b])
+            .expect("mke2fs");
+        let fs = Fs::mount_path(&img, MountOptions::default()).expect("mount");
+        let longest = symlink_max().min(4095);
+        let lens: BTreeSet<usize> = [59usize, 60, longest, longest + 1, 4096].into();
+        for len in lens {
+            let want_ok = len <= longest;
+            let name = format!("l{len}");
+            let got = fs.symlink(ROOT_INO, name.as_bytes(), &vec![b'x'; len], OWNER);
+            match (&got, want_ok) {
+                (Ok(_), true) | (Err(Error::NameTooLong), false) => {}
+                _ => wrong.push(format!(
+                    "{block}-byte blocks: a {len}-byte target gave {:?}, want {}",
+                    got.map(|a| a.ino),
+                    if want_ok { "Ok" } else { "NameTooLong" }
+                )),
+            }
+        }
+        fs.unmount().expect("unmount");
+        common::assert_fsck_clean(&img);
+    }
+    assert!(wrong.is_empty(), "{test}:\n{}", wrong.join("\n"));
+}
