@@ -6,11 +6,12 @@
 //! (BLOCK_UNINIT) are computed the way the kernel does.
 
 use crate::dev::BlockDevice;
+use crate::disk::geometry::Geometry;
 use crate::disk::group::{GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
 use crate::disk::superblock::{compat, feature_names, incompat, ro_compat, Superblock};
 use crate::disk::{find_one, find_zero};
 use crate::error::Result;
-use crate::fsck::{self, Geo, Problem};
+use crate::fsck::{self, Problem};
 use std::fmt::Write;
 
 /// Groups listed one per line; beyond this the middle of the list is elided.
@@ -33,7 +34,7 @@ const GROUP_BATCH: u32 = 1024;
 /// ```
 pub fn report(dev: &dyn BlockDevice) -> Result<String> {
     let (sb, problems) = fsck::load_superblock(dev)?;
-    let geo = Geo::from_sb(&sb, dev.size())?;
+    let geo = fsck::geometry(&sb, dev.size())?;
     let descs = fsck::read_group_descs(dev, &geo)?;
     let hist = free_histogram(dev, &geo, &descs)?;
     let mut out = String::new();
@@ -93,7 +94,7 @@ fn state_string(state: u16) -> String {
     s
 }
 
-fn write_superblock(out: &mut String, sb: &Superblock, geo: &Geo, problems: &[Problem]) {
+fn write_superblock(out: &mut String, sb: &Superblock, geo: &Geometry, problems: &[Problem]) {
     let label = sb.volume_name();
     let mut kv: Vec<(&str, String)> = vec![
         (
@@ -118,13 +119,13 @@ fn write_superblock(out: &mut String, sb: &Superblock, geo: &Geo, problems: &[Pr
         ("Group count", geo.groups.to_string()),
         ("Blocks per group", geo.bpg.to_string()),
         ("Inodes per group", geo.ipg.to_string()),
-        ("Inode blocks per group", geo.itable_blocks.to_string()),
-        ("Inode size", geo.isz.to_string()),
+        ("Inode blocks per group", geo.itable_blocks().to_string()),
+        ("Inode size", geo.inode_size.to_string()),
         ("First inode", geo.first_ino.to_string()),
         ("Group descriptor size", geo.desc_size.to_string()),
         ("Reserved GDT blocks", geo.reserved_gdt.to_string()),
     ];
-    if geo.flex {
+    if sb.has_incompat(incompat::FLEX_BG) {
         let flex = 1u64
             .checked_shl(u32::from(sb.log_groups_per_flex()))
             .unwrap_or(0);
@@ -168,7 +169,7 @@ fn flags_string(flags: u16) -> String {
     v.join(",")
 }
 
-fn write_groups(out: &mut String, geo: &Geo, descs: &[GroupDesc]) {
+fn write_groups(out: &mut String, geo: &Geometry, descs: &[GroupDesc]) {
     let _ = writeln!(
         out,
         "\n{:>6} {:>23} {:>11} {:>11} {:>23} {:>8} {:>8} {:>6} {:>8}  flags",
@@ -193,9 +194,9 @@ fn write_groups(out: &mut String, geo: &Geo, descs: &[GroupDesc]) {
             continue;
         }
         let first = geo.group_first(g);
-        let last = first + geo.group_len(g).saturating_sub(1);
+        let last = first + u64::from(geo.group_len(g)).saturating_sub(1);
         let it = d.inode_table();
-        let it_end = it.saturating_add(geo.itable_blocks.saturating_sub(1));
+        let it_end = it.saturating_add(geo.itable_blocks().saturating_sub(1));
         let _ = writeln!(
             out,
             "{g:>6} {:>23} {:>11} {:>11} {:>23} {:>8} {:>8} {:>6} {:>8}  {}",
@@ -265,7 +266,7 @@ impl Histogram {
     }
 }
 
-fn free_histogram(dev: &dyn BlockDevice, geo: &Geo, descs: &[GroupDesc]) -> Result<Histogram> {
+fn free_histogram(dev: &dyn BlockDevice, geo: &Geometry, descs: &[GroupDesc]) -> Result<Histogram> {
     let mut h = Histogram::default();
     let mut run = 0u64;
     for start in (0..geo.groups).step_by(GROUP_BATCH as usize) {
@@ -284,18 +285,18 @@ fn free_histogram(dev: &dyn BlockDevice, geo: &Geo, descs: &[GroupDesc]) -> Resu
             let map = if next.peek() == Some(&&g) {
                 next.next();
                 maps.next().unwrap_or_default()
-            } else if d.flags() & BG_BLOCK_UNINIT != 0 && geo.desc_csum() {
+            } else if d.flags() & BG_BLOCK_UNINIT != 0 && geo.desc_csum.on() {
                 fsck::uninit_block_bitmap(geo, g, d)
             } else {
-                h.flush(&mut run, geo.bs);
+                h.flush(&mut run, geo.block_bytes());
                 h.unknown_groups += 1;
                 continue;
             };
             let len = (geo.group_len(g) as usize).min(map.len() * 8);
-            h.add_group(&map, len, &mut run, geo.bs);
+            h.add_group(&map, len, &mut run, geo.block_bytes());
         }
     }
-    h.flush(&mut run, geo.bs);
+    h.flush(&mut run, geo.block_bytes());
     Ok(h)
 }
 
@@ -307,8 +308,8 @@ fn size_label(bytes: u64) -> String {
     }
 }
 
-fn write_histogram(out: &mut String, geo: &Geo, h: &Histogram) {
-    let bs = geo.bs;
+fn write_histogram(out: &mut String, geo: &Geometry, h: &Histogram) {
+    let bs = geo.block_bytes();
     let pct = |n: u64, of: u64| {
         if of == 0 {
             0.0

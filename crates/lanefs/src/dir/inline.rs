@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::extmap::ExtentMap;
 use crate::inode::InodeState;
 use crate::journal::Handle;
-use crate::types::{DirEntry, FileType};
+use crate::types::DirEntry;
 
 impl DirCtx<'_> {
     /// Whether the directory keeps its entries in the inode.
@@ -78,7 +78,7 @@ impl DirCtx<'_> {
                 return Ok(false);
             };
             dir.tail.resize(max, 0);
-            crate::disk::put16(&mut dir.tail, last.off + 4, (last.rec_len + grown) as u16);
+            dd::set_rec_len(&mut dir.tail, last.off, last.rec_len + grown);
         }
         let entries = dd::parse_block(&dir.tail, false, ino)?;
         if !dd::insert_entry(&mut dir.tail, &entries, name, child as u32, ft) {
@@ -90,23 +90,9 @@ impl DirCtx<'_> {
 
     /// Remove `name`; the inode it named.
     pub(super) fn inline_remove(&self, ino: u64, st: &mut InodeState, name: &[u8]) -> Result<u64> {
-        let mut dir = Dir::load(&st.d, ino)?;
-        for a in 0..2 {
-            let area = dir.area_mut(a);
-            if area.is_empty() {
-                continue;
-            }
-            let mut prev = None;
-            for e in dd::parse_block(area, false, ino)? {
-                if e.ino != 0 && e.name == name {
-                    dd::remove_entry(area, e.off, prev);
-                    dir.store(&mut st.d, ino)?;
-                    return Ok(u64::from(e.ino));
-                }
-                prev = Some(e.off);
-            }
-        }
-        Err(Error::NotFound)
+        self.inline_edit(ino, st, name, |area, e, prev| {
+            dd::remove_entry(area, e.off, prev)
+        })
     }
 
     /// Point `name` at `child`; the inode it named before.
@@ -118,18 +104,34 @@ impl DirCtx<'_> {
         child: u64,
         ft: u8,
     ) -> Result<u64> {
+        self.inline_edit(ino, st, name, |area, e, _| {
+            dd::retarget_entry(area, e.off, child as u32, ft)
+        })
+    }
+
+    /// Apply `f` to the live entry `name` (its area, the entry, the record before it) and
+    /// store the directory; the inode the entry named.
+    fn inline_edit(
+        &self,
+        ino: u64,
+        st: &mut InodeState,
+        name: &[u8],
+        f: impl FnOnce(&mut [u8], &RawEntry, Option<usize>),
+    ) -> Result<u64> {
         let mut dir = Dir::load(&st.d, ino)?;
         for a in 0..2 {
             let area = dir.area_mut(a);
             if area.is_empty() {
                 continue;
             }
+            let mut prev = None;
             for e in dd::parse_block(area, false, ino)? {
                 if e.ino != 0 && e.name == name {
-                    dd::retarget_entry(area, e.off, child as u32, ft);
+                    f(area, &e, prev);
                     dir.store(&mut st.d, ino)?;
                     return Ok(u64::from(e.ino));
                 }
+                prev = Some(e.off);
             }
         }
         Err(Error::NotFound)
@@ -168,22 +170,7 @@ impl DirCtx<'_> {
     ) -> Result<Vec<DirEntry>> {
         let dir = Dir::load(&st.d, ino)?;
         let mut out = Vec::new();
-        if pos == 0 {
-            out.push(DirEntry {
-                ino,
-                kind: FileType::Directory,
-                name: b".".to_vec(),
-                next: 1,
-            });
-        }
-        if pos <= 1 {
-            out.push(DirEntry {
-                ino: u64::from(dir.parent),
-                kind: FileType::Directory,
-                name: b"..".to_vec(),
-                next: 3,
-            });
-        }
+        super::dots(ino, u64::from(dir.parent), pos, &mut out);
         let version = self.def_version();
         let mut all: Vec<(u64, RawEntry)> = Vec::new();
         for (_, e) in dir.entries(ino)? {

@@ -361,7 +361,8 @@ impl DirCtx<'_> {
             indirect_levels: 0,
         };
         let mut d = b0.write();
-        dd::init_dx_root(&mut d, ino as u32, parent, info);
+        let dot_ft = if self.filetype { 2 } else { 0 };
+        dd::init_dx_root(&mut d, ino as u32, parent, info, dot_ft);
         let limit = dd::dx_limit(self.bs(), DX_ROOT_COUNT_OFF, self.csum());
         dd::encode_dx(&mut d, DX_ROOT_COUNT_OFF, limit, &[(0, 1)]);
         if self.csum() {
@@ -672,22 +673,8 @@ impl DirCtx<'_> {
             return self.inline_readdir(ino, st, pos, max);
         }
         let mut out = Vec::new();
-        if pos == 0 {
-            out.push(DirEntry {
-                ino,
-                kind: FileType::Directory,
-                name: b".".to_vec(),
-                next: 1,
-            });
-        }
         if pos <= 1 {
-            let parent = self.dotdot(ino, st)?;
-            out.push(DirEntry {
-                ino: parent,
-                kind: FileType::Directory,
-                name: b"..".to_vec(),
-                next: 3,
-            });
+            dots(ino, self.dotdot(ino, st)?, pos, &mut out);
         }
         let version = if self.is_htree(st) {
             self.hash_version(&self.read_root(ino, st)?.0)
@@ -825,5 +812,21 @@ impl Path {
     fn last_level(&self) -> (&[(u32, u32)], usize) {
         let l = &self.levels[self.levels.len() - 1];
         (&l.entries, l.pos)
+    }
+}
+
+/// "." (cookie 0) and ".." (cookie 1) as readdir returns them after cursor `pos`.
+fn dots(ino: u64, parent: u64, pos: u64, out: &mut Vec<DirEntry>) {
+    let dot = |name: &[u8], ino, next| DirEntry {
+        ino,
+        kind: FileType::Directory,
+        name: name.to_vec(),
+        next,
+    };
+    if pos == 0 {
+        out.push(dot(b".", ino, 1));
+    }
+    if pos <= 1 {
+        out.push(dot(b"..", parent, 3));
     }
 }

@@ -14,6 +14,50 @@ pub fn rec_len_for(name_len: usize) -> usize {
     (8 + name_len + 3) & !3
 }
 
+/// Largest record length a 16-bit field holds as itself; a 64 KiB record is stored as
+/// this (EXT4_MAX_REC_LEN).
+const MAX_REC_LEN: usize = 65535;
+
+/// A record length as stored in an area of `area_len` bytes (ext4_rec_len_from_disk): on
+/// blocks of 64 KiB and more, 65535 or 0 is the whole block and the low two bits carry
+/// bits 16-17.
+pub fn rec_len_from_disk(v: u16, area_len: usize) -> usize {
+    let len = usize::from(v);
+    if area_len < 65536 {
+        return len;
+    }
+    if len == MAX_REC_LEN || len == 0 {
+        return area_len;
+    }
+    (len & 65532) | ((len & 3) << 16)
+}
+
+/// The stored form of record length `len` (ext4_rec_len_to_disk).
+pub fn rec_len_to_disk(len: usize, area_len: usize) -> u16 {
+    if area_len < 65536 || len < 65536 {
+        return len as u16;
+    }
+    if len == area_len {
+        return if area_len == 65536 {
+            MAX_REC_LEN as u16
+        } else {
+            0
+        };
+    }
+    ((len & 65532) | ((len >> 16) & 3)) as u16
+}
+
+/// The record length of the entry at `off`.
+pub fn rec_len_at(area: &[u8], off: usize) -> usize {
+    rec_len_from_disk(le16(area, off + 4), area.len())
+}
+
+/// Set the record length of the entry at `off`.
+pub fn set_rec_len(area: &mut [u8], off: usize, len: usize) {
+    let v = rec_len_to_disk(len, area.len());
+    put16(area, off + 4, v);
+}
+
 /// One raw entry inside a block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawEntry {
@@ -51,7 +95,7 @@ pub fn parse_block(b: &[u8], csum: bool, at: u64) -> Result<Vec<RawEntry>> {
                 format!("entry at {off} truncated"),
             ));
         }
-        let rec_len = usize::from(le16(b, off + 4));
+        let rec_len = rec_len_at(b, off);
         let name_len = usize::from(b[off + 6]);
         if rec_len < 8 || rec_len % 4 != 0 || off + rec_len > end || 8 + name_len > rec_len {
             return Err(Error::corrupt(
@@ -75,7 +119,7 @@ pub fn parse_block(b: &[u8], csum: bool, at: u64) -> Result<Vec<RawEntry>> {
 /// Write an entry header and name at `off` with record length `rec_len`.
 pub fn put_entry(b: &mut [u8], off: usize, ino: u32, rec_len: usize, ft: u8, name: &[u8]) {
     put32(b, off, ino);
-    put16(b, off + 4, rec_len as u16);
+    set_rec_len(b, off, rec_len);
     b[off + 6] = name.len() as u8;
     b[off + 7] = ft;
     b[off + 8..off + 8 + name.len()].copy_from_slice(name);
@@ -117,8 +161,8 @@ pub fn insert_entry(
 pub fn remove_entry(area: &mut [u8], off: usize, prev: Option<usize>) {
     match prev {
         Some(p) => {
-            let len = usize::from(le16(area, p + 4)) + usize::from(le16(area, off + 4));
-            put16(area, p + 4, len as u16);
+            let len = rec_len_at(area, p) + rec_len_at(area, off);
+            set_rec_len(area, p, len);
         }
         None => put32(area, off, 0),
     }
@@ -334,7 +378,7 @@ pub fn decode_root_info(b: &[u8], at: u64) -> Result<DxRootInfo> {
     }
     // ".." spans the rest of the block (the index lives inside it); any other length
     // makes the kernel's and e2fsck's walk of the block as entries fail.
-    let dotdot = usize::from(le16(b, 12 + 4));
+    let dotdot = rec_len_at(b, 12);
     if dotdot != b.len() - 12 {
         return Err(Error::corrupt(
             "directory index",
@@ -361,11 +405,12 @@ pub fn decode_root_info(b: &[u8], at: u64) -> Result<DxRootInfo> {
     })
 }
 
-/// Write the dx_root header: ".", ".." and the root info; entries follow via `encode_dx`.
-pub fn init_dx_root(b: &mut [u8], self_ino: u32, parent_ino: u32, info: DxRootInfo) {
+/// Write the dx_root header: ".", ".." (file type `dot_ft`: 2, or 0 without the filetype
+/// feature) and the root info; entries follow via `encode_dx`.
+pub fn init_dx_root(b: &mut [u8], self_ino: u32, parent_ino: u32, info: DxRootInfo, dot_ft: u8) {
     b.fill(0);
-    put_entry(b, 0, self_ino, 12, 2, b".");
-    put_entry(b, 12, parent_ino, b.len() - 12, 2, b"..");
+    put_entry(b, 0, self_ino, 12, dot_ft, b".");
+    put_entry(b, 12, parent_ino, b.len() - 12, dot_ft, b"..");
     b[0x1C] = info.hash_version;
     b[0x1D] = 8;
     b[0x1E] = info.indirect_levels;
@@ -374,5 +419,5 @@ pub fn init_dx_root(b: &mut [u8], self_ino: u32, parent_ino: u32, info: DxRootIn
 /// Write an empty dx_node header (a fake unused entry spanning the block).
 pub fn init_dx_node(b: &mut [u8]) {
     b.fill(0);
-    put16(b, 4, b.len() as u16);
+    set_rec_len(b, 0, b.len());
 }

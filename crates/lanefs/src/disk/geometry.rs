@@ -142,23 +142,11 @@ impl Geometry {
     /// blocks (old-style table and reserved blocks, or its meta_bg descriptor block):
     /// (first block, count). ext2fs_super_and_bgd_loc2's layout.
     pub fn base_meta(&self, g: u32) -> (u64, u64) {
-        let has_super = self.backups.has_super(g);
-        let mut n = u64::from(has_super);
-        if has_super {
-            n += if self.meta_bg {
-                u64::from(self.first_meta_bg.min(self.gdt_blocks))
-            } else {
-                u64::from(self.gdt_blocks + self.reserved_gdt)
-            };
-        }
-        let per = self.descs_per_block();
-        if self.meta_bg && g / per >= self.first_meta_bg {
-            let r = g % per;
-            if r == 0 || r == 1 || r == per - 1 {
-                n = u64::from(has_super) + 1;
-            }
-        }
-        (self.group_first(g), n.min(u64::from(self.group_len(g))))
+        let p = self.base_meta_parts(g);
+        (
+            p.super_block.0,
+            p.super_block.1 + p.descriptors.1 + p.reserved.1,
+        )
     }
 }
 
@@ -213,4 +201,74 @@ mod tests {
         assert_eq!(g.base_meta(32), (1 + 32 * 8192, 1));
         assert_eq!(g.base_meta(25), (1 + 25 * 8192, 1));
     }
+}
+
+// Helpers for the checker and the report (fsck, info), which walk images they do not trust.
+impl Geometry {
+    /// Block size in bytes, as a u64 for offset arithmetic.
+    pub fn block_bytes(&self) -> u64 {
+        u64::from(self.bs)
+    }
+
+    /// Whether `[start, start+len)` lies inside the file system (from the first data block
+    /// to the last block), without overflowing on hostile values.
+    pub fn in_fs(&self, start: u64, len: u64) -> bool {
+        start >= u64::from(self.first_data_block)
+            && start.checked_add(len).is_some_and(|e| e <= self.blocks)
+    }
+
+    /// Groups other than 0 that hold a superblock copy (the resize inode lists their
+    /// reserved GDT blocks).
+    pub fn backup_groups(&self) -> impl Iterator<Item = u32> + '_ {
+        (1..self.groups).filter(|&g| self.backups.has_super(g))
+    }
+
+    /// Group `g`'s superblock copy (if any) and the descriptor and reserved GDT blocks
+    /// after it, as ext2fs_super_and_bgd_loc2 places them: without meta_bg (or in a meta
+    /// group before `first_meta_bg`) a group with a superblock copy holds the old-style
+    /// table (`first_meta_bg` blocks of it with meta_bg, else the whole table and the
+    /// reserved GDT blocks); from `first_meta_bg` on, groups 0, 1 and the last of each
+    /// meta group hold that meta group's one descriptor block. Counts are clamped to
+    /// the group.
+    pub fn base_meta_parts(&self, g: u32) -> BaseMeta {
+        let start = self.group_first(g);
+        let len = u64::from(self.group_len(g));
+        let sup = u64::from(self.backups.has_super(g)).min(len);
+        let per = self.descs_per_block().max(1);
+        let mut desc = 0u64;
+        let mut reserved = 0u64;
+        if !self.meta_bg || g / per < self.first_meta_bg {
+            if sup == 1 {
+                if self.meta_bg {
+                    desc = u64::from(self.first_meta_bg.min(self.gdt_blocks));
+                } else {
+                    desc = u64::from(self.gdt_blocks);
+                    reserved = u64::from(self.reserved_gdt);
+                }
+            }
+        } else {
+            let r = g % per;
+            if r == 0 || r == 1 || r == per - 1 {
+                desc = 1;
+            }
+        }
+        let desc = desc.min(len - sup);
+        let reserved = reserved.min(len - sup - desc);
+        BaseMeta {
+            super_block: (start, sup),
+            descriptors: (start + sup, desc),
+            reserved: (start + sup + desc, reserved),
+        }
+    }
+}
+
+/// The metadata at the start of a group, split by kind: each is (first block, count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BaseMeta {
+    /// The superblock copy (count 0 or 1).
+    pub super_block: (u64, u64),
+    /// Descriptor blocks (the old-style table copy, or the group's meta_bg block).
+    pub descriptors: (u64, u64),
+    /// Reserved GDT blocks (resize_inode).
+    pub reserved: (u64, u64),
 }

@@ -297,6 +297,75 @@ impl DiskInode {
     }
 }
 
+/// Raw fields the checker validates as e2fsck does (each names its `ext4_inode` field).
+impl DiskInode {
+    /// i_block word `i` (a block pointer of a block-mapped inode: 12 direct, then the
+    /// single, double and triple indirect blocks).
+    pub fn iblock_ptr(&self, i: usize) -> u32 {
+        le32(self.iblock(), 4 * i)
+    }
+    /// Low 16 bits of the owner (i_uid).
+    pub fn uid_lo(&self) -> u16 {
+        le16(&self.raw, 0x2)
+    }
+    /// Low 16 bits of the group (i_gid).
+    pub fn gid_lo(&self) -> u16 {
+        le16(&self.raw, 0x18)
+    }
+    /// Low 32 bits of i_blocks.
+    pub fn blocks_lo(&self) -> u32 {
+        le32(&self.raw, 0x1C)
+    }
+    /// High 16 bits of i_blocks (l_i_blocks_high, huge_file only).
+    pub fn blocks_hi(&self) -> u16 {
+        le16(&self.raw, 0x74)
+    }
+    /// Low 32 bits of the xattr block (i_file_acl).
+    pub fn file_acl_lo(&self) -> u32 {
+        le32(&self.raw, 0x68)
+    }
+    /// High 16 bits of the xattr block (l_i_file_acl_high, 64bit only).
+    pub fn file_acl_hi(&self) -> u16 {
+        le16(&self.raw, 0x76)
+    }
+    /// The obsolete fragment address (i_faddr), which must be zero.
+    pub fn faddr(&self) -> u32 {
+        le32(&self.raw, 0x70)
+    }
+    /// Low 32 bits of i_version (osd1's l_i_version); an ea_inode keeps the low half of
+    /// its reference count here.
+    pub fn version_lo(&self) -> u32 {
+        le32(&self.raw, 0x24)
+    }
+    /// An ea_inode's reference count: i_ctime seconds high, l_i_version low
+    /// (ext2fs_get_ea_inode_ref).
+    pub fn ea_inode_refs(&self) -> u64 {
+        (u64::from(le32(&self.raw, 0xC)) << 32) | u64::from(self.version_lo())
+    }
+    /// An ea_inode's value hash (kept in i_atime seconds).
+    pub fn ea_inode_hash(&self) -> u32 {
+        le32(&self.raw, 0x8)
+    }
+    /// Raw i_atime seconds (low 32 bits).
+    pub fn atime_lo(&self) -> u32 {
+        le32(&self.raw, 0x8)
+    }
+    /// Raw i_ctime seconds (low 32 bits).
+    pub fn ctime_lo(&self) -> u32 {
+        le32(&self.raw, 0xC)
+    }
+    /// Raw i_mtime seconds (low 32 bits).
+    pub fn mtime_lo(&self) -> u32 {
+        le32(&self.raw, 0x10)
+    }
+    /// The in-inode xattr area after i_extra_isize (magic first), or None when the inode
+    /// is 128 bytes or i_extra_isize leaves no room.
+    pub fn ibody_xattr_area(&self) -> Option<&[u8]> {
+        let start = GOOD_OLD_SIZE + usize::from(self.extra_isize());
+        self.raw.get(start..).filter(|a| a.len() >= 4)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

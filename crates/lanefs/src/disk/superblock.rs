@@ -566,3 +566,34 @@ impl Superblock {
         Ok(())
     }
 }
+
+/// Fields the checker and the report read that the engine does not (each names its
+/// `ext4_super_block` field).
+impl Superblock {
+    /// `s_checksum_type` (1 is crc32c).
+    pub fn checksum_type(&self) -> u8 {
+        self.raw[0x175]
+    }
+    /// `s_usr_quota_inum`.
+    pub fn usr_quota_inum(&self) -> u32 {
+        le32(&self.raw[..], 0x240)
+    }
+    /// `s_grp_quota_inum`.
+    pub fn grp_quota_inum(&self) -> u32 {
+        le32(&self.raw[..], 0x244)
+    }
+    /// `s_prj_quota_inum`.
+    pub fn prj_quota_inum(&self) -> u32 {
+        le32(&self.raw[..], 0x26C)
+    }
+    /// `s_orphan_file_inum` (orphan_file).
+    pub fn orphan_file_inum(&self) -> u32 {
+        le32(&self.raw[..], 0x280)
+    }
+    /// `s_journal_uuid`: set when the journal is external.
+    pub fn journal_uuid(&self) -> [u8; 16] {
+        let mut u = [0u8; 16];
+        u.copy_from_slice(&self.raw[0xD0..0xE0]);
+        u
+    }
+}

@@ -63,7 +63,7 @@ impl Checker<'_> {
 
     /// Compare group `g`'s computed block usage with its bitmap; returns its free blocks.
     pub(super) fn check_block_group(&mut self, g: u32, map: Bitmap) -> u64 {
-        let (first, len) = (self.geo.group_first(g), self.geo.group_len(g));
+        let (first, len) = (self.geo.group_first(g), u64::from(self.geo.group_len(g)));
         let mut computed = vec![0u8; (len as usize).div_ceil(8)];
         for i in 0..len {
             if self.claims.is_used(first + i) {
@@ -108,7 +108,7 @@ impl Checker<'_> {
     /// Compare group `g`'s computed inode usage with its bitmap and counters; returns its
     /// free inodes.
     pub(super) fn check_inode_group(&mut self, g: u32) -> u64 {
-        let ipg = self.geo.ipg as usize;
+        let ipg = u64::from(self.geo.ipg) as usize;
         let base = g as usize * ipg + 1;
         let mut computed = vec![0u8; ipg.div_ceil(8)];
         let mut dirs = 0u64;
@@ -142,7 +142,7 @@ impl Checker<'_> {
                 );
             }
         }
-        let free = self.geo.ipg - used;
+        let free = u64::from(self.geo.ipg) - used;
         if stored_free != free {
             self.out.add(
                 "GROUP_FREE_INODES",

@@ -221,14 +221,13 @@ impl Checker<'_> {
 
     /// Walk a classic block map: 12 direct pointers, then single, double, triple indirect.
     pub(super) fn walk_indirect(&mut self, w: &mut Walk, inode: &DiskInode) -> Result<()> {
-        let ib = inode.iblock().to_vec();
-        for i in 0..12 {
-            self.map_pointer(w, i, u64::from(le32(&ib, 4 * i as usize)));
+        for i in 0..bmap::NDIR {
+            self.map_pointer(w, i as u64, u64::from(inode.iblock_ptr(i)));
         }
-        let per = self.geo.bs / 4;
-        let mut lblk = 12u64;
+        let per = self.geo.block_bytes() / 4;
+        let mut lblk = bmap::NDIR as u64;
         for level in 1..=3u32 {
-            let b = u64::from(le32(&ib, 4 * (11 + level as usize)));
+            let b = u64::from(inode.iblock_ptr(bmap::IND_SLOT + level as usize - 1));
             if b != 0 {
                 self.indirect(w, b, level, lblk)?;
             }
@@ -261,7 +260,7 @@ impl Checker<'_> {
             return Ok(());
         }
         let b = self.read_block(blk)?;
-        let per = self.geo.bs / 4;
+        let per = self.geo.block_bytes() / 4;
         let span = per.pow(level - 1);
         for i in 0..per {
             let p = u64::from(le32(&b, (4 * i) as usize));

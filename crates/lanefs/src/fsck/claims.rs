@@ -11,6 +11,7 @@ pub(crate) enum Owner {
     BlockBitmap(u32),
     InodeBitmap(u32),
     InodeTable(u32),
+    Mmp,
     Inode(u32),
     Xattr(u32),
 }
@@ -30,6 +31,7 @@ impl fmt::Display for Owner {
             Owner::BlockBitmap(g) => write!(f, "block bitmap of group {g}"),
             Owner::InodeBitmap(g) => write!(f, "inode bitmap of group {g}"),
             Owner::InodeTable(g) => write!(f, "inode table of group {g}"),
+            Owner::Mmp => write!(f, "MMP block"),
             Owner::Inode(i) => write!(f, "inode {i}"),
             Owner::Xattr(i) => write!(f, "xattr block of inode {i}"),
         }

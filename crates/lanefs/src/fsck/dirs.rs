@@ -51,6 +51,10 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_dir_blocks(&mut self, d: &DirRec) -> Result<()> {
+        if let Some(inl) = &d.inline {
+            self.check_inline_dir(d, inl);
+            return Ok(());
+        }
         let nblocks = d.runs.iter().map(|r| r.lblk + r.len).max().unwrap_or(0);
         if nblocks == 0 {
             self.out.add(
@@ -76,7 +80,7 @@ impl Checker<'_> {
             None
         };
         let mut st = DirScan::default();
-        let per_read = (READ_CHUNK / self.geo.bs).max(1);
+        let per_read = (READ_CHUNK / self.geo.block_bytes()).max(1);
         for r in &d.runs {
             let mut k = 0;
             while k < r.len {
@@ -85,7 +89,7 @@ impl Checker<'_> {
                     return Ok(());
                 }
                 let buf = read_blocks(self.dev, &self.geo, r.pblk + k, n)?;
-                for (j, blk) in buf.chunks(self.geo.bs as usize).enumerate() {
+                for (j, blk) in buf.chunks(self.geo.block_bytes() as usize).enumerate() {
                     let off = k + j as u64;
                     self.dir_block(d, &mut st, r.lblk + off, r.pblk + off, blk, ht.as_ref());
                 }
@@ -101,6 +105,41 @@ impl Checker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// An inline directory: "." is implied, ".." is the parent number at the start of
+    /// i_block, and the entries fill i_block's other 56 bytes and the `system.data` value.
+    pub(super) fn check_inline_dir(&mut self, d: &DirRec, inl: &crate::disk::inline::Dir) {
+        let mut st = DirScan::default();
+        let dot = Dot {
+            i: 0,
+            ino: d.ino,
+            name: b".",
+            pad: 0,
+            ft: FT_DIR,
+        };
+        self.dot_entry(d, &mut st, dot);
+        let dotdot = Dot {
+            i: 1,
+            ino: inl.parent,
+            name: b"..",
+            pad: 0,
+            ft: FT_DIR,
+        };
+        self.dot_entry(d, &mut st, dotdot);
+        for (what, area) in [("i_block", &inl.head), ("system.data", &inl.tail)] {
+            if area.is_empty() {
+                continue;
+            }
+            let (entries, err) = parse_entries(area, false);
+            if let Some(e) = err {
+                let msg = format!("inline directory inode {}, {what}: {e}", d.ino);
+                self.out.add("DIR_BAD_ENTRY", msg);
+            }
+            for e in entries.iter().filter(|e| e.ino != 0) {
+                self.dir_entry(d, &mut st, e, 0);
+            }
+        }
     }
 
     pub(super) fn dir_block(
@@ -121,18 +160,18 @@ impl Checker<'_> {
             }
         }
         let tail = self.geo.csum && self.leaf_tail(d, pblk, b);
-        let entries = match dir::parse_block(b, tail, pblk) {
-            Ok(v) => v,
-            Err(e) => {
-                self.out.add(
-                    "DIR_BAD_ENTRY",
-                    format!("directory inode {}, block {lblk}: {e}", d.ino),
-                );
-                // Keep the entries before the damage, as e2fsck's salvage does, so one bad
-                // record does not orphan everything else in the block.
-                salvage_prefix(b, tail)
-            }
-        };
+        // The entries before any damage are kept, as e2fsck's salvage does, so one bad
+        // record does not orphan everything else in the block.
+        let (entries, err) = parse_entries(b, tail);
+        if let Some(e) = err {
+            self.out.add(
+                "DIR_BAD_ENTRY",
+                format!(
+                    "directory inode {}, block {lblk} (block {pblk}): {e}",
+                    d.ino
+                ),
+            );
+        }
         let mut hashes: Option<(u32, u32)> = None;
         for (i, e) in entries.iter().enumerate() {
             if lblk == 0 && i < 2 {
@@ -298,7 +337,7 @@ impl Checker<'_> {
                 .add("DIR_DUP_DOT", format!("{at}: extra '.' or '..' entry"));
             return;
         }
-        if u64::from(ino) > self.geo.inodes
+        if u64::from(ino) > self.geo.inodes()
             || ino < self.geo.first_ino
             || self.special.contains(&ino)
         {
@@ -491,17 +530,38 @@ impl Checker<'_> {
     }
 }
 
-/// The valid entries at the start of a leaf block that `dir::parse_block` rejected: the same
-/// record checks, stopping at the first bad record instead of failing.
-pub(super) fn salvage_prefix(b: &[u8], csum: bool) -> Vec<dir::RawEntry> {
+/// A record length as stored: blocks of 64 KiB and more keep the high bits in the low two
+/// bits, and 65535 or 0 stands for a whole 64 KiB block (ext2fs_get_rec_len).
+pub(super) fn rec_len(stored: u16, block_size: usize) -> usize {
+    let len = usize::from(stored);
+    if block_size < 65536 {
+        len
+    } else if stored == u16::MAX || stored == 0 {
+        block_size
+    } else {
+        (len & 65532) | ((len & 3) << 16)
+    }
+}
+
+/// The entries of a leaf block up to the first bad record (as `dir::parse_block`, with
+/// record lengths decoded for every block size), and what was wrong with that record.
+pub(super) fn parse_entries(b: &[u8], csum: bool) -> (Vec<dir::RawEntry>, Option<String>) {
     let end = dir::entries_end(b.len(), csum);
     let mut out = Vec::new();
     let mut off = 0;
-    while off + 8 <= end {
-        let rec_len = usize::from(le16(b, off + 4));
+    while off < end {
+        if off + 8 > end {
+            return (out, Some(format!("entry at {off} truncated")));
+        }
+        let rec_len = rec_len(le16(b, off + 4), b.len());
         let name_len = usize::from(b[off + 6]);
-        if rec_len < 8 || rec_len % 4 != 0 || off + rec_len > end || 8 + name_len > rec_len {
-            break;
+        if rec_len < 8
+            || !rec_len.is_multiple_of(4)
+            || off + rec_len > end
+            || 8 + name_len > rec_len
+        {
+            let why = format!("entry at offset {off}: rec_len {rec_len}, name_len {name_len}");
+            return (out, Some(why));
         }
         out.push(dir::RawEntry {
             off,
@@ -512,5 +572,5 @@ pub(super) fn salvage_prefix(b: &[u8], csum: bool) -> Vec<dir::RawEntry> {
         });
         off += rec_len;
     }
-    out
+    (out, None)
 }

@@ -2,173 +2,85 @@
 
 use super::*;
 
-/// Geometry derived from a superblock that passed [`Superblock::decode`]'s checks.
-#[derive(Debug, Clone)]
-pub(crate) struct Geo {
-    pub(crate) bs: u64,
-    pub(crate) blocks: u64,
-    pub(crate) first_data: u64,
-    pub(crate) bpg: u64,
-    pub(crate) ipg: u64,
-    pub(crate) isz: u64,
-    pub(crate) groups: u32,
-    pub(crate) desc_size: u64,
-    pub(crate) inodes: u64,
-    pub(crate) first_ino: u32,
-    pub(crate) csum: bool,
-    pub(crate) gdt_csum: bool,
-    pub(crate) seed: u32,
-    pub(crate) flex: bool,
-    pub(crate) backups: group::Backups,
-    pub(crate) gdt_blocks: u64,
-    pub(crate) reserved_gdt: u64,
-    pub(crate) itable_blocks: u64,
+/// The geometry of a superblock that passed [`Superblock::decode`]'s checks, refused when
+/// the checker cannot walk it safely; an error means the superblock cannot be used at all.
+pub(crate) fn geometry(sb: &Superblock, dev_size: u64) -> Result<Geometry> {
+    check_layout(sb)?;
+    let geo = Geometry::from_superblock(sb);
+    validate(&geo, dev_size)?;
+    Ok(geo)
 }
 
-impl Geo {
-    /// Derive the geometry; an error means the superblock cannot be used at all.
-    pub(crate) fn from_sb(sb: &Superblock, dev_size: u64) -> Result<Geo> {
-        Self::check_layout(sb)?;
-        let geo = Self::compute(sb);
-        geo.validate(sb, dev_size)?;
-        Ok(geo)
+/// Layouts the checker does not model, and fields it cannot work without.
+fn check_layout(sb: &Superblock) -> Result<()> {
+    let bad = |d: String| Err(Error::corrupt("superblock", 0, d));
+    refuse_bigalloc(sb)?;
+    if sb.rev_level() > 1 {
+        return bad(format!(
+            "revision {} is newer than this checker",
+            sb.rev_level()
+        ));
     }
+    let (bs, first_data) = (sb.block_size(), sb.first_data_block());
+    if first_data != u32::from(bs == 1024) {
+        return bad(format!(
+            "first data block {first_data} invalid for {bs}-byte blocks"
+        ));
+    }
+    let (bpg, ipg) = (sb.blocks_per_group(), sb.inodes_per_group());
+    if bpg % 8 != 0 || ipg % 8 != 0 {
+        return bad(format!(
+            "blocks ({bpg}) or inodes ({ipg}) per group not a multiple of 8"
+        ));
+    }
+    Ok(())
+}
 
-    /// Layouts the checker does not model, and fields it cannot work without.
-    pub(super) fn check_layout(sb: &Superblock) -> Result<()> {
-        let bad = |d: String| Err(Error::corrupt("superblock", 0, d));
-        if sb.has_ro_compat(ro_compat::BIGALLOC) {
-            return Err(Error::Unsupported(
-                "bigalloc file systems are not checked".into(),
-            ));
-        }
-        if sb.has_incompat(incompat::META_BG) {
-            return Err(Error::Unsupported(
-                "meta_bg file systems are not checked".into(),
-            ));
-        }
-        if sb.rev_level() > 1 {
-            return bad(format!(
-                "revision {} is newer than this checker",
-                sb.rev_level()
-            ));
-        }
-        let (bs, first_data) = (sb.block_size(), sb.first_data_block());
-        if first_data != u32::from(bs == 1024) {
-            return bad(format!(
-                "first data block {first_data} invalid for {bs}-byte blocks"
-            ));
-        }
-        let (bpg, ipg) = (sb.blocks_per_group(), sb.inodes_per_group());
-        if bpg % 8 != 0 || ipg % 8 != 0 {
-            return bad(format!(
-                "blocks ({bpg}) or inodes ({ipg}) per group not a multiple of 8"
-            ));
-        }
-        Ok(())
+/// bigalloc allocates clusters of blocks: bitmaps count clusters, which the checker does
+/// not model, so such images are refused by name (before their cluster-sized geometry
+/// fails the block-based checks).
+fn refuse_bigalloc(sb: &Superblock) -> Result<()> {
+    if !sb.has_ro_compat(ro_compat::BIGALLOC) {
+        return Ok(());
     }
+    let ratio = 1u64
+        .checked_shl(sb.log_cluster_size().saturating_sub(sb.log_block_size()))
+        .unwrap_or(0);
+    Err(Error::Unsupported(format!(
+        "bigalloc file systems (clusters of {ratio} blocks) are not checked"
+    )))
+}
 
-    /// Derive the geometry (every input is bounded by `Superblock::decode`).
-    pub(super) fn compute(sb: &Superblock) -> Geo {
-        let bs = u64::from(sb.block_size());
-        let old = sb.rev_level() == 0;
-        let isz = if old { 128 } else { u64::from(sb.inode_size()) };
-        let ipg = u64::from(sb.inodes_per_group());
-        let groups = sb.group_count();
-        let desc_size = u64::from(sb.desc_size());
-        let resize = sb.has_compat(compat::RESIZE_INODE);
-        Geo {
-            bs,
-            blocks: sb.blocks_count(),
-            first_data: u64::from(sb.first_data_block()),
-            bpg: u64::from(sb.blocks_per_group()),
-            ipg,
-            isz,
-            groups,
-            desc_size,
-            inodes: u64::from(sb.inodes_count()),
-            first_ino: if old { 11 } else { sb.first_ino() },
-            csum: sb.metadata_csum(),
-            gdt_csum: sb.has_ro_compat(ro_compat::GDT_CSUM),
-            seed: sb.csum_seed(),
-            flex: sb.has_incompat(incompat::FLEX_BG),
-            backups: sb.backups(),
-            gdt_blocks: (u64::from(groups) * desc_size).div_ceil(bs),
-            reserved_gdt: if resize {
-                u64::from(sb.reserved_gdt_blocks())
-            } else {
-                0
-            },
-            itable_blocks: (ipg * isz).div_ceil(bs),
-        }
+/// Refuse a geometry the checker cannot walk safely.
+fn validate(geo: &Geometry, dev_size: u64) -> Result<()> {
+    let bad = |d: String| Err(Error::corrupt("superblock", 0, d));
+    let inodes = geo.inodes();
+    if geo.groups == 0 || u64::from(geo.first_ino) > inodes {
+        let (g, f) = (geo.groups, geo.first_ino);
+        return bad(format!("{g} groups, first inode {f} of {inodes}"));
     }
-
-    /// Refuse a geometry the checker cannot walk safely.
-    pub(super) fn validate(&self, sb: &Superblock, dev_size: u64) -> Result<()> {
-        let bad = |d: String| Err(Error::corrupt("superblock", 0, d));
-        if self.groups == 0 || u64::from(self.first_ino) > self.inodes {
-            let (g, f, n) = (self.groups, self.first_ino, self.inodes);
-            return bad(format!("{g} groups, first inode {f} of {n}"));
-        }
-        let base = 1 + self.gdt_blocks + self.reserved_gdt;
-        if base >= self.bpg || self.first_data + base > sb.blocks_count() {
-            let (d, r) = (self.gdt_blocks, self.reserved_gdt);
-            return bad(format!(
-                "{d} descriptor + {r} reserved blocks do not fit a group"
-            ));
-        }
-        if self.inodes.saturating_mul(self.isz) > dev_size {
-            let (n, s) = (self.inodes, self.isz);
-            return bad(format!("inode tables ({n} x {s} bytes) exceed the device"));
-        }
-        Ok(())
+    // The old-style descriptor table (all of it, or the part before first_meta_bg) and the
+    // reserved GDT blocks must fit group 0 with room to spare.
+    let old = if geo.meta_bg {
+        geo.first_meta_bg.min(geo.gdt_blocks)
+    } else {
+        geo.gdt_blocks
+    };
+    let base = 1 + u64::from(old) + u64::from(geo.reserved_gdt);
+    let first = u64::from(geo.first_data_block);
+    if base >= u64::from(geo.bpg) || first + base > geo.blocks {
+        let r = geo.reserved_gdt;
+        return bad(format!(
+            "{old} descriptor + {r} reserved blocks do not fit a group"
+        ));
     }
-
-    /// First block of group `g`.
-    pub(crate) fn group_first(&self, g: u32) -> u64 {
-        self.first_data + u64::from(g) * self.bpg
+    if inodes.saturating_mul(u64::from(geo.inode_size)) > dev_size {
+        let s = geo.inode_size;
+        return bad(format!(
+            "inode tables ({inodes} x {s} bytes) exceed the device"
+        ));
     }
-
-    /// Blocks in group `g` (the last group may be short).
-    pub(crate) fn group_len(&self, g: u32) -> u64 {
-        self.bpg
-            .min(self.blocks.saturating_sub(self.group_first(g)))
-    }
-
-    /// Whether group descriptors carry checksums (and the UNINIT flags mean something).
-    pub(crate) fn desc_csum(&self) -> bool {
-        self.csum || self.gdt_csum
-    }
-
-    /// Whether `[start, start+len)` lies inside the file system.
-    pub(crate) fn in_fs(&self, start: u64, len: u64) -> bool {
-        start >= self.first_data && start.checked_add(len).is_some_and(|e| e <= self.blocks)
-    }
-
-    /// Superblock copy, descriptor blocks and reserved GDT blocks of group `g`.
-    pub(crate) fn base_meta(&self, g: u32) -> Vec<(u64, u64, Owner)> {
-        if !self.backups.has_super(g) {
-            return Vec::new();
-        }
-        let s = self.group_first(g);
-        let mut v = vec![
-            (s, 1, Owner::Super(g)),
-            (s + 1, self.gdt_blocks, Owner::Gdt(g)),
-        ];
-        if self.reserved_gdt > 0 {
-            v.push((
-                s + 1 + self.gdt_blocks,
-                self.reserved_gdt,
-                Owner::ReservedGdt(g),
-            ));
-        }
-        v
-    }
-
-    /// Groups whose superblock backup (and reserved GDT copy) exists, group 0 excluded.
-    pub(super) fn backup_groups(&self) -> impl Iterator<Item = u32> + '_ {
-        (1..self.groups).filter(|&g| self.backups.has_super(g))
-    }
+    Ok(())
 }
 
 /// Read the primary superblock. A checksum mismatch is returned as a problem; bad magic or
@@ -184,6 +96,7 @@ pub(crate) fn load_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, Vec<
     let mut sb = Superblock::zeroed();
     dev.read_at(SB_OFFSET, &mut sb.raw[..])?;
     sb.check_magic()?;
+    refuse_bigalloc(&sb)?;
     let mut problems = Vec::new();
     if sb.metadata_csum() && sb.checksum() != sb.compute_checksum() {
         problems.push(Problem {
@@ -203,17 +116,24 @@ pub(crate) fn load_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, Vec<
     Ok((sb, problems))
 }
 
-/// Read the group descriptor table.
-pub(crate) fn read_group_descs(dev: &dyn BlockDevice, geo: &Geo) -> Result<Vec<GroupDesc>> {
-    let buf = read_blocks(dev, geo, geo.first_data + 1, geo.gdt_blocks)?;
+/// Read the group descriptor table: every block where [`Geometry::gdt_block`] puts it
+/// (after the superblock, or with meta_bg in the first groups of each meta group).
+pub(crate) fn read_group_descs(dev: &dyn BlockDevice, geo: &Geometry) -> Result<Vec<GroupDesc>> {
+    let blocks: Vec<u64> = (0..geo.gdt_blocks).map(|i| geo.gdt_block(i)).collect();
+    let bufs = read_scattered(dev, geo, &blocks)?;
     let ds = geo.desc_size as usize;
+    let per = geo.descs_per_block() as usize;
     let mut v = Vec::with_capacity(geo.groups as usize);
     for g in 0..geo.groups as usize {
-        let raw = buf.get(g * ds..(g + 1) * ds).unwrap_or(&[]);
+        let off = (g % per) * ds;
+        let raw = bufs
+            .get(g / per)
+            .and_then(|b| b.get(off..off + ds))
+            .unwrap_or(&[]);
         if raw.len() != ds {
             return Err(Error::corrupt(
                 "group descriptors",
-                1,
+                geo.gdt_block(0),
                 "table shorter than group count",
             ));
         }
@@ -223,8 +143,14 @@ pub(crate) fn read_group_descs(dev: &dyn BlockDevice, geo: &Geo) -> Result<Vec<G
 }
 
 /// Read `n` blocks from `start`; the range must lie inside the file system.
-pub(crate) fn read_blocks(dev: &dyn BlockDevice, geo: &Geo, start: u64, n: u64) -> Result<Vec<u8>> {
-    let bytes = n.checked_mul(geo.bs).filter(|&b| b <= 1 << 31);
+pub(crate) fn read_blocks(
+    dev: &dyn BlockDevice,
+    geo: &Geometry,
+    start: u64,
+    n: u64,
+) -> Result<Vec<u8>> {
+    let bs = geo.block_bytes();
+    let bytes = n.checked_mul(bs).filter(|&b| b <= 1 << 31);
     let (Some(bytes), true) = (bytes, geo.in_fs(start, n)) else {
         return Err(Error::corrupt(
             "block range",
@@ -233,14 +159,14 @@ pub(crate) fn read_blocks(dev: &dyn BlockDevice, geo: &Geo, start: u64, n: u64) 
         ));
     };
     let mut buf = vec![0u8; bytes as usize];
-    dev.read_at(start * geo.bs, &mut buf)?;
+    dev.read_at(start * bs, &mut buf)?;
     Ok(buf)
 }
 
 /// Read single blocks at scattered locations, coalescing neighbours into larger reads.
 pub(crate) fn read_scattered(
     dev: &dyn BlockDevice,
-    geo: &Geo,
+    geo: &Geometry,
     blocks: &[u64],
 ) -> Result<Vec<Vec<u8>>> {
     let mut order: Vec<usize> = (0..blocks.len()).collect();
@@ -259,7 +185,7 @@ pub(crate) fn read_scattered(
         let n = blocks[order[j - 1]] - start + 1;
         let buf = read_blocks(dev, geo, start, n)?;
         for &i in &order[k..j] {
-            let off = ((blocks[i] - start) * geo.bs) as usize;
+            let off = ((blocks[i] - start) * geo.block_bytes()) as usize;
             out[i] = buf[off..off + geo.bs as usize].to_vec();
         }
         k = j;
@@ -269,10 +195,10 @@ pub(crate) fn read_scattered(
 
 /// The block bitmap the kernel assumes for a BLOCK_UNINIT group (`ext4_init_block_bitmap`):
 /// only the group's superblock copy, descriptors and its own bitmaps and table are used.
-pub(crate) fn uninit_block_bitmap(geo: &Geo, g: u32, d: &GroupDesc) -> Vec<u8> {
+pub(crate) fn uninit_block_bitmap(geo: &Geometry, g: u32, d: &GroupDesc) -> Vec<u8> {
     let mut map = vec![0u8; geo.bs as usize];
     let first = geo.group_first(g);
-    let len = geo.group_len(g);
+    let len = u64::from(geo.group_len(g));
     let mut mark = |start: u64, n: u64| {
         for b in start..start.saturating_add(n) {
             if b >= first && b - first < len {
@@ -280,35 +206,12 @@ pub(crate) fn uninit_block_bitmap(geo: &Geo, g: u32, d: &GroupDesc) -> Vec<u8> {
             }
         }
     };
-    for (s, n, _) in geo.base_meta(g) {
+    let parts = geo.base_meta_parts(g);
+    for (s, n) in [parts.super_block, parts.descriptors, parts.reserved] {
         mark(s, n);
     }
     mark(d.block_bitmap(), 1);
     mark(d.inode_bitmap(), 1);
-    mark(d.inode_table(), geo.itable_blocks);
+    mark(d.inode_table(), geo.itable_blocks());
     map
-}
-
-/// The uninit_bg (gdt_csum) descriptor checksum: crc16 over uuid, group and descriptor.
-pub(super) fn gdt_crc16(uuid: &[u8], g: u32, raw: &[u8]) -> u16 {
-    pub(super) fn crc16(mut crc: u16, data: &[u8]) -> u16 {
-        for &b in data {
-            crc ^= u16::from(b);
-            for _ in 0..8 {
-                crc = if crc & 1 != 0 {
-                    (crc >> 1) ^ 0xA001
-                } else {
-                    crc >> 1
-                };
-            }
-        }
-        crc
-    }
-    let mut c = crc16(0xFFFF, uuid);
-    c = crc16(c, &g.to_le_bytes());
-    c = crc16(c, &raw[..0x1E]);
-    if raw.len() > 0x20 {
-        c = crc16(c, &raw[0x20..]);
-    }
-    c
 }

@@ -83,6 +83,20 @@ impl Checker<'_> {
                 continue;
             }
             let (links, mut counted) = (u32::from(self.links[ino]), u32::from(self.refs[ino]));
+            if let Some(&(stored, legacy)) = self.ea_inodes.get(&(ino as u32)) {
+                // A value inode referenced from xattr entries counts as linked once
+                // (e2fsck's check_ea_inode); its reference count must match them, unless
+                // it is an old Lustre-style one, which keeps none.
+                if let Some(&actual) = self.ea_counts.get(&(ino as u32)) {
+                    counted = 1;
+                    if stored != actual && !legacy {
+                        let msg = format!(
+                            "xattr value inode {ino}: reference count {stored}, referenced {actual} times"
+                        );
+                        self.out.add("XATTR_EA_INODE_REFCOUNT", msg);
+                    }
+                }
+            }
             if counted == 0 {
                 if kind != FT_DIR {
                     self.out.add(

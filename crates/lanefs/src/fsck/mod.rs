@@ -22,9 +22,15 @@
 //! a panic or a hang.
 
 use crate::dev::BlockDevice;
+use crate::disk::blockmap as bmap;
 use crate::disk::extent::{self, Extent, Index, Node};
+use crate::disk::geometry::Geometry;
 use crate::disk::group::{self, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
-use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_HUGE_FILE, FL_INDEX, FL_INLINE_DATA};
+use crate::disk::inode::{
+    DiskInode, FL_APPEND, FL_EA_INODE, FL_EXTENTS, FL_HUGE_FILE, FL_IMMUTABLE, FL_INDEX,
+    FL_INLINE_DATA,
+};
+use crate::disk::mmp;
 use crate::disk::superblock::{
     compat, incompat, ro_compat, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE,
 };
@@ -47,11 +53,7 @@ mod xattr;
 use claims::*;
 pub(crate) use geo::*;
 
-/// Inode flag: immutable (from the ext4 headers; `disk` does not name it).
-const FL_IMMUTABLE: u32 = 0x10;
-/// Inode flag: append only.
-const FL_APPEND: u32 = 0x20;
-/// Inode flag: encrypted.
+/// Inode flag: encrypted (from the ext4 headers; `disk` does not name it).
 const FL_ENCRYPT: u32 = 0x800;
 /// Inode flag: AFS directory (imagic_inodes).
 const FL_IMAGIC: u32 = 0x2000;
@@ -88,7 +90,8 @@ const MAX_OWNERS_LISTED: usize = 8;
 /// Longest orphan chain followed.
 const MAX_ORPHANS: usize = 100_000;
 const BADBLOCKS_INO: u32 = 1;
-const ROOT_INO: u32 = 2;
+/// The root directory (`crate::types::ROOT_INO`, as the checker's u32 inode numbers).
+const ROOT_INO: u32 = crate::types::ROOT_INO as u32;
 const RESIZE_INO: u32 = 7;
 const JOURNAL_INO: u32 = 8;
 const DX_BLOCK_MASK: u32 = 0x0FFF_FFFF;
@@ -97,12 +100,6 @@ const STATE_VALID: u16 = 0x1;
 const STATE_ERROR: u16 = 0x2;
 /// COMPAT bits `disk` does not name (values from the ext4 headers).
 const COMPAT_ORPHAN_FILE: u32 = 0x1000;
-/// Superblock offsets `disk` has no accessor for (from struct ext4_super_block).
-const SB_CHECKSUM_TYPE: usize = 0x175;
-const SB_USR_QUOTA_INUM: usize = 0x240;
-const SB_GRP_QUOTA_INUM: usize = 0x244;
-const SB_PRJ_QUOTA_INUM: usize = 0x26C;
-const SB_ORPHAN_FILE_INUM: usize = 0x280;
 
 // Inode kinds in the per-inode table; 1..=7 are the directory-entry file type codes.
 const K_FREE: u8 = 0;
@@ -309,6 +306,8 @@ struct DirRec {
     seed: u32,
     indexed: bool,
     runs: Vec<Run>,
+    /// An inline directory's parent and entry areas (no blocks).
+    inline: Option<crate::disk::inline::Dir>,
 }
 
 /// References to one xattr block.
@@ -317,6 +316,8 @@ struct XattrRef {
     stored: u32,
     valid: bool,
     first: u32,
+    /// Blocks its entries' value inodes charge to each user's i_blocks.
+    ea_blocks: u64,
 }
 
 /// The htree of one directory: which logical blocks are index nodes and the hash range
@@ -349,7 +350,7 @@ struct DirScan {
 struct Checker<'a> {
     dev: &'a dyn BlockDevice,
     sb: Superblock,
-    geo: Geo,
+    geo: Geometry,
     out: Sink,
     verbose: bool,
     groups: Vec<GroupInfo>,
@@ -362,6 +363,11 @@ struct Checker<'a> {
     parent: HashMap<u32, u32>,
     dotdot: HashMap<u32, u32>,
     xattrs: HashMap<u64, XattrRef>,
+    /// References to each value inode that checked out.
+    ea_counts: HashMap<u32, u64>,
+    /// Value inodes (EA_INODE flag, ea_inode feature): stored reference count, and whether
+    /// ctime equals atime (old Lustre-style value inodes keep no count).
+    ea_inodes: HashMap<u32, (u64, bool)>,
     /// Blocks listed by the bad blocks inode.
     bad_blocks: Vec<Run>,
     /// Whether dtimes below the inode count are taken as orphan links (e2fsck's
@@ -390,7 +396,7 @@ struct Checker<'a> {
 /// ```
 pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<FsckReport> {
     let (sb, sb_problems) = load_superblock(dev)?;
-    let geo = Geo::from_sb(&sb, dev.size())?;
+    let geo = geometry(&sb, dev.size())?;
     check_supported(&sb)?;
     let mut c = Checker::new(dev, sb, geo, opts.verbose);
     for p in sb_problems {
@@ -416,10 +422,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<FsckReport> {
 fn check_supported(sb: &Superblock) -> Result<()> {
     let unsupported_incompat = incompat::COMPRESSION
         | incompat::JOURNAL_DEV
-        | incompat::MMP
-        | incompat::EA_INODE
         | incompat::DIRDATA
-        | incompat::INLINE_DATA
         | incompat::ENCRYPT
         | incompat::CASEFOLD;
     let bad = sb.feature_incompat() & unsupported_incompat;
@@ -527,8 +530,8 @@ fn diff_bits(
 }
 
 impl<'a> Checker<'a> {
-    fn new(dev: &'a dyn BlockDevice, sb: Superblock, geo: Geo, verbose: bool) -> Checker<'a> {
-        let n = geo.inodes as usize + 1;
+    fn new(dev: &'a dyn BlockDevice, sb: Superblock, geo: Geometry, verbose: bool) -> Checker<'a> {
+        let n = geo.inodes() as usize + 1;
         let claims = Claims::new(geo.blocks);
         let geo_blocks = geo.blocks;
         let busted = |t: u32| t != 0 && t < sb.inodes_count();
@@ -549,6 +552,8 @@ impl<'a> Checker<'a> {
             parent: HashMap::new(),
             dotdot: HashMap::new(),
             xattrs: HashMap::new(),
+            ea_counts: HashMap::new(),
+            ea_inodes: HashMap::new(),
             bad_blocks: Vec::new(),
             low_dtime_check,
             dir_budget: 2 * geo_blocks,
@@ -573,9 +578,11 @@ impl<'a> Checker<'a> {
             problems: self.out.problems,
             problems_omitted: self.out.omitted,
             notes: self.out.notes,
-            inodes_total: self.geo.inodes,
+            inodes_total: self.geo.inodes(),
             blocks_total: self.geo.blocks,
-            blocks_used: self.claims.count(),
+            // As e2fsck (blocks_count - free): the blocks before the first data block
+            // (block 0 with 1 KiB blocks) count as used.
+            blocks_used: self.claims.count() + u64::from(self.geo.first_data_block),
             groups: self.geo.groups,
             ..FsckReport::default()
         };

@@ -23,8 +23,8 @@ impl Checker<'_> {
             let msg = "superblock has needs_recovery set: the journal must be replayed";
             p.push(("JOURNAL_NEEDS_RECOVERY", msg.into()));
         }
-        if sb.metadata_csum() && sb.raw[SB_CHECKSUM_TYPE] != 1 {
-            let msg = format!("checksum type {} is not crc32c", sb.raw[SB_CHECKSUM_TYPE]);
+        if sb.metadata_csum() && sb.checksum_type() != 1 {
+            let msg = format!("checksum type {} is not crc32c", sb.checksum_type());
             p.push(("SB_CHECKSUM_TYPE", msg));
         }
         if sb.metadata_csum() && sb.has_ro_compat(ro_compat::GDT_CSUM) {
@@ -33,9 +33,9 @@ impl Checker<'_> {
                 "both metadata_csum and uninit_bg are set".into(),
             ));
         }
-        let orphan_ino = le32(&sb.raw[..], SB_ORPHAN_FILE_INUM);
+        let orphan_ino = sb.orphan_file_inum();
         let names_inode =
-            orphan_ino >= self.geo.first_ino && u64::from(orphan_ino) <= self.geo.inodes;
+            orphan_ino >= self.geo.first_ino && u64::from(orphan_ino) <= self.geo.inodes();
         if sb.has_compat(COMPAT_ORPHAN_FILE) && !names_inode {
             let msg = "orphan_file feature is set but the orphan file inode number is invalid";
             p.push(("SB_ORPHAN_FILE", msg.into()));
@@ -68,10 +68,10 @@ impl Checker<'_> {
             bad.push(format!("group descriptor size field {ds} invalid"));
         }
         let rgdt = u64::from(sb.reserved_gdt_blocks());
-        if rgdt > self.geo.bs / 4 {
+        if rgdt > self.geo.block_bytes() / 4 {
             bad.push(format!(
                 "reserved GDT blocks {rgdt} exceed {}",
-                self.geo.bs / 4
+                self.geo.block_bytes() / 4
             ));
         }
         if sb.clusters_per_group() != sb.blocks_per_group() {
@@ -157,7 +157,7 @@ impl Checker<'_> {
         let inum = sb.journal_inum();
         if sb.has_compat(compat::HAS_JOURNAL) {
             // e2fsck takes a set journal UUID to mean an external journal.
-            let external = sb.raw[0xD0..0xE0].iter().any(|&b| b != 0);
+            let external = sb.journal_uuid().iter().any(|&b| b != 0);
             if external && inum != 0 {
                 p.push((
                     "JOURNAL_BAD_INODE",
@@ -185,15 +185,16 @@ impl Checker<'_> {
             v.push(sb.journal_inum());
         }
         if sb.has_ro_compat(ro_compat::QUOTA) {
-            for off in [SB_USR_QUOTA_INUM, SB_GRP_QUOTA_INUM, SB_PRJ_QUOTA_INUM] {
-                v.push(le32(&sb.raw[..], off));
-            }
+            v.extend([sb.usr_quota_inum(), sb.grp_quota_inum()]);
+        }
+        if sb.has_ro_compat(ro_compat::PROJECT) || sb.has_ro_compat(ro_compat::QUOTA) {
+            v.push(sb.prj_quota_inum());
         }
         if sb.has_compat(COMPAT_ORPHAN_FILE) {
-            v.push(le32(&sb.raw[..], SB_ORPHAN_FILE_INUM));
+            v.push(sb.orphan_file_inum());
         }
         for ino in v {
-            if ino != 0 && u64::from(ino) <= self.geo.inodes && ino != ROOT_INO {
+            if ino != 0 && u64::from(ino) <= self.geo.inodes() && ino != ROOT_INO {
                 self.special.insert(ino);
             }
         }
@@ -208,6 +209,46 @@ impl Checker<'_> {
             self.groups.push(info);
         }
         self.claim_fixed_metadata();
+        self.check_mmp()?;
+        Ok(())
+    }
+
+    /// The MMP block (mmp): e2fsck marks it used when it lies inside the file system, and
+    /// refuses one outside it or without its magic (checksum with metadata_csum).
+    pub(super) fn check_mmp(&mut self) -> Result<()> {
+        if !self.sb.has_incompat(incompat::MMP) {
+            return Ok(());
+        }
+        let b = self.sb.mmp_block();
+        if b <= u64::from(self.geo.first_data_block) || !self.geo.in_fs(b, 1) {
+            self.out.add(
+                "MMP_BAD_BLOCK",
+                format!("MMP block {b} is outside the file system"),
+            );
+            return Ok(());
+        }
+        self.claims.claim(b, 1, Owner::Mmp);
+        let buf = self.read_block(b)?;
+        let why = match mmp::Mmp::decode(&buf) {
+            Err(why) => Some(why),
+            Ok(_) if self.geo.csum && !mmp::checksum_ok(self.geo.seed, &buf) => {
+                Some("checksum mismatch".into())
+            }
+            Ok(m) => {
+                if !matches!(
+                    mmp::seq_state(m.seq),
+                    mmp::SeqState::Clean | mmp::SeqState::Fsck
+                ) {
+                    let msg = format!("MMP block {b}: the file system may be in use elsewhere");
+                    self.out.note("MMP_IN_USE", msg);
+                }
+                None
+            }
+        };
+        if let Some(why) = why {
+            self.out
+                .add("MMP_BAD_BLOCK", format!("MMP block {b}: {why}"));
+        }
         Ok(())
     }
 
@@ -215,13 +256,13 @@ impl Checker<'_> {
         self.check_desc_csum(g, &desc);
         let raw_flags = desc.flags();
         let uninit = BG_INODE_UNINIT | BG_BLOCK_UNINIT;
-        let flags = if self.geo.desc_csum() {
+        let flags = if self.geo.desc_csum.on() {
             raw_flags
         } else {
             raw_flags & !uninit
         };
         // e2fsck offers to fix these two but does not count them as errors.
-        if !self.geo.desc_csum() && raw_flags & uninit != 0 {
+        if !self.geo.desc_csum.on() && raw_flags & uninit != 0 {
             self.out.note(
                 "GROUP_DESC_FLAGS",
                 format!("group {g}: UNINIT flags {raw_flags:#x} without descriptor checksums"),
@@ -236,8 +277,12 @@ impl Checker<'_> {
         self.check_desc_counts(g, &desc);
         let bb_ok = self.check_location(g, "block bitmap", desc.block_bitmap(), 1);
         let ib_ok = self.check_location(g, "inode bitmap", desc.inode_bitmap(), 1);
-        let it_ok =
-            self.check_location(g, "inode table", desc.inode_table(), self.geo.itable_blocks);
+        let it_ok = self.check_location(
+            g,
+            "inode table",
+            desc.inode_table(),
+            self.geo.itable_blocks(),
+        );
         GroupInfo {
             desc,
             flags,
@@ -249,11 +294,7 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_desc_csum(&mut self, g: u32, d: &GroupDesc) {
-        let want = if self.geo.csum {
-            d.compute_checksum(self.geo.seed, g)
-        } else if self.geo.gdt_csum {
-            gdt_crc16(&self.sb.uuid(), g, &d.raw)
-        } else {
+        let Some(want) = d.checksum_of(self.geo.desc_csum, g) else {
             return;
         };
         if d.checksum() != want {
@@ -268,7 +309,7 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_desc_counts(&mut self, g: u32, d: &GroupDesc) {
-        let (ipg, len) = (self.geo.ipg, self.geo.group_len(g));
+        let (ipg, len) = (u64::from(self.geo.ipg), u64::from(self.geo.group_len(g)));
         let mut bad = Vec::new();
         if u64::from(d.free_blocks()) > len {
             bad.push(format!("free blocks {} > {len} blocks", d.free_blocks()));
@@ -279,7 +320,7 @@ impl Checker<'_> {
         if u64::from(d.used_dirs()) > ipg {
             bad.push(format!("directories {} > {ipg} inodes", d.used_dirs()));
         }
-        if self.geo.desc_csum() && d.itable_unused() > d.free_inodes() {
+        if self.geo.desc_csum.on() && d.itable_unused() > d.free_inodes() {
             bad.push(format!(
                 "unused inodes {} > free inodes {}",
                 d.itable_unused(),
@@ -306,8 +347,8 @@ impl Checker<'_> {
             return false;
         }
         let first = self.geo.group_first(g);
-        let inside = start >= first && start + n <= first + self.geo.group_len(g);
-        if !self.geo.flex && !inside {
+        let inside = start >= first && start + n <= first + u64::from(self.geo.group_len(g));
+        if !self.sb.has_incompat(incompat::FLEX_BG) && !inside {
             self.out.add(
                 "GROUP_META_RANGE",
                 format!("group {g}: {what} at block {start} is not in its group"),
@@ -319,8 +360,13 @@ impl Checker<'_> {
 
     pub(super) fn claim_fixed_metadata(&mut self) {
         for g in 0..self.geo.groups {
-            for (s, n, owner) in self.geo.base_meta(g) {
-                if self.geo.in_fs(s, n) {
+            let parts = self.geo.base_meta_parts(g);
+            for ((s, n), owner) in [
+                (parts.super_block, Owner::Super(g)),
+                (parts.descriptors, Owner::Gdt(g)),
+                (parts.reserved, Owner::ReservedGdt(g)),
+            ] {
+                if n > 0 && self.geo.in_fs(s, n) {
                     self.claims.claim(s, n, owner);
                 }
             }
@@ -338,7 +384,7 @@ impl Checker<'_> {
             if gi.it_ok {
                 v.push((
                     d.inode_table(),
-                    self.geo.itable_blocks,
+                    self.geo.itable_blocks(),
                     Owner::InodeTable(g32),
                 ));
             }
