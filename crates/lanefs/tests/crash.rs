@@ -19,6 +19,14 @@
 //!
 //! `crash_at_sync_points` crashes only right after the flush that ends a `sync()`.
 //!
+//! Other shapes: `crash_1k_*` run workloads on a 1 KiB-block ext4 image (`mke2fs -t ext4
+//! -b 1024`: superblock in block 1, 1 KiB journal blocks, writes torn at 1 KiB),
+//! `crash_ext3_*` on an ext3 image (`mke2fs -t ext3`: block-mapped files, a journal with
+//! 32-bit block tags and no checksums; fallocate may be refused as Linux refuses it on
+//! block-mapped files), each with half a workload's share of the states;
+//! `crash_at_sync_points_1k` and `_ext3` crash at the end of every sync of every workload
+//! on them.
+//!
 //! Environment: `LANEFS_CRASH_STATES` (default 3000) is the number of states the seven
 //! workload tests check together; `LANEFS_CRASH_SEED` reproduces a run (printed at start
 //! and on failure); `LANEFS_CRASH_RUN=I` runs only crash run I of each workload, and
@@ -49,7 +57,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 const IMG_SIZE: u64 = 64 << 20;
-const BS: u64 = 4096;
 const OWNER: Owner = Owner {
     uid: 1000,
     gid: 100,
@@ -59,6 +66,65 @@ const WORKLOADS: u64 = 7;
 
 // ---------------------------------------------------------------------------------------
 // Configuration and the base image.
+
+/// An image shape the workloads run on.
+struct Shape {
+    /// Index into the per-shape caches.
+    idx: usize,
+    /// Prefix of test names and saved images ("" for the default shape).
+    name: &'static str,
+    bs: u64,
+    /// New files get extents (else block maps, and fallocate may be refused).
+    extents: bool,
+    /// `mke2fs` arguments; empty: `mkfs.ext4 -b 4096 -J size=4` as always.
+    mkfs: &'static [&'static str],
+}
+
+/// mkfs.ext4's defaults with 4 KiB blocks (metadata_csum, 64-bit journal tags, csum v3).
+const EXT4_4K: Shape = Shape {
+    idx: 0,
+    name: "",
+    bs: 4096,
+    extents: true,
+    mkfs: &[],
+};
+
+/// ext4 with 1 KiB blocks: the superblock in block 1, 1 KiB journal blocks.
+const EXT4_1K: Shape = Shape {
+    idx: 1,
+    name: "1k_",
+    bs: 1024,
+    extents: true,
+    mkfs: &["-t", "ext4", "-b", "1024", "-J", "size=4"],
+};
+
+/// ext3: block-mapped files, a journal with 32-bit block tags and no checksums.
+const EXT3: Shape = Shape {
+    idx: 2,
+    name: "ext3_",
+    bs: 4096,
+    extents: false,
+    mkfs: &["-t", "ext3", "-b", "4096", "-J", "size=4"],
+};
+
+thread_local! {
+    /// The shape this test thread runs on: (block size, extents).
+    static SHAPE: std::cell::Cell<(u64, bool)> = const { std::cell::Cell::new((4096, true)) };
+}
+
+fn set_shape(s: &Shape) {
+    SHAPE.with(|c| c.set((s.bs, s.extents)));
+}
+
+/// The block size of this thread's image.
+fn bs() -> u64 {
+    SHAPE.with(|c| c.get().0)
+}
+
+/// Whether this thread's image gives new files extents.
+fn extents() -> bool {
+    SHAPE.with(|c| c.get().1)
+}
 
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
@@ -101,10 +167,10 @@ fn e2fsck_every() -> u64 {
         .max(1)
 }
 
-/// Bytes a torn write is cut at: `LANEFS_CRASH_TEAR` (default 4096: a device that writes
-/// a 4 KiB block atomically; 512 tears inside blocks).
+/// Bytes a torn write is cut at: `LANEFS_CRASH_TEAR` (default the block size, at most
+/// 4096: a device that writes a file-system block atomically; 512 tears inside blocks).
 fn tear_unit() -> usize {
-    let t = env_u64("LANEFS_CRASH_TEAR").unwrap_or(4096) as usize;
+    let t = env_u64("LANEFS_CRASH_TEAR").unwrap_or(bs().min(4096)) as usize;
     assert!(
         t >= 512 && t.is_multiple_of(512),
         "LANEFS_CRASH_TEAR={t}: a multiple of 512"
@@ -130,16 +196,22 @@ fn name_seed(name: &str) -> u64 {
     })
 }
 
-/// The freshly made image every run starts from, or None (after a SKIP) without
-/// mkfs.ext4.
-fn base_image(test: &str) -> Option<&'static [u8]> {
-    static BASE: OnceLock<Option<Vec<u8>>> = OnceLock::new();
-    let base = BASE.get_or_init(|| {
+/// The freshly made image every run on `shape` starts from, or None (after a SKIP)
+/// without mkfs.ext4.
+fn base_image(test: &str, shape: &Shape) -> Option<&'static [u8]> {
+    static BASE: [OnceLock<Option<Vec<u8>>>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let base = BASE[shape.idx].get_or_init(|| {
         if !common::have_tool("mkfs.ext4") || !common::have_tool("e2fsck") {
             return None;
         }
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = common::mkfs_image_args(dir.path(), "base.img", IMG_SIZE, &["-J", "size=4"]);
+        let path = if shape.mkfs.is_empty() {
+            common::mkfs_image_args(dir.path(), "base.img", IMG_SIZE, &["-J", "size=4"])
+        } else {
+            common::mke2fs_image(dir.path(), "base.img", IMG_SIZE, shape.mkfs)
+                .unwrap_or_else(|e| panic!("{test}: {e}"))
+        };
         Some(std::fs::read(&path).expect("read base image"))
     });
     if base.is_none() {
@@ -361,7 +433,7 @@ fn content_allowed(versions: &[Vec<u8>], got: &[u8]) -> Result<(), String> {
             return Err(format!(
                 "byte {i} (block {}) is {b:#04x}, which no version since the last fsync/sync \
                  had there ({had:02x?}; size {}, sizes since then {sizes:?}): {why}",
-                i as u64 / BS,
+                i as u64 / bs(),
                 got.len()
             ));
         }
@@ -475,7 +547,7 @@ impl Driver<'_> {
     fn truncate(&mut self, f: NodeId, size: u64) -> R<()> {
         self.note(format!("truncate {} to {size}", self.m.nodes[f].label));
         let mut c = self.m.content(f).clone();
-        let (new, tail) = (size as usize, (size.div_ceil(BS) * BS) as usize);
+        let (new, tail) = (size as usize, (size.div_ceil(bs()) * bs()) as usize);
         if new < c.len() && new < tail {
             // Truncating zeroes the rest of the new last block, a data write that (as in
             // ext4's ordered mode) may reach the device before the new size does.
@@ -510,6 +582,16 @@ impl Driver<'_> {
             }
         } else if !mode.keep_size && c.len() < end {
             c.resize(end, 0);
+        }
+        if !extents() {
+            // Linux refuses fallocate on block-mapped files (EOPNOTSUPP); lanefs may too,
+            // and then nothing changed.
+            let r = self.fs.fallocate(self.ino(f), mode, off, len);
+            if matches!(r, Err(Error::NotSupported(_))) && !self.dev.is_cut() {
+                return Ok(());
+            }
+            self.m.push_content(f, c);
+            return r.map_err(|e| self.failed("fallocate", e));
         }
         self.m.push_content(f, c);
         match self.fs.fallocate(self.ino(f), mode, off, len) {
@@ -622,11 +704,11 @@ fn wl_fallocate2(d: &mut Driver, rng: &mut StdRng) -> R<()> {
     for i in 0..240u64 {
         let name = format!("f{i}").into_bytes();
         let f = d.create(dir, &name)?;
-        let len = BS * rng.gen_range(1..=4);
+        let len = bs() * rng.gen_range(1..=4);
         d.fallocate(f, FallocMode::default(), 0, len)?;
         if rng.gen_bool(0.5) {
             let off = rng.gen_range(0..len);
-            let n = rng.gen_range(1..=2 * BS as usize);
+            let n = rng.gen_range(1..=2 * bs() as usize);
             d.write(f, off, &pattern(mix(i, 1), off, n))?;
         }
         if rng.gen_bool(0.2) {
@@ -634,7 +716,7 @@ fn wl_fallocate2(d: &mut Driver, rng: &mut StdRng) -> R<()> {
                 keep_size: true,
                 punch_hole: false,
             };
-            d.fallocate(f, mode, len, BS * rng.gen_range(1..=3))?;
+            d.fallocate(f, mode, len, bs() * rng.gen_range(1..=3))?;
         }
         if rng.gen_bool(0.6) {
             d.fsync(f, rng.gen_bool(0.3))?;
@@ -840,14 +922,14 @@ fn wl_mix(d: &mut Driver, rng: &mut StdRng) -> R<()> {
             19..=40 if !files.is_empty() => {
                 let f = files[rng.gen_range(0..files.len())].1;
                 let size = d.m.content(f).len() as u64;
-                let off = rng.gen_range(0..=size + 2 * BS);
+                let off = rng.gen_range(0..=size + 2 * bs());
                 let n = rng.gen_range(1..12_000);
                 d.write(f, off, &pattern(mix(i, 9), off, n))?;
             }
             41..=47 if !files.is_empty() => {
                 let f = files[rng.gen_range(0..files.len())].1;
                 let size = d.m.content(f).len() as u64;
-                d.truncate(f, rng.gen_range(0..=size + BS))?;
+                d.truncate(f, rng.gen_range(0..=size + bs()))?;
             }
             48..=52 if !files.is_empty() => {
                 let f = files[rng.gen_range(0..files.len())].1;
@@ -856,8 +938,8 @@ fn wl_mix(d: &mut Driver, rng: &mut StdRng) -> R<()> {
                     keep_size: rng.gen_bool(0.5),
                     punch_hole: rng.gen_bool(0.3),
                 };
-                let off = rng.gen_range(0..=size + BS);
-                d.fallocate(f, mode, off, rng.gen_range(1..4 * BS))?;
+                let off = rng.gen_range(0..=size + bs());
+                d.fallocate(f, mode, off, rng.gen_range(1..4 * bs()))?;
             }
             53..=60 if !files.is_empty() => {
                 let (n, _) = files[rng.gen_range(0..files.len())];
@@ -964,8 +1046,19 @@ fn lost_found_ino(base: &[u8]) -> Ino {
 }
 
 fn run_workload(w: &Workload, base: &[u8], wseed: u64, cut: Cut, ctx: &str) -> Run {
-    static LF: OnceLock<Ino> = OnceLock::new();
-    let lf = *LF.get_or_init(|| lost_found_ino(base));
+    static LF: std::sync::Mutex<Vec<(usize, Ino)>> = std::sync::Mutex::new(Vec::new());
+    let key = base.as_ptr() as usize;
+    let known = LF
+        .lock()
+        .expect("lf")
+        .iter()
+        .find(|k| k.0 == key)
+        .map(|k| k.1);
+    let lf = known.unwrap_or_else(|| {
+        let lf = lost_found_ino(base);
+        LF.lock().expect("lf").push((key, lf));
+        lf
+    });
     let mut buf = take_buf();
     buf.clear();
     buf.extend_from_slice(base);
@@ -1355,7 +1448,7 @@ impl Report {
 
 /// Check every state of one crash run; false once enough failures are collected.
 fn check_run(
-    w: &Workload,
+    label: &str,
     run: &Run,
     states: Vec<(String, Keep)>,
     head: &str,
@@ -1372,7 +1465,7 @@ fn check_run(
             if rep.saved.is_none() {
                 let dir = std::env::temp_dir().join("lanefs-crash");
                 let _ = std::fs::create_dir_all(&dir);
-                let path = dir.join(format!("{}-{:x}.img", w.name, base_seed()));
+                let path = dir.join(format!("{label}-{:x}.img", base_seed()));
                 let img = build_state(&run.dev, &keep);
                 write_image(&path, &img);
                 give_buf(img);
@@ -1425,13 +1518,13 @@ fn finish(test: &str, rep: &Report, start: Instant) {
 
 /// The dry run: the workload without a crash must give a clean image equal to the model.
 /// Returns it, with the counts of writes and flushes.
-fn dry_run(w: &Workload, base: &[u8], wseed: u64) -> (Run, u64, u64) {
-    let ctx = format!("{} (LANEFS_CRASH_SEED={:#x}) dry run", w.name, base_seed());
+fn dry_run(label: &str, w: &Workload, base: &[u8], wseed: u64) -> (Run, u64, u64) {
+    let ctx = format!("{label} (LANEFS_CRASH_SEED={:#x}) dry run", base_seed());
     let run = run_workload(w, base, wseed, Cut::None, &ctx);
     let (writes, flushes) = (run.dev.writes(), run.dev.flushes());
     println!(
-        "crash: {} dry run: {} ops, {writes} writes, {flushes} flushes, {}",
-        w.name, run.ops, run.journal
+        "crash: {label} dry run: {} ops, {writes} writes, {flushes} flushes, {}",
+        run.ops, run.journal
     );
     let mut img = take_buf();
     run.dev.snapshot_into(&mut img);
@@ -1441,18 +1534,20 @@ fn dry_run(w: &Workload, base: &[u8], wseed: u64) -> (Run, u64, u64) {
     (run, writes, flushes)
 }
 
-fn crash_workload(w: &Workload) {
-    let test = format!("crash_{}", w.name);
-    let Some(base) = base_image(&test) else {
+/// Crash runs of one workload on one shape, with `1/share` of a workload's state budget.
+fn crash_workload(w: &Workload, shape: &Shape, share: u64) {
+    let test = format!("crash_{}{}", shape.name, w.name);
+    set_shape(shape);
+    let Some(base) = base_image(&test, shape) else {
         return;
     };
     // About 0.1 s a state here; a hang must still fail the run.
     let _dog = common::watchdog(&test, 900 + total_states() / WORKLOADS);
     let start = Instant::now();
     let wseed = mix(base_seed(), name_seed(w.name));
-    let (dry, writes, flushes) = dry_run(w, base, wseed);
+    let (dry, writes, flushes) = dry_run(&test, w, base, wseed);
     give_buf(device_bytes(dry.dev));
-    let budget = total_states() / WORKLOADS;
+    let budget = (total_states() / WORKLOADS / share).max(1);
     let only = env_u64("LANEFS_CRASH_RUN");
     let forced = std::env::var("LANEFS_CRASH_CUT")
         .ok()
@@ -1488,7 +1583,7 @@ fn crash_workload(w: &Workload) {
         let run = run_workload(w, base, wseed, cut, &head);
         rep.runs += 1;
         let states = crash_states(&run.dev, &mut rng);
-        let go_on = check_run(w, &run, states, &head, &mut rep);
+        let go_on = check_run(&test, &run, states, &head, &mut rep);
         give_buf(device_bytes(run.dev));
         if !go_on {
             break;
@@ -1499,53 +1594,58 @@ fn crash_workload(w: &Workload) {
 
 #[test]
 fn crash_fallocate2() {
-    crash_workload(&ALL[0]);
+    crash_workload(&ALL[0], &EXT4_4K, 1);
 }
 
 #[test]
 fn crash_create_remove() {
-    crash_workload(&ALL[1]);
+    crash_workload(&ALL[1], &EXT4_4K, 1);
 }
 
 #[test]
 fn crash_rename_over() {
-    crash_workload(&ALL[2]);
+    crash_workload(&ALL[2], &EXT4_4K, 1);
 }
 
 #[test]
 fn crash_append_fsync() {
-    crash_workload(&ALL[3]);
+    crash_workload(&ALL[3], &EXT4_4K, 1);
 }
 
 #[test]
 fn crash_truncate() {
-    crash_workload(&ALL[4]);
+    crash_workload(&ALL[4], &EXT4_4K, 1);
 }
 
 #[test]
 fn crash_htree() {
-    crash_workload(&ALL[5]);
+    crash_workload(&ALL[5], &EXT4_4K, 1);
 }
 
 #[test]
 fn crash_mix() {
-    crash_workload(&ALL[6]);
+    crash_workload(&ALL[6], &EXT4_4K, 1);
 }
 
 /// Crash right after the flush that ends each `sync()` of every workload: the durable
 /// image must mount and hold everything, e2fsck checking every state.
 #[test]
 fn crash_at_sync_points() {
-    let test = "crash_at_sync_points";
-    let Some(base) = base_image(test) else {
+    sync_points("crash_at_sync_points", &EXT4_4K, &ALL);
+}
+
+fn sync_points(test: &str, shape: &Shape, workloads: &[Workload]) {
+    set_shape(shape);
+    let Some(base) = base_image(test, shape) else {
         return;
     };
     let _dog = common::watchdog(test, 900);
     let start = Instant::now();
     let mut rep = Report::new();
-    for w in &ALL {
+    for w in workloads {
         let wseed = mix(base_seed(), name_seed(w.name));
-        let (dry, writes, flushes) = dry_run(w, base, wseed);
+        let label = format!("{}{}", shape.name, w.name);
+        let (dry, writes, flushes) = dry_run(&label, w, base, wseed);
         rep.states += 1;
         assert!(
             !dry.sync_flushes.is_empty(),
@@ -1557,8 +1657,7 @@ fn crash_at_sync_points() {
         for n in sync_flushes {
             let cut = Cut::AfterFlush(n);
             let head = format!(
-                "{} (LANEFS_CRASH_SEED={:#x}): crash {cut:?} (end of a sync) of {writes} writes, {flushes} flushes",
-                w.name,
+                "{label} (LANEFS_CRASH_SEED={:#x}): crash {cut:?} (end of a sync) of {writes} writes, {flushes} flushes",
                 base_seed()
             );
             let run = run_workload(w, base, wseed, cut, &head);
@@ -1583,12 +1682,53 @@ fn crash_at_sync_points() {
     finish(test, &rep, start);
 }
 
+// ---------------------------------------------------------------------------------------
+// Other shapes: 1 KiB blocks, and ext3 (block maps; a journal with 32-bit tags and no
+// checksums). Each workload test gets half a workload's state budget.
+
+#[test]
+fn crash_1k_mix() {
+    crash_workload(&ALL[6], &EXT4_1K, 2);
+}
+
+#[test]
+fn crash_1k_truncate() {
+    crash_workload(&ALL[4], &EXT4_1K, 2);
+}
+
+#[test]
+fn crash_ext3_mix() {
+    crash_workload(&ALL[6], &EXT3, 2);
+}
+
+#[test]
+fn crash_ext3_append_fsync() {
+    crash_workload(&ALL[3], &EXT3, 2);
+}
+
+#[test]
+fn crash_ext3_htree() {
+    crash_workload(&ALL[5], &EXT3, 2);
+}
+
+/// The end of every sync of every workload, on 1 KiB blocks.
+#[test]
+fn crash_at_sync_points_1k() {
+    sync_points("crash_at_sync_points_1k", &EXT4_1K, &ALL);
+}
+
+/// The end of every sync of every workload, on ext3.
+#[test]
+fn crash_at_sync_points_ext3() {
+    sync_points("crash_at_sync_points_ext3", &EXT3, &ALL);
+}
+
 /// The harness itself: a device cut at a write stops the workload, and the model refuses
 /// a state that lost an acknowledged write (so a passing run means something).
 #[test]
 fn crash_model_catches_lost_data() {
     let test = "crash_model_catches_lost_data";
-    let Some(base) = base_image(test) else {
+    let Some(base) = base_image(test, &EXT4_4K) else {
         return;
     };
     let dev = Arc::new(CrashDevice::from_vec(base.to_vec()));

@@ -11,8 +11,14 @@
 //! inode reports, must not change. A second property forces big htree directories (leaf and
 //! index splits, a two-level index) and files with thousands of extents.
 //!
-//! Cases: `PROPTEST_CASES` (default 64) for the random sequences, `LANEFS_BIG_CASES`
-//! (default 3) for the big-directory and many-extent property.
+//! Block sizes: the random sequences run on `mkfs.ext4 -b` 1, 2, 4 and 64 KiB images (one
+//! test each), the big property on 1, 2 and 4 KiB (64 KiB blocks cannot force a two-level
+//! index); the model's pages, block counts, symlink limit and largest size follow the
+//! block size.
+//!
+//! Cases: `PROPTEST_CASES` (default 64) for the random sequences, split evenly over the
+//! four block sizes; `LANEFS_BIG_CASES` (default 3) for the big-directory and many-extent
+//! property, split over its three.
 
 mod common;
 
@@ -29,14 +35,54 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-const BS: u64 = 4096;
-/// ext4's largest file size with 4 KiB blocks: 2^32 - 1 blocks (the last logical block
-/// number stays unused so that an extent's end fits in 32 bits).
-const MAX_SIZE: u64 = ((1 << 32) - 1) * BS;
-const IMG_SIZE: u64 = 64 << 20;
-/// Data blocks the model lets files hold at once: keeps the 64 MiB image far from full,
+thread_local! {
+    /// The block size of the image this test thread runs on (each test sets it first).
+    static BLOCK_SIZE: std::cell::Cell<u64> = const { std::cell::Cell::new(4096) };
+}
+
+/// The block size of this thread's test.
+fn bs() -> u64 {
+    BLOCK_SIZE.with(|b| b.get())
+}
+
+/// 512-byte sectors per block (the unit of `Attr::blocks`).
+fn sectors() -> u64 {
+    bs() / 512
+}
+
+/// ext4's largest file size: 2^32 - 1 blocks (the last logical block number stays unused
+/// so that an extent's end fits in 32 bits).
+fn max_size() -> u64 {
+    ((1 << 32) - 1) * bs()
+}
+
+/// The image: 64 MiB, except 256 MiB for 64 KiB blocks (room for mke2fs's journal of
+/// 1024 blocks).
+fn img_size() -> u64 {
+    if bs() > 4096 {
+        256 << 20
+    } else {
+        64 << 20
+    }
+}
+
+/// Data blocks the model lets files hold at once (24 MiB): keeps the image far from full,
 /// so no operation can meet ENOSPC (which the model does not predict).
-const BUDGET_BLOCKS: u64 = 6000;
+fn budget_blocks() -> u64 {
+    (24 << 20) / bs()
+}
+
+/// The longest symlink target ext4 stores: a block less its NUL.
+fn symlink_max() -> usize {
+    bs() as usize - 1
+}
+
+/// Extent entries per tree block beyond which a file needs another tree block, with slack
+/// (300 for 4 KiB blocks, as before).
+fn per_tree_block() -> u64 {
+    (bs() - 12) / 12 - 40
+}
+
 const OWNER: Owner = Owner {
     uid: 1000,
     gid: 100,
@@ -89,22 +135,25 @@ impl FileData {
         }
         let n = (self.size - off).min(len as u64);
         let mut out = vec![0u8; n as usize];
-        for (&b, p) in self.pages.range(off / BS..=(off + n - 1) / BS) {
-            let s = (b * BS).max(off);
-            let e = (b * BS + BS).min(off + n);
+        for (&b, p) in self.pages.range(off / bs()..=(off + n - 1) / bs()) {
+            let s = (b * bs()).max(off);
+            let e = (b * bs() + bs()).min(off + n);
             out[(s - off) as usize..(e - off) as usize]
-                .copy_from_slice(&p[(s - b * BS) as usize..(e - b * BS) as usize]);
+                .copy_from_slice(&p[(s - b * bs()) as usize..(e - b * bs()) as usize]);
         }
         out
     }
 
     fn write(&mut self, off: u64, data: &[u8]) {
         let end = off + data.len() as u64;
-        for b in off / BS..=(end - 1) / BS {
-            let p = self.pages.entry(b).or_insert_with(|| vec![0; BS as usize]);
-            let s = (b * BS).max(off);
-            let e = (b * BS + BS).min(end);
-            p[(s - b * BS) as usize..(e - b * BS) as usize]
+        for b in off / bs()..=(end - 1) / bs() {
+            let p = self
+                .pages
+                .entry(b)
+                .or_insert_with(|| vec![0; bs() as usize]);
+            let s = (b * bs()).max(off);
+            let e = (b * bs() + bs()).min(end);
+            p[(s - b * bs()) as usize..(e - b * bs()) as usize]
                 .copy_from_slice(&data[(s - off) as usize..(e - off) as usize]);
             self.alloc.insert(b);
         }
@@ -116,19 +165,19 @@ impl FileData {
         if to <= from {
             return;
         }
-        for (&b, p) in self.pages.range_mut(from / BS..=(to - 1) / BS) {
-            let s = (b * BS).max(from);
-            let e = (b * BS + BS).min(to);
-            p[(s - b * BS) as usize..(e - b * BS) as usize].fill(0);
+        for (&b, p) in self.pages.range_mut(from / bs()..=(to - 1) / bs()) {
+            let s = (b * bs()).max(from);
+            let e = (b * bs() + bs()).min(to);
+            p[(s - b * bs()) as usize..(e - b * bs()) as usize].fill(0);
         }
     }
 
     fn truncate(&mut self, size: u64) {
         if size < self.size {
-            let keep = size.div_ceil(BS);
+            let keep = size.div_ceil(bs());
             self.pages.split_off(&keep);
             self.alloc.split_off(&keep);
-            self.zero(size, keep * BS);
+            self.zero(size, keep * bs());
         }
         self.size = size;
     }
@@ -144,9 +193,9 @@ impl FileData {
         if off >= self.size {
             return;
         }
-        let end = end.min(self.size.div_ceil(BS) * BS);
+        let end = end.min(self.size.div_ceil(bs()) * bs());
         self.zero(off, end);
-        let (a, b) = (off.div_ceil(BS), end / BS);
+        let (a, b) = (off.div_ceil(bs()), end / bs());
         if a < b {
             let gone: Vec<u64> = self.alloc.range(a..b).copied().collect();
             for k in gone {
@@ -490,9 +539,9 @@ fn off_s() -> impl Strategy<Value = u64> {
     prop_oneof![
         8 => 0u64..65536,
         4 => 0u64..(4 << 20),
-        1 => (0u64..(1 << 32) - 1, 0u64..BS).prop_map(|(b, o)| b * BS + o),
-        1 => (0u64..3 * BS).prop_map(|d| MAX_SIZE - d - 1),
-        1 => (0u64..3 * BS).prop_map(|d| MAX_SIZE + d),
+        1 => (0u64..(1 << 32) - 1, 0u64..bs()).prop_map(|(b, o)| b * bs() + o),
+        1 => (0u64..3 * bs()).prop_map(|d| max_size() - d - 1),
+        1 => (0u64..3 * bs()).prop_map(|d| max_size() + d),
     ]
 }
 
@@ -597,7 +646,18 @@ struct Runner {
 impl Runner {
     fn new() -> Runner {
         let dir = tempfile::tempdir().expect("tempdir");
-        let img = common::mkfs_image(dir.path(), "model.img", IMG_SIZE);
+        let img = if bs() == 4096 {
+            common::mkfs_image(dir.path(), "model.img", img_size())
+        } else {
+            let b = bs().to_string();
+            common::mke2fs_image(
+                dir.path(),
+                "model.img",
+                img_size(),
+                &["-t", "ext4", "-b", &b],
+            )
+            .expect("mke2fs")
+        };
         let fs = Fs::mount_path(&img, MountOptions::default()).expect("mount a fresh image");
         let root = fs.getattr(ROOT_INO).expect("getattr /");
         let lf = fs
@@ -625,7 +685,7 @@ impl Runner {
             what: "mount".into(),
         };
         r.inodes_k = st.free_inodes + 2;
-        r.blocks_k = st.free_blocks + (root.blocks + lf.blocks) / 8;
+        r.blocks_k = st.free_blocks + (root.blocks + lf.blocks) / sectors();
         r.verify_all();
         r
     }
@@ -678,9 +738,11 @@ impl Runner {
             Body::File(f) => {
                 assert_eq!(a.size, f.size, "{}: size", c());
                 let data = f.alloc.len() as u64;
-                let tree = a.blocks / 8 - data.min(a.blocks / 8);
+                let tree = a.blocks / sectors() - data.min(a.blocks / sectors());
                 assert!(
-                    a.blocks.is_multiple_of(8) && a.blocks / 8 >= data && tree <= data / 300 + 2,
+                    a.blocks.is_multiple_of(sectors())
+                        && a.blocks / sectors() >= data
+                        && tree <= data / per_tree_block() + 2,
                     "{}: {} sectors for {data} data blocks",
                     c(),
                     a.blocks
@@ -688,22 +750,27 @@ impl Runner {
             }
             Body::Dir { .. } => {
                 assert!(
-                    a.size >= BS && a.size.is_multiple_of(BS),
+                    a.size >= bs() && a.size.is_multiple_of(bs()),
                     "{}: directory size {}",
                     c(),
                     a.size
                 );
                 // Every block of a directory is allocated, plus extent tree blocks.
-                let (blocks, data) = (a.blocks / 8, a.size / BS);
+                let (blocks, data) = (a.blocks / sectors(), a.size / bs());
                 assert!(
-                    blocks >= data && blocks - data <= data / 300 + 2,
+                    blocks >= data && blocks - data <= data / per_tree_block() + 2,
                     "{}: {blocks} blocks for a directory of {data}",
                     c()
                 );
             }
             Body::Symlink(t) => {
                 assert_eq!(a.size, t.len() as u64, "{}", c());
-                assert_eq!(a.blocks, if t.len() < 60 { 0 } else { 8 }, "{}", c());
+                assert_eq!(
+                    a.blocks,
+                    if t.len() < 60 { 0 } else { sectors() },
+                    "{}",
+                    c()
+                );
             }
             Body::Special { kind, rdev } => {
                 assert_eq!(a.size, 0, "{}", c());
@@ -792,12 +859,15 @@ impl Runner {
     }
 
     fn symlink(&mut self, dir: Id, name: &[u8], target: &[u8]) -> Option<Id> {
-        let target_ok = if target.len() >= BS as usize {
+        // Linux: a target of PATH_MAX (4096) bytes or more fails in getname, before the
+        // name is looked at; one that does not fit a block fails in ext4_symlink, after.
+        let want = if target.len() >= 4096 {
             Err(Error::NameTooLong)
+        } else if target.len() > symlink_max() {
+            self.m.can_add(dir, name).and(Err(Error::NameTooLong))
         } else {
-            Ok(())
+            self.m.can_add(dir, name)
         };
-        let want = self.m.can_add(dir, name).and(target_ok);
         let got = self.fs().symlink(self.m.ino(dir), name, target, OWNER);
         if !self.agree(&got, &want) {
             return None;
@@ -955,10 +1025,10 @@ impl Runner {
         let end = off + data.len() as u64;
         let want = match self.not_file(id) {
             Some(e) => Err(e),
-            None if end > MAX_SIZE => Err(Error::FileTooBig),
+            None if end > max_size() => Err(Error::FileTooBig),
             None => {
-                let new = self.m.file(id).new_blocks(off / BS, end.div_ceil(BS));
-                if self.m.data_blocks() + new > BUDGET_BLOCKS {
+                let new = self.m.file(id).new_blocks(off / bs(), end.div_ceil(bs()));
+                if self.m.data_blocks() + new > budget_blocks() {
                     return;
                 }
                 Ok(data.len())
@@ -997,7 +1067,7 @@ impl Runner {
                 "{}: data differs at offset {} (block {}): engine {:?}, model {:?}",
                 self.ctx(),
                 off + i as u64,
-                (off + i as u64) / BS,
+                (off + i as u64) / bs(),
                 &got[i..e],
                 &want[i..e]
             );
@@ -1007,7 +1077,7 @@ impl Runner {
     fn truncate(&mut self, id: Id, size: u64) {
         let want = match self.not_file(id) {
             Some(e) => Err(e),
-            None if size > MAX_SIZE => Err(Error::FileTooBig),
+            None if size > max_size() => Err(Error::FileTooBig),
             None => Ok(()),
         };
         let set = SetAttr {
@@ -1032,11 +1102,11 @@ impl Runner {
         let want = match self.not_file(id) {
             _ if len == 0 => Err(Error::Invalid("length 0".into())),
             Some(e) => Err(e),
-            None if end > MAX_SIZE => Err(Error::FileTooBig),
+            None if end > max_size() => Err(Error::FileTooBig),
             None if mode.punch_hole => Ok(()),
             None => {
-                let new = self.m.file(id).new_blocks(off / BS, end.div_ceil(BS));
-                if self.m.data_blocks() + new > BUDGET_BLOCKS {
+                let new = self.m.file(id).new_blocks(off / bs(), end.div_ceil(bs()));
+                if self.m.data_blocks() + new > budget_blocks() {
                     return;
                 }
                 Ok(())
@@ -1050,7 +1120,7 @@ impl Runner {
         if mode.punch_hole {
             f.punch(off, end);
         } else {
-            f.alloc.extend(off / BS..end.div_ceil(BS));
+            f.alloc.extend(off / bs()..end.div_ceil(bs()));
             if !mode.keep_size && end > f.size {
                 f.size = end;
             }
@@ -1301,9 +1371,9 @@ impl Runner {
         } else {
             // Sparse and huge: each data block with its neighbours, and the tail.
             for &b in f.pages.keys() {
-                ranges.push((b.saturating_sub(1) * BS, (b + 2) * BS));
+                ranges.push((b.saturating_sub(1) * bs(), (b + 2) * bs()));
             }
-            ranges.push((f.size.saturating_sub(3 * BS + 17), f.size + 100));
+            ranges.push((f.size.saturating_sub(3 * bs() + 17), f.size + 100));
         }
         for (a, b) in ranges {
             let mut buf = vec![0xEEu8; (b - a) as usize];
@@ -1321,7 +1391,7 @@ impl Runner {
             let a =
                 a.unwrap_or_else(|e| panic!("{}: getattr of node {id} failed: {e:?}", self.ctx()));
             self.check_attr(id, &a);
-            blocks += a.blocks / 8;
+            blocks += a.blocks / sectors();
             match &n.body {
                 Body::File(_) => self.verify_file(id),
                 Body::Dir { entries, .. } => {
@@ -1439,8 +1509,10 @@ impl Runner {
                 let d = self.pick_dir(dir);
                 let name = self.pick_name(d, name);
                 let mut len = usize::from(len);
+                // Which of two errors comes first is not a property (lanefs checks the
+                // target before the name): a refused name gets a target that fits.
                 if self.m.can_add(d, &name).is_err() {
-                    len = len.min(4095);
+                    len = len.min(symlink_max()).min(4095);
                 }
                 let target: Vec<u8> = (0..len)
                     .map(|i| b"abcdefghij/"[(i + usize::from(seed)) % 11])
@@ -1515,8 +1587,8 @@ impl Runner {
                     return;
                 };
                 // Never straddle the size limit: Linux writes short there.
-                let len = if off < MAX_SIZE {
-                    u64::from(len).min(MAX_SIZE - off)
+                let len = if off < max_size() {
+                    u64::from(len).min(max_size() - off)
                 } else {
                     u64::from(len)
                 };
@@ -1665,14 +1737,24 @@ fn config(cases_var: &str, default_cases: u32) -> Config {
     }
 }
 
-#[test]
-fn random_operations_match_the_model() {
-    let test = "random_operations_match_the_model";
-    if !common::require_tools(test, &["mkfs.ext4", "e2fsck"]) {
+/// Cases of one block size: `PROPTEST_CASES` (default 64) split over the four sizes.
+fn random_cases() -> u32 {
+    let total = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64u32);
+    total.div_ceil(4).max(1)
+}
+
+fn random_operations(test: &str, block_size: u64) {
+    if !common::require_tools(test, &["mkfs.ext4", "mke2fs", "e2fsck"]) {
         return;
     }
+    BLOCK_SIZE.with(|b| b.set(block_size));
     let t = std::time::Instant::now();
-    let mut runner = TestRunner::new(config("PROPTEST_CASES", 64));
+    let mut cfg = config("PROPTEST_CASES", 64);
+    cfg.cases = random_cases();
+    let mut runner = TestRunner::new(cfg);
     let strategy = prop::collection::vec(op_s(), 1..200);
     let result = runner.run(&strategy, |ops| {
         let _w = common::watchdog(test, 180);
@@ -1686,10 +1768,30 @@ fn random_operations_match_the_model() {
         Ok(())
     });
     if let Err(e) = result {
-        panic!("{e}");
+        panic!("{test} ({block_size}-byte blocks): {e}");
     }
     print_stats(test);
     println!("{test}: {:.1} s", t.elapsed().as_secs_f64());
+}
+
+#[test]
+fn random_operations_match_the_model() {
+    random_operations("random_operations_match_the_model", 4096);
+}
+
+#[test]
+fn random_operations_match_the_model_1k() {
+    random_operations("random_operations_match_the_model_1k", 1024);
+}
+
+#[test]
+fn random_operations_match_the_model_2k() {
+    random_operations("random_operations_match_the_model_2k", 2048);
+}
+
+#[test]
+fn random_operations_match_the_model_64k() {
+    random_operations("random_operations_match_the_model_64k", 65536);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1829,17 +1931,17 @@ fn run_big(p: &Big) {
     for k in 0..p.frags {
         r.step += 1;
         r.what = format!("frag: interleaved block {k}");
-        r.write(fa, 2 * k * BS, &pattern(1, 2 * k * BS, BS as usize));
-        r.write(fb, k * BS, &pattern(2, k * BS, BS as usize));
+        r.write(fa, 2 * k * bs(), &pattern(1, 2 * k * bs(), bs() as usize));
+        r.write(fb, k * bs(), &pattern(2, k * bs(), bs() as usize));
         if k % 4 == 0 {
-            r.write(fc, 2 * k * BS + 100, &pattern(3, 2 * k * BS + 100, 300));
+            r.write(fc, 2 * k * bs() + 100, &pattern(3, 2 * k * bs() + 100, 300));
         }
     }
     for k in 0..40u64 {
         r.step += 1;
         r.what = format!("frag: churn {k}");
-        let off = rng.gen_range(0..p.frags * BS);
-        let len = rng.gen_range(1..10 * BS);
+        let off = rng.gen_range(0..p.frags * bs());
+        let len = rng.gen_range(1..10 * bs());
         match k % 5 {
             0 => r.fallocate(fa, off, len, 2),
             1 => r.fallocate(fc, off, len, 2),
@@ -1849,8 +1951,8 @@ fn run_big(p: &Big) {
         }
     }
     r.what = "frag: truncate".into();
-    r.truncate(fb, p.frags * BS / 2 + 1234);
-    r.read(fb, 0, (p.frags * BS) as usize);
+    r.truncate(fb, p.frags * bs() / 2 + 1234);
+    r.read(fb, 0, (p.frags * bs()) as usize);
     r.remount();
     let (img, _dir) = r.finish();
     // The case must have forced what it is for: a two-level index and a deep extent tree.
@@ -1886,14 +1988,25 @@ fn run_big(p: &Big) {
     );
 }
 
-#[test]
-fn big_directories_and_many_extents_match_the_model() {
-    let test = "big_directories_and_many_extents_match_the_model";
-    if !common::require_tools(test, &["mkfs.ext4", "e2fsck", "debugfs"]) {
+/// Cases of one block size: `LANEFS_BIG_CASES` (default 3) split over 1, 2 and 4 KiB
+/// (64 KiB blocks cannot force a two-level index with names this long in this many entries).
+fn big_cases() -> u32 {
+    let total = std::env::var("LANEFS_BIG_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3u32);
+    total.div_ceil(3).max(1)
+}
+
+fn big_directories(test: &str, block_size: u64) {
+    if !common::require_tools(test, &["mkfs.ext4", "mke2fs", "e2fsck", "debugfs"]) {
         return;
     }
+    BLOCK_SIZE.with(|b| b.set(block_size));
     let t = std::time::Instant::now();
-    let mut runner = TestRunner::new(config("LANEFS_BIG_CASES", 3));
+    let mut cfg = config("LANEFS_BIG_CASES", 3);
+    cfg.cases = big_cases();
+    let mut runner = TestRunner::new(cfg);
     let strategy = (any::<u64>(), 6500usize..7500, 248usize..=255, 1500u64..2500).prop_map(
         |(seed, entries, name_len, frags)| Big {
             seed,
@@ -1908,8 +2021,61 @@ fn big_directories_and_many_extents_match_the_model() {
         Ok(())
     });
     if let Err(e) = result {
-        panic!("{e}");
+        panic!("{test} ({block_size}-byte blocks): {e}");
     }
     print_stats(test);
     println!("{test}: {:.1} s", t.elapsed().as_secs_f64());
+}
+
+#[test]
+fn big_directories_and_many_extents_match_the_model() {
+    big_directories("big_directories_and_many_extents_match_the_model", 4096);
+}
+
+#[test]
+fn big_directories_and_many_extents_match_the_model_1k() {
+    big_directories("big_directories_and_many_extents_match_the_model_1k", 1024);
+}
+
+#[test]
+fn big_directories_and_many_extents_match_the_model_2k() {
+    big_directories("big_directories_and_many_extents_match_the_model_2k", 2048);
+}
+
+/// The symlink length rule the model uses, checked directly on every block size (the
+/// random sequences meet its edges only now and then): a target must fit a block with its
+/// NUL, and Linux refuses PATH_MAX (4096) bytes or more whatever the block size.
+#[test]
+fn symlink_target_limits_follow_linux() {
+    let test = "symlink_target_limits_follow_linux";
+    if !common::require_tools(test, &["mke2fs"]) {
+        return;
+    }
+    let mut wrong = Vec::new();
+    for block in [1024u64, 2048, 4096, 65536] {
+        BLOCK_SIZE.with(|b| b.set(block));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = block.to_string();
+        let img = common::mke2fs_image(dir.path(), "s.img", img_size(), &["-t", "ext4", "-b", &b])
+            .expect("mke2fs");
+        let fs = Fs::mount_path(&img, MountOptions::default()).expect("mount");
+        let longest = symlink_max().min(4095);
+        let lens: BTreeSet<usize> = [59usize, 60, longest, longest + 1, 4096].into();
+        for len in lens {
+            let want_ok = len <= longest;
+            let name = format!("l{len}");
+            let got = fs.symlink(ROOT_INO, name.as_bytes(), &vec![b'x'; len], OWNER);
+            match (&got, want_ok) {
+                (Ok(_), true) | (Err(Error::NameTooLong), false) => {}
+                _ => wrong.push(format!(
+                    "{block}-byte blocks: a {len}-byte target gave {:?}, want {}",
+                    got.map(|a| a.ino),
+                    if want_ok { "Ok" } else { "NameTooLong" }
+                )),
+            }
+        }
+        fs.unmount().expect("unmount");
+        common::assert_fsck_clean(&img);
+    }
+    assert!(wrong.is_empty(), "{test}:\n{}", wrong.join("\n"));
 }

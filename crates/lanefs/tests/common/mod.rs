@@ -231,3 +231,62 @@ pub fn kernel_ready(test: &str, td: &Path, extra_tools: &[&str]) -> bool {
         }
     }
 }
+
+/// Make an image of `size` bytes at `dir/name` with `mke2fs -q -F ARGS` (no default block
+/// size or type: pass `-t ext2|ext3|ext4`, `-b`, `-O`, ... as needed). Err with mke2fs's
+/// output if it refuses.
+pub fn mke2fs_image(dir: &Path, name: &str, size: u64, args: &[&str]) -> Result<PathBuf, String> {
+    let path = dir.join(name);
+    let f = std::fs::File::create(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
+    f.set_len(size)
+        .map_err(|e| format!("size {}: {e}", path.display()))?;
+    drop(f);
+    run(Command::new("mke2fs")
+        .args(["-q", "-F"])
+        .args(args)
+        .arg(&path))
+    .map_err(|e| format!("mke2fs {args:?}: {e}"))?;
+    Ok(path)
+}
+
+/// `lanefs::fsck::check` on an image opened read-only: Ok(summary) when clean, otherwise
+/// Err with the summary and the first problems (or the error that stopped it).
+pub fn lanefs_fsck(path: &Path) -> Result<String, String> {
+    let dev = lanefs::FileDevice::open(path, true)
+        .map_err(|e| format!("lanefs fsck: open {}: {e}", path.display()))?;
+    match lanefs::fsck::check(&dev, &lanefs::fsck::FsckOptions::default()) {
+        Ok(r) if r.is_clean() => Ok(r.summary()),
+        Ok(r) => {
+            let mut s = format!("lanefs fsck: {}", r.summary());
+            for p in r.problems.iter().take(8) {
+                s.push_str(&format!("\n  {p}"));
+            }
+            Err(s)
+        }
+        Err(e) => Err(format!("lanefs fsck: {e}")),
+    }
+}
+
+/// `debugfs -R CMD IMAGE` (read-only): its stdout, or Err with its output.
+pub fn debugfs(img: &Path, cmd: &str) -> Result<String, String> {
+    run(Command::new("debugfs").arg("-R").arg(cmd).arg(img))
+}
+
+/// `debugfs -R CMD IMAGE` as raw bytes (for `cat`).
+pub fn debugfs_bytes(img: &Path, cmd: &str) -> Result<Vec<u8>, String> {
+    let out = Command::new("debugfs")
+        .arg("-R")
+        .arg(cmd)
+        .arg(img)
+        .output()
+        .map_err(|e| format!("spawn debugfs: {e}"))?;
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(format!(
+            "debugfs -R {cmd:?} exited {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
