@@ -84,6 +84,9 @@ fn dec_dir_links(d: &mut DiskInode) {
     }
 }
 
+/// Linux's PATH_MAX: the longest path (and symlink target) with its NUL.
+const PATH_MAX: usize = 4096;
+
 impl Fs {
     pub(super) fn dir_guard_pub(&self, st: &InodeState) -> Result<()> {
         self.dir_guard(st)
@@ -236,7 +239,9 @@ impl Fs {
 
     /// Create a symbolic link to `target`.
     pub fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
-        if target.is_empty() || target.len() >= self.bs as usize {
+        // The VFS refuses a target of PATH_MAX (4096, with its NUL) or more; ext4 one that
+        // does not fit a block.
+        if target.is_empty() || target.len() >= (self.bs as usize).min(PATH_MAX) {
             return Err(Error::NameTooLong);
         }
         Ok(self
