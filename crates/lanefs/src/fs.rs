@@ -476,6 +476,16 @@ fn is_dev(d: &DiskInode) -> bool {
     )
 }
 
+/// What lanefs can do with a file system, in one line (`lanefs info`): read-write,
+/// read-only and why, or refused and why.
+pub(crate) fn access_summary(sb: &Superblock) -> String {
+    match check_features(sb) {
+        Ok(None) => "read-write".into(),
+        Ok(Some(why)) => format!("read-only ({why})"),
+        Err(e) => format!("none ({e})"),
+    }
+}
+
 /// Refuse unknown INCOMPAT features; returns whether unknown RO_COMPAT forces read-only.
 /// Refuse what lanefs cannot read; say why it must mount read-only, if it must.
 fn check_features(sb: &Superblock) -> Result<Option<String>> {

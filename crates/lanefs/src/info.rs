@@ -108,6 +108,7 @@ fn write_superblock(out: &mut String, sb: &Superblock, geo: &Geometry, problems:
         ("Filesystem UUID", uuid_string(&sb.uuid())),
         ("Filesystem magic number", format!("{:#06X}", sb.magic())),
         ("Filesystem features", features_string(sb)),
+        ("lanefs access", crate::fs::access_summary(sb)),
         ("Filesystem state", state_string(sb.state())),
         ("Inode count", sb.inodes_count().to_string()),
         ("Block count", sb.blocks_count().to_string()),
