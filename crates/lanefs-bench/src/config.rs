@@ -4,6 +4,9 @@ use lanefs::MountOptions;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Block size the `lanefs` target formats its images with.
+pub const DEFAULT_BLOCK_SIZE: u32 = 4096;
+
 /// Size of the sparse image file the `lanefs` target formats for each run.
 pub const DEFAULT_IMAGE_SIZE: u64 = 4 << 30;
 
@@ -24,6 +27,8 @@ pub enum TargetSpec {
         image: Option<PathBuf>,
         /// Size of the (sparse) image in bytes.
         size: u64,
+        /// Block size the image is formatted with (1024 to 65536).
+        block_size: u32,
     },
 }
 
@@ -32,6 +37,7 @@ impl Default for TargetSpec {
         TargetSpec::Lanefs {
             image: None,
             size: DEFAULT_IMAGE_SIZE,
+            block_size: DEFAULT_BLOCK_SIZE,
         }
     }
 }
@@ -219,9 +225,16 @@ impl BenchConfig {
                     return Err(format!("path target {} is not a directory", dir.display()));
                 }
             }
-            TargetSpec::Lanefs { size, .. } => {
+            TargetSpec::Lanefs {
+                size, block_size, ..
+            } => {
                 if *size < (16 << 20) {
                     return Err(format!("image size {size} is smaller than 16 MiB"));
+                }
+                if !block_size.is_power_of_two() || !(1024..=65536).contains(block_size) {
+                    return Err(format!(
+                        "block size {block_size} is not a power of two from 1024 to 65536"
+                    ));
                 }
             }
         }

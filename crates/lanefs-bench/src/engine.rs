@@ -2,9 +2,13 @@
 
 use lanefs::BlockDevice;
 
-/// Format `dev` with default mkfs options.
-pub(crate) fn format_image(dev: &dyn BlockDevice) -> Result<(), String> {
-    lanefs::mkfs::format(dev, &lanefs::mkfs::MkfsOptions::default()).map_err(|e| e.to_string())
+/// Format `dev` with default mkfs options and `block_size`-byte blocks.
+pub(crate) fn format_image(dev: &dyn BlockDevice, block_size: u32) -> Result<(), String> {
+    let opts = lanefs::mkfs::MkfsOptions {
+        block_size: Some(block_size),
+        ..lanefs::mkfs::MkfsOptions::default()
+    };
+    lanefs::mkfs::format(dev, &opts).map_err(|e| e.to_string())
 }
 
 /// Turn the engine's lock statistics on or off.

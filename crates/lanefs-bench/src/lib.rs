@@ -73,12 +73,17 @@ impl Drop for LockstatOn {
 fn targets(cfg: &BenchConfig) -> Vec<Target> {
     match &cfg.target {
         TargetSpec::Path(dir) => vec![Target::Path(dir.clone())],
-        TargetSpec::Lanefs { image, size } => cfg
+        TargetSpec::Lanefs {
+            image,
+            size,
+            block_size,
+        } => cfg
             .variants
             .iter()
             .map(|v| Target::Lanefs {
                 image: image.clone(),
                 size: *size,
+                block_size: *block_size,
                 variant: v.name.clone(),
                 opts: v.opts.clone(),
             })

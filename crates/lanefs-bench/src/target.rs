@@ -399,6 +399,8 @@ pub enum Target {
         image: Option<PathBuf>,
         /// Image size in bytes (a sparse file).
         size: u64,
+        /// Block size the image is formatted with.
+        block_size: u32,
         /// Variant name, for reports.
         variant: String,
         /// Mount options of the variant.
@@ -442,7 +444,11 @@ impl Target {
                 }
             }
             Target::Lanefs {
-                image, size, opts, ..
+                image,
+                size,
+                block_size,
+                opts,
+                ..
             } => {
                 let (image, tmp) = match image {
                     Some(p) => (p.clone(), None),
@@ -454,7 +460,7 @@ impl Target {
                         (tmp.path().join(format!("run-{seq}.img")), Some(tmp))
                     }
                 };
-                match mount_fresh(&image, *size, opts) {
+                match mount_fresh(&image, *size, *block_size, opts) {
                     Ok((fs, block_size)) => {
                         let backend = LanefsBackend {
                             fs,
@@ -476,11 +482,16 @@ impl Target {
 
 /// Create a sparse image, format it (default mkfs: with a journal) and mount it; returns the
 /// mount and its block size.
-fn mount_fresh(image: &Path, size: u64, opts: &MountOptions) -> Result<(Arc<Fs>, u64), String> {
+fn mount_fresh(
+    image: &Path,
+    size: u64,
+    block_size: u32,
+    opts: &MountOptions,
+) -> Result<(Arc<Fs>, u64), String> {
     let dev = FileDevice::create(image, size)
         .map_err(|e| format!("creating image {}: {e}", image.display()))?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    engine::format_image(&*dev).map_err(|e| format!("mkfs on {}: {e}", image.display()))?;
+    engine::format_image(&*dev, block_size).map_err(|e| format!("mkfs on {}: {e}", image.display()))?;
     let fs =
         Fs::mount(dev, opts.clone()).map_err(|e| format!("mounting {}: {e}", image.display()))?;
     let block_size = match fs.statfs() {

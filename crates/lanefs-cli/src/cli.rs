@@ -210,6 +210,9 @@ pub struct BenchArgs {
     /// Size of the image, e.g. 8G (default: 4G).
     #[arg(long)]
     pub size: Option<String>,
+    /// Block size of the image the engine formats: 1024, 2048, 4096 or 65536 (default 4096).
+    #[arg(long, conflicts_with = "path")]
+    pub block_size: Option<u32>,
     /// Also write all records as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
