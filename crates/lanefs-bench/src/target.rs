@@ -491,7 +491,8 @@ fn mount_fresh(
     let dev = FileDevice::create(image, size)
         .map_err(|e| format!("creating image {}: {e}", image.display()))?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    engine::format_image(&*dev, block_size).map_err(|e| format!("mkfs on {}: {e}", image.display()))?;
+    engine::format_image(&*dev, block_size)
+        .map_err(|e| format!("mkfs on {}: {e}", image.display()))?;
     let fs =
         Fs::mount(dev, opts.clone()).map_err(|e| format!("mounting {}: {e}", image.display()))?;
     let block_size = match fs.statfs() {

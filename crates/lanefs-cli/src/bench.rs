@@ -53,7 +53,9 @@ fn target(args: &BenchArgs) -> CmdResult<TargetSpec> {
     Ok(TargetSpec::Lanefs {
         image: args.image.clone(),
         size,
-        block_size: args.block_size.unwrap_or(lanefs_bench::config::DEFAULT_BLOCK_SIZE),
+        block_size: args
+            .block_size
+            .unwrap_or(lanefs_bench::config::DEFAULT_BLOCK_SIZE),
     })
 }
 

@@ -96,6 +96,8 @@ pub struct Fs {
     huge_file: bool,
     /// The inline_data feature: small files and directories may live in their inode.
     inline_data: bool,
+    /// The ea_inode feature: attribute values too large for a block live in inodes.
+    ea_inode: bool,
     /// The large_file feature is on (set by the first file past 2 GiB if it was not).
     large_file: std::sync::atomic::AtomicBool,
     bs: u32,
@@ -208,6 +210,7 @@ impl Fs {
             extents: sb.has_incompat(incompat::EXTENTS),
             huge_file: sb.has_ro_compat(ro_compat::HUGE_FILE),
             inline_data: sb.has_incompat(incompat::INLINE_DATA),
+            ea_inode: sb.has_incompat(incompat::EA_INODE),
             large_file: std::sync::atomic::AtomicBool::new(sb.has_ro_compat(ro_compat::LARGE_FILE)),
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),

@@ -197,16 +197,12 @@ const SHAPES: &[Shape] = &[
         128 * M,
         &["-t", "ext4", "-b", "4096", "-O", "mmp"],
     ),
-    // lanefs reads EA-inode values but does not write ea_inode images yet.
-    Shape {
-        expect: Expect::RoOrRw("ea_inode"),
-        ..sh(
-            "ext4_ea_inode",
-            4096,
-            128 * M,
-            &["-t", "ext4", "-b", "4096", "-O", "ea_inode"],
-        )
-    },
+    sh(
+        "ext4_ea_inode",
+        4096,
+        128 * M,
+        &["-t", "ext4", "-b", "4096", "-O", "ea_inode"],
+    ),
     Shape {
         expect: Expect::RoOrRw("quota"),
         ..sh(

@@ -342,6 +342,16 @@ impl DiskInode {
     pub fn ea_inode_refs(&self) -> u64 {
         (u64::from(le32(&self.raw, 0xC)) << 32) | u64::from(self.version_lo())
     }
+    /// Set the low 32 bits of i_version.
+    pub fn set_version_lo(&mut self, v: u32) {
+        put32(&mut self.raw, 0x24, v)
+    }
+    /// Set an ea_inode's reference count (ext2fs_set_ea_inode_ref): high half in i_ctime
+    /// seconds, low half in l_i_version.
+    pub fn set_ea_inode_refs(&mut self, refs: u64) {
+        put32(&mut self.raw, 0xC, (refs >> 32) as u32);
+        self.set_version_lo(refs as u32);
+    }
     /// An ea_inode's value hash (kept in i_atime seconds).
     pub fn ea_inode_hash(&self) -> u32 {
         le32(&self.raw, 0x8)

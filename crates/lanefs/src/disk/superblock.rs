@@ -83,10 +83,18 @@ pub mod incompat {
     /// casefold
     pub const CASEFOLD: u32 = 0x20000;
     /// What lanefs reads and writes.
-    pub const SUPPORTED: u32 =
-        FILETYPE | RECOVER | META_BG | EXTENTS | BIT64 | MMP | FLEX_BG | CSUM_SEED | INLINE_DATA;
+    pub const SUPPORTED: u32 = FILETYPE
+        | RECOVER
+        | META_BG
+        | EXTENTS
+        | BIT64
+        | MMP
+        | FLEX_BG
+        | EA_INODE
+        | CSUM_SEED
+        | INLINE_DATA;
     /// What lanefs reads but does not write: such images mount read-only.
-    pub const READ_ONLY: u32 = EA_INODE;
+    pub const READ_ONLY: u32 = 0;
     /// Names for messages.
     pub const NAMES: &[(u32, &str)] = &[
         (COMPRESSION, "compression"),

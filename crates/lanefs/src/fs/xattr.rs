@@ -68,6 +68,150 @@ impl Fs {
         Ok(e.value.clone())
     }
 
+    /// Store `value` of attribute `name` in a new EA inode for `owner` (ext4_xattr_inode_create
+    /// and the reference ext4 takes on it): a regular file flagged EA_INODE with the
+    /// owner's ids, one reference (i_ctime seconds high, i_version low), the value's crc32c
+    /// in i_atime, its blocks charged to the owner's i_blocks as the kernel's quota does.
+    fn create_ea_inode(
+        &self,
+        h: &Handle,
+        owner: Ino,
+        st: &mut InodeState,
+        name: &[u8],
+        value: &[u8],
+    ) -> Result<dx::EaRef> {
+        use crate::disk::inode::{DiskInode, FL_EA_INODE, FL_EXTENTS};
+        let geo = &self.al.geo;
+        let inum = self
+            .al
+            .alloc_inode(h, geo.group_of_inode(owner), false, false)?;
+        let bs = u64::from(self.bs);
+        let hash = crate::disk::crc32c_raw(geo.seed, value);
+        let mut d = DiskInode::new(geo.inode_size as usize);
+        d.set_mode(0o100600);
+        d.set_uid(st.d.uid());
+        d.set_gid(st.d.gid());
+        d.set_links(1);
+        let t = now();
+        d.set_mtime(t);
+        d.set_crtime(t);
+        d.set_ctime(Timespec { sec: 0, nsec: 0 });
+        d.set_atime(Timespec {
+            sec: i64::from(hash),
+            nsec: 0,
+        });
+        d.set_version_lo(1);
+        d.set_size(value.len() as u64);
+        let mut map = crate::extmap::ExtentMap::default();
+        let mut flags = FL_EA_INODE;
+        if self.extents {
+            flags |= FL_EXTENTS;
+            crate::disk::extent::encode_node(
+                d.iblock_mut(),
+                &crate::disk::extent::Node::Leaf(Vec::new()),
+            );
+        }
+        d.set_flags(flags);
+        // The value's blocks, written now: they reach the device before the commit that
+        // makes the inode point at them.
+        let n = (value.len() as u64).div_ceil(bs);
+        let mut l = 0u64;
+        let mut goal = geo.group_first(geo.group_of_inode(inum));
+        while l < n {
+            let (p, got) = self.al.alloc_blocks(h, goal, (n - l) as u32)?;
+            let got = u64::from(got);
+            let a = (l * bs) as usize;
+            let b = (((l + got) * bs) as usize).min(value.len());
+            let mut buf = value[a..b].to_vec();
+            buf.resize((got * bs) as usize, 0);
+            self.dev.write_at(p * bs, &buf)?;
+            map.insert(crate::disk::extent::Extent {
+                lblk: l as u32,
+                len: got as u32,
+                pblk: p,
+                unwritten: false,
+            });
+            goal = p + got;
+            l += got;
+        }
+        d.set_blocks_512(n * bs / 512, self.bs);
+        let mut est = crate::inode::InodeState {
+            d,
+            ext: Some(map),
+            tree_blocks: Vec::new(),
+            ind: Default::default(),
+            ext_dirty: true,
+            freed: false,
+            pa: None,
+            tid: 0,
+        };
+        self.store(h, inum, &mut est)?;
+        self.icache
+            .insert_new(crate::inode::inode_from_state(inum, est));
+        let charged = st.d.blocks_512(self.bs) + n * bs / 512;
+        st.d.set_blocks_512(charged, self.bs);
+        Ok(dx::EaRef {
+            inum: inum as u32,
+            size: value.len() as u32,
+            hash: dx::entry_hash(name, &hash.to_le_bytes()),
+        })
+    }
+
+    /// Drop `owner`'s reference on an EA inode (ext4_xattr_inode_dec_ref): its blocks are
+    /// no longer charged to the owner, and at no reference left it is freed.
+    fn drop_ea_ref(&self, h: &Handle, st: &mut InodeState, r: dx::EaRef) -> Result<()> {
+        let bs = u64::from(self.bs);
+        let charged = u64::from(r.size).div_ceil(bs) * bs / 512;
+        let cur = st.d.blocks_512(self.bs);
+        st.d.set_blocks_512(cur.saturating_sub(charged), self.bs);
+        let ea = self.iget(u64::from(r.inum))?;
+        let mut est = ea.state.write();
+        self.load(&ea, &mut est)?;
+        if est.d.flags() & crate::disk::inode::FL_EA_INODE == 0 {
+            return Err(Error::corrupt(
+                "xattr",
+                u64::from(r.inum),
+                "EA inode lacks the EA_INODE flag",
+            ));
+        }
+        let refs = est.d.ea_inode_refs();
+        if refs > 1 {
+            est.d.set_ea_inode_refs(refs - 1);
+            return self.store(h, ea.ino, &mut est);
+        }
+        est.d.set_ea_inode_refs(0);
+        self.free_inode(h, &ea, &mut est)?;
+        drop(est);
+        self.icache.remove_if(ea.ino, &ea);
+        Ok(())
+    }
+
+    /// Before `st`'s inode is freed: drop its references on EA inodes, from its body and,
+    /// when this inode is the block's last user, from its block.
+    fn release_ea_refs(&self, h: &Handle, st: &mut InodeState) -> Result<()> {
+        let ino = 0;
+        let mut refs: Vec<dx::EaRef> = match self.ibody_range(st) {
+            Some((start, _)) => dx::decode_ibody(&st.d.raw[start..], ino)?
+                .iter()
+                .filter_map(|e| e.ea_inode)
+                .collect(),
+            None => Vec::new(),
+        };
+        let blk = st.d.file_acl();
+        if blk != 0 {
+            let b = self.xattr_buf(blk)?;
+            let d = b.read();
+            let (hd, entries) = dx::decode_block(&d, blk, None)?;
+            if hd.refcount <= 1 {
+                refs.extend(entries.iter().filter_map(|e| e.ea_inode));
+            }
+        }
+        for r in refs {
+            self.drop_ea_ref(h, st, r)?;
+        }
+        Ok(())
+    }
+
     /// The value an EA inode holds for an attribute of `owner` (the ea_inode feature).
     fn read_ea_inode(&self, owner: Ino, r: dx::EaRef) -> Result<Vec<u8>> {
         let bad = |why: &str| Error::corrupt("xattr", owner, format!("EA inode {}: {why}", r.inum));
@@ -230,20 +374,35 @@ impl Fs {
             _ => {}
         }
         let unchanged = match &stored {
-            Some(v) => found.get(index, &sub).is_some_and(|e| &e.value == v),
+            Some(v) => found
+                .get(index, &sub)
+                .is_some_and(|e| e.ea_inode.is_none() && &e.value == v),
             None => !exists,
         };
         let h = self.journal.start();
         if !unchanged {
             let same = |e: &Entry| e.index == index && e.name == sub;
+            let old_ea = found.get(index, &sub).and_then(|e| e.ea_inode);
             let mut ibody: Vec<Entry> = found.ibody.iter().filter(|e| !same(e)).cloned().collect();
             let mut block: Vec<Entry> = found.block.iter().filter(|e| !same(e)).cloned().collect();
             if let Some(v) = stored {
-                let e = Entry {
-                    index,
-                    name: sub,
-                    value: v,
-                    ea_inode: None,
+                // ea_inode: a value too large for any block goes in its own inode
+                // (EXT4_XATTR_MIN_LARGE_EA_SIZE), as ext4_xattr_set_handle decides.
+                let e = if self.ea_inode && (v.len() + 3) & !3 > self.bs as usize - 3 - 16 - 4 {
+                    let r = self.create_ea_inode(&h, ino, &mut st, &sub, &v)?;
+                    Entry {
+                        index,
+                        name: sub,
+                        value: Vec::new(),
+                        ea_inode: Some(r),
+                    }
+                } else {
+                    Entry {
+                        index,
+                        name: sub,
+                        value: v,
+                        ea_inode: None,
+                    }
                 };
                 let room = self.ibody_range(&st).map_or(0, |r| r.1);
                 ibody.push(e);
@@ -264,6 +423,9 @@ impl Fs {
             if block != found.block {
                 found.block = block;
                 self.write_xattr_block(&h, ino, &mut st, &found)?;
+            }
+            if let Some(r) = old_ea {
+                self.drop_ea_ref(&h, &mut st, r)?;
             }
         }
         if let Some(m) = new_mode {
@@ -343,6 +505,9 @@ impl Fs {
     /// Drop the inode's reference to its xattr block and clear `i_file_acl`; the block is
     /// freed when it was the last reference (the caller adjusts `i_blocks`).
     pub(super) fn release_xattr_block(&self, h: &Handle, st: &mut InodeState) -> Result<()> {
+        if self.ea_inode {
+            self.release_ea_refs(h, st)?;
+        }
         let blk = st.d.file_acl();
         if blk == 0 {
             return Ok(());
