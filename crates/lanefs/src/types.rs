@@ -4,7 +4,7 @@
 pub type Ino = u64;
 
 /// The root directory's inode number.
-pub const ROOT_INO: Ino = 2;
+pub const ROOT_INO: Ino = crate::disk::inode::reserved::ROOT as Ino;
 
 /// A point in time with nanoseconds, seconds since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]

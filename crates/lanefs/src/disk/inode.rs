@@ -20,6 +20,20 @@ pub const FL_IMMUTABLE: u32 = 0x10;
 /// Inode flag: append-only (`chattr +a`): data only appended, names only added.
 pub const FL_APPEND: u32 = 0x20;
 
+/// Reserved inode numbers (ext4's EXT4_*_INO), named once here.
+pub mod reserved {
+    /// The bad blocks inode.
+    pub const BAD_BLOCKS: u32 = 1;
+    /// The root directory.
+    pub const ROOT: u32 = 2;
+    /// The resize inode (reserved GDT blocks).
+    pub const RESIZE: u32 = 7;
+    /// The journal.
+    pub const JOURNAL: u32 = 8;
+    /// The first inode that is not reserved on revision-0 file systems.
+    pub const GOOD_OLD_FIRST: u32 = 11;
+}
+
 /// Offset of the first byte past the classic 128-byte inode.
 pub const GOOD_OLD_SIZE: usize = 128;
 /// Size of i_block.

@@ -89,11 +89,11 @@ const MAX_RESOLVE_STEPS: u64 = 20_000_000;
 const MAX_OWNERS_LISTED: usize = 8;
 /// Longest orphan chain followed.
 const MAX_ORPHANS: usize = 100_000;
-const BADBLOCKS_INO: u32 = 1;
+const BADBLOCKS_INO: u32 = crate::disk::inode::reserved::BAD_BLOCKS;
 /// The root directory (`crate::types::ROOT_INO`, as the checker's u32 inode numbers).
-const ROOT_INO: u32 = crate::types::ROOT_INO as u32;
-const RESIZE_INO: u32 = 7;
-const JOURNAL_INO: u32 = 8;
+const ROOT_INO: u32 = crate::disk::inode::reserved::ROOT;
+const RESIZE_INO: u32 = crate::disk::inode::reserved::RESIZE;
+const JOURNAL_INO: u32 = crate::disk::inode::reserved::JOURNAL;
 const DX_BLOCK_MASK: u32 = 0x0FFF_FFFF;
 /// `s_state` bits.
 const STATE_VALID: u16 = 0x1;

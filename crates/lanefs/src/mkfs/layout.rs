@@ -13,7 +13,7 @@ use crate::disk::superblock::{compat, incompat, ro_compat, Superblock};
 use crate::error::{Error, Result};
 
 /// First non-reserved inode (mke2fs's EXT2_GOOD_OLD_FIRST_INO).
-pub(super) const FIRST_INO: u32 = 11;
+pub(super) const FIRST_INO: u32 = crate::disk::inode::reserved::GOOD_OLD_FIRST;
 /// log2 of the groups in a flex group (mke2fs's default flex_bg_size 16).
 pub(super) const LOG_FLEX: u8 = 4;
 /// A last group smaller than its metadata plus this many blocks is dropped (mke2fs rule).

@@ -52,8 +52,7 @@ const DEFM_USER_XATTR_ACL: u32 = 0x0C;
 const JNL_BACKUP_BLOCKS: u8 = 1;
 /// Bytes per zero-fill write.
 const CHUNK: usize = 4 << 20;
-/// Journal inode.
-const JOURNAL_INO: u32 = 8;
+use crate::disk::inode::reserved::JOURNAL as JOURNAL_INO;
 
 /// What to format. `None` and empty fields leave the choice to the mke2fs rules.
 #[derive(Debug, Clone)]

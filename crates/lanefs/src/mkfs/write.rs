@@ -15,12 +15,9 @@ use crate::error::Result;
 use crate::types::Timespec;
 use std::collections::BTreeMap;
 
-/// Root directory inode.
-const ROOT_INO: u32 = 2;
-/// Resize inode.
-const RESIZE_INO: u32 = 7;
-/// Journal inode.
-const JOURNAL_INO: u32 = 8;
+use crate::disk::inode::reserved::{
+    JOURNAL as JOURNAL_INO, RESIZE as RESIZE_INO, ROOT as ROOT_INO,
+};
 /// lost+found: the first non-reserved inode, as mke2fs makes it.
 const LPF_INO: u32 = FIRST_INO;
 /// Directory file type in entries (with filetype).
