@@ -6,14 +6,7 @@ pub type Ino = u64;
 /// The root directory's inode number.
 pub const ROOT_INO: Ino = crate::disk::inode::reserved::ROOT as Ino;
 
-/// A point in time with nanoseconds, seconds since the Unix epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
-pub struct Timespec {
-    /// Seconds since 1970-01-01 (may be negative).
-    pub sec: i64,
-    /// Nanoseconds, 0..1_000_000_000.
-    pub nsec: u32,
-}
+pub use crate::disk::inode::Timespec;
 
 impl Timespec {
     /// The current wall-clock time.

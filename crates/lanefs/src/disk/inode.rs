@@ -1,7 +1,16 @@
 //! On-disk inodes: raw bytes (inode_size long) with typed accessors.
 
 use super::{crc32c_raw, le16, le32, put16, put32};
-use crate::types::Timespec;
+
+/// A point in time with nanoseconds, seconds since the Unix epoch, as inode times hold it
+/// (`Timespec::now` reads the clock, outside this pure module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub struct Timespec {
+    /// Seconds since 1970-01-01 (may be negative).
+    pub sec: i64,
+    /// Nanoseconds, 0..1_000_000_000.
+    pub nsec: u32,
+}
 
 /// Inode flag: uses extents.
 pub const FL_EXTENTS: u32 = 0x80000;
