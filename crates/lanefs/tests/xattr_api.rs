@@ -451,6 +451,10 @@ fn ea_inode_values_both_ways() {
         let f = mnt.join("f");
         std::fs::write(&f, b"data").unwrap();
         host_set(&f, "user.big", &big);
+        // The same value on a second file: the kernel shares one EA inode (two references).
+        let twin = mnt.join("twin");
+        std::fs::write(&twin, b"twin").unwrap();
+        host_set(&twin, "user.big", &big);
         drop(km);
     }
     assert_fsck_clean(&img);
@@ -475,6 +479,12 @@ fn ea_inode_values_both_ways() {
         fs.setxattr(h, b"user.gone", &bigger, XattrFlags::Any)
             .unwrap();
         fs.removexattr(g, b"user.one").unwrap();
+        // f let go of the value inode it shared with twin (replaced above): twin's
+        // reference keeps it, and twin's other attributes change around it.
+        let twin = fs.lookup(ROOT_INO, b"twin").unwrap().ino;
+        assert_eq!(fs.getxattr(twin, b"user.big").unwrap(), big);
+        fs.setxattr(twin, b"user.other", &small, XattrFlags::Any)
+            .unwrap();
         fs.unmount().unwrap();
     }
     assert_fsck_clean(&img);
@@ -487,6 +497,9 @@ fn ea_inode_values_both_ways() {
     let km = KernelMount::mount(&img, &mnt, "ro").unwrap();
     let fa = host_xattrs(&mnt.join("f"));
     assert_eq!(fa.get(&b"user.big"[..]), Some(&bigger));
+    let ta = host_xattrs(&mnt.join("twin"));
+    assert_eq!(ta.get(&b"user.big"[..]), Some(&big));
+    assert_eq!(ta.get(&b"user.other"[..]), Some(&small));
     let ga = host_xattrs(&mnt.join("g"));
     assert_eq!(ga.get(&b"user.two"[..]), Some(&bigger));
     assert_eq!(ga.get(&b"user.small"[..]), Some(&small));

@@ -613,6 +613,7 @@ impl Fs {
             st.ext_dirty = true;
             inode::store_tree(&self.al, &self.bufs, h, 0, st)?;
         }
+        self.release_ea_refs(h, st)?;
         self.release_xattr_block(h, st)?;
         st.d.set_blocks_512(0, self.bs);
         Ok(())

@@ -160,10 +160,7 @@ impl Fs {
     /// Drop `owner`'s reference on an EA inode (ext4_xattr_inode_dec_ref): its blocks are
     /// no longer charged to the owner, and at no reference left it is freed.
     fn drop_ea_ref(&self, h: &Handle, st: &mut InodeState, r: dx::EaRef) -> Result<()> {
-        let bs = u64::from(self.bs);
-        let charged = u64::from(r.size).div_ceil(bs) * bs / 512;
-        let cur = st.d.blocks_512(self.bs);
-        st.d.set_blocks_512(cur.saturating_sub(charged), self.bs);
+        self.uncharge_ea(st, r);
         let ea = self.iget(u64::from(r.inum))?;
         let mut est = ea.state.write();
         self.load(&ea, &mut est)?;
@@ -186,9 +183,29 @@ impl Fs {
         Ok(())
     }
 
+    /// The owner no longer pays for EA inode `r`'s blocks.
+    fn uncharge_ea(&self, st: &mut InodeState, r: dx::EaRef) {
+        let bs = u64::from(self.bs);
+        let charged = u64::from(r.size).div_ceil(bs) * bs / 512;
+        let cur = st.d.blocks_512(self.bs);
+        st.d.set_blocks_512(cur.saturating_sub(charged), self.bs);
+    }
+
+    /// One more xattr block names EA inode `r` (a copy of a shared block).
+    fn add_ea_ref(&self, h: &Handle, r: dx::EaRef) -> Result<()> {
+        let ea = self.iget(u64::from(r.inum))?;
+        let mut est = ea.state.write();
+        let refs = est.d.ea_inode_refs();
+        est.d.set_ea_inode_refs(refs + 1);
+        self.store(h, ea.ino, &mut est)
+    }
+
     /// Before `st`'s inode is freed: drop its references on EA inodes, from its body and,
     /// when this inode is the block's last user, from its block.
-    fn release_ea_refs(&self, h: &Handle, st: &mut InodeState) -> Result<()> {
+    pub(super) fn release_ea_refs(&self, h: &Handle, st: &mut InodeState) -> Result<()> {
+        if !self.ea_inode {
+            return Ok(());
+        }
         let ino = 0;
         let mut refs: Vec<dx::EaRef> = match self.ibody_range(st) {
             Some((start, _)) => dx::decode_ibody(&st.d.raw[start..], ino)?
@@ -420,12 +437,33 @@ impl Fs {
                     dx::encode_ibody(&mut st.d.raw[start..], &ibody);
                 }
             }
+            // Whether the old value's EA inode is named by a block other inodes share:
+            // that block keeps its reference when this inode leaves it.
+            let old_shared = old_ea.is_some()
+                && found.refcount > 1
+                && found.block.iter().any(|e| e.ea_inode == old_ea);
+            let mut copied = false;
             if block != found.block {
+                // EA inodes this inode's copy of a shared block will name too.
+                let carried: Vec<dx::EaRef> = block
+                    .iter()
+                    .filter_map(|e| e.ea_inode)
+                    .filter(|r| found.block.iter().any(|o| o.ea_inode == Some(*r)))
+                    .collect();
                 found.block = block;
-                self.write_xattr_block(&h, ino, &mut st, &found)?;
+                copied = self.write_xattr_block(&h, ino, &mut st, &found)?;
+                if copied {
+                    for r in carried {
+                        self.add_ea_ref(&h, r)?;
+                    }
+                }
             }
             if let Some(r) = old_ea {
-                self.drop_ea_ref(&h, &mut st, r)?;
+                if old_shared && copied {
+                    self.uncharge_ea(&mut st, r);
+                } else {
+                    self.drop_ea_ref(&h, &mut st, r)?;
+                }
             }
         }
         if let Some(m) = new_mode {
@@ -446,7 +484,7 @@ impl Fs {
         ino: Ino,
         st: &mut InodeState,
         found: &Found,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let spb = u64::from(self.bs / 512);
         let seed = self.xattr_seed();
         if found.block.is_empty() {
@@ -455,10 +493,10 @@ impl Fs {
                 let n = st.d.blocks_512(self.bs).saturating_sub(spb);
                 st.d.set_blocks_512(n, self.bs);
             }
-            return Ok(());
+            return Ok(false);
         }
         if found.blk != 0 && found.refcount == 1 && self.edit_if_sole(h, found)? {
-            return Ok(());
+            return Ok(false);
         }
         // A block of its own: new, or a copy of a shared one.
         let goal = self.al.geo.group_first(self.al.geo.group_of_inode(ino));
@@ -472,7 +510,8 @@ impl Fs {
                 dx::encode_block(&mut d, found.blk, 1, &found.block, seed);
                 drop(d);
                 h.dirty(&old);
-                return self.al.free_blocks_range(h, nb, 1, true);
+                self.al.free_blocks_range(h, nb, 1, true)?;
+                return Ok(false);
             }
             dx::set_refcount(&mut d, found.blk, refs - 1, seed);
             drop(d);
@@ -481,11 +520,12 @@ impl Fs {
             let n = st.d.blocks_512(self.bs) + spb;
             st.d.set_blocks_512(n, self.bs);
         }
+        let copied = found.blk != 0;
         let b = self.bufs.get_new(nb);
         dx::encode_block(&mut b.write(), nb, 1, &found.block, seed);
         h.dirty(&b);
         st.d.set_file_acl(nb);
-        Ok(())
+        Ok(copied)
     }
 
     /// Rewrite `found.blk` in place if this inode is still its only user (checked under
@@ -505,9 +545,6 @@ impl Fs {
     /// Drop the inode's reference to its xattr block and clear `i_file_acl`; the block is
     /// freed when it was the last reference (the caller adjusts `i_blocks`).
     pub(super) fn release_xattr_block(&self, h: &Handle, st: &mut InodeState) -> Result<()> {
-        if self.ea_inode {
-            self.release_ea_refs(h, st)?;
-        }
         let blk = st.d.file_acl();
         if blk == 0 {
             return Ok(());
