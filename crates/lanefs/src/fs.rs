@@ -177,7 +177,7 @@ impl Fs {
             }
             check_features(&sb)?;
         }
-        let geo = geometry(&sb);
+        let geo = Geometry::from_superblock(&sb);
         let (descs, gdt) = read_gdt(&geo, &bufs)?;
         let al = Arc::new(Allocator::new(geo, descs, gdt, bufs.clone()).with_options(
             AllocOptions {
@@ -408,7 +408,7 @@ impl Fs {
         self.update_sb(h, &mut order, |sb| {
             if sb.rev_level() == 0 {
                 sb.set_rev_level(1);
-                sb.set_first_ino(11);
+                sb.set_first_ino(crate::disk::inode::reserved::GOOD_OLD_FIRST);
                 sb.set_inode_size(128);
             }
             sb.set_feature_ro_compat(sb.feature_ro_compat() | ro_compat::LARGE_FILE);
@@ -489,35 +489,20 @@ pub(crate) fn access_summary(sb: &Superblock) -> String {
     }
 }
 
-/// Refuse unknown INCOMPAT features; returns whether unknown RO_COMPAT forces read-only.
 /// Refuse what lanefs cannot read; say why it must mount read-only, if it must.
 fn check_features(sb: &Superblock) -> Result<Option<String>> {
-    let unknown = sb.feature_incompat() & !(incompat::SUPPORTED | incompat::READ_ONLY);
+    let unknown = sb.feature_incompat() & !incompat::SUPPORTED;
     if unknown != 0 {
         let names = sbm::feature_names(unknown, incompat::NAMES);
         return Err(Error::Unsupported(format!(
             "lanefs cannot read images with {names} (INCOMPAT); the kernel's ext4 or fuse2fs may"
         )));
     }
-    let mut names = Vec::new();
-    let ro_only = sb.feature_incompat() & incompat::READ_ONLY;
-    if ro_only != 0 {
-        names.push(sbm::feature_names(ro_only, incompat::NAMES));
-    }
     let unwritable = sb.feature_ro_compat() & !ro_compat::SUPPORTED;
-    if unwritable != 0 {
-        names.push(sbm::feature_names(unwritable, ro_compat::NAMES));
-    }
-    Ok((!names.is_empty()).then(|| {
-        format!(
-            "lanefs cannot write images with {}: mounted read-only",
-            names.join(", ")
-        )
+    Ok((unwritable != 0).then(|| {
+        let names = sbm::feature_names(unwritable, ro_compat::NAMES);
+        format!("lanefs cannot write images with {names}: mounted read-only")
     }))
-}
-
-fn geometry(sb: &Superblock) -> Geometry {
-    Geometry::from_superblock(sb)
 }
 
 fn read_super(dev: &dyn BlockDevice) -> Result<Superblock> {
@@ -554,7 +539,7 @@ fn open_journal(
     if jino == 0 {
         return Err(Error::Unsupported("external journal device".into()));
     }
-    let geo = geometry(sb);
+    let geo = Geometry::from_superblock(sb);
     if jino > u64::from(geo.ipg) * u64::from(geo.groups) {
         return Err(Error::corrupt(
             "superblock",

@@ -176,6 +176,21 @@ pub fn inode_from_state(ino: u64, st: InodeState) -> Inode {
     }
 }
 
+/// Give an inode an empty block map: an empty extent root when the image has extents,
+/// else an all-zero `i_block` (direct and indirect blocks), and an empty map in memory
+/// that the next store writes out.
+pub fn init_empty_map(st: &mut InodeState, extents: bool) {
+    st.d.iblock_mut().fill(0);
+    if extents {
+        st.d.set_flags(st.d.flags() | FL_EXTENTS);
+        extent::encode_node(st.d.iblock_mut(), &Node::Leaf(Vec::new()));
+    } else {
+        st.d.set_flags(st.d.flags() & !FL_EXTENTS);
+    }
+    st.ext = Some(ExtentMap::default());
+    st.ext_dirty = true;
+}
+
 /// Read inode `ino` from its table and verify its checksum.
 pub fn read_disk_inode(al: &Allocator, bufs: &BufCache, ino: u64) -> Result<DiskInode> {
     let loc = al.inode_loc(ino)?;

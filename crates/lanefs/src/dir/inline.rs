@@ -10,11 +10,9 @@
 
 use super::DirCtx;
 use crate::disk::dir::{self as dd, RawEntry};
-use crate::disk::extent::{self, Node};
 use crate::disk::inline::{self, Dir};
 use crate::disk::inode::FL_EXTENTS;
 use crate::error::{Error, Result};
-use crate::extmap::ExtentMap;
 use crate::inode::InodeState;
 use crate::journal::Handle;
 use crate::types::DirEntry;
@@ -206,12 +204,7 @@ impl DirCtx<'_> {
         let dir = Dir::load(&st.d, ino)?;
         let entries = dir.entries(ino)?;
         inline::clear(&mut st.d, ino)?;
-        if self.extents {
-            st.d.set_flags(st.d.flags() | FL_EXTENTS);
-            extent::encode_node(st.d.iblock_mut(), &Node::Leaf(Vec::new()));
-        }
-        st.ext = Some(ExtentMap::default());
-        st.ext_dirty = true;
+        crate::inode::init_empty_map(st, self.extents);
         st.d.set_size(0);
         let b = self.append_block(h, ino, st)?;
         let mut d = b.write();

@@ -93,8 +93,6 @@ pub mod incompat {
         | EA_INODE
         | CSUM_SEED
         | INLINE_DATA;
-    /// What lanefs reads but does not write: such images mount read-only.
-    pub const READ_ONLY: u32 = 0;
     /// Names for messages.
     pub const NAMES: &[(u32, &str)] = &[
         (COMPRESSION, "compression"),

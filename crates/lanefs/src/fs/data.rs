@@ -35,8 +35,8 @@ impl Fs {
     pub fn read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
         let i = self.iget(ino)?;
         let st = self.read_loaded(&i)?;
+        self.regular_kind(&st)?;
         if inline::is_inline(&st.d) {
-            self.regular_kind(&st)?;
             return self.read_inline(ino, &st, off, buf);
         }
         let ext = self.regular(&st)?;
@@ -71,8 +71,8 @@ impl Fs {
     pub fn seek_data(&self, ino: Ino, off: u64) -> Result<Option<u64>> {
         let i = self.iget(ino)?;
         let st = self.read_loaded(&i)?;
+        self.regular_kind(&st)?;
         if inline::is_inline(&st.d) {
-            self.regular_kind(&st)?;
             return Ok((off < st.d.size()).then_some(off));
         }
         let ext = self.regular(&st)?;
@@ -95,8 +95,8 @@ impl Fs {
     pub fn seek_hole(&self, ino: Ino, off: u64) -> Result<Option<u64>> {
         let i = self.iget(ino)?;
         let st = self.read_loaded(&i)?;
+        self.regular_kind(&st)?;
         if inline::is_inline(&st.d) {
-            self.regular_kind(&st)?;
             return Ok((off < st.d.size()).then_some(st.d.size()));
         }
         let ext = self.regular(&st)?;
@@ -231,6 +231,32 @@ impl Fs {
         Ok(data.len())
     }
 
+    /// Map blocks 0.. of an empty file and write `bytes` into them through the page cache
+    /// (ordered: the data reaches the device before the commit that maps it); the caller
+    /// stores the inode. Used where
+    /// bytes kept elsewhere become a file's data: an inline file moving to a block, an
+    /// attribute value moving to its EA inode.
+    pub(super) fn fill_new_blocks(
+        &self,
+        h: &Handle,
+        i: &std::sync::Arc<Inode>,
+        st: &mut InodeState,
+        bytes: &[u8],
+    ) -> Result<()> {
+        debug_assert!(st.ext.as_ref().is_some_and(ExtentMap::is_empty));
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let n = (bytes.len() as u64).div_ceil(u64::from(self.bs));
+        self.allocate(h, i, st, 0, n, false)?;
+        h.add_ordered(i);
+        self.copy_in(i, st, 0, bytes, &vec![Prior::Hole; n as usize])?;
+        if !i.is_open() {
+            self.al.discard_pa(&mut st.pa);
+        }
+        Ok(())
+    }
+
     /// Ranges of `[first, end)` mapped to nothing.
     fn hole_ranges(&self, st: &InodeState, first: u64, end: u64) -> Vec<(u64, u64)> {
         let Some(ext) = st.ext.as_ref() else {
@@ -290,7 +316,7 @@ impl Fs {
     }
 
     /// Copy `data` into dirty pages (blocks already mapped and written).
-    pub(super) fn copy_in(
+    fn copy_in(
         &self,
         i: &Inode,
         st: &InodeState,
@@ -341,7 +367,7 @@ impl Fs {
     }
 
     /// Map every hole in `[first, first+count)` with new blocks (unwritten if asked).
-    pub(super) fn allocate(
+    fn allocate(
         &self,
         h: &Handle,
         i: &Inode,
@@ -765,7 +791,7 @@ impl Drop for Fs {
 
 /// A block's state before a write mapped it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Prior {
+enum Prior {
     /// Mapped and written: the write overwrites it.
     Written,
     /// Mapped unwritten (fallocated): reads as zeros until written.

@@ -4,9 +4,7 @@
 //! or a truncate past the inline room moves the bytes to a block first
 //! (ext4_convert_inline_data) and carries on as for any file.
 
-use super::data::Prior;
 use super::Fs;
-use crate::disk::extent::{self, Node};
 use crate::disk::inline;
 use crate::disk::inode::FL_EXTENTS;
 use crate::error::Result;
@@ -110,20 +108,7 @@ impl Fs {
         let ino = i.ino;
         let bytes = inline::file_data(&st.d, ino)?;
         inline::clear(&mut st.d, ino)?;
-        if self.extents {
-            st.d.set_flags(st.d.flags() | FL_EXTENTS);
-            extent::encode_node(st.d.iblock_mut(), &Node::Leaf(Vec::new()));
-        }
-        st.ext = Some(ExtentMap::default());
-        st.ext_dirty = true;
-        if !bytes.is_empty() {
-            let n = (bytes.len() as u64).div_ceil(u64::from(self.bs));
-            self.allocate(h, i, st, 0, n, false)?;
-            self.store(h, ino, st)?;
-            h.add_ordered(i);
-            let prior = vec![Prior::Hole; n as usize];
-            self.copy_in(i, st, 0, &bytes, &prior)?;
-        }
-        Ok(())
+        crate::inode::init_empty_map(st, self.extents);
+        self.fill_new_blocks(h, i, st, &bytes)
     }
 }

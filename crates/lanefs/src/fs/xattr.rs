@@ -71,7 +71,8 @@ impl Fs {
     /// Store `value` of attribute `name` in a new EA inode for `owner` (ext4_xattr_inode_create
     /// and the reference ext4 takes on it): a regular file flagged EA_INODE with the
     /// owner's ids, one reference (i_ctime seconds high, i_version low), the value's crc32c
-    /// in i_atime, its blocks charged to the owner's i_blocks as the kernel's quota does.
+    /// in i_atime, its data written as any file's, its blocks charged to the owner's
+    /// i_blocks as the kernel's quota does.
     fn create_ea_inode(
         &self,
         h: &Handle,
@@ -80,12 +81,11 @@ impl Fs {
         name: &[u8],
         value: &[u8],
     ) -> Result<dx::EaRef> {
-        use crate::disk::inode::{DiskInode, FL_EA_INODE, FL_EXTENTS};
+        use crate::disk::inode::{DiskInode, FL_EA_INODE};
         let geo = &self.al.geo;
         let inum = self
             .al
             .alloc_inode(h, geo.group_of_inode(owner), false, false)?;
-        let bs = u64::from(self.bs);
         let hash = crate::disk::crc32c_raw(geo.seed, value);
         let mut d = DiskInode::new(geo.inode_size as usize);
         d.set_mode(0o100600);
@@ -102,53 +102,14 @@ impl Fs {
         });
         d.set_version_lo(1);
         d.set_size(value.len() as u64);
-        let mut map = crate::extmap::ExtentMap::default();
-        let mut flags = FL_EA_INODE;
-        if self.extents {
-            flags |= FL_EXTENTS;
-            crate::disk::extent::encode_node(
-                d.iblock_mut(),
-                &crate::disk::extent::Node::Leaf(Vec::new()),
-            );
-        }
-        d.set_flags(flags);
-        // The value's blocks, written now: they reach the device before the commit that
-        // makes the inode point at them.
-        let n = (value.len() as u64).div_ceil(bs);
-        let mut l = 0u64;
-        let mut goal = geo.group_first(geo.group_of_inode(inum));
-        while l < n {
-            let (p, got) = self.al.alloc_blocks(h, goal, (n - l) as u32)?;
-            let got = u64::from(got);
-            let a = (l * bs) as usize;
-            let b = (((l + got) * bs) as usize).min(value.len());
-            let mut buf = value[a..b].to_vec();
-            buf.resize((got * bs) as usize, 0);
-            self.dev.write_at(p * bs, &buf)?;
-            map.insert(crate::disk::extent::Extent {
-                lblk: l as u32,
-                len: got as u32,
-                pblk: p,
-                unwritten: false,
-            });
-            goal = p + got;
-            l += got;
-        }
-        d.set_blocks_512(n * bs / 512, self.bs);
-        let mut est = crate::inode::InodeState {
-            d,
-            ext: Some(map),
-            tree_blocks: Vec::new(),
-            ind: Default::default(),
-            ext_dirty: true,
-            freed: false,
-            pa: None,
-            tid: 0,
-        };
+        d.set_flags(FL_EA_INODE);
+        let ea = self.icache.insert_new(crate::inode::new_inode(inum, d));
+        let mut est = ea.state.write();
+        crate::inode::init_empty_map(&mut est, self.extents);
+        self.fill_new_blocks(h, &ea, &mut est, value)?;
         self.store(h, inum, &mut est)?;
-        self.icache
-            .insert_new(crate::inode::inode_from_state(inum, est));
-        let charged = st.d.blocks_512(self.bs) + n * bs / 512;
+        drop(est);
+        let charged = st.d.blocks_512(self.bs) + self.ea_sectors(value.len() as u32);
         st.d.set_blocks_512(charged, self.bs);
         Ok(dx::EaRef {
             inum: inum as u32,
@@ -185,10 +146,15 @@ impl Fs {
 
     /// The owner no longer pays for EA inode `r`'s blocks.
     fn uncharge_ea(&self, st: &mut InodeState, r: dx::EaRef) {
-        let bs = u64::from(self.bs);
-        let charged = u64::from(r.size).div_ceil(bs) * bs / 512;
         let cur = st.d.blocks_512(self.bs);
-        st.d.set_blocks_512(cur.saturating_sub(charged), self.bs);
+        st.d.set_blocks_512(cur.saturating_sub(self.ea_sectors(r.size)), self.bs);
+    }
+
+    /// The sectors a value of `size` bytes in an EA inode charges to its owner (whole
+    /// blocks, as the kernel's quota charge).
+    fn ea_sectors(&self, size: u32) -> u64 {
+        let bs = u64::from(self.bs);
+        u64::from(size).div_ceil(bs) * bs / 512
     }
 
     /// One more xattr block names EA inode `r` (a copy of a shared block).
@@ -206,22 +172,10 @@ impl Fs {
         if !self.ea_inode {
             return Ok(());
         }
-        let ino = 0;
-        let mut refs: Vec<dx::EaRef> = match self.ibody_range(st) {
-            Some((start, _)) => dx::decode_ibody(&st.d.raw[start..], ino)?
-                .iter()
-                .filter_map(|e| e.ea_inode)
-                .collect(),
-            None => Vec::new(),
-        };
-        let blk = st.d.file_acl();
-        if blk != 0 {
-            let b = self.xattr_buf(blk)?;
-            let d = b.read();
-            let (hd, entries) = dx::decode_block(&d, blk, None)?;
-            if hd.refcount <= 1 {
-                refs.extend(entries.iter().filter_map(|e| e.ea_inode));
-            }
+        let found = self.read_xattrs(0, st)?;
+        let mut refs: Vec<dx::EaRef> = found.ibody.iter().filter_map(|e| e.ea_inode).collect();
+        if found.refcount <= 1 {
+            refs.extend(found.block.iter().filter_map(|e| e.ea_inode));
         }
         for r in refs {
             self.drop_ea_ref(h, st, r)?;
