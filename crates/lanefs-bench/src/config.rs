@@ -10,8 +10,7 @@ pub const DEFAULT_BLOCK_SIZE: u32 = 4096;
 /// Size of the sparse image file the `lanefs` target formats for each run.
 pub const DEFAULT_IMAGE_SIZE: u64 = 4 << 30;
 
-/// Variant name used for every record of a path target, where mount options do not apply.
-pub const PATH_VARIANT: &str = "-";
+pub use crate::target::PATH_VARIANT;
 
 /// Where the workloads run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,6 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// Variant name used for every record of a path target, where mount options do not apply
+/// (defined here, below the config that names it, so the modules import in one direction).
+pub const PATH_VARIANT: &str = "-";
+
 /// Permission bits of files the workloads create.
 const FILE_PERM: u16 = 0o644;
 /// Permission bits of directories the workloads create.
@@ -423,7 +427,7 @@ impl Target {
     /// Variant name for records.
     pub fn variant(&self) -> &str {
         match self {
-            Target::Path(_) => crate::config::PATH_VARIANT,
+            Target::Path(_) => PATH_VARIANT,
             Target::Lanefs { variant, .. } => variant,
         }
     }
