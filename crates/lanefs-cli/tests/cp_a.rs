@@ -466,5 +466,16 @@ fn unwritable_features_are_named() {
         "{line}"
     );
     ok(lanefs(&["ls", &at(&image, "/")]));
+    // `lanefs info` says the same.
+    let info = lanefs(&["info", &s(&image)]);
+    let text = String::from_utf8_lossy(&info.stdout);
+    let access = text
+        .lines()
+        .find(|l| l.starts_with("lanefs access:"))
+        .unwrap_or_else(|| panic!("no access line in:\n{text}"));
+    assert!(
+        access.contains("read-only") && access.contains("quota"),
+        "{access}"
+    );
     e2fsck_clean(&image);
 }

@@ -1892,3 +1892,64 @@ fn compare_catches_differences() {
     assert!(e.contains("/g unexpected") && e.contains("links"), "{e}");
     fs.unmount().expect("unmount");
 }
+
+/// Goal: a file past 2 GiB on an image without large_file turns the feature on, as ext4
+/// does, so e2fsck accepts the size. Method: an ext2 image with large_file cleared by
+/// debugfs; lanefs writes one byte at 3 GiB into a block-mapped file and unmounts;
+/// dumpe2fs shows large_file, e2fsck -fn is clean, debugfs maps the byte where it is.
+#[test]
+fn large_file_turns_on_past_2_gib() {
+    let test = "shapes::large_file_turns_on_past_2_gib";
+    if !common::require_tools(test, &["mke2fs", "debugfs", "dumpe2fs", "e2fsck"]) {
+        return;
+    }
+    let td = tempfile::tempdir().expect("tempdir");
+    let img = mke2fs_image(td.path(), "lf.img", 64 * M, &["-t", "ext2", "-b", "4096"])
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    debugfs_w(&img, "feature -large_file");
+    let features = |img: &Path| {
+        run(Command::new("dumpe2fs").arg("-h").arg(img))
+            .expect("dumpe2fs")
+            .lines()
+            .find(|l| l.starts_with("Filesystem features:"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(!features(&img).contains("large_file"), "{}", features(&img));
+    let fs = Fs::mount_path(&img, MountOptions::default()).expect("mount");
+    let f = fs
+        .create(ROOT_INO, b"big", 0o644, Owner::default())
+        .expect("create")
+        .ino;
+    fs.write(f, 3 << 30, b"x").expect("write at 3 GiB");
+    fs.release(f).expect("release");
+    fs.unmount().expect("unmount");
+    assert!(features(&img).contains("large_file"), "{}", features(&img));
+    common::assert_fsck_clean(&img);
+    // debugfs finds the byte's block where lanefs put it (no 3 GiB read).
+    let blk = debugfs(&img, &format!("bmap /big {}", (3u64 << 30) / 4096)).expect("bmap");
+    let blk: u64 = blk
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bmap said {blk:?}"));
+    let mut b = [0u8; 1];
+    std::fs::File::open(&img)
+        .and_then(|f| f.read_exact_at(&mut b, blk * 4096))
+        .expect("read the block");
+    assert_eq!(&b, b"x");
+    let stat = debugfs(&img, "stat /big").expect("stat");
+    assert!(
+        stat.contains(&format!("Size: {}", (3u64 << 30) + 1)),
+        "{stat}"
+    );
+}
+
+/// `debugfs -w -R CMD IMAGE`, panicking on failure.
+fn debugfs_w(img: &Path, cmd: &str) {
+    run(Command::new("debugfs")
+        .arg("-w")
+        .arg("-R")
+        .arg(cmd)
+        .arg(img))
+    .unwrap_or_else(|e| panic!("debugfs -w {cmd}: {e}"));
+}
