@@ -37,6 +37,10 @@ pub enum Command {
     Cp(CpArgs),
     /// Run the benchmark workloads.
     Bench(BenchArgs),
+    /// Mount an image through FUSE (daemonizes unless -f).
+    Mount(MountArgs),
+    /// Unmount a lanefs mount and wait until the image is written back.
+    Umount(UmountArgs),
 }
 
 impl Command {
@@ -53,6 +57,8 @@ impl Command {
             Command::Rm(_) => "rm",
             Command::Cp(_) => "cp",
             Command::Bench(_) => "bench",
+            Command::Mount(_) => "mount",
+            Command::Umount(_) => "umount",
         }
     }
 }
@@ -225,4 +231,31 @@ pub struct BenchArgs {
     /// another, a summary compares each with base per thread count.
     #[arg(long, value_delimiter = ',')]
     pub variants: Vec<String>,
+}
+
+/// Options of `mount`.
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// Image file or block device.
+    pub image: PathBuf,
+    /// Directory to mount it on.
+    pub mountpoint: PathBuf,
+    /// Mount options, comma separated (may be repeated): ro, allow_other, allow_root,
+    /// default_permissions, threads=N, writeback_cache, attr_timeout=SECS,
+    /// entry_timeout=SECS, max_write=BYTES, commit=SECS, errors=remount-ro|panic,
+    /// fsname=NAME (or source=NAME), the VFS flags (nosuid, nodev, noexec, noatime, sync,
+    /// dirsync, ...) and the engine's mb_trylock=0|1, mb_stream_goal=global|inode|slots,
+    /// mb_optimize_scan=0|1.
+    #[arg(short = 'o', value_name = "OPTS")]
+    pub options: Vec<String>,
+    /// Stay in the foreground and log to stderr.
+    #[arg(short = 'f', long = "foreground")]
+    pub foreground: bool,
+}
+
+/// Options of `umount`.
+#[derive(Debug, Args)]
+pub struct UmountArgs {
+    /// Where a lanefs image is mounted.
+    pub mountpoint: PathBuf,
 }

@@ -10,6 +10,7 @@ mod format;
 mod hostsys;
 mod imgpath;
 mod modify;
+mod mount;
 mod progress;
 mod session;
 mod show;
@@ -56,13 +57,15 @@ fn dispatch(command: &Command) -> CmdResult<i32> {
         Command::Rm(a) => modify::rm(a),
         Command::Cp(a) => copy::cp(a),
         Command::Bench(a) => bench::bench(a),
+        Command::Mount(a) => mount::mount(a),
+        Command::Umount(a) => mount::umount(a),
     }
 }
 
 fn main() {
     install_panic_hook();
     hostsys::default_sigpipe();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(mount::helper_args(std::env::args_os().collect()));
     let name = cli.command.name();
     let _ = COMMAND.set(name);
     let code = match std::panic::catch_unwind(|| dispatch(&cli.command)) {

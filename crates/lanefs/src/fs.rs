@@ -60,6 +60,74 @@ impl Default for MountOptions {
     }
 }
 
+impl MountOptions {
+    /// The engine's mount options by name, as `mount -o` spells them (ext4's own names
+    /// where ext4 has them): `ro`, `rw`, `commit=SECS`, `mb_trylock=0|1`,
+    /// `mb_stream_goal=global|inode|slots`, `mb_optimize_scan=0|1`.
+    pub const NAMES: &'static [&'static str] = &[
+        "ro",
+        "rw",
+        "commit",
+        "mb_trylock",
+        "mb_stream_goal",
+        "mb_optimize_scan",
+    ];
+
+    /// Apply one option `key` or `key=value`. `Ok(false)` when `key` is not an engine
+    /// option (a frontend may know it); an error naming the option when its value is
+    /// missing or malformed.
+    pub fn apply(&mut self, key: &str, value: Option<&str>) -> std::result::Result<bool, String> {
+        let need = || value.ok_or_else(|| format!("option {key} needs a value"));
+        let flag = || match need()? {
+            "0" => Ok(false),
+            "1" => Ok(true),
+            other => Err(format!("option {key}={other}: expected 0 or 1")),
+        };
+        let no_value = || match value {
+            None => Ok(()),
+            Some(x) => Err(format!("option {key} takes no value (got {key}={x})")),
+        };
+        match key {
+            "ro" => {
+                no_value()?;
+                self.read_only = true;
+            }
+            "rw" => {
+                no_value()?;
+                self.read_only = false;
+            }
+            "commit" => {
+                let v = need()?;
+                let secs: u64 = v
+                    .parse()
+                    .map_err(|_| format!("option commit={v}: expected whole seconds"))?;
+                // As ext4: commit=0 means the default interval.
+                self.commit_interval = if secs == 0 {
+                    MountOptions::default().commit_interval
+                } else {
+                    std::time::Duration::from_secs(secs)
+                };
+            }
+            "mb_trylock" => self.mb_trylock = flag()?,
+            "mb_optimize_scan" => self.mb_optimize_scan = flag()?,
+            "mb_stream_goal" => {
+                self.mb_stream_goal = match need()? {
+                    "global" => StreamGoal::Global,
+                    "inode" => StreamGoal::Inode,
+                    "slots" => StreamGoal::Slots,
+                    other => {
+                        return Err(format!(
+                            "option mb_stream_goal={other}: expected global, inode or slots"
+                        ))
+                    }
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 /// A mounted ext4 file system, shared by any number of threads (`Arc<Fs>`).
 pub struct Fs {
     dev: Arc<dyn BlockDevice>,
@@ -324,6 +392,11 @@ impl Fs {
             return Some(r.clone());
         }
         self.read_only.then(|| "mounted read-only".into())
+    }
+
+    /// The file system's block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.bs
     }
 
     /// Whether changes are refused (read-only mount or an earlier device error).

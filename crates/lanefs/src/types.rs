@@ -191,6 +191,21 @@ pub struct FallocMode {
     pub keep_size: bool,
     /// Deallocate the range (FALLOC_FL_PUNCH_HOLE, implies keep_size).
     pub punch_hole: bool,
+    /// Zero the range and leave it allocated, as unwritten extents
+    /// (FALLOC_FL_ZERO_RANGE; may extend the size unless keep_size).
+    pub zero_range: bool,
+}
+
+/// How `Fs::rename_with` treats an existing target (renameat2(2)'s flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RenameMode {
+    /// Replace a compatible target (plain rename).
+    #[default]
+    Replace,
+    /// Fail with `Error::Exists` if the target exists (RENAME_NOREPLACE).
+    NoReplace,
+    /// Swap source and target, both of which must exist (RENAME_EXCHANGE).
+    Exchange,
 }
 
 /// Who is asking: owner of newly created inodes.

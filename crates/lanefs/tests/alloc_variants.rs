@@ -70,6 +70,7 @@ fn workload(fs: &Fs, t: u64, seed: u64) {
                 let punch = FallocMode {
                     keep_size: true,
                     punch_hole: true,
+                    zero_range: false,
                 };
                 fs.fallocate(f, punch, rng.gen_range(0..32) * 4096, blocks * 4096)
                     .expect("punch");

@@ -256,6 +256,7 @@ impl Worker {
                 let mode = FallocMode {
                     keep_size: true,
                     punch_hole: true,
+                    zero_range: false,
                 };
                 self.fs()
                     .fallocate(ino, mode, off as u64, len as u64)
@@ -1018,6 +1019,7 @@ fn fallocate_truncate_loops_return_every_block() {
                     let mode = FallocMode {
                         keep_size: keep,
                         punch_hole: false,
+                        zero_range: false,
                     };
                     fs.fallocate(f, mode, size, 8192).expect("fallocate");
                     if !keep {
@@ -1028,6 +1030,7 @@ fn fallocate_truncate_loops_return_every_block() {
                         let punch = FallocMode {
                             keep_size: true,
                             punch_hole: true,
+                            zero_range: false,
                         };
                         fs.fallocate(f, punch, off, rng.gen_range(1..40_000))
                             .expect("punch");

@@ -715,6 +715,7 @@ fn wl_fallocate2(d: &mut Driver, rng: &mut StdRng) -> R<()> {
             let mode = FallocMode {
                 keep_size: true,
                 punch_hole: false,
+                zero_range: false,
             };
             d.fallocate(f, mode, len, bs() * rng.gen_range(1..=3))?;
         }
@@ -849,6 +850,7 @@ fn wl_truncate(d: &mut Driver, rng: &mut StdRng) -> R<()> {
                 let mode = FallocMode {
                     keep_size: true,
                     punch_hole: true,
+                    zero_range: false,
                 };
                 let off = rng.gen_range(0..=size);
                 d.fallocate(f, mode, off, rng.gen_range(1..20_000))?;
@@ -937,6 +939,7 @@ fn wl_mix(d: &mut Driver, rng: &mut StdRng) -> R<()> {
                 let mode = FallocMode {
                     keep_size: rng.gen_bool(0.5),
                     punch_hole: rng.gen_bool(0.3),
+                    zero_range: false,
                 };
                 let off = rng.gen_range(0..=size + bs());
                 d.fallocate(f, mode, off, rng.gen_range(1..4 * bs()))?;

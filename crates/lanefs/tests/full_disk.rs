@@ -159,6 +159,7 @@ fn a_write_that_needs_a_tree_block_on_a_full_disk_fails_whole() {
     let punch = FallocMode {
         keep_size: true,
         punch_hole: true,
+        zero_range: false,
     };
     fs.fallocate(g, punch, size - 4096, 4096).unwrap();
     // (The punch may also free G's leaf block; small files take what is over one.)
@@ -212,6 +213,7 @@ fn a_punch_that_splits_an_extent_on_a_full_disk_succeeds() {
     let punch = FallocMode {
         keep_size: true,
         punch_hole: true,
+        zero_range: false,
     };
     fs.fallocate(f, punch, 2 * 4096, 2 * 4096).unwrap();
     assert_eq!(fs.extent_count(f).unwrap(), 5);

@@ -737,6 +737,7 @@ fn lanefs_apply(fs: &Fs, op: &Op, open_first: bool) -> lanefs::Result<()> {
             let mode = FallocMode {
                 keep_size: *keep_size || *punch,
                 punch_hole: *punch,
+                zero_range: false,
             };
             with_open(ino, &|| fs.fallocate(ino, mode, *off, *len))
         }
@@ -3207,12 +3208,14 @@ fn kernel_edit_last_logical_blocks() {
     let punch = FallocMode {
         keep_size: true,
         punch_hole: true,
+        zero_range: false,
     };
     fs.fallocate(ino, punch, last - 3 * BS, BS)
         .expect("lanefs punches near the end");
     let alloc = FallocMode {
         keep_size: true,
         punch_hole: false,
+        zero_range: false,
     };
     fs.fallocate(ino, alloc, last - 10 * BS, 5 * BS)
         .expect("lanefs fallocates near the end");

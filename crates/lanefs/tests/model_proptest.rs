@@ -1098,6 +1098,7 @@ impl Runner {
         let mode = FallocMode {
             keep_size: mode > 0,
             punch_hole: mode == 2,
+            zero_range: false,
         };
         let want = match self.not_file(id) {
             _ if len == 0 => Err(Error::Invalid("length 0".into())),

@@ -64,6 +64,7 @@ fn layout_lanefs(fs: &Fs, ino: u64) {
     let keep = FallocMode {
         keep_size: false,
         punch_hole: false,
+        zero_range: false,
     };
     fs.fallocate(ino, keep, 2 * MIB, 64 * KIB).unwrap();
     fs.write(ino, 2 * MIB + 16 * KIB, &[3u8; 4096]).unwrap();

@@ -462,6 +462,9 @@ impl Fs {
         }
         // As ext4: block-mapped files can punch holes but not preallocate (no unwritten
         // state to record).
+        if mode.punch_hole && mode.zero_range {
+            return Err(Error::Invalid("punch hole and zero range together".into()));
+        }
         if !mode.punch_hole && st.d.flags() & FL_EXTENTS == 0 {
             return Err(Error::NotSupported(
                 "fallocate on a file mapped by indirect blocks".into(),
@@ -477,6 +480,12 @@ impl Fs {
         if mode.punch_hole {
             self.punch(&h, &i, &mut st, off, end)?;
         } else {
+            if mode.zero_range {
+                // As ext4_zero_range: the partial edges are zeroed in the page cache, the
+                // whole blocks between become unwritten (here: freed, then allocated
+                // unwritten below).
+                self.punch(&h, &i, &mut st, off, end)?;
+            }
             let first = off / bs;
             let holes = self.hole_ranges(&st, first, end.div_ceil(bs));
             let alloc = self.allocate(&h, &i, &mut st, first, end.div_ceil(bs) - first, true);

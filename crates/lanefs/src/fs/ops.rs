@@ -292,6 +292,15 @@ impl Fs {
             return Err(Error::NotPermitted);
         }
         let kind = FileType::from_mode(mode).ok_or_else(|| Error::Invalid("mode".into()))?;
+        // As inode_init_owner: in a set-group-ID directory the new inode takes the
+        // directory's group, and a new directory keeps the bit.
+        let (mut mode, mut owner) = (mode, owner);
+        if dst.d.mode() & S_ISGID != 0 {
+            owner.gid = dst.d.gid();
+            if kind == FileType::Directory {
+                mode |= S_ISGID;
+            }
+        }
         if kind == FileType::Directory && self.dir_links_full(&dst) {
             return Err(Error::TooManyLinks);
         }
@@ -701,6 +710,9 @@ impl Fs {
         })
     }
 }
+
+/// The set-group-ID mode bit.
+const S_ISGID: u16 = 0o2000;
 
 /// A generation number for a new inode (varies per inode and per mount).
 fn generation(ino: Ino) -> u32 {

@@ -18,10 +18,30 @@ type Guard<'a> = RwLockWriteGuard<'a, InodeState>;
 impl Fs {
     /// Rename, replacing an existing target if it is compatible.
     pub fn rename(&self, dir: Ino, name: &[u8], newdir: Ino, newname: &[u8]) -> Result<()> {
-        self.retry_nospace(|| self.rename_once(dir, name, newdir, newname))
+        self.rename_with(dir, name, newdir, newname, RenameMode::Replace)
     }
 
-    fn rename_once(&self, dir: Ino, name: &[u8], newdir: Ino, newname: &[u8]) -> Result<()> {
+    /// Rename as renameat2(2) with `mode`: replace the target, refuse an existing one
+    /// (`NoReplace`), or swap the two names (`Exchange`).
+    pub fn rename_with(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        newdir: Ino,
+        newname: &[u8],
+        mode: RenameMode,
+    ) -> Result<()> {
+        self.retry_nospace(|| self.rename_once(dir, name, newdir, newname, mode))
+    }
+
+    fn rename_once(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        newdir: Ino,
+        newname: &[u8],
+        mode: RenameMode,
+    ) -> Result<()> {
         self.check_rw()?;
         for n in [name, newname] {
             if n == b"." || n == b".." || n.is_empty() {
@@ -63,6 +83,7 @@ impl Fs {
             nst.as_mut(),
             newname,
             chains.as_ref(),
+            mode,
         )
     }
 
@@ -101,6 +122,7 @@ impl Fs {
         mut nst: Option<&mut Guard<'_>>,
         newname: &[u8],
         chains: Option<&(Vec<Ino>, Vec<Ino>)>,
+        mode: RenameMode,
     ) -> Result<()> {
         let ctx = self.ctx();
         let (sino, _) = ctx.lookup(dir, ost, name)?.ok_or(Error::NotFound)?;
@@ -108,19 +130,34 @@ impl Fs {
             let tdir: &InodeState = nst.as_deref().map_or(&**ost, |g| &**g);
             ctx.lookup(newdir, tdir, newname)?.map(|t| t.0)
         };
+        match (mode, target) {
+            (RenameMode::NoReplace, Some(_)) => return Err(Error::Exists),
+            (RenameMode::Exchange, None) => return Err(Error::NotFound),
+            _ => {}
+        }
         if let Some((up_old, up_new)) = chains {
             // As Linux: the source must not be the new parent or above it (EINVAL), the
-            // target not the old parent or above it (ENOTEMPTY). Checked before the children
-            // are locked: the source may be the locked new parent itself.
+            // target not the old parent or above it (ENOTEMPTY; EINVAL for an exchange,
+            // which would move it below itself). Checked before the children are locked:
+            // the source may be the locked new parent itself.
             if up_new.contains(&sino) {
                 return Err(Error::Invalid("cannot move a directory into itself".into()));
             }
             if target.is_some_and(|t| up_old.contains(&t)) {
-                return Err(Error::NotEmpty);
+                return Err(match mode {
+                    RenameMode::Exchange => {
+                        Error::Invalid("cannot move a directory into itself".into())
+                    }
+                    _ => Error::NotEmpty,
+                });
             }
         }
         if target == Some(sino) {
             return Ok(());
+        }
+        if mode == RenameMode::Exchange {
+            let t = target.ok_or(Error::NotFound)?;
+            return self.exchange_locked(dir, ost, name, sino, newdir, nst, newname, t);
         }
         let src = self.iget(sino)?;
         let tgt = target.map(|t| self.iget(t)).transpose()?;
@@ -222,6 +259,108 @@ impl Fs {
             self.icache.remove_if(ti.ino, ti);
         }
         Ok(())
+    }
+
+    /// RENAME_EXCHANGE: `name` in `dir` (inode `sino`) and `newname` in `newdir` (inode
+    /// `tino`) swap. Directories moving between parents get a new `..`, and each parent's
+    /// link count follows the subdirectories it gains or loses (ext4_cross_rename).
+    #[allow(clippy::too_many_arguments)]
+    fn exchange_locked(
+        &self,
+        dir: Ino,
+        ost: &mut Guard<'_>,
+        name: &[u8],
+        sino: Ino,
+        newdir: Ino,
+        mut nst: Option<&mut Guard<'_>>,
+        newname: &[u8],
+        tino: Ino,
+    ) -> Result<()> {
+        use super::ops::flags::pinned;
+        let ctx = self.ctx();
+        let src = self.iget(sino)?;
+        let tgt = self.iget(tino)?;
+        let (mut sst, mut tst) = if tino < sino {
+            let tg = tgt.state.write();
+            (src.state.write(), tg)
+        } else {
+            let sg = src.state.write();
+            (sg, tgt.state.write())
+        };
+        self.load(&src, &mut sst)?;
+        self.load(&tgt, &mut tst)?;
+        let is_dir =
+            |st: &InodeState| FileType::from_mode(st.d.mode()) == Some(FileType::Directory);
+        let (s_dir, t_dir) = (is_dir(&sst), is_dir(&tst));
+        {
+            let ndst: &InodeState = nst.as_deref().map_or(&**ost, |g| &**g);
+            if pinned(ost) || pinned(ndst) || pinned(&sst) || pinned(&tst) {
+                return Err(Error::NotPermitted);
+            }
+        }
+        let cross = dir != newdir;
+        if cross && s_dir != t_dir {
+            // The parent that receives the directory gains a link.
+            let gains: &InodeState = if s_dir {
+                nst.as_deref().map_or(&**ost, |g| &**g)
+            } else {
+                ost
+            };
+            if self.dir_links_full(gains) {
+                return Err(Error::TooManyLinks);
+            }
+        }
+        let code = |st: &InodeState| {
+            FileType::from_mode(st.d.mode())
+                .unwrap_or(FileType::Regular)
+                .dirent_code()
+        };
+        let h = self.journal.start();
+        {
+            let ndst: &mut InodeState = match nst.as_deref_mut() {
+                Some(g) => g,
+                None => ost,
+            };
+            ctx.replace(&h, newdir, ndst, newname, sino, code(&sst))?;
+        }
+        ctx.replace(&h, dir, ost, name, tino, code(&tst))?;
+        if cross {
+            if s_dir {
+                ctx.set_dotdot(&h, sino, &mut sst, newdir)?;
+            }
+            if t_dir {
+                ctx.set_dotdot(&h, tino, &mut tst, dir)?;
+            }
+            if let Some(g) = nst.as_deref_mut() {
+                match (s_dir, t_dir) {
+                    (true, false) => {
+                        super::ops::links::dec(&mut ost.d);
+                        super::ops::links::inc(&mut g.d);
+                    }
+                    (false, true) => {
+                        super::ops::links::inc(&mut ost.d);
+                        super::ops::links::dec(&mut g.d);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let t = now();
+        for st in [Some(&mut **ost), nst.as_deref_mut().map(|g| &mut **g)]
+            .into_iter()
+            .flatten()
+        {
+            st.d.set_mtime(t);
+            st.d.set_ctime(t);
+        }
+        sst.d.set_ctime(t);
+        tst.d.set_ctime(t);
+        self.store(&h, dir, ost)?;
+        if let Some(g) = nst.as_mut() {
+            self.store(&h, newdir, g)?;
+        }
+        self.store(&h, sino, &mut sst)?;
+        self.store(&h, tino, &mut tst)
     }
 
     fn check_replace(&self, tino: Ino, ts: &InodeState, src_dir: bool) -> Result<()> {

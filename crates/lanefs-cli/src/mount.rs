@@ -1,0 +1,225 @@
+//! `lanefs mount` and `lanefs umount`: serve an image through FUSE.
+//!
+//! `mount` checks its options, the image path and the mount point, then (unless `-f`)
+//! forks before any thread exists: the child mounts and serves, and tells the parent
+//! through a pipe when the kernel has the mount or why it failed; the parent prints that
+//! one line (or nothing) and exits. `umount` unmounts and then waits until the daemon has
+//! let go of the image, so the image is clean when it returns.
+
+use crate::cli::{MountArgs, UmountArgs};
+use crate::error::{CmdResult, Context, Error, Failure};
+use lanefs_fuse::{mount_source, preflight, serve, MountConfig, SUBTYPE};
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long `umount` waits for the daemon to finish writing back.
+const WRITEBACK_WAIT: Duration = Duration::from_secs(600);
+
+/// `lanefs mount IMAGE MOUNTPOINT [-o OPTS] [-f]`.
+pub fn mount(a: &MountArgs) -> CmdResult<i32> {
+    let mut cfg = MountConfig::default();
+    for o in &a.options {
+        cfg.parse(o)
+            .map_err(|e| Failure::new("-o", Error::msg(e)))?;
+    }
+    let image = a.image.canonicalize().ctx(a.image.display())?;
+    let mp = preflight(&a.mountpoint).map_err(|e| Failure::new("", Error::msg(e)))?;
+    if a.foreground {
+        return serve(&image, &mp, &cfg, |_| {})
+            .map(|()| 0)
+            .map_err(|e| Failure::new("", Error::msg(e)));
+    }
+    let (rd, wr) = pipe().ctx("pipe")?;
+    // SAFETY: no thread has been started yet (argument parsing and the checks above run
+    // on the main thread only), so the child may go on with any code.
+    match unsafe { libc::fork() } {
+        -1 => Err(Failure::new("fork", std::io::Error::last_os_error())),
+        0 => {
+            drop(rd);
+            std::process::exit(daemon(&image, &mp, &cfg, wr));
+        }
+        _ => {
+            drop(wr);
+            let mut msg = String::new();
+            let mut f = std::fs::File::from(rd);
+            let _ = f.read_to_string(&mut msg);
+            match msg.strip_prefix("ok") {
+                Some(_) => Ok(0),
+                None if msg.is_empty() => Err(Failure::new(
+                    "",
+                    Error::msg("the daemon exited before mounting"),
+                )),
+                None => Err(Failure::new("", Error::msg(msg))),
+            }
+        }
+    }
+}
+
+/// The daemon: a session of its own, the mount, and the status line to the parent.
+fn daemon(image: &Path, mp: &Path, cfg: &MountConfig, status: OwnedFd) -> i32 {
+    // SAFETY: setsid has no preconditions; failure (already a group leader) is harmless.
+    unsafe { libc::setsid() };
+    let _ = std::env::set_current_dir("/");
+    let mut status = Some(std::fs::File::from(status));
+    let r = serve(image, mp, cfg, |r| {
+        let Some(mut f) = status.take() else { return };
+        let _ = match &r {
+            Ok(()) => f.write_all(b"ok"),
+            Err(e) => f.write_all(e.as_bytes()),
+        };
+        drop(f);
+        if r.is_ok() {
+            detach_stdio();
+            lanefs_fuse::log::to_syslog();
+        }
+    });
+    i32::from(r.is_err())
+}
+
+/// Point stdin, stdout and stderr at /dev/null.
+fn detach_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto the standard descriptors; `null` stays open for the call.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `lanefs umount MOUNTPOINT`: unmount, then wait for the daemon to release the image.
+pub fn umount(a: &UmountArgs) -> CmdResult<i32> {
+    let mp = a.mountpoint.canonicalize().ctx(a.mountpoint.display())?;
+    let Some((source, fstype)) = mount_source(&mp) else {
+        return Err(Failure::new(mp.display(), Error::msg("not mounted")));
+    };
+    if fstype != format!("fuse.{SUBTYPE}") {
+        return Err(Failure::new(
+            mp.display(),
+            Error::msg(format!("not a lanefs mount (type {fstype})")),
+        ));
+    }
+    unmount_strict(&mp).map_err(|e| Failure::new(mp.display(), Error::msg(e)))?;
+    let image = PathBuf::from(&source);
+    if image.is_absolute() && image.exists() {
+        wait_released(&image).map_err(|e| Failure::new(&source, Error::msg(e)))?;
+    }
+    Ok(0)
+}
+
+/// Unmount refusing a busy mount (as umount(8) does), unlike the lazy unmount signals use.
+fn unmount_strict(mp: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    if crate::hostsys::euid() == 0 {
+        let c = std::ffi::CString::new(mp.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: `c` is a NUL-terminated path living until the call returns.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        return Err(crate::error::io_text(&e));
+    }
+    let out = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(mp)
+        .output()
+        .map_err(|e| format!("fusermount3: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// Wait until no process holds the image's exclusive claim (the daemon has written
+/// everything back and exited).
+fn wait_released(image: &Path) -> Result<(), String> {
+    let start = Instant::now();
+    let f = std::fs::File::open(image).map_err(|e| crate::error::io_text(&e))?;
+    let block = f
+        .metadata()
+        .map(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_block_device()
+        })
+        .unwrap_or(false);
+    loop {
+        let free = if block {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags_excl()
+                .open(image)
+                .is_ok()
+        } else {
+            // SAFETY: flock on a descriptor `f` owns; LOCK_NB never blocks.
+            let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if r == 0 {
+                // SAFETY: as above; gives the lock straight back.
+                unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+            }
+            r == 0
+        };
+        if free {
+            return Ok(());
+        }
+        if start.elapsed() > WRITEBACK_WAIT {
+            return Err("unmounted, but the daemon still holds the image after 10 minutes".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+trait ExclOpen {
+    fn custom_flags_excl(&mut self) -> &mut Self;
+}
+
+impl ExclOpen for std::fs::OpenOptions {
+    fn custom_flags_excl(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(libc::O_EXCL)
+    }
+}
+
+/// When run as `mount.fuse.lanefs SOURCE MOUNTPOINT [-o OPTS] [-n] [-s] [-f] [-v]` (by
+/// mount(8) for `-t fuse.lanefs` and fstab lines), the arguments of `lanefs mount`.
+pub fn helper_args(args: Vec<OsString>) -> Vec<OsString> {
+    let is_helper = args
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .is_some_and(|n| n == "mount.fuse.lanefs");
+    if !is_helper {
+        return args;
+    }
+    let mut out: Vec<OsString> = vec!["lanefs".into(), "mount".into()];
+    let mut it = args.into_iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            // mount(8)'s own flags: no mtab, sloppy, verbose.
+            Some("-n" | "-s" | "-v") => {}
+            Some("-o") => {
+                out.push(a);
+                if let Some(v) = it.next() {
+                    out.push(v);
+                }
+            }
+            _ => out.push(a),
+        }
+    }
+    out
+}

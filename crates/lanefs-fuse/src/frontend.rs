@@ -1,0 +1,859 @@
+//! The FUSE request handlers: each one calls `Fs` and converts the answer.
+//!
+//! The frontend holds no lock and no per-request state of its own: every request thread
+//! (one per cloned /dev/fuse fd) calls straight into the engine, whose locks are per
+//! inode, per group and per journal transaction. FUSE node ids are ext4 inode numbers,
+//! except that the root (ext4 inode 2) is FUSE's node 1 (ext4 inode 1, the bad-blocks
+//! inode, is never reachable by name). Open files keep their inode alive through
+//! `Fs::open`/`Fs::release`, so an unlinked file lives until its last close, as on ext4.
+
+use crate::log;
+use crate::options::{ErrorPolicy, MountConfig};
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use lanefs::{
+    Attr, Error, FallocMode, FileType, Fs, Ino, Owner, RenameMode, SetAttr, Timespec, XattrFlags,
+    ROOT_INO,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The longest name ext4 stores; FUSE lets up to 1024 bytes through to the daemon.
+const NAME_MAX: usize = 255;
+
+/// The file system FUSE serves.
+pub struct LaneFuse {
+    fs: Arc<Fs>,
+    attr_ttl: Duration,
+    entry_ttl: Duration,
+    writeback_cache: bool,
+    max_write: Option<u32>,
+    errors: ErrorPolicy,
+}
+
+impl LaneFuse {
+    /// Serve `fs` with the frontend options of `cfg`.
+    pub fn new(fs: Arc<Fs>, cfg: &MountConfig) -> LaneFuse {
+        LaneFuse {
+            fs,
+            attr_ttl: cfg.attr_timeout,
+            entry_ttl: cfg.entry_timeout,
+            writeback_cache: cfg.writeback_cache,
+            max_write: cfg.max_write,
+            errors: cfg.errors,
+        }
+    }
+
+    /// The engine's errno for `e`; corruption and device errors are logged, reported as
+    /// EIO, and end the daemon under `errors=panic`.
+    fn errno(&self, op: &str, ino: Ino, e: Error) -> Errno {
+        match e {
+            Error::Corrupt { .. } | Error::Io(_) => {
+                log::line(&format!("{op} on inode {ino}: {e}"));
+                if self.errors == ErrorPolicy::Panic {
+                    log::line(
+                        "errors=panic: stopping the daemon; the journal replays at the next mount",
+                    );
+                    std::process::exit(1);
+                }
+                Errno::EIO
+            }
+            e => Errno::from_i32(e.errno()),
+        }
+    }
+
+    fn file_attr(&self, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(to_node(a.ino)),
+            size: a.size,
+            blocks: a.blocks,
+            atime: to_system(a.atime),
+            mtime: to_system(a.mtime),
+            ctime: to_system(a.ctime),
+            crtime: to_system(a.crtime),
+            kind: kind(a.kind),
+            perm: a.perm,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev,
+            blksize: self.fs.block_size(),
+            flags: 0,
+        }
+    }
+
+    fn entry(&self, reply: ReplyEntry, op: &str, ino: Ino, r: lanefs::Result<Attr>) {
+        match r {
+            Ok(a) => reply.entry(
+                &self.entry_ttl,
+                &self.file_attr(&a),
+                Generation(a.generation.into()),
+            ),
+            Err(Error::NotFound) if op == "lookup" => {
+                // A negative entry the kernel may cache as long as a positive one.
+                reply.error(Errno::ENOENT)
+            }
+            Err(e) => reply.error(self.errno(op, ino, e)),
+        }
+    }
+
+    fn empty(&self, reply: ReplyEmpty, op: &str, ino: Ino, r: lanefs::Result<()>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.errno(op, ino, e)),
+        }
+    }
+}
+
+/// FUSE node id of ext4 inode `ino`.
+fn to_node(ino: Ino) -> u64 {
+    if ino == ROOT_INO {
+        1
+    } else {
+        ino
+    }
+}
+
+/// ext4 inode of FUSE node id `n`.
+fn to_ino(n: INodeNo) -> Ino {
+    if n.0 == 1 {
+        ROOT_INO
+    } else {
+        n.0
+    }
+}
+
+fn to_system(t: Timespec) -> SystemTime {
+    if t.sec >= 0 {
+        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + Duration::from_nanos(t.nsec.into())
+    }
+}
+
+fn from_system(t: SystemTime) -> Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
+            if nsec > 0 {
+                sec -= 1;
+                nsec = 1_000_000_000 - nsec;
+            }
+            Timespec { sec, nsec }
+        }
+    }
+}
+
+fn time_or_now(t: TimeOrNow) -> Timespec {
+    match t {
+        TimeOrNow::SpecificTime(t) => from_system(t),
+        TimeOrNow::Now => Timespec::now(),
+    }
+}
+
+fn kind(k: FileType) -> fuser::FileType {
+    match k {
+        FileType::Regular => fuser::FileType::RegularFile,
+        FileType::Directory => fuser::FileType::Directory,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+        FileType::Symlink => fuser::FileType::Symlink,
+    }
+}
+
+/// A name from the kernel, refused with ENAMETOOLONG past ext4's limit before anything
+/// is looked at or written.
+fn name(n: &OsStr) -> Result<&[u8], Errno> {
+    let b = n.as_bytes();
+    if b.len() > NAME_MAX {
+        return Err(Errno::from_i32(libc::ENAMETOOLONG));
+    }
+    Ok(b)
+}
+
+fn owner(req: &Request) -> Owner {
+    Owner {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+impl Filesystem for LaneFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut want = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            | InitFlags::FUSE_ATOMIC_O_TRUNC;
+        if self.writeback_cache {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        // Whatever this kernel lacks is simply not asked for.
+        let have = config.capabilities();
+        let _ = config.add_capabilities(want & have);
+        if let Some(w) = self.max_write {
+            let _ = config.set_max_write(w);
+        }
+        // Timestamps carry nanoseconds.
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        // The caller unmounts the engine once every request thread has stopped.
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let dir = to_ino(parent);
+        match name(n) {
+            Ok(n) => self.entry(reply, "lookup", dir, self.fs.lookup(dir, n)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let i = to_ino(ino);
+        match self.fs.getattr(i) {
+            Ok(a) => reply.attr(&self.attr_ttl, &self.file_attr(&a)),
+            Err(e) => reply.error(self.errno("getattr", i, e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let i = to_ino(ino);
+        let set = SetAttr {
+            perm: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+            ctime: ctime.map(from_system),
+        };
+        match self.fs.setattr(i, &set) {
+            Ok(a) => reply.attr(&self.attr_ttl, &self.file_attr(&a)),
+            Err(e) => reply.error(self.errno("setattr", i, e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let i = to_ino(ino);
+        match self.fs.readlink(i) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(self.errno("readlink", i, e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let dir = to_ino(parent);
+        let n = match name(n) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let r = if mode & libc::S_IFMT == libc::S_IFREG || mode & libc::S_IFMT == 0 {
+            // A regular file made by mknod is not open.
+            self.fs
+                .create(dir, n, (mode & 0o7777) as u16, owner(req))
+                .and_then(|a| self.fs.release(a.ino).map(|()| a))
+        } else {
+            self.fs.mknod(dir, n, mode, rdev, owner(req))
+        };
+        self.entry(reply, "mknod", dir, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let dir = to_ino(parent);
+        match name(n) {
+            Ok(n) => {
+                let r = self.fs.mkdir(dir, n, (mode & 0o7777) as u16, owner(req));
+                self.entry(reply, "mkdir", dir, r)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let dir = to_ino(parent);
+        match name(n) {
+            Ok(n) => self.empty(reply, "unlink", dir, self.fs.unlink(dir, n)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let dir = to_ino(parent);
+        match name(n) {
+            Ok(n) => self.empty(reply, "rmdir", dir, self.fs.rmdir(dir, n)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let dir = to_ino(parent);
+        match name(link_name) {
+            Ok(n) => {
+                let r = self
+                    .fs
+                    .symlink(dir, n, target.as_os_str().as_bytes(), owner(req));
+                self.entry(reply, "symlink", dir, r)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (dir, newdir) = (to_ino(parent), to_ino(newparent));
+        let (n, newname) = match (name(n), name(newname)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        let mode = if flags.is_empty() {
+            RenameMode::Replace
+        } else if flags == RenameFlags::RENAME_NOREPLACE {
+            RenameMode::NoReplace
+        } else if flags == RenameFlags::RENAME_EXCHANGE {
+            RenameMode::Exchange
+        } else {
+            // RENAME_WHITEOUT is for overlay file systems; ext4 supports it, lanefs not yet.
+            return reply.error(Errno::EINVAL);
+        };
+        let r = self.fs.rename_with(dir, n, newdir, newname, mode);
+        self.empty(reply, "rename", dir, r);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let (i, dir) = (to_ino(ino), to_ino(newparent));
+        match name(newname) {
+            Ok(n) => self.entry(reply, "link", i, self.fs.link(i, dir, n)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let i = to_ino(ino);
+        match self.fs.open(i) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(self.errno("open", i, e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let i = to_ino(ino);
+        let mut buf = vec![0u8; size as usize];
+        match self.fs.read(i, offset, &mut buf) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(self.errno("read", i, e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let i = to_ino(ino);
+        match self.fs.write(i, offset, data) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(self.errno("write", i, e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let i = to_ino(ino);
+        self.empty(reply, "release", i, self.fs.release(i));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let i = to_ino(ino);
+        self.empty(reply, "fsync", i, self.fs.fsync(i, datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let i = to_ino(ino);
+        match self.fs.getattr(i) {
+            Ok(a) if a.kind != FileType::Directory => reply.error(Errno::ENOTDIR),
+            Ok(_) => match self.fs.open(i) {
+                Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                Err(e) => reply.error(self.errno("opendir", i, e)),
+            },
+            Err(e) => reply.error(self.errno("opendir", i, e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dir = to_ino(ino);
+        let mut pos = offset;
+        loop {
+            let batch = match self.fs.readdir(dir, pos, 128) {
+                Ok(b) => b,
+                Err(e) => return reply.error(self.errno("readdir", dir, e)),
+            };
+            if batch.is_empty() {
+                break;
+            }
+            for e in batch {
+                let full = reply.add(
+                    INodeNo(to_node(e.ino)),
+                    e.next,
+                    kind(e.kind),
+                    OsStr::from_bytes(&e.name),
+                );
+                if full {
+                    return reply.ok();
+                }
+                pos = e.next;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let dir = to_ino(ino);
+        let mut pos = offset;
+        loop {
+            let batch = match self.fs.readdir(dir, pos, 64) {
+                Ok(b) => b,
+                Err(e) => return reply.error(self.errno("readdirplus", dir, e)),
+            };
+            if batch.is_empty() {
+                break;
+            }
+            for e in batch {
+                let attr = match self.fs.getattr(e.ino) {
+                    Ok(a) => a,
+                    // Removed since the block was read: leave it out.
+                    Err(Error::NotFound) => {
+                        pos = e.next;
+                        continue;
+                    }
+                    Err(err) => return reply.error(self.errno("readdirplus", e.ino, err)),
+                };
+                let full = reply.add(
+                    INodeNo(to_node(e.ino)),
+                    e.next,
+                    OsStr::from_bytes(&e.name),
+                    &self.entry_ttl,
+                    &self.file_attr(&attr),
+                    Generation(attr.generation.into()),
+                );
+                if full {
+                    return reply.ok();
+                }
+                pos = e.next;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        let i = to_ino(ino);
+        self.empty(reply, "releasedir", i, self.fs.release(i));
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let i = to_ino(ino);
+        self.empty(reply, "fsyncdir", i, self.fs.fsync(i, datasync));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.free_blocks,
+                s.avail_blocks,
+                s.inodes,
+                s.free_inodes,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(e) => reply.error(self.errno("statfs", ROOT_INO, e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        n: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let i = to_ino(ino);
+        let f = match flags {
+            0 => XattrFlags::Any,
+            libc::XATTR_CREATE => XattrFlags::Create,
+            libc::XATTR_REPLACE => XattrFlags::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let r = self.fs.setxattr(i, n.as_bytes(), value, f);
+        self.empty(reply, "setxattr", i, r);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        let i = to_ino(ino);
+        match self.fs.getxattr(i, n.as_bytes()) {
+            Ok(v) => xattr_reply(reply, &v, size),
+            Err(e) => reply.error(self.errno("getxattr", i, e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let i = to_ino(ino);
+        match self.fs.listxattr(i) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                xattr_reply(reply, &buf, size)
+            }
+            Err(e) => reply.error(self.errno("listxattr", i, e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let i = to_ino(ino);
+        self.empty(
+            reply,
+            "removexattr",
+            i,
+            self.fs.removexattr(i, n.as_bytes()),
+        );
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        // Called only without default_permissions: the daemon answers from the mode bits.
+        let i = to_ino(ino);
+        let a = match self.fs.getattr(i) {
+            Ok(a) => a,
+            Err(e) => return reply.error(self.errno("access", i, e)),
+        };
+        let want = mask.bits() & 7;
+        if want == 0 {
+            return reply.ok();
+        }
+        let ok = if req.uid() == 0 {
+            // Root may do anything, but execute needs some execute bit (or a directory).
+            want & 1 == 0 || a.perm & 0o111 != 0 || a.kind == FileType::Directory
+        } else {
+            let bits = if req.uid() == a.uid {
+                (a.perm >> 6) & 7
+            } else if req.gid() == a.gid {
+                (a.perm >> 3) & 7
+            } else {
+                a.perm & 7
+            };
+            (bits as i32) & want == want
+        };
+        if ok {
+            reply.ok()
+        } else {
+            reply.error(Errno::EACCES)
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let dir = to_ino(parent);
+        let n = match name(n) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let r = match self.fs.create(dir, n, (mode & 0o7777) as u16, owner(req)) {
+            // Without O_EXCL, a name that appeared since the kernel's lookup is opened.
+            Err(Error::Exists) if flags & libc::O_EXCL == 0 => {
+                self.fs.lookup(dir, n).and_then(|a| {
+                    if a.kind == FileType::Directory {
+                        return Err(Error::IsDir);
+                    }
+                    self.fs.open(a.ino)?;
+                    if flags & libc::O_TRUNC != 0 && a.kind == FileType::Regular {
+                        let set = SetAttr {
+                            size: Some(0),
+                            ..SetAttr::default()
+                        };
+                        if let Err(e) = self.fs.setattr(a.ino, &set) {
+                            let _ = self.fs.release(a.ino);
+                            return Err(e);
+                        }
+                    }
+                    self.fs.getattr(a.ino)
+                })
+            }
+            r => r,
+        };
+        match r {
+            Ok(a) => reply.created(
+                &self.entry_ttl,
+                &self.file_attr(&a),
+                Generation(a.generation.into()),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(self.errno("create", dir, e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let i = to_ino(ino);
+        let known =
+            libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        if mode & !known != 0 {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        let m = FallocMode {
+            keep_size: mode & libc::FALLOC_FL_KEEP_SIZE != 0,
+            punch_hole: mode & libc::FALLOC_FL_PUNCH_HOLE != 0,
+            zero_range: mode & libc::FALLOC_FL_ZERO_RANGE != 0,
+        };
+        if m.punch_hole && !m.keep_size {
+            // As fallocate(2): punching must keep the size.
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        self.empty(
+            reply,
+            "fallocate",
+            i,
+            self.fs.fallocate(i, m, offset, length),
+        );
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let i = to_ino(ino);
+        if offset < 0 {
+            return reply.error(Errno::ENXIO);
+        }
+        let r = match whence {
+            libc::SEEK_DATA => self.fs.seek_data(i, offset as u64),
+            libc::SEEK_HOLE => self.fs.seek_hole(i, offset as u64),
+            // The kernel answers SEEK_SET, SEEK_CUR and SEEK_END itself.
+            _ => return reply.error(Errno::EINVAL),
+        };
+        match r {
+            Ok(Some(o)) => reply.offset(o as i64),
+            Ok(None) => reply.error(Errno::ENXIO),
+            Err(e) => reply.error(self.errno("lseek", i, e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let (src, dst) = (to_ino(ino_in), to_ino(ino_out));
+        // One reply carries at most u32::MAX bytes; the caller loops for the rest.
+        let len = len.min(1 << 30);
+        let mut buf = vec![0u8; len.min(1 << 20) as usize];
+        let mut done = 0u64;
+        while done < len {
+            let want = ((len - done) as usize).min(buf.len());
+            let n = match self.fs.read(src, offset_in + done, &mut buf[..want]) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => return reply.error(self.errno("copy_file_range", src, e)),
+            };
+            if let Err(e) = self.fs.write(dst, offset_out + done, &buf[..n]) {
+                if done == 0 {
+                    return reply.error(self.errno("copy_file_range", dst, e));
+                }
+                break;
+            }
+            done += n as u64;
+        }
+        reply.written(done as u32);
+    }
+}
+
+/// getxattr/listxattr's answer: the size when asked with 0, ERANGE when too small.
+fn xattr_reply(reply: ReplyXattr, v: &[u8], size: u32) {
+    if size == 0 {
+        reply.size(v.len() as u32)
+    } else if v.len() > size as usize {
+        reply.error(Errno::from_i32(libc::ERANGE))
+    } else {
+        reply.data(v)
+    }
+}

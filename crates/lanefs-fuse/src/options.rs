@@ -1,0 +1,217 @@
+//! `-o` mount options: the FUSE frontend's own, the kernel's VFS flags, and every engine
+//! option (`lanefs::MountOptions::apply`). Unknown or malformed options are refused by
+//! name, before anything is opened.
+
+use lanefs::MountOptions;
+use std::time::Duration;
+
+/// What to do when the engine meets a corrupt structure or a failing device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorPolicy {
+    /// The operation fails with EIO; a failed journal turns the mount read-only (ext4's
+    /// `errors=remount-ro`, the default).
+    #[default]
+    RemountRo,
+    /// The daemon logs and exits at once, leaving the journal to replay (ext4's
+    /// `errors=panic`; the mount point then reports "transport endpoint is not
+    /// connected" until unmounted).
+    Panic,
+}
+
+/// Everything `lanefs mount -o ...` can set.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// The engine's options (`ro`, `commit=`, the `mb_*` allocator policies).
+    pub engine: MountOptions,
+    /// Let other users in (`allow_other`).
+    pub allow_other: bool,
+    /// Let root in besides the owner (`allow_root`).
+    pub allow_root: bool,
+    /// The kernel checks permissions against the inode's mode (`default_permissions`);
+    /// `None` until given: on when running as root with `allow_other`.
+    pub default_permissions: Option<bool>,
+    /// Request threads, each with its own cloned /dev/fuse fd (`threads=N`).
+    pub threads: usize,
+    /// Let the kernel cache writes (`writeback_cache`).
+    pub writeback_cache: bool,
+    /// How long the kernel may cache attributes (`attr_timeout=SECS`).
+    pub attr_timeout: Duration,
+    /// How long the kernel may cache names (`entry_timeout=SECS`).
+    pub entry_timeout: Duration,
+    /// Largest write request (`max_write=BYTES`).
+    pub max_write: Option<u32>,
+    /// `errors=remount-ro|panic`.
+    pub errors: ErrorPolicy,
+    /// The mount's source as `/proc/mounts` shows it (`fsname=` or `source=`).
+    pub fsname: Option<String>,
+    /// Kernel VFS flags passed through (`nosuid`, `nodev`, `noexec`, `noatime`, ...).
+    pub vfs_flags: Vec<String>,
+}
+
+impl Default for MountConfig {
+    fn default() -> MountConfig {
+        MountConfig {
+            engine: MountOptions::default(),
+            allow_other: false,
+            allow_root: false,
+            default_permissions: None,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            writeback_cache: false,
+            attr_timeout: Duration::from_secs(1),
+            entry_timeout: Duration::from_secs(1),
+            max_write: None,
+            errors: ErrorPolicy::RemountRo,
+            fsname: None,
+            vfs_flags: Vec::new(),
+        }
+    }
+}
+
+/// VFS flags the kernel applies to the mount itself; passed through unchanged.
+const VFS_FLAGS: &[&str] = &[
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "noexec",
+    "atime",
+    "noatime",
+    "relatime",
+    "strictatime",
+    "nodiratime",
+    "sync",
+    "async",
+    "dirsync",
+];
+
+/// Options mount(8) and fstab carry that concern only them: accepted and ignored.
+const FSTAB_ONLY: &[&str] = &[
+    "defaults", "auto", "noauto", "nofail", "_netdev", "user", "users",
+];
+
+impl MountConfig {
+    /// Apply a comma-separated option list (one `-o` argument).
+    pub fn parse(&mut self, list: &str) -> Result<(), String> {
+        for opt in list.split(',').filter(|o| !o.is_empty()) {
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            self.apply(key, value)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, key: &str, value: Option<&str>) -> Result<(), String> {
+        let need = || value.ok_or_else(|| format!("option {key} needs a value"));
+        let no_value = || match value {
+            None => Ok(()),
+            Some(v) => Err(format!("option {key} takes no value (got {key}={v})")),
+        };
+        let secs = || -> Result<Duration, String> {
+            let v = need()?;
+            v.parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| format!("option {key}={v}: expected seconds"))
+        };
+        match key {
+            "allow_other" => {
+                no_value()?;
+                self.allow_other = true;
+            }
+            "allow_root" => {
+                no_value()?;
+                self.allow_root = true;
+            }
+            "default_permissions" => {
+                no_value()?;
+                self.default_permissions = Some(true);
+            }
+            "threads" => {
+                let v = need()?;
+                self.threads = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1024).contains(n))
+                    .ok_or_else(|| format!("option threads={v}: expected 1 to 1024"))?;
+            }
+            "writeback_cache" => {
+                no_value()?;
+                self.writeback_cache = true;
+            }
+            "attr_timeout" => self.attr_timeout = secs()?,
+            "entry_timeout" => self.entry_timeout = secs()?,
+            "max_write" => {
+                let v = need()?;
+                self.max_write = Some(
+                    v.parse()
+                        .ok()
+                        .filter(|n| (4096..=16 << 20).contains(n))
+                        .ok_or_else(|| {
+                            format!("option max_write={v}: expected 4096 to 16777216 bytes")
+                        })?,
+                );
+            }
+            "errors" => {
+                self.errors = match need()? {
+                    "remount-ro" => ErrorPolicy::RemountRo,
+                    "panic" => ErrorPolicy::Panic,
+                    v => return Err(format!("option errors={v}: expected remount-ro or panic")),
+                }
+            }
+            "fsname" | "source" => self.fsname = Some(need()?.to_string()),
+            "subtype" => {
+                let v = need()?;
+                if v != "lanefs" {
+                    return Err(format!("option subtype={v}: the subtype is lanefs"));
+                }
+            }
+            k if VFS_FLAGS.contains(&k) => {
+                no_value()?;
+                self.vfs_flags.push(k.to_string());
+            }
+            k if FSTAB_ONLY.contains(&k) || k.starts_with("x-") || k == "comment" => {}
+            k => {
+                if !self.engine.apply(k, value)? {
+                    return Err(format!("unknown mount option {k:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the kernel checks permissions: as given, else on for root with
+    /// `allow_other`.
+    pub fn kernel_checks_permissions(&self, root: bool) -> bool {
+        self.default_permissions.unwrap_or(root && self.allow_other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_refuses_by_name() {
+        let mut c = MountConfig::default();
+        c.parse("ro,allow_other,threads=3,attr_timeout=0.5,mb_stream_goal=slots,commit=2,nosuid")
+            .unwrap();
+        assert!(c.engine.read_only && c.allow_other);
+        assert_eq!(c.threads, 3);
+        assert_eq!(c.attr_timeout, Duration::from_millis(500));
+        assert_eq!(c.engine.mb_stream_goal, lanefs::StreamGoal::Slots);
+        assert_eq!(c.engine.commit_interval, Duration::from_secs(2));
+        assert_eq!(c.vfs_flags, vec!["nosuid".to_string()]);
+        let err = |s: &str| MountConfig::default().parse(s).unwrap_err();
+        assert!(err("bogus").contains("\"bogus\""));
+        assert!(err("threads=0").contains("threads=0"));
+        assert!(err("threads").contains("needs a value"));
+        assert!(err("mb_trylock=2").contains("mb_trylock=2"));
+        assert!(err("errors=continue").contains("errors=continue"));
+        assert!(err("allow_other=1").contains("takes no value"));
+        assert!(err("max_write=12").contains("max_write=12"));
+    }
+}

@@ -1,0 +1,317 @@
+//! Mounting: check what can be checked before touching anything, mount the engine, hand
+//! the kernel a /dev/fuse connection, serve until unmounted or signalled, then unmount the
+//! engine so the image is clean.
+
+use crate::frontend::LaneFuse;
+use crate::log;
+use crate::options::MountConfig;
+use fuser::{Config, MountOption, Session, SessionACL};
+use lanefs::Fs;
+use std::ffi::CString;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The FUSE subtype: mounts show as `fuse.lanefs`.
+pub const SUBTYPE: &str = "lanefs";
+
+/// Checks that need nothing opened: the mount point is an existing directory that is not
+/// already a mount point, and /dev/fuse exists. Returns the canonical mount point.
+pub fn preflight(mountpoint: &Path) -> Result<PathBuf, String> {
+    let mp = mountpoint
+        .canonicalize()
+        .map_err(|e| format!("mount point {}: {e}", mountpoint.display()))?;
+    if !mp.is_dir() {
+        return Err(format!("mount point {}: not a directory", mp.display()));
+    }
+    if is_mount_point(&mp) {
+        return Err(format!(
+            "mount point {}: busy (something is already mounted there)",
+            mp.display()
+        ));
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("no /dev/fuse: load the fuse module (modprobe fuse) or pass the device into the container".into());
+    }
+    Ok(mp)
+}
+
+/// Whether `path` (canonical) is a mount point, by /proc/self/mountinfo.
+pub fn is_mount_point(path: &Path) -> bool {
+    mount_source(path).is_some()
+}
+
+/// The source and file-system type of the mount at `path` (canonical), by
+/// /proc/self/mountinfo.
+pub fn mount_source(path: &Path) -> Option<(String, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = path.as_os_str().as_bytes();
+    let mut found = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|&x| x == "-") else {
+            continue;
+        };
+        if f.len() < sep + 3 || f.len() < 5 {
+            continue;
+        }
+        if unescape(f[4]).as_slice() == want {
+            // The last mount on a path is the visible one.
+            found = Some((
+                String::from_utf8_lossy(&unescape(f[sep + 2])).into_owned(),
+                f[sep + 1].to_string(),
+            ));
+        }
+    }
+    found
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.
+fn unescape(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Mount `image` at `mountpoint` (canonical, from `preflight`) and serve it until it is
+/// unmounted (umount, `fusermount3 -u`, `lanefs umount`) or the daemon gets SIGINT,
+/// SIGTERM or SIGHUP. `ready` is told once the kernel has the mount (or why it failed);
+/// after that, errors go to the log. Returns once the engine has written everything back.
+pub fn serve(
+    image: &Path,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    ready: impl FnOnce(Result<(), String>),
+) -> Result<(), String> {
+    let fs = match Fs::mount_path(image, cfg.engine.clone()) {
+        Ok(fs) => fs,
+        Err(e) => {
+            let msg = format!("{}: {e}", image.display());
+            ready(Err(msg.clone()));
+            return Err(msg);
+        }
+    };
+    let root = geteuid() == 0;
+    let read_only = fs.is_read_only();
+    let fsname = cfg
+        .fsname
+        .clone()
+        .unwrap_or_else(|| image.display().to_string());
+    let mut opts = vec![
+        MountOption::FSName(fsname.clone()),
+        MountOption::Subtype(SUBTYPE.into()),
+    ];
+    let checks = cfg.kernel_checks_permissions(root);
+    if checks {
+        opts.push(MountOption::DefaultPermissions);
+    }
+    opts.push(if read_only {
+        MountOption::RO
+    } else {
+        MountOption::RW
+    });
+    for f in &cfg.vfs_flags {
+        opts.push(match f.as_str() {
+            "dev" => MountOption::Dev,
+            "nodev" => MountOption::NoDev,
+            "suid" => MountOption::Suid,
+            "nosuid" => MountOption::NoSuid,
+            "exec" => MountOption::Exec,
+            "noexec" => MountOption::NoExec,
+            "atime" => MountOption::Atime,
+            "noatime" => MountOption::NoAtime,
+            "sync" => MountOption::Sync,
+            "async" => MountOption::Async,
+            "dirsync" => MountOption::DirSync,
+            _ => continue,
+        });
+    }
+    let acl = if cfg.allow_other {
+        SessionACL::All
+    } else if cfg.allow_root {
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    let mut config = Config::default();
+    config.mount_options = opts.clone();
+    config.acl = acl;
+    config.n_threads = Some(cfg.threads);
+    config.clone_fd = true;
+
+    let frontend = LaneFuse::new(fs.clone(), cfg);
+    // As root, mount(2) directly with the type fuse.lanefs (fuser's own direct mount says
+    // plain "fuse"); otherwise fusermount3 does it, subtype and all.
+    let session = if root {
+        direct_mount(mountpoint, &fsname, &opts, cfg, checks, read_only).and_then(|fd| {
+            Session::from_fd(frontend, fd, acl, config.clone()).map_err(|e| {
+                let _ = unmount_path(mountpoint);
+                format!("FUSE handshake: {e}")
+            })
+        })
+    } else {
+        Session::new(frontend, mountpoint, &config)
+            .map_err(|e| format!("mounting at {}: {e}", mountpoint.display()))
+    };
+    let session = match session {
+        Ok(s) => s,
+        Err(msg) => {
+            ready(Err(msg.clone()));
+            let _ = fs.unmount();
+            return Err(msg);
+        }
+    };
+    ready(Ok(()));
+
+    // A signal unmounts; the request loops then see the connection end.
+    let mp = mountpoint.to_path_buf();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| format!("signal handlers: {e}"))?;
+    std::thread::Builder::new()
+        .name("lanefs-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                log::line(&format!("signal {sig}: unmounting {}", mp.display()));
+                if let Err(e) = unmount_path(&mp) {
+                    log::line(&format!("unmounting {}: {e}", mp.display()));
+                }
+            }
+        })
+        .map_err(|e| format!("signal thread: {e}"))?;
+
+    let served = session.run();
+    if let Err(e) = &served {
+        log::line(&format!("FUSE session ended: {e}"));
+    }
+    // Every request thread has stopped and the frontend is gone: this is the last
+    // reference, and unmounting writes everything back.
+    match Arc::try_unwrap(fs) {
+        Ok(fs) => Arc::new(fs).unmount(),
+        Err(fs) => fs.unmount(),
+    }
+    .map_err(|e| {
+        let msg = format!("{}: writing back at unmount: {e}", image.display());
+        log::line(&msg);
+        msg
+    })
+}
+
+fn geteuid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Open /dev/fuse and mount it at `mountpoint` as `fuse.lanefs` with `fsname` as the
+/// source (root only).
+fn direct_mount(
+    mountpoint: &Path,
+    fsname: &str,
+    opts: &[MountOption],
+    cfg: &MountConfig,
+    checks: bool,
+    read_only: bool,
+) -> Result<OwnedFd, String> {
+    let dev = CString::new("/dev/fuse").expect("no NUL");
+    // SAFETY: `dev` is a NUL-terminated path that outlives the call.
+    let fd = unsafe { libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(format!("/dev/fuse: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut data = format!(
+        "fd={},rootmode=40000,user_id={},group_id={}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        0,
+        0
+    );
+    if cfg.allow_other || cfg.allow_root {
+        data.push_str(",allow_other");
+    }
+    if checks {
+        data.push_str(",default_permissions");
+    }
+    let mut flags: libc::c_ulong = 0;
+    if read_only {
+        flags |= libc::MS_RDONLY;
+    }
+    for o in opts {
+        flags |= match o {
+            MountOption::NoDev => libc::MS_NODEV,
+            MountOption::NoSuid => libc::MS_NOSUID,
+            MountOption::NoExec => libc::MS_NOEXEC,
+            MountOption::NoAtime => libc::MS_NOATIME,
+            MountOption::Sync => libc::MS_SYNCHRONOUS,
+            MountOption::DirSync => libc::MS_DIRSYNC,
+            _ => 0,
+        };
+    }
+    let c = |s: &[u8]| CString::new(s).map_err(|_| "a NUL byte in a mount argument".to_string());
+    let (src, tgt, ty, dat) = (
+        c(fsname.as_bytes())?,
+        c(mountpoint.as_os_str().as_bytes())?,
+        c(format!("fuse.{SUBTYPE}").as_bytes())?,
+        c(data.as_bytes())?,
+    );
+    // SAFETY: every pointer is a NUL-terminated string living until the call returns.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            tgt.as_ptr(),
+            ty.as_ptr(),
+            flags,
+            dat.as_ptr().cast(),
+        )
+    };
+    if r != 0 {
+        return Err(format!(
+            "mounting at {}: {}",
+            mountpoint.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(fd)
+}
+
+/// Unmount the FUSE mount at `mountpoint`: umount2 as root (lazily, as libfuse does, so
+/// the daemon finishes what is in flight), else `fusermount3 -u`.
+pub fn unmount_path(mountpoint: &Path) -> Result<(), String> {
+    if geteuid() == 0 {
+        let tgt = CString::new(mountpoint.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: `tgt` is a NUL-terminated path living until the call returns.
+        if unsafe { libc::umount2(tgt.as_ptr(), libc::MNT_DETACH) } == 0 {
+            return Ok(());
+        }
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    let out = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(mountpoint)
+        .output()
+        .map_err(|e| format!("fusermount3: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
