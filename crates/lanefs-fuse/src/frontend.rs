@@ -402,12 +402,27 @@ impl Filesystem for LaneFuse {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let i = to_ino(ino);
-        match self.fs.open(i) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Err(e) => reply.error(self.errno("open", i, e)),
+        if let Err(e) = self.fs.open(i) {
+            return reply.error(self.errno("open", i, e));
         }
+        // FUSE_ATOMIC_O_TRUNC: the truncation comes with the open, and like any
+        // truncate(2) it sets mtime and ctime even when the file was empty.
+        if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            let now = Timespec::now();
+            let set = SetAttr {
+                size: Some(0),
+                mtime: Some(now),
+                ctime: Some(now),
+                ..SetAttr::default()
+            };
+            if let Err(e) = self.fs.setattr(i, &set) {
+                let _ = self.fs.release(i);
+                return reply.error(self.errno("open", i, e));
+            }
+        }
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
     fn read(

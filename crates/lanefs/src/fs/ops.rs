@@ -169,7 +169,13 @@ impl Fs {
             return Err(Error::NotPermitted);
         }
         let h = self.journal.start();
+        let ctime = set.ctime.unwrap_or_else(now);
+        let mut mtime = set.mtime;
         if let Some(size) = set.size {
+            // As ext4_setattr: a size that changes sets mtime too.
+            if size != st.d.size() && mtime.is_none() {
+                mtime = Some(ctime);
+            }
             self.truncate(&h, &i, &mut st, size)?;
         }
         let d = &mut st.d;
@@ -185,10 +191,10 @@ impl Fs {
         if let Some(t) = set.atime {
             d.set_atime(t);
         }
-        if let Some(t) = set.mtime {
+        if let Some(t) = mtime {
             d.set_mtime(t);
         }
-        d.set_ctime(set.ctime.unwrap_or_else(now));
+        d.set_ctime(ctime);
         self.store(&h, ino, &mut st)?;
         Ok(self.attr(ino, &st.d))
     }
