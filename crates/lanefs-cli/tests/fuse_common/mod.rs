@@ -1,0 +1,245 @@
+//! Shared by the FUSE tests: when they can run, mounting and unmounting through the
+//! `lanefs` binary, and the checks every test ends with.
+//!
+//! A FUSE test needs /dev/fuse, `fusermount3`, `e2fsck` and root (for `allow_other`,
+//! which tests that switch users need, and for loop mounts); without them it prints
+//! `SKIP <test>: <why>`, and fails instead under `LANEFS_REQUIRE_PRIVILEGED=1`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub const LANEFS: &str = env!("CARGO_BIN_EXE_lanefs");
+
+pub fn required() -> bool {
+    std::env::var("LANEFS_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
+}
+
+pub fn skip(test: &str, why: &str) -> bool {
+    assert!(!required(), "{test}: {why} (LANEFS_REQUIRE_PRIVILEGED=1)");
+    println!("SKIP {test}: {why}");
+    false
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether FUSE tests can run here (prints the SKIP line when not).
+pub fn fuse_ready(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip(test, "needs root (allow_other, loop mounts)");
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return skip(test, "no /dev/fuse");
+    }
+    for tool in ["fusermount3", "e2fsck"] {
+        if !have(tool) {
+            return skip(test, &format!("{tool} not installed"));
+        }
+    }
+    true
+}
+
+/// A tool built for the tests (`pjdfstest`, `fsx`): `$LANEFS_TOOLS/bin`, the workspace's
+/// `target/tools/bin` (where `.ci/run` installs them), or PATH.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("LANEFS_TOOLS") {
+        dirs.push(PathBuf::from(d).join("bin"));
+    }
+    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/bin"));
+    for d in dirs {
+        let p = d.join(name);
+        if p.exists() {
+            return Some(p);
+        }
+    }
+    have(name).then(|| PathBuf::from(name))
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    out
+}
+
+/// `lanefs mkfs IMAGE --size SIZE` (ext4, 4 KiB blocks unless `args` say otherwise).
+pub fn mkfs(image: &Path, size: &str, args: &[&str]) {
+    let out = run(Command::new(LANEFS)
+        .arg("mkfs")
+        .arg(image)
+        .args(["--size", size, "-b", "4096"])
+        .args(args));
+    assert!(
+        out.status.success(),
+        "mkfs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `e2fsck -fn`: panics with its output unless clean.
+pub fn e2fsck_clean(image: &Path) {
+    let out = run(Command::new("e2fsck").arg("-fn").arg(image));
+    assert!(
+        out.status.success(),
+        "e2fsck -fn {}:\n{}{}",
+        image.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An image mounted with `lanefs mount` (daemonized); unmounted lazily on drop if a test
+/// failed before `umount`.
+pub struct Mount {
+    pub image: PathBuf,
+    pub dir: PathBuf,
+    mounted: bool,
+}
+
+impl Mount {
+    /// Mount `image` on `dir` with `-o opts` (empty: none); panics with the command's
+    /// message on failure.
+    pub fn new(image: &Path, dir: &Path, opts: &str) -> Mount {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut cmd = Command::new(LANEFS);
+        cmd.arg("mount").arg(image).arg(dir);
+        if !opts.is_empty() {
+            cmd.args(["-o", opts]);
+        }
+        let out = run(&mut cmd);
+        assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "lanefs mount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Mount {
+            image: image.to_path_buf(),
+            dir: dir.to_path_buf(),
+            mounted: true,
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    /// `lanefs umount`: returns once the daemon has written everything back.
+    pub fn umount(mut self) {
+        let out = run(Command::new(LANEFS).arg("umount").arg(&self.dir));
+        assert!(
+            out.status.success(),
+            "lanefs umount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.mounted = false;
+    }
+
+    /// Forget the mount (it was taken down another way).
+    pub fn forget(mut self) {
+        self.mounted = false;
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+        }
+    }
+}
+
+/// Wait until `image`'s exclusive lock is free (the daemon has exited), at most `max`.
+pub fn wait_released(image: &Path, max: Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(image).unwrap();
+    let start = Instant::now();
+    while start.elapsed() < max {
+        // SAFETY: flock on a descriptor `f` owns; LOCK_NB never blocks.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Whether `dir` is a mount point now.
+pub fn is_mounted(dir: &Path) -> bool {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+/// Loop-mount `image` read-only with the kernel's ext4 at `dir`, run `f`, unmount.
+pub fn with_kernel_mount<T>(image: &Path, dir: &Path, f: impl FnOnce(&Path) -> T) -> T {
+    std::fs::create_dir_all(dir).unwrap();
+    let out = run(Command::new("mount")
+        .args(["-t", "ext4", "-o", "loop,ro"])
+        .arg(image)
+        .arg(dir));
+    assert!(
+        out.status.success(),
+        "kernel mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(dir)));
+    let _ = run(Command::new("umount").arg(dir));
+    match r {
+        Ok(v) => v,
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// Every path under `root` with what it is: directories, symlink targets, file bytes'
+/// hash and size, modes; sorted. Two trees are the same when their listings are equal.
+pub fn listing(root: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let mut names: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        for p in names {
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if rel == "lost+found" {
+                continue;
+            }
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let ft = m.file_type();
+            let what = if ft.is_dir() {
+                stack.push(p.clone());
+                "dir".to_string()
+            } else if ft.is_symlink() {
+                format!("-> {}", std::fs::read_link(&p).unwrap().display())
+            } else if ft.is_file() {
+                let data = std::fs::read(&p).unwrap();
+                format!("{} bytes {:016x}", data.len(), fnv(&data))
+            } else {
+                format!("special rdev {}", m.rdev())
+            };
+            out.push(format!("{rel} {:o} {} {what}", m.mode(), m.nlink()));
+        }
+    }
+    out.sort();
+    out
+}
+
+pub fn fnv(data: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in data {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
