@@ -387,8 +387,9 @@ fn posix_extras_behave_as_ext4() {
     let mk = |name: &str, mode: u32, dev: u64| {
         let p = cstr(&m.path(name));
         // SAFETY: `p` is a NUL-terminated path living for the call.
+        let r = unsafe { libc::mknod(p.as_ptr(), mode, dev) };
         assert_eq!(
-            unsafe { libc::mknod(p.as_ptr(), mode, dev) },
+            r,
             0,
             "{name}: {}",
             std::io::Error::last_os_error()
