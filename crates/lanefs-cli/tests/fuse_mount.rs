@@ -388,12 +388,7 @@ fn posix_extras_behave_as_ext4() {
         let p = cstr(&m.path(name));
         // SAFETY: `p` is a NUL-terminated path living for the call.
         let r = unsafe { libc::mknod(p.as_ptr(), mode, dev) };
-        assert_eq!(
-            r,
-            0,
-            "{name}: {}",
-            std::io::Error::last_os_error()
-        );
+        assert_eq!(r, 0, "{name}: {}", std::io::Error::last_os_error());
     };
     mk("fifo", libc::S_IFIFO | 0o644, 0);
     mk("sock", libc::S_IFSOCK | 0o644, 0);

@@ -229,6 +229,8 @@ struct Node {
     open: u32,
     /// atime and mtime last set explicitly, while nothing has changed them since.
     times: Option<(Timespec, Timespec)>,
+    /// Group: the creator's, or a set-group-ID parent directory's (inode_init_owner).
+    gid: u32,
     body: Body,
 }
 
@@ -334,6 +336,7 @@ impl Model {
                 nlink,
                 open: 0,
                 times: None,
+                gid: OWNER.gid,
                 body,
             },
         );
@@ -670,8 +673,10 @@ impl Runner {
         };
         let root_id = m.add(root.ino, root.perm, root.nlink, body.clone());
         assert_eq!(root_id, ROOT);
+        m.node_mut(ROOT).gid = root.gid;
         m.lost_found = m.add(lf.ino, lf.perm, lf.nlink, body);
         let lf_id = m.lost_found;
+        m.node_mut(lf_id).gid = lf.gid;
         m.entries_mut(ROOT).insert(b"lost+found".to_vec(), lf_id);
         let st = fs.statfs().expect("statfs");
         let mut r = Runner {
@@ -783,7 +788,7 @@ impl Runner {
             assert_eq!((a.atime, a.mtime), (at, mt), "{}: times", c());
         }
         if id != ROOT && id != self.m.lost_found {
-            assert_eq!((a.uid, a.gid), (OWNER.uid, OWNER.gid), "{}: owner", c());
+            assert_eq!((a.uid, a.gid), (OWNER.uid, n.gid), "{}: owner", c());
         }
     }
 
@@ -791,7 +796,18 @@ impl Runner {
 
     fn add_entry(&mut self, dir: Id, name: &[u8], a: &Attr, body: Body) -> Id {
         let is_dir = matches!(body, Body::Dir { .. });
+        // A set-group-ID directory gives new inodes its group, and new directories the bit.
+        let parent = self.m.node(dir);
+        let sgid = parent.perm & 0o2000 != 0;
+        let gid = if sgid { parent.gid } else { OWNER.gid };
+        if is_dir && sgid {
+            assert!(
+                a.perm & 0o2000 != 0,
+                "a new directory in a set-group-ID one keeps the bit"
+            );
+        }
         let id = self.m.add(a.ino, a.perm, if is_dir { 2 } else { 1 }, body);
+        self.m.node_mut(id).gid = gid;
         self.m.entries_mut(dir).insert(name.to_vec(), id);
         self.m.touch(dir);
         if is_dir {
@@ -826,7 +842,9 @@ impl Runner {
             return None;
         }
         let a = got.expect("agreed");
-        assert_eq!(a.perm, perm & 0o7777, "{}", self.ctx());
+        // A set-group-ID parent passes the bit on (inode_init_owner).
+        let inherited = self.m.node(dir).perm & 0o2000;
+        assert_eq!(a.perm, (perm & 0o7777) | inherited, "{}", self.ctx());
         let id = self.add_entry(
             dir,
             name,
