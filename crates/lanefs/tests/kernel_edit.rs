@@ -675,8 +675,15 @@ fn lanefs_apply(fs: &Fs, op: &Op, open_first: bool) -> lanefs::Result<()> {
             r
         }
         Op::Mkdir { path, perm } => {
+            // As the kernel side: mkdir, then chmod to exactly `perm` (a set-group-ID
+            // parent would otherwise pass its bit on).
             let (d, n) = at(path)?;
-            fs.mkdir(d, &n, *perm, o).map(|_| ())
+            let a = fs.mkdir(d, &n, *perm, o)?;
+            let set = SetAttr {
+                perm: Some(*perm),
+                ..SetAttr::default()
+            };
+            fs.setattr(a.ino, &set).map(|_| ())
         }
         Op::Symlink { path, target } => {
             let (d, n) = at(path)?;
