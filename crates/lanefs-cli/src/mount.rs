@@ -8,7 +8,7 @@
 
 use crate::cli::{MountArgs, UmountArgs};
 use crate::error::{CmdResult, Context, Error, Failure};
-use lanefs_fuse::{mount_source, preflight, serve, MountConfig, SUBTYPE};
+use lanefs_fuse::{mount_source, preflight, serve, unmount_path, MountConfig, SUBTYPE};
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -115,36 +115,12 @@ pub fn umount(a: &UmountArgs) -> CmdResult<i32> {
             Error::msg(format!("not a lanefs mount (type {fstype})")),
         ));
     }
-    unmount_strict(&mp).map_err(|e| Failure::new(mp.display(), Error::msg(e)))?;
+    unmount_path(&mp, false).ctx(mp.display())?;
     let image = PathBuf::from(&source);
     if image.is_absolute() && image.exists() {
         wait_released(&image).map_err(|e| Failure::new(&source, Error::msg(e)))?;
     }
     Ok(0)
-}
-
-/// Unmount refusing a busy mount (as umount(8) does), unlike the lazy unmount signals use.
-fn unmount_strict(mp: &Path) -> Result<(), String> {
-    use std::os::unix::ffi::OsStrExt;
-    if crate::hostsys::euid() == 0 {
-        let c = std::ffi::CString::new(mp.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-        // SAFETY: `c` is a NUL-terminated path living until the call returns.
-        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        return Err(crate::error::io_text(&e));
-    }
-    let out = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(mp)
-        .output()
-        .map_err(|e| format!("fusermount3: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
 }
 
 /// Wait until no process holds the image's exclusive claim (the daemon has written

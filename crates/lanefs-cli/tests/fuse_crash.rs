@@ -74,24 +74,6 @@ fn crash_writer() {
     }
 }
 
-fn daemon_pid(dir: &Path) -> Option<i32> {
-    use std::os::unix::ffi::OsStrExt;
-    let want = dir.as_os_str().as_bytes();
-    for e in fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-        if args.len() > 3 && args[1] == b"mount" && args.contains(&want) {
-            return Some(pid);
-        }
-    }
-    None
-}
-
 fn check_files(root: &Path, acked: &[String], who: &str) {
     for name in acked {
         let (w, n) = name.split_once('/').unwrap();

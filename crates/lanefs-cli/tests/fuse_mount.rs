@@ -455,30 +455,6 @@ fn posix_extras_behave_as_ext4() {
     assert_eq!(before, after);
 }
 
-/// The daemon of the mount at `dir`: the `lanefs mount` process with `dir` in its
-/// arguments.
-fn daemon_pid(dir: &Path) -> Option<i32> {
-    let want = dir.as_os_str().as_bytes();
-    for e in fs::read_dir("/proc").ok()? {
-        let e = e.ok()?;
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-        if args.len() > 3
-            && args[1] == b"mount"
-            && args.contains(&want)
-            && args[0].ends_with(b"lanefs")
-        {
-            return Some(pid);
-        }
-    }
-    None
-}
-
 #[test]
 fn signals_and_fusermount_unmount_cleanly() {
     if !fuse_ready("signals_and_fusermount_unmount_cleanly") {

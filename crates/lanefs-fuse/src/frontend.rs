@@ -104,6 +104,34 @@ impl LaneFuse {
         }
     }
 
+    /// Hand `dir`'s entries after cursor `offset` to `add`, read `batch` at a time, until
+    /// `add` says the reply is full (the kernel resumes from the last entry added).
+    fn each_entry(
+        &self,
+        op: &str,
+        dir: Ino,
+        offset: u64,
+        batch: usize,
+        mut add: impl FnMut(&lanefs::DirEntry) -> Result<bool, Errno>,
+    ) -> Result<(), Errno> {
+        let mut pos = offset;
+        loop {
+            let entries = self
+                .fs
+                .readdir(dir, pos, batch)
+                .map_err(|e| self.errno(op, dir, e))?;
+            if entries.is_empty() {
+                return Ok(());
+            }
+            for e in &entries {
+                if add(e)? {
+                    return Ok(());
+                }
+                pos = e.next;
+            }
+        }
+    }
+
     fn empty(&self, reply: ReplyEmpty, op: &str, ino: Ino, r: lanefs::Result<()>) {
         match r {
             Ok(()) => reply.ok(),
@@ -521,29 +549,18 @@ impl Filesystem for LaneFuse {
         mut reply: ReplyDirectory,
     ) {
         let dir = to_ino(ino);
-        let mut pos = offset;
-        loop {
-            let batch = match self.fs.readdir(dir, pos, 128) {
-                Ok(b) => b,
-                Err(e) => return reply.error(self.errno("readdir", dir, e)),
-            };
-            if batch.is_empty() {
-                break;
-            }
-            for e in batch {
-                let full = reply.add(
-                    INodeNo(to_node(e.ino)),
-                    e.next,
-                    kind(e.kind),
-                    OsStr::from_bytes(&e.name),
-                );
-                if full {
-                    return reply.ok();
-                }
-                pos = e.next;
-            }
+        let r = self.each_entry("readdir", dir, offset, 128, |e| {
+            Ok(reply.add(
+                INodeNo(to_node(e.ino)),
+                e.next,
+                kind(e.kind),
+                OsStr::from_bytes(&e.name),
+            ))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn readdirplus(
@@ -555,40 +572,26 @@ impl Filesystem for LaneFuse {
         mut reply: ReplyDirectoryPlus,
     ) {
         let dir = to_ino(ino);
-        let mut pos = offset;
-        loop {
-            let batch = match self.fs.readdir(dir, pos, 64) {
-                Ok(b) => b,
-                Err(e) => return reply.error(self.errno("readdirplus", dir, e)),
+        let r = self.each_entry("readdirplus", dir, offset, 64, |e| {
+            let attr = match self.fs.getattr(e.ino) {
+                Ok(a) => a,
+                // Removed since the block was read: leave it out.
+                Err(Error::NotFound) => return Ok(false),
+                Err(err) => return Err(self.errno("readdirplus", e.ino, err)),
             };
-            if batch.is_empty() {
-                break;
-            }
-            for e in batch {
-                let attr = match self.fs.getattr(e.ino) {
-                    Ok(a) => a,
-                    // Removed since the block was read: leave it out.
-                    Err(Error::NotFound) => {
-                        pos = e.next;
-                        continue;
-                    }
-                    Err(err) => return reply.error(self.errno("readdirplus", e.ino, err)),
-                };
-                let full = reply.add(
-                    INodeNo(to_node(e.ino)),
-                    e.next,
-                    OsStr::from_bytes(&e.name),
-                    &self.entry_ttl,
-                    &self.file_attr(&attr),
-                    Generation(attr.generation.into()),
-                );
-                if full {
-                    return reply.ok();
-                }
-                pos = e.next;
-            }
+            Ok(reply.add(
+                INodeNo(to_node(e.ino)),
+                e.next,
+                OsStr::from_bytes(&e.name),
+                &self.entry_ttl,
+                &self.file_attr(&attr),
+                Generation(attr.generation.into()),
+            ))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn releasedir(

@@ -160,7 +160,7 @@ pub fn serve(
     let session = if root {
         direct_mount(mountpoint, &fsname, &opts, cfg, checks, read_only).and_then(|fd| {
             Session::from_fd(frontend, fd, acl, config.clone()).map_err(|e| {
-                let _ = unmount_path(mountpoint);
+                let _ = unmount_path(mountpoint, true);
                 format!("FUSE handshake: {e}")
             })
         })
@@ -191,7 +191,7 @@ pub fn serve(
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 log::line(&format!("signal {sig}: unmounting {}", mp.display()));
-                if let Err(e) = unmount_path(&mp) {
+                if let Err(e) = unmount_path(&mp, true) {
                     log::line(&format!("unmounting {}: {e}", mp.display()));
                 }
             }
@@ -292,26 +292,29 @@ fn direct_mount(
     Ok(fd)
 }
 
-/// Unmount the FUSE mount at `mountpoint`: umount2 as root (lazily, as libfuse does, so
-/// the daemon finishes what is in flight), else `fusermount3 -u`.
-pub fn unmount_path(mountpoint: &Path) -> Result<(), String> {
+/// Unmount the FUSE mount at `mountpoint`: umount2 as root, else `fusermount3 -u`.
+/// `lazy` detaches at once and lets the daemon finish what is in flight (as libfuse does
+/// on a signal); otherwise a busy mount is an error, as with umount(8).
+pub fn unmount_path(mountpoint: &Path, lazy: bool) -> std::io::Result<()> {
     if geteuid() == 0 {
-        let tgt = CString::new(mountpoint.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+        let tgt = CString::new(mountpoint.as_os_str().as_bytes())?;
+        let flags = if lazy { libc::MNT_DETACH } else { 0 };
         // SAFETY: `tgt` is a NUL-terminated path living until the call returns.
-        if unsafe { libc::umount2(tgt.as_ptr(), libc::MNT_DETACH) } == 0 {
+        if unsafe { libc::umount2(tgt.as_ptr(), flags) } == 0 {
             return Ok(());
         }
-        return Err(std::io::Error::last_os_error().to_string());
+        return Err(std::io::Error::last_os_error());
     }
-    let out = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg("-z")
-        .arg(mountpoint)
-        .output()
-        .map_err(|e| format!("fusermount3: {e}"))?;
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = cmd.arg(mountpoint).output()?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        Err(std::io::Error::other(msg))
     }
 }

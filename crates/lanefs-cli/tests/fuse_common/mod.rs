@@ -243,3 +243,27 @@ pub fn fnv(data: &[u8]) -> u64 {
     }
     h
 }
+
+/// The daemon of the mount at `dir` (canonical): the `lanefs mount` process with `dir`
+/// among its arguments.
+pub fn daemon_pid(dir: &Path) -> Option<i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let want = dir.as_os_str().as_bytes();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        if args.len() > 3
+            && args[1] == b"mount"
+            && args.contains(&want)
+            && args[0].ends_with(b"lanefs")
+        {
+            return Some(pid);
+        }
+    }
+    None
+}

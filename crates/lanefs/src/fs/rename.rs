@@ -9,6 +9,7 @@
 use super::{now, Fs};
 use crate::error::{Error, Result};
 use crate::inode::{Inode, InodeState};
+use crate::journal::Handle;
 use crate::sync::RwLockWriteGuard;
 use crate::types::*;
 use std::sync::Arc;
@@ -230,18 +231,8 @@ impl Fs {
             // Same directory, a directory replaced another: one subdirectory fewer.
             super::ops::links::dec(&mut ost.d);
         }
-        for st in [Some(&mut **ost), nst.as_deref_mut().map(|g| &mut **g)]
-            .into_iter()
-            .flatten()
-        {
-            st.d.set_mtime(t);
-            st.d.set_ctime(t);
-        }
+        self.store_parents(&h, t, dir, ost, newdir, nst)?;
         sst.d.set_ctime(t);
-        self.store(&h, dir, ost)?;
-        if let Some(g) = nst.as_mut() {
-            self.store(&h, newdir, g)?;
-        }
         self.store(&h, sino, &mut sst)?;
         let mut gone = false;
         if let (Some(ti), Some(ts)) = (&tgt, tst.as_mut()) {
@@ -346,21 +337,32 @@ impl Fs {
             }
         }
         let t = now();
-        for st in [Some(&mut **ost), nst.as_deref_mut().map(|g| &mut **g)]
-            .into_iter()
-            .flatten()
-        {
-            st.d.set_mtime(t);
-            st.d.set_ctime(t);
-        }
+        self.store_parents(&h, t, dir, ost, newdir, nst)?;
         sst.d.set_ctime(t);
         tst.d.set_ctime(t);
-        self.store(&h, dir, ost)?;
-        if let Some(g) = nst.as_mut() {
-            self.store(&h, newdir, g)?;
-        }
         self.store(&h, sino, &mut sst)?;
         self.store(&h, tino, &mut tst)
+    }
+
+    /// Both parents of a rename changed at `t`: mtime and ctime, then stored.
+    fn store_parents(
+        &self,
+        h: &Handle,
+        t: Timespec,
+        dir: Ino,
+        ost: &mut InodeState,
+        newdir: Ino,
+        nst: Option<&mut Guard<'_>>,
+    ) -> Result<()> {
+        ost.d.set_mtime(t);
+        ost.d.set_ctime(t);
+        self.store(h, dir, ost)?;
+        if let Some(n) = nst {
+            n.d.set_mtime(t);
+            n.d.set_ctime(t);
+            self.store(h, newdir, n)?;
+        }
+        Ok(())
     }
 
     fn check_replace(&self, tino: Ino, ts: &InodeState, src_dir: bool) -> Result<()> {
