@@ -16,6 +16,7 @@ pub fn own_owner() -> Owner {
     Owner {
         uid: euid(),
         gid: egid(),
+        umask: 0,
     }
 }
 

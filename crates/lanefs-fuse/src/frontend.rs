@@ -36,11 +36,14 @@ pub struct LaneFuse {
     writeback_cache: bool,
     max_write: Option<u32>,
     errors: ErrorPolicy,
+    /// The kernel checks permissions, POSIX ACLs included (FUSE_POSIX_ACL).
+    posix_acl: bool,
 }
 
 impl LaneFuse {
-    /// Serve `fs` with the frontend options of `cfg`.
-    pub fn new(fs: Arc<Fs>, cfg: &MountConfig) -> LaneFuse {
+    /// Serve `fs` with the frontend options of `cfg`; `kernel_checks` when the kernel
+    /// checks permissions (`default_permissions`), which then covers POSIX ACLs too.
+    pub fn new(fs: Arc<Fs>, cfg: &MountConfig, kernel_checks: bool) -> LaneFuse {
         LaneFuse {
             fs,
             attr_ttl: cfg.attr_timeout,
@@ -48,6 +51,7 @@ impl LaneFuse {
             writeback_cache: cfg.writeback_cache,
             max_write: cfg.max_write,
             errors: cfg.errors,
+            posix_acl: kernel_checks,
         }
     }
 
@@ -213,10 +217,13 @@ fn name(n: &OsStr) -> Result<&[u8], Errno> {
     Ok(b)
 }
 
-fn owner(req: &Request) -> Owner {
+/// The caller as the engine's owner of what it creates, with its umask (which the
+/// kernel leaves to the daemon under FUSE_DONT_MASK; symlinks take none).
+fn owner(req: &Request, umask: u32) -> Owner {
     Owner {
         uid: req.uid(),
         gid: req.gid(),
+        umask: (umask & 0o777) as u16,
     }
 }
 
@@ -231,6 +238,11 @@ impl Filesystem for LaneFuse {
             | InitFlags::FUSE_ATOMIC_O_TRUNC;
         if self.writeback_cache {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        if self.posix_acl {
+            // The kernel enforces ACLs read through getxattr and leaves the umask to the
+            // daemon (DONT_MASK), which applies it only where no default ACL is inherited.
+            want |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
         }
         // Whatever this kernel lacks is simply not asked for.
         let have = config.capabilities();
@@ -311,7 +323,7 @@ impl Filesystem for LaneFuse {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -323,10 +335,10 @@ impl Filesystem for LaneFuse {
         let r = if mode & libc::S_IFMT == libc::S_IFREG || mode & libc::S_IFMT == 0 {
             // A regular file made by mknod is not open.
             self.fs
-                .create(dir, n, (mode & 0o7777) as u16, owner(req))
+                .create(dir, n, (mode & 0o7777) as u16, owner(req, umask))
                 .and_then(|a| self.fs.release(a.ino).map(|()| a))
         } else {
-            self.fs.mknod(dir, n, mode, rdev, owner(req))
+            self.fs.mknod(dir, n, mode, rdev, owner(req, umask))
         };
         self.entry(reply, "mknod", dir, r);
     }
@@ -337,13 +349,15 @@ impl Filesystem for LaneFuse {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let dir = to_ino(parent);
         match name(n) {
             Ok(n) => {
-                let r = self.fs.mkdir(dir, n, (mode & 0o7777) as u16, owner(req));
+                let r = self
+                    .fs
+                    .mkdir(dir, n, (mode & 0o7777) as u16, owner(req, umask));
                 self.entry(reply, "mkdir", dir, r)
             }
             Err(e) => reply.error(e),
@@ -379,7 +393,7 @@ impl Filesystem for LaneFuse {
             Ok(n) => {
                 let r = self
                     .fs
-                    .symlink(dir, n, target.as_os_str().as_bytes(), owner(req));
+                    .symlink(dir, n, target.as_os_str().as_bytes(), owner(req, 0));
                 self.entry(reply, "symlink", dir, r)
             }
             Err(e) => reply.error(e),
@@ -725,7 +739,7 @@ impl Filesystem for LaneFuse {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
@@ -734,7 +748,10 @@ impl Filesystem for LaneFuse {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        let r = match self.fs.create(dir, n, (mode & 0o7777) as u16, owner(req)) {
+        let r = match self
+            .fs
+            .create(dir, n, (mode & 0o7777) as u16, owner(req, umask))
+        {
             // Without O_EXCL, a name that appeared since the kernel's lookup is opened.
             Err(Error::Exists) if flags & libc::O_EXCL == 0 => {
                 self.fs.lookup(dir, n).and_then(|a| {

@@ -154,7 +154,7 @@ pub fn serve(
     config.n_threads = Some(cfg.threads);
     config.clone_fd = true;
 
-    let frontend = LaneFuse::new(fs.clone(), cfg);
+    let frontend = LaneFuse::new(fs.clone(), cfg, checks);
     // As root, mount(2) directly with the type fuse.lanefs (fuser's own direct mount says
     // plain "fuse"); otherwise fusermount3 does it, subtype and all.
     let session = if root {

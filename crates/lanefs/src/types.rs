@@ -215,6 +215,10 @@ pub struct Owner {
     pub uid: u32,
     /// Group id.
     pub gid: u32,
+    /// The caller's umask, applied to a new inode's permission bits when its directory
+    /// has no default ACL (posix_acl_create); a default ACL masks them instead. Callers
+    /// that apply their umask themselves pass 0.
+    pub umask: u16,
 }
 
 /// How `Fs::setxattr` treats an existing attribute (setxattr(2)'s flags).

@@ -16,7 +16,11 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const O: Owner = Owner { uid: 0, gid: 0 };
+const O: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 
 fn workload(fs: &Fs, t: u64, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed ^ t);

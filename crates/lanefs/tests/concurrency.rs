@@ -25,7 +25,11 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 const THREADS: usize = 8;
-const OWNER: Owner = Owner { uid: 0, gid: 0 };
+const OWNER: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 const IMG_SIZE: u64 = 128 << 20;
 
 fn seed() -> u64 {

@@ -60,6 +60,7 @@ const IMG_SIZE: u64 = 64 << 20;
 const OWNER: Owner = Owner {
     uid: 1000,
     gid: 100,
+    umask: 0,
 };
 /// The number of workload tests that share `LANEFS_CRASH_STATES`.
 const WORKLOADS: u64 = 7;

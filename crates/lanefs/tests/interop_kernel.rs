@@ -401,6 +401,7 @@ fn copy_into_lanefs(fs: &Fs, src: &Path, dir: Ino) {
         let owner = Owner {
             uid: ms.uid(),
             gid: ms.gid(),
+            umask: 0,
         };
         let perm = (ms.mode() & 0o7777) as u16;
         let kind = kind_of(ms.file_type());
@@ -905,6 +906,7 @@ fn kernel_writes_lanefs_reads() {
     let o = Owner {
         uid: 1000,
         gid: 100,
+        umask: 0,
     };
     for i in 0..1000 {
         let name = format!("new{i:04}");

@@ -22,7 +22,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-const O: Owner = Owner { uid: 0, gid: 0 };
+const O: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 
 fn opts() -> MountOptions {
     MountOptions {

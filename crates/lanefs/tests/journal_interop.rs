@@ -1334,7 +1334,11 @@ fn mount_snap(dev: &Arc<SnapDevice>) -> Arc<Fs> {
 // ---------------------------------------------------------------------------------------
 // lanefs helpers.
 
-const ME: Owner = Owner { uid: 0, gid: 0 };
+const ME: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 
 fn lwrite(fs: &Fs, ino: Ino, off: u64, data: &[u8]) {
     let mut done = 0;

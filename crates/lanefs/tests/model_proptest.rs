@@ -86,6 +86,7 @@ fn per_tree_block() -> u64 {
 const OWNER: Owner = Owner {
     uid: 1000,
     gid: 100,
+    umask: 0,
 };
 /// Files up to this size are compared whole; bigger (sparse) ones around their data.
 const WHOLE_COMPARE: u64 = 16 << 20;

@@ -635,7 +635,11 @@ impl LanefsTarget {
     }
 }
 
-const ROOT_OWNER: Owner = Owner { uid: 0, gid: 0 };
+const ROOT_OWNER: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 
 impl Target for LanefsTarget {
     fn mkdir(&mut self, p: &str) -> Result<(), String> {

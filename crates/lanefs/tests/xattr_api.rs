@@ -507,3 +507,87 @@ fn ea_inode_values_both_ways() {
     assert!(!mnt.join("h").exists());
     drop(km);
 }
+
+/// As ext4 with the `acl` mount option: a directory's default ACL masks a new inode's
+/// mode in place of the umask and becomes its access ACL (a directory's default ACL
+/// too); without one, the caller's umask applies; chmod moves an access ACL's mask.
+#[test]
+fn new_inodes_inherit_default_acls() {
+    let td = tempfile::tempdir().unwrap();
+    let img = td.path().join("i.img");
+    let dev = FileDevice::create(&img, 32 << 20).unwrap();
+    format(&dev, &MkfsOptions::default()).unwrap();
+    drop(dev);
+    let fs = Fs::mount_path(&img, MountOptions::default()).unwrap();
+    let me = Owner {
+        umask: 0o077,
+        ..Owner::default()
+    };
+    let (uo, u, go, m, o) = (0x01, 0x02, 0x04, 0x10, 0x20);
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, me).unwrap().ino;
+    assert_eq!(
+        fs.getattr(d).unwrap().perm & 0o777,
+        0o700,
+        "umask without an ACL"
+    );
+    let default = acl(&[
+        (uo, 7, NONE),
+        (u, 7, 65534),
+        (go, 5, NONE),
+        (m, 7, NONE),
+        (o, 0, NONE),
+    ]);
+    fs.setxattr(d, b"system.posix_acl_default", &default, XattrFlags::Any)
+        .unwrap();
+
+    let f = fs.create(d, b"f", 0o666, me).unwrap();
+    assert_eq!(
+        f.perm & 0o777,
+        0o660,
+        "the ACL, not the umask, masks the mode"
+    );
+    fs.release(f.ino).unwrap();
+    assert_eq!(
+        fs.getxattr(f.ino, b"system.posix_acl_access").unwrap(),
+        acl(&[
+            (uo, 6, NONE),
+            (u, 7, 65534),
+            (go, 5, NONE),
+            (m, 6, NONE),
+            (o, 0, NONE)
+        ])
+    );
+    assert_eq!(
+        fs.getxattr(f.ino, b"system.posix_acl_default"),
+        Err(Error::NoData)
+    );
+    let sub = fs.mkdir(d, b"sub", 0o777, me).unwrap().ino;
+    assert_eq!(fs.getattr(sub).unwrap().perm & 0o777, 0o770);
+    assert_eq!(
+        fs.getxattr(sub, b"system.posix_acl_default").unwrap(),
+        default
+    );
+    // A symlink takes no ACL and keeps 0777.
+    let l = fs.symlink(d, b"l", b"f", me).unwrap().ino;
+    assert_eq!(fs.getattr(l).unwrap().perm & 0o777, 0o777);
+
+    // chmod: owner and other from the mode, the mask (not the owning group) from its
+    // group bits.
+    let set = lanefs::SetAttr {
+        perm: Some(0o604),
+        ..Default::default()
+    };
+    fs.setattr(f.ino, &set).unwrap();
+    assert_eq!(
+        fs.getxattr(f.ino, b"system.posix_acl_access").unwrap(),
+        acl(&[
+            (uo, 6, NONE),
+            (u, 7, 65534),
+            (go, 5, NONE),
+            (m, 0, NONE),
+            (o, 4, NONE)
+        ])
+    );
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img);
+}

@@ -132,6 +132,7 @@ fn owner_of(meta: &Metadata) -> Owner {
     Owner {
         uid: meta.uid(),
         gid: meta.gid(),
+        umask: 0,
     }
 }
 

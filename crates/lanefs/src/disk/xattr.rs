@@ -581,9 +581,119 @@ pub fn acl_mode(acl: &[AclEntry]) -> (u16, bool) {
     (mode, equiv)
 }
 
+/// A directory's default ACL turned into a new inode's access ACL, and the new inode's
+/// permission bits (posix_acl_create_masq): each of owner, mask (or owning group without
+/// one) and other keeps only what both the ACL and the requested `mode` grant. Returns
+/// the ACL, the new mode (type and special bits kept), and whether the ACL says more than
+/// the mode (named entries or a mask), which is when it is stored.
+pub fn acl_create_masq(default: &[AclEntry], mode: u16) -> (Vec<AclEntry>, u16, bool) {
+    let mut acl = default.to_vec();
+    let mut m = mode & 0o777;
+    let mut not_equiv = false;
+    let (mut group_obj, mut mask) = (None, None);
+    for (i, e) in acl.iter_mut().enumerate() {
+        match e.tag {
+            acl::USER_OBJ => {
+                e.perm &= (m >> 6) & 7;
+                m &= (e.perm << 6) | !0o700;
+            }
+            acl::USER | acl::GROUP => not_equiv = true,
+            acl::GROUP_OBJ => group_obj = Some(i),
+            acl::OTHER => {
+                e.perm &= m & 7;
+                m &= e.perm | !0o007;
+            }
+            acl::MASK => {
+                mask = Some(i);
+                not_equiv = true;
+            }
+            _ => {}
+        }
+    }
+    if let Some(g) = mask.or(group_obj) {
+        let e = &mut acl[g];
+        e.perm &= (m >> 3) & 7;
+        m &= (e.perm << 3) | !0o070;
+    }
+    debug_assert_eq!(m & !0o777, 0);
+    (acl, (mode & !0o777) | m, not_equiv)
+}
+
+/// An access ACL brought in line with a new `mode` (posix_acl_chmod_masq): owner and
+/// other take the mode's bits, and the mask (or the owning group without one) the group
+/// bits; named entries keep theirs.
+pub fn acl_chmod_masq(access: &[AclEntry], mode: u16) -> Vec<AclEntry> {
+    let mut acl = access.to_vec();
+    let has_mask = acl.iter().any(|e| e.tag == acl::MASK);
+    for e in acl.iter_mut() {
+        match e.tag {
+            acl::USER_OBJ => e.perm = (mode >> 6) & 7,
+            acl::OTHER => e.perm = mode & 7,
+            acl::MASK => e.perm = (mode >> 3) & 7,
+            acl::GROUP_OBJ if !has_mask => e.perm = (mode >> 3) & 7,
+            _ => {}
+        }
+    }
+    acl
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ent(tag: u16, perm: u16, id: u32) -> AclEntry {
+        AclEntry { tag, perm, id }
+    }
+
+    #[test]
+    fn acl_create_masq_as_the_kernel() {
+        use acl::*;
+        // Three entries: the mode is the default ACL masked by the requested mode, and
+        // nothing needs storing.
+        let d = [ent(USER_OBJ, 7, 0), ent(GROUP_OBJ, 5, 0), ent(OTHER, 0, 0)];
+        let (a, m, store) = acl_create_masq(&d, 0o100666);
+        assert_eq!(m, 0o100640);
+        assert!(!store);
+        assert_eq!(acl_mode(&a).0, 0o640);
+        // A named user and a mask: the mask, not the owning group, takes the group bits.
+        let d = [
+            ent(USER_OBJ, 7, 0),
+            ent(USER, 7, 1000),
+            ent(GROUP_OBJ, 7, 0),
+            ent(MASK, 7, 0),
+            ent(OTHER, 5, 0),
+        ];
+        let (a, m, store) = acl_create_masq(&d, 0o40750);
+        assert_eq!(m, 0o40750);
+        assert!(store);
+        assert_eq!(a[3], ent(MASK, 5, 0));
+        assert_eq!(a[2], ent(GROUP_OBJ, 7, 0));
+        assert_eq!(a[4], ent(OTHER, 0, 0));
+    }
+
+    #[test]
+    fn acl_chmod_masq_as_the_kernel() {
+        use acl::*;
+        let a = [
+            ent(USER_OBJ, 7, 0),
+            ent(GROUP, 6, 50),
+            ent(GROUP_OBJ, 5, 0),
+            ent(MASK, 7, 0),
+            ent(OTHER, 4, 0),
+        ];
+        let b = acl_chmod_masq(&a, 0o4710);
+        assert_eq!(
+            b,
+            [
+                ent(USER_OBJ, 7, 0),
+                ent(GROUP, 6, 50),
+                ent(GROUP_OBJ, 5, 0),
+                ent(MASK, 1, 0),
+                ent(OTHER, 0, 0),
+            ]
+        );
+        assert_eq!(acl_mode(&b).0, 0o710);
+    }
 
     fn e(index: u8, name: &str, value: &[u8]) -> Entry {
         Entry {

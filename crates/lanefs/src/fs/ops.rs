@@ -178,10 +178,12 @@ impl Fs {
             }
             self.truncate(&h, &i, &mut st, size)?;
         }
-        let d = &mut st.d;
         if let Some(p) = set.perm {
-            d.set_mode((d.mode() & 0o170000) | (p & 0o7777));
+            let m = (st.d.mode() & 0o170000) | (p & 0o7777);
+            st.d.set_mode(m);
+            self.acl_chmod(&h, ino, &mut st)?;
         }
+        let d = &mut st.d;
         if let Some(u) = set.uid {
             d.set_uid(u);
         }
@@ -310,6 +312,13 @@ impl Fs {
         if kind == FileType::Directory && self.dir_links_full(&dst) {
             return Err(Error::TooManyLinks);
         }
+        // A symlink's mode is fixed; other inodes take the directory's default ACL or
+        // the caller's umask.
+        let acls = if kind == FileType::Symlink {
+            Default::default()
+        } else {
+            self.acls_for_new(dir, &dst, &mut mode, owner.umask)?
+        };
         let h = self.journal.start();
         let group = self.al.geo.group_of_inode(dir);
         let ino = self
@@ -325,6 +334,7 @@ impl Fs {
         );
         let res = self
             .fill_new(&h, ino, &mut cst, dir, kind, target)
+            .and_then(|_| self.store_new_acls(&h, ino, &mut cst, acls))
             .and_then(|_| ctx.add(&h, dir, &mut dst, name, ino, kind.dirent_code()));
         if let Err(e) = res {
             self.undo_new(&h, ino, &mut cst, kind);
@@ -433,6 +443,7 @@ impl Fs {
 
     /// Release what a failed create allocated.
     fn undo_new(&self, h: &Handle, ino: Ino, st: &mut InodeState, kind: FileType) {
+        let _ = self.release_xattr_block(h, st);
         let _ = self.free_blocks_of(h, st, kind);
         let _ = self.al.free_inode(h, ino, kind == FileType::Directory);
     }

@@ -33,6 +33,15 @@ impl Found {
     }
 }
 
+/// ACLs a new inode inherits, in ext4's form (`Fs::acls_for_new`).
+#[derive(Default)]
+pub(super) struct NewAcls {
+    /// `system.posix_acl_access`, when the mode alone does not say it.
+    access: Option<Vec<u8>>,
+    /// `system.posix_acl_default`, for a new directory.
+    default: Option<Vec<u8>>,
+}
+
 /// `system.*` names other than the ACLs have no handler in Linux (EOPNOTSUPP); the one
 /// ext4 stores, `system.data`, holds inline data and is the file system's own.
 fn refuse_system(index: u8) -> Result<()> {
@@ -352,73 +361,7 @@ impl Fs {
         };
         let h = self.journal.start();
         if !unchanged {
-            let same = |e: &Entry| e.index == index && e.name == sub;
-            let old_ea = found.get(index, &sub).and_then(|e| e.ea_inode);
-            let mut ibody: Vec<Entry> = found.ibody.iter().filter(|e| !same(e)).cloned().collect();
-            let mut block: Vec<Entry> = found.block.iter().filter(|e| !same(e)).cloned().collect();
-            if let Some(v) = stored {
-                // ea_inode: a value too large for any block goes in its own inode
-                // (EXT4_XATTR_MIN_LARGE_EA_SIZE), as ext4_xattr_set_handle decides.
-                let e = if self.ea_inode && (v.len() + 3) & !3 > self.bs as usize - 3 - 16 - 4 {
-                    let r = self.create_ea_inode(&h, ino, &mut st, &sub, &v)?;
-                    Entry {
-                        index,
-                        name: sub,
-                        value: Vec::new(),
-                        ea_inode: Some(r),
-                    }
-                } else {
-                    Entry {
-                        index,
-                        name: sub,
-                        value: v,
-                        ea_inode: None,
-                    }
-                };
-                let room = self.ibody_range(&st).map_or(0, |r| r.1);
-                ibody.push(e);
-                if !dx::fits_ibody(&ibody, room) {
-                    let e = ibody.pop().ok_or(Error::NoSpace)?;
-                    block.push(e);
-                    dx::sort_for_block(&mut block);
-                    if !dx::fits_block(&block, self.bs as usize) {
-                        return Err(Error::NoSpace);
-                    }
-                }
-            }
-            if let Some((start, _)) = self.ibody_range(&st) {
-                if ibody != found.ibody {
-                    dx::encode_ibody(&mut st.d.raw[start..], &ibody);
-                }
-            }
-            // Whether the old value's EA inode is named by a block other inodes share:
-            // that block keeps its reference when this inode leaves it.
-            let old_shared = old_ea.is_some()
-                && found.refcount > 1
-                && found.block.iter().any(|e| e.ea_inode == old_ea);
-            let mut copied = false;
-            if block != found.block {
-                // EA inodes this inode's copy of a shared block will name too.
-                let carried: Vec<dx::EaRef> = block
-                    .iter()
-                    .filter_map(|e| e.ea_inode)
-                    .filter(|r| found.block.iter().any(|o| o.ea_inode == Some(*r)))
-                    .collect();
-                found.block = block;
-                copied = self.write_xattr_block(&h, ino, &mut st, &found)?;
-                if copied {
-                    for r in carried {
-                        self.add_ea_ref(&h, r)?;
-                    }
-                }
-            }
-            if let Some(r) = old_ea {
-                if old_shared && copied {
-                    self.uncharge_ea(&mut st, r);
-                } else {
-                    self.drop_ea_ref(&h, &mut st, r)?;
-                }
-            }
+            self.put_xattr(&h, ino, &mut st, &mut found, index, sub, stored)?;
         }
         if let Some(m) = new_mode {
             st.d.set_mode(m);
@@ -426,6 +369,180 @@ impl Fs {
         if !unchanged || new_mode.is_some() {
             st.d.set_ctime(now());
             self.store(&h, ino, &mut st)?;
+        }
+        Ok(())
+    }
+
+    /// The ACL of `index` stored for an inode (locked by the caller), decoded; `None` when
+    /// it has none.
+    fn stored_acl(
+        &self,
+        ino: Ino,
+        st: &InodeState,
+        index: u8,
+    ) -> Result<Option<Vec<dx::AclEntry>>> {
+        if !self.ext_attr {
+            return Ok(None);
+        }
+        let found = self.read_xattrs(ino, st)?;
+        let Some(e) = found.get(index, b"") else {
+            return Ok(None);
+        };
+        let v = match e.ea_inode {
+            Some(r) => self.read_ea_inode(ino, r)?,
+            None => e.value.clone(),
+        };
+        Ok(Some(dx::acl_from_disk(&v, ino)?))
+    }
+
+    /// The mode and ACLs of a new inode in directory `dir` (locked as `dst`), as
+    /// posix_acl_create decides them: the directory's default ACL masks `mode` and becomes
+    /// the new inode's access ACL (stored when it says more than the mode) and, for a
+    /// directory, its default ACL too; without a default ACL the umask applies.
+    pub(super) fn acls_for_new(
+        &self,
+        dir: Ino,
+        dst: &InodeState,
+        mode: &mut u16,
+        umask: u16,
+    ) -> Result<NewAcls> {
+        let Some(default) = self.stored_acl(dir, dst, dx::INDEX_ACL_DEFAULT)? else {
+            *mode &= !(umask & 0o777);
+            return Ok(NewAcls::default());
+        };
+        let (access, m, store) = dx::acl_create_masq(&default, *mode);
+        *mode = m;
+        let is_dir = FileType::from_mode(m) == Some(FileType::Directory);
+        Ok(NewAcls {
+            access: store.then(|| dx::acl_to_disk(&access)),
+            default: is_dir.then(|| dx::acl_to_disk(&default)),
+        })
+    }
+
+    /// Store a new inode's inherited ACLs (it has no attributes yet).
+    pub(super) fn store_new_acls(
+        &self,
+        h: &Handle,
+        ino: Ino,
+        st: &mut InodeState,
+        acls: NewAcls,
+    ) -> Result<()> {
+        for (index, v) in [
+            (dx::INDEX_ACL_ACCESS, acls.access),
+            (dx::INDEX_ACL_DEFAULT, acls.default),
+        ] {
+            if let Some(v) = v {
+                let mut found = self.read_xattrs(ino, st)?;
+                self.put_xattr(h, ino, st, &mut found, index, Vec::new(), Some(v))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bring an inode's access ACL in line with its new mode after chmod
+    /// (posix_acl_chmod); nothing when it has none.
+    pub(super) fn acl_chmod(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
+        let Some(access) = self.stored_acl(ino, st, dx::INDEX_ACL_ACCESS)? else {
+            return Ok(());
+        };
+        let acl = dx::acl_chmod_masq(&access, st.d.mode());
+        if acl != access {
+            let mut found = self.read_xattrs(ino, st)?;
+            let v = dx::acl_to_disk(&acl);
+            self.put_xattr(
+                h,
+                ino,
+                st,
+                &mut found,
+                dx::INDEX_ACL_ACCESS,
+                Vec::new(),
+                Some(v),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Make attribute (`index`, `sub`) hold `stored` (ext4's form; `None` removes it) in
+    /// the inode body or its block, `found` being what the inode holds now: the body when
+    /// it fits, the block otherwise, a shared block copied first, EA inodes referenced and
+    /// released as ext4_xattr_set_handle does.
+    #[allow(clippy::too_many_arguments)]
+    fn put_xattr(
+        &self,
+        h: &Handle,
+        ino: Ino,
+        st: &mut InodeState,
+        found: &mut Found,
+        index: u8,
+        sub: Vec<u8>,
+        stored: Option<Vec<u8>>,
+    ) -> Result<()> {
+        let same = |e: &Entry| e.index == index && e.name == sub;
+        let old_ea = found.get(index, &sub).and_then(|e| e.ea_inode);
+        let mut ibody: Vec<Entry> = found.ibody.iter().filter(|e| !same(e)).cloned().collect();
+        let mut block: Vec<Entry> = found.block.iter().filter(|e| !same(e)).cloned().collect();
+        if let Some(v) = stored {
+            // ea_inode: a value too large for any block goes in its own inode
+            // (EXT4_XATTR_MIN_LARGE_EA_SIZE), as ext4_xattr_set_handle decides.
+            let e = if self.ea_inode && (v.len() + 3) & !3 > self.bs as usize - 3 - 16 - 4 {
+                let r = self.create_ea_inode(h, ino, st, &sub, &v)?;
+                Entry {
+                    index,
+                    name: sub,
+                    value: Vec::new(),
+                    ea_inode: Some(r),
+                }
+            } else {
+                Entry {
+                    index,
+                    name: sub,
+                    value: v,
+                    ea_inode: None,
+                }
+            };
+            let room = self.ibody_range(st).map_or(0, |r| r.1);
+            ibody.push(e);
+            if !dx::fits_ibody(&ibody, room) {
+                let e = ibody.pop().ok_or(Error::NoSpace)?;
+                block.push(e);
+                dx::sort_for_block(&mut block);
+                if !dx::fits_block(&block, self.bs as usize) {
+                    return Err(Error::NoSpace);
+                }
+            }
+        }
+        if let Some((start, _)) = self.ibody_range(st) {
+            if ibody != found.ibody {
+                dx::encode_ibody(&mut st.d.raw[start..], &ibody);
+            }
+        }
+        // Whether the old value's EA inode is named by a block other inodes share:
+        // that block keeps its reference when this inode leaves it.
+        let old_shared = old_ea.is_some()
+            && found.refcount > 1
+            && found.block.iter().any(|e| e.ea_inode == old_ea);
+        let mut copied = false;
+        if block != found.block {
+            // EA inodes this inode's copy of a shared block will name too.
+            let carried: Vec<dx::EaRef> = block
+                .iter()
+                .filter_map(|e| e.ea_inode)
+                .filter(|r| found.block.iter().any(|o| o.ea_inode == Some(*r)))
+                .collect();
+            found.block = block;
+            copied = self.write_xattr_block(h, ino, st, found)?;
+            if copied {
+                for r in carried {
+                    self.add_ea_ref(h, r)?;
+                }
+            }
+        }
+        if let Some(r) = old_ea {
+            if old_shared && copied {
+                self.uncharge_ea(st, r);
+            } else {
+                self.drop_ea_ref(h, st, r)?;
+            }
         }
         Ok(())
     }

@@ -1,0 +1,151 @@
+//! POSIX ACLs through the mount, judged against the kernel's ext4: the same script of
+//! `setfacl`, `getfacl`, creates under default ACLs with a umask, chmod of a file with
+//! an ACL, and reads by another user that only an ACL entry lets in, runs on a lanefs
+//! mount and on a kernel ext4 loop mount of an identical image, and prints the same.
+//! The kernel then reads what lanefs stored (e2fsck clean, the same ACLs).
+
+mod fuse_common;
+
+use fuse_common::*;
+use std::path::Path;
+use std::process::Command;
+
+/// The script, run with the mount point as `$1`; every line of output is compared.
+const SCRIPT: &str = r#"
+set -u
+cd "$1"
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@" 2>/dev/null; echo "exit $?"; }
+show() { for p in "$@"; do stat -c '%n %A %u %g' "$p"; getfacl -cpn "$p" 2>&1; done; }
+
+umask 022
+mkdir d
+setfacl -d -m u::rwx,u:65534:rwx,g::r-x,m::rwx,o::--- d
+touch d/f
+mkdir d/sub
+mkdir d/sub/deeper
+mknod d/fifo p
+ln -s f d/link
+echo data > d/g
+show d d/f d/sub d/sub/deeper d/fifo d/g
+stat -c '%n %A' d/link
+
+# The umask applies only where no default ACL is inherited.
+umask 077
+touch d/h plain
+mkdir plaindir
+show d/h plain plaindir
+umask 022
+
+# chmod of a file with an access ACL moves the mask, not the owning group's entry.
+chmod 604 d/f
+show d/f
+chmod 777 d/f
+show d/f
+
+# A file only an ACL entry lets nobody read, then write; then not.
+echo secret > p
+chmod 600 p
+as_nobody cat p
+setfacl -m u:65534:r p
+show p
+as_nobody cat p
+as_nobody sh -c 'echo more >> p'
+setfacl -m u:65534:rw p
+as_nobody sh -c 'echo more >> p'
+cat p
+setfacl -m m::r p
+as_nobody sh -c 'echo again >> p'
+setfacl -b p
+show p
+as_nobody cat p
+
+# A directory an ACL opens to nobody: list and create inside.
+mkdir closed
+chmod 700 closed
+as_nobody ls closed
+setfacl -m u:65534:rwx closed
+as_nobody touch closed/mine
+show closed closed/mine
+setfacl -k d
+show d
+"#;
+
+fn run_script(dir: &Path) -> String {
+    let out = run(Command::new("sh").arg("-c").arg(SCRIPT).arg("sh").arg(dir));
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&out.stderr));
+    s
+}
+
+/// `getfacl` of every path under `d`, in name order (readdir order differs by image).
+fn all_acls(d: &Path) -> String {
+    let out = run(Command::new("sh")
+        .arg("-c")
+        .arg("find . -path ./lost+found -prune -o -print | sort | xargs -d '\\n' getfacl -pn")
+        .current_dir(d));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn tools_ready(test: &str) -> bool {
+    if !fuse_ready(test) {
+        return false;
+    }
+    for tool in ["setfacl", "getfacl", "setpriv"] {
+        if tool_missing(tool) {
+            return skip(
+                test,
+                &format!("{tool} not installed (packages acl, util-linux)"),
+            );
+        }
+    }
+    true
+}
+
+fn tool_missing(t: &str) -> bool {
+    !Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {t}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn acls_behave_as_on_kernel_ext4() {
+    if !tools_ready("acls_behave_as_on_kernel_ext4") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, kimg) = (t.path().join("l.img"), t.path().join("k.img"));
+    mkfs(&img, "64M", &[]);
+    mkfs(&kimg, "64M", &[]);
+
+    // The kernel's answer, on a read-write loop mount.
+    let kdir = t.path().join("k");
+    std::fs::create_dir_all(&kdir).unwrap();
+    let out = run(Command::new("mount")
+        .args(["-t", "ext4", "-o", "loop"])
+        .arg(&kimg)
+        .arg(&kdir));
+    assert!(
+        out.status.success(),
+        "kernel mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = run_script(&kdir);
+    let _ = run(Command::new("umount").arg(&kdir));
+    assert!(want.contains("secret"), "the script did not run:\n{want}");
+
+    // The same script through lanefs (root with allow_other: the kernel checks
+    // permissions, ACLs included).
+    let m = Mount::new(&img, &t.path().join("mnt"), "allow_other");
+    let got = run_script(&m.dir);
+    m.umount();
+    assert_eq!(got, want, "lanefs (left) and kernel ext4 (right) differ");
+    e2fsck_clean(&img);
+
+    // What lanefs stored, read by the kernel.
+    let stored = with_kernel_mount(&img, &t.path().join("kr"), all_acls);
+    let kernel_stored = with_kernel_mount(&kimg, &t.path().join("kk"), all_acls);
+    assert!(stored.contains("user:65534:"), "{stored}");
+    assert_eq!(stored, kernel_stored);
+}
