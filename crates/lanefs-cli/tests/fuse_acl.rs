@@ -68,6 +68,15 @@ as_nobody touch closed/mine
 show closed closed/mine
 setfacl -k d
 show d
+
+# Setting an ACL clears set-group-ID unless the caller is in the file's group.
+touch sg sg2
+chown 65534:0 sg
+chown 65534:65534 sg2
+chmod 2775 sg sg2
+as_nobody setfacl -m u:65534:rwx sg
+as_nobody setfacl -m u:65534:rwx sg2
+show sg sg2
 "#;
 
 fn run_script(dir: &Path) -> String {

@@ -661,3 +661,86 @@ fn corrupt_area_fails_with_eio_and_a_log_line() {
     );
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// Access times as Linux's ext4 keeps them (the kernel leaves them to FUSE daemons):
+/// `relatime` by default (a read updates atime only when it is not after mtime or ctime,
+/// or is a day old), `strictatime` on every read that reaches the daemon, `noatime` never;
+/// O_NOATIME reads leave it too.
+#[test]
+fn access_times_follow_the_atime_options() {
+    if !fuse_ready("access_times_follow_the_atime_options") {
+        return;
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("a.img");
+    mkfs(&img, "64M", &[]);
+    let atime = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (m.atime(), m.atime_nsec())
+    };
+    let nap = || std::thread::sleep(Duration::from_millis(20));
+
+    let m = Mount::new(&img, &t.path().join("mnt"), "");
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/f"), b"hello").unwrap();
+    let made = atime(&m.path("d/f"));
+    nap();
+    fs::read(m.path("d/f")).unwrap();
+    let first = atime(&m.path("d/f"));
+    assert!(first > made, "a read after a write updates atime");
+    nap();
+    fs::read(m.path("d/f")).unwrap();
+    assert_eq!(atime(&m.path("d/f")), first, "relatime: not again");
+    nap();
+    fs::write(m.path("d/f"), b"changed").unwrap();
+    nap();
+    fs::read(m.path("d/f")).unwrap();
+    let after_write = atime(&m.path("d/f"));
+    assert!(after_write > first, "a read after a change updates atime");
+    // A directory: listing it is reading it.
+    let dir_made = atime(&m.path("d"));
+    nap();
+    fs::read_dir(m.path("d")).unwrap().for_each(drop);
+    let listed = atime(&m.path("d"));
+    assert!(listed > dir_made, "readdir after a create updates atime");
+    m.umount();
+    e2fsck_clean(&img);
+
+    // strictatime: every read reaching the daemon updates; O_NOATIME leaves it.
+    let m = Mount::new(&img, &t.path().join("mnt"), "strictatime");
+    let a0 = atime(&m.path("d/f"));
+    nap();
+    fs::read(m.path("d/f")).unwrap();
+    let a1 = atime(&m.path("d/f"));
+    assert!(a1 > a0);
+    nap();
+    fs::read(m.path("d/f")).unwrap();
+    let a2 = atime(&m.path("d/f"));
+    assert!(a2 > a1, "strictatime updates on every read");
+    nap();
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOATIME)
+        .open(m.path("d/f"))
+        .unwrap();
+    f.read_to_end(&mut Vec::new()).unwrap();
+    drop(f);
+    assert_eq!(atime(&m.path("d/f")), a2, "O_NOATIME");
+    m.umount();
+
+    // noatime: never.
+    let m = Mount::new(&img, &t.path().join("mnt"), "noatime");
+    fs::write(m.path("d/f"), b"again").unwrap();
+    let b0 = atime(&m.path("d/f"));
+    nap();
+    fs::read(m.path("d/f")).unwrap();
+    fs::read_dir(m.path("d")).unwrap().for_each(drop);
+    assert_eq!(atime(&m.path("d/f")), b0);
+    let info = fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(info
+        .lines()
+        .any(|l| l.contains(m.dir.to_str().unwrap()) && l.contains("noatime")));
+    m.umount();
+    e2fsck_clean(&img);
+}

@@ -125,14 +125,40 @@ impl LaneFuse {
                 .readdir(dir, pos, batch)
                 .map_err(|e| self.errno(op, dir, e))?;
             if entries.is_empty() {
+                self.accessed(dir);
                 return Ok(());
             }
             for e in &entries {
                 if add(e)? {
+                    self.accessed(dir);
                     return Ok(());
                 }
                 pos = e.next;
             }
+        }
+    }
+
+    /// After an access ACL is set: clear the set-group-ID bit unless the caller is in
+    /// the file's group or is root (posix_acl_update_mode). The kernel asks this of the
+    /// daemon with FUSE_SETXATTR_ACL_KILL_SGID, which needs FUSE_SETXATTR_EXT, a flag
+    /// fuser cannot negotiate; so the daemon decides from the caller's groups.
+    fn acl_kill_sgid(&self, req: &Request, ino: Ino) -> lanefs::Result<()> {
+        let a = self.fs.getattr(ino)?;
+        if a.perm & 0o2000 == 0 || req.uid() == 0 || in_group(req, a.gid) {
+            return Ok(());
+        }
+        let set = SetAttr {
+            perm: Some(a.perm & !0o2000),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(ino, &set).map(|_| ())
+    }
+
+    /// A read of `ino` succeeded: its access time as the mount's atime policy says (the
+    /// kernel leaves atime to FUSE daemons). A failure to note it fails nothing.
+    fn accessed(&self, ino: Ino) {
+        if let Err(e) = self.fs.touch_atime(ino) {
+            let _ = self.errno("atime update", ino, e);
         }
     }
 
@@ -215,6 +241,21 @@ fn name(n: &OsStr) -> Result<&[u8], Errno> {
         return Err(Errno::from_i32(libc::ENAMETOOLONG));
     }
     Ok(b)
+}
+
+/// Whether the caller of `req` is in group `gid`: its group or one of its supplementary
+/// groups (from /proc; a caller gone meanwhile counts as not in it).
+fn in_group(req: &Request, gid: u32) -> bool {
+    if req.gid() == gid {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
 }
 
 /// The caller as the engine's owner of what it creates, with its umask (which the
@@ -312,7 +353,10 @@ impl Filesystem for LaneFuse {
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let i = to_ino(ino);
         match self.fs.readlink(i) {
-            Ok(t) => reply.data(&t),
+            Ok(t) => {
+                self.accessed(i);
+                reply.data(&t)
+            }
             Err(e) => reply.error(self.errno("readlink", i, e)),
         }
     }
@@ -474,14 +518,19 @@ impl Filesystem for LaneFuse {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         let i = to_ino(ino);
         let mut buf = vec![0u8; size as usize];
         match self.fs.read(i, offset, &mut buf) {
-            Ok(n) => reply.data(&buf[..n]),
+            Ok(n) => {
+                if flags.0 & libc::O_NOATIME == 0 {
+                    self.accessed(i);
+                }
+                reply.data(&buf[..n])
+            }
             Err(e) => reply.error(self.errno("read", i, e)),
         }
     }
@@ -650,7 +699,7 @@ impl Filesystem for LaneFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         n: &OsStr,
         value: &[u8],
@@ -666,6 +715,12 @@ impl Filesystem for LaneFuse {
             _ => return reply.error(Errno::EINVAL),
         };
         let r = self.fs.setxattr(i, n.as_bytes(), value, f);
+        let r = r.and_then(|()| {
+            if self.posix_acl && n.as_bytes() == b"system.posix_acl_access" {
+                self.acl_kill_sgid(req, i)?;
+            }
+            Ok(())
+        });
         self.empty(reply, "setxattr", i, r);
     }
 

@@ -172,6 +172,8 @@ impl MountConfig {
             k if VFS_FLAGS.contains(&k) => {
                 no_value()?;
                 self.vfs_flags.push(k.to_string());
+                // The atime flags are the engine's to apply: FUSE inodes are S_NOATIME.
+                self.engine.apply(k, None)?;
             }
             k if FSTAB_ONLY.contains(&k) || k.starts_with("x-") || k == "comment" => {}
             k => {
@@ -205,6 +207,9 @@ mod tests {
         assert_eq!(c.engine.mb_stream_goal, lanefs::StreamGoal::Slots);
         assert_eq!(c.engine.commit_interval, Duration::from_secs(2));
         assert_eq!(c.vfs_flags, vec!["nosuid".to_string()]);
+        c.parse("noatime,nodiratime").unwrap();
+        assert_eq!(c.engine.atime, lanefs::AtimePolicy::Never);
+        assert!(c.engine.nodiratime);
         let err = |s: &str| MountConfig::default().parse(s).unwrap_err();
         assert!(err("bogus").contains("\"bogus\""));
         assert!(err("threads=0").contains("threads=0"));

@@ -46,6 +46,10 @@ pub struct MountOptions {
     /// average fragment size (`mb_optimize_scan=1`, default, on for any size), or walk
     /// groups linearly from the goal (`0`).
     pub mb_optimize_scan: bool,
+    /// When reads update access times (`relatime`, default; `strictatime`; `noatime`).
+    pub atime: AtimePolicy,
+    /// Directories' access times are never updated (`nodiratime`).
+    pub nodiratime: bool,
 }
 
 impl Default for MountOptions {
@@ -56,6 +60,8 @@ impl Default for MountOptions {
             mb_trylock: true,
             mb_stream_goal: StreamGoal::Inode,
             mb_optimize_scan: true,
+            atime: AtimePolicy::Relative,
+            nodiratime: false,
         }
     }
 }
@@ -63,7 +69,8 @@ impl Default for MountOptions {
 impl MountOptions {
     /// The engine's mount options by name, as `mount -o` spells them (ext4's own names
     /// where ext4 has them): `ro`, `rw`, `commit=SECS`, `mb_trylock=0|1`,
-    /// `mb_stream_goal=global|inode|slots`, `mb_optimize_scan=0|1`.
+    /// `mb_stream_goal=global|inode|slots`, `mb_optimize_scan=0|1`, `relatime`,
+    /// `strictatime`, `noatime`, `atime` (= relatime), `nodiratime`, `diratime`.
     pub const NAMES: &'static [&'static str] = &[
         "ro",
         "rw",
@@ -71,6 +78,12 @@ impl MountOptions {
         "mb_trylock",
         "mb_stream_goal",
         "mb_optimize_scan",
+        "relatime",
+        "strictatime",
+        "noatime",
+        "atime",
+        "nodiratime",
+        "diratime",
     ];
 
     /// Apply one option `key` or `key=value`. `Ok(false)` when `key` is not an engine
@@ -107,6 +120,18 @@ impl MountOptions {
                 } else {
                     std::time::Duration::from_secs(secs)
                 };
+            }
+            "relatime" | "atime" | "strictatime" | "noatime" => {
+                no_value()?;
+                self.atime = match key {
+                    "strictatime" => AtimePolicy::Strict,
+                    "noatime" => AtimePolicy::Never,
+                    _ => AtimePolicy::Relative,
+                };
+            }
+            "nodiratime" | "diratime" => {
+                no_value()?;
+                self.nodiratime = key == "nodiratime";
             }
             "mb_trylock" => self.mb_trylock = flag()?,
             "mb_optimize_scan" => self.mb_optimize_scan = flag()?,
@@ -145,6 +170,9 @@ pub struct Fs {
     timer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     timer_stop: std::sync::atomic::AtomicBool,
     read_only: bool,
+    /// When reads update access times (`Fs::touch_atime`).
+    atime: AtimePolicy,
+    nodiratime: bool,
     /// The multi-mount protection claim of a read-write mount of an mmp image.
     mmp: std::sync::Mutex<Option<crate::mmp::MmpGuard>>,
     /// Why the mount is read-only when the caller asked for read-write.
@@ -288,6 +316,8 @@ impl Fs {
             bufs,
             al,
             read_only,
+            atime: opts.atime,
+            nodiratime: opts.nodiratime,
             mmp: std::sync::Mutex::new(mmp),
             ro_reason,
             latch,

@@ -208,6 +208,19 @@ pub enum RenameMode {
     Exchange,
 }
 
+/// When reads update an inode's access time (the mount's atime flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimePolicy {
+    /// Only when the access time is not after the modification or change time, or is a
+    /// day old (`relatime`, Linux's default).
+    #[default]
+    Relative,
+    /// On every read (`strictatime`).
+    Strict,
+    /// Never (`noatime`).
+    Never,
+}
+
 /// Who is asking: owner of newly created inodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Owner {

@@ -28,6 +28,8 @@ pub const FL_EA_INODE: u32 = 0x200000;
 pub const FL_IMMUTABLE: u32 = 0x10;
 /// Inode flag: append-only (`chattr +a`): data only appended, names only added.
 pub const FL_APPEND: u32 = 0x20;
+/// Inode flag: reads leave the access time alone (`chattr +A`).
+pub const FL_NOATIME: u32 = 0x80;
 
 /// Reserved inode numbers (ext4's EXT4_*_INO), named once here.
 pub mod reserved {

@@ -2,7 +2,7 @@
 
 use super::{now, Fs, LINK_MAX};
 use crate::disk::extent::{self, Node};
-use crate::disk::inode::{DiskInode, FL_APPEND, FL_EXTENTS, FL_IMMUTABLE};
+use crate::disk::inode::{DiskInode, FL_APPEND, FL_EXTENTS, FL_IMMUTABLE, FL_NOATIME};
 use crate::disk::superblock::ro_compat;
 use crate::error::{Error, Result};
 use crate::inode::{self, Inode, InodeState};
@@ -710,6 +710,46 @@ impl Fs {
         let st = self.read_loaded(&d)?;
         self.dir_guard(&st)?;
         self.ctx().readdir(dir, &st, pos, max.max(1))
+    }
+
+    /// Note a read of `ino`'s data, entries or target (the VFS's touch_atime, which its
+    /// callers call after a read succeeds; `read`, `readdir` and `readlink` themselves
+    /// change nothing). Under the mount's policy: `relatime` updates the access time only
+    /// when it is not after the modification or change time or is a day old,
+    /// `strictatime` always, `noatime` never; nor on a read-only mount, an inode flagged
+    /// `chattr +A`, or a directory under `nodiratime`.
+    pub fn touch_atime(&self, ino: Ino) -> Result<()> {
+        if self.read_only || self.atime == AtimePolicy::Never {
+            return Ok(());
+        }
+        let i = self.iget(ino)?;
+        let t = now();
+        if !self.atime_due(&i.state.read().d, t) {
+            return Ok(());
+        }
+        let h = self.journal.start();
+        let mut st = i.state.write();
+        if st.freed || !self.atime_due(&st.d, t) {
+            return Ok(());
+        }
+        st.d.set_atime(t);
+        self.store(&h, ino, &mut st)
+    }
+
+    /// Whether a read at `now` updates `d`'s access time (atime_needs_update).
+    fn atime_due(&self, d: &DiskInode, now: Timespec) -> bool {
+        let is_dir = FileType::from_mode(d.mode()) == Some(FileType::Directory);
+        if d.flags() & FL_NOATIME != 0 || (self.nodiratime && is_dir) || d.links() == 0 {
+            return false;
+        }
+        let at = d.atime();
+        if at == now {
+            return false;
+        }
+        self.atime == AtimePolicy::Strict
+            || d.mtime() >= at
+            || d.ctime() >= at
+            || now.sec - at.sec >= 24 * 60 * 60
     }
 
     /// File-system counters.
