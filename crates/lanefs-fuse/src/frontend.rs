@@ -11,10 +11,12 @@ use crate::log;
 use crate::options::{ErrorPolicy, MountConfig};
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
+use lanefs::disk::inode as fl;
 use lanefs::{
     Attr, Error, FallocMode, FileType, Fs, Ino, Owner, RenameMode, SetAttr, Timespec, XattrFlags,
     ROOT_INO,
@@ -24,6 +26,49 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// `_IOR('f', 1, long)`: read the inode flags (`lsattr`).
+const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+/// `_IOW('f', 2, long)`: set the inode flags (`chattr`).
+const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+/// The same two with an `int` argument, as 32-bit callers send them.
+const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
+const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+
+/// `_IOR('X', 31, struct fsxattr)`: read the extended flags (`xfs_io -c lsattr`; the
+/// kernel also asks it before a set).
+const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+/// `_IOW('X', 32, struct fsxattr)`: set them.
+const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+/// `struct fsxattr`: xflags, extsize, nextents, projid, cowextsize, 8 bytes of padding.
+const FSXATTR_SIZE: usize = 28;
+/// ext4 inode flags and the FS_XFLAG_* bits that say the same (fileattr_fill_flags):
+/// sync, immutable, append, nodump, noatime, DAX, project inheritance.
+const XFLAG_MAP: [(u32, u32); 7] = [
+    (fl::FL_SYNC, 0x20),
+    (fl::FL_IMMUTABLE, 0x8),
+    (fl::FL_APPEND, 0x10),
+    (fl::FL_NODUMP, 0x80),
+    (fl::FL_NOATIME, 0x40),
+    (fl::FL_DAX, 0x8000),
+    (fl::FL_PROJINHERIT, 0x200),
+];
+
+/// The FS_XFLAG_* bits of ext4 inode flags `f`.
+fn xflags_of(f: u32) -> u32 {
+    XFLAG_MAP
+        .iter()
+        .filter(|m| f & m.0 != 0)
+        .fold(0, |a, m| a | m.1)
+}
+
+/// The ext4 inode flags of FS_XFLAG_* bits `x`.
+fn flags_of(x: u32) -> u32 {
+    XFLAG_MAP
+        .iter()
+        .filter(|m| x & m.1 != 0)
+        .fold(0, |a, m| a | m.0)
+}
 
 /// The longest name ext4 stores; FUSE lets up to 1024 bytes through to the daemon.
 const NAME_MAX: usize = 255;
@@ -136,6 +181,24 @@ impl LaneFuse {
                 pos = e.next;
             }
         }
+    }
+
+    /// may_open's rule for `chattr` flags, which the kernel cannot apply itself (FUSE
+    /// inodes carry no S_IMMUTABLE or S_APPEND): an immutable file opens for reading only,
+    /// an append-only one for writing only with O_APPEND, and neither with O_TRUNC.
+    fn may_open(&self, ino: Ino, flags: i32) -> lanefs::Result<()> {
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if !writes {
+            return Ok(());
+        }
+        let f = self.fs.get_flags(ino)?;
+        let immutable = f & fl::FL_IMMUTABLE != 0;
+        let append_only = f & fl::FL_APPEND != 0;
+        if immutable || (append_only && (flags & libc::O_APPEND == 0 || flags & libc::O_TRUNC != 0))
+        {
+            return Err(Error::NotPermitted);
+        }
+        Ok(())
     }
 
     /// After an access ACL is set: clear the set-group-ID bit unless the caller is in
@@ -490,7 +553,7 @@ impl Filesystem for LaneFuse {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let i = to_ino(ino);
-        if let Err(e) = self.fs.open(i) {
+        if let Err(e) = self.may_open(i, flags.0).and_then(|()| self.fs.open(i)) {
             return reply.error(self.errno("open", i, e));
         }
         // FUSE_ATOMIC_O_TRUNC: the truncation comes with the open, and like any
@@ -681,6 +744,71 @@ impl Filesystem for LaneFuse {
         self.empty(reply, "fsyncdir", i, self.fs.fsync(i, datasync));
     }
 
+    /// `lsattr`/`chattr`: FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (the kernel's fileattr code
+    /// sends them with a 4-byte int whatever the command's encoded size, after checking
+    /// ownership and CAP_LINUX_IMMUTABLE itself); any other command is ENOTTY.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let i = to_ino(ino);
+        match cmd {
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => match self.fs.get_flags(i) {
+                Ok(f) => {
+                    let b = f.to_ne_bytes();
+                    reply.ioctl(0, &b[..b.len().min(out_size as usize)])
+                }
+                Err(e) => reply.error(self.errno("getflags", i, e)),
+            },
+            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
+                let Some(b) = in_data.get(..4) else {
+                    return reply.error(Errno::EINVAL);
+                };
+                let f = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+                match self.fs.set_flags(i, f) {
+                    Ok(_) => reply.ioctl(0, &[]),
+                    Err(e) => reply.error(self.errno("setflags", i, e)),
+                }
+            }
+            // The kernel reads these first even for FS_IOC_SETFLAGS (vfs_fileattr_set).
+            FS_IOC_FSGETXATTR => match self.fs.get_flags(i) {
+                Ok(f) => {
+                    let mut b = [0u8; FSXATTR_SIZE];
+                    b[..4].copy_from_slice(&xflags_of(f).to_ne_bytes());
+                    reply.ioctl(0, &b[..b.len().min(out_size as usize)])
+                }
+                Err(e) => reply.error(self.errno("fsgetxattr", i, e)),
+            },
+            FS_IOC_FSSETXATTR => {
+                let Some(b) = in_data.get(..FSXATTR_SIZE) else {
+                    return reply.error(Errno::EINVAL);
+                };
+                let word = |k: usize| u32::from_ne_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+                // Extent size hints, project ids and xflags without an ext4 flag: not here.
+                let known = XFLAG_MAP.iter().fold(0, |a, m| a | m.1);
+                if word(4) != 0 || word(12) != 0 || word(0) & !known != 0 {
+                    return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+                }
+                let r = self.fs.get_flags(i).and_then(|old| {
+                    let common = XFLAG_MAP.iter().fold(0, |a, m| a | m.0);
+                    self.fs.set_flags(i, (old & !common) | flags_of(word(0)))
+                });
+                match r {
+                    Ok(_) => reply.ioctl(0, &[]),
+                    Err(e) => reply.error(self.errno("fssetxattr", i, e)),
+                }
+            }
+            _ => reply.error(Errno::from_i32(libc::ENOTTY)),
+        }
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
@@ -813,6 +941,7 @@ impl Filesystem for LaneFuse {
                     if a.kind == FileType::Directory {
                         return Err(Error::IsDir);
                     }
+                    self.may_open(a.ino, flags)?;
                     self.fs.open(a.ino)?;
                     if flags & libc::O_TRUNC != 0 && a.kind == FileType::Regular {
                         let set = SetAttr {

@@ -30,6 +30,41 @@ pub const FL_IMMUTABLE: u32 = 0x10;
 pub const FL_APPEND: u32 = 0x20;
 /// Inode flag: reads leave the access time alone (`chattr +A`).
 pub const FL_NOATIME: u32 = 0x80;
+/// Inode flag: synchronous updates (`chattr +S`).
+pub const FL_SYNC: u32 = 0x8;
+/// Inode flag: not for dump(8) (`chattr +d`).
+pub const FL_NODUMP: u32 = 0x40;
+/// Inode flag: direct access to persistent memory (`chattr +x`).
+pub const FL_DAX: u32 = 0x0200_0000;
+/// Inode flag: directory updates are synchronous (`chattr +D`).
+pub const FL_DIRSYNC: u32 = 0x10000;
+/// Inode flag: case-insensitive directory (`chattr +F`).
+pub const FL_CASEFOLD: u32 = 0x4000_0000;
+/// Inode flag: new inodes inherit the directory's project (`chattr +P`).
+pub const FL_PROJINHERIT: u32 = 0x2000_0000;
+/// Inode flags `lsattr` sees (EXT4_FL_USER_VISIBLE).
+pub const FL_USER_VISIBLE: u32 = 0x725B_DFFF;
+/// Inode flags `chattr` may change (EXT4_FL_USER_MODIFIABLE); the rest keep their value.
+pub const FL_USER_MODIFIABLE: u32 = 0x624B_C0FF;
+/// Modifiable flags that are only recorded, with no mechanism to start or stop when they
+/// change: secure deletion, undelete, compression, sync, immutable, append-only, no dump,
+/// no atime, no tail merging, dirsync, top directory, project inheritance.
+pub const FL_RECORDED: u32 = 0x1
+    | 0x2
+    | 0x4
+    | FL_SYNC
+    | FL_IMMUTABLE
+    | FL_APPEND
+    | FL_NODUMP
+    | FL_NOATIME
+    | 0x8000
+    | FL_DIRSYNC
+    | FL_TOPDIR
+    | FL_PROJINHERIT;
+/// Flags a regular file may carry (EXT4_REG_FLMASK): none of the directory-only ones.
+pub const FL_REG_MASK: u32 = !(FL_DIRSYNC | FL_TOPDIR | FL_CASEFOLD | FL_PROJINHERIT);
+/// Flags a special file or symlink may carry (EXT4_OTHER_FLMASK): no dump, no atime.
+pub const FL_OTHER_MASK: u32 = FL_NODUMP | FL_NOATIME;
 
 /// Reserved inode numbers (ext4's EXT4_*_INO), named once here.
 pub mod reserved {

@@ -2,7 +2,9 @@
 
 use super::{now, Fs, LINK_MAX};
 use crate::disk::extent::{self, Node};
-use crate::disk::inode::{DiskInode, FL_APPEND, FL_EXTENTS, FL_IMMUTABLE, FL_NOATIME};
+use crate::disk::inode::{
+    self as iflags, DiskInode, FL_APPEND, FL_EXTENTS, FL_IMMUTABLE, FL_NOATIME,
+};
 use crate::disk::superblock::ro_compat;
 use crate::error::{Error, Result};
 use crate::inode::{self, Inode, InodeState};
@@ -710,6 +712,56 @@ impl Fs {
         let st = self.read_loaded(&d)?;
         self.dir_guard(&st)?;
         self.ctx().readdir(dir, &st, pos, max.max(1))
+    }
+
+    /// The inode's flags as `lsattr` shows them (FS_IOC_GETFLAGS).
+    pub fn get_flags(&self, ino: Ino) -> Result<u32> {
+        let i = self.iget(ino)?;
+        let st = i.state.read();
+        if st.freed {
+            return Err(Error::NotFound);
+        }
+        Ok(st.d.flags() & iflags::FL_USER_VISIBLE)
+    }
+
+    /// Set the inode's flags as `chattr` does (FS_IOC_SETFLAGS, ext4_ioctl_setflags): flags
+    /// outside the modifiable set keep their value, flags the file type cannot carry and
+    /// changes lanefs has no mechanism for (data journalling, extent conversion, casefold,
+    /// DAX) are refused (EOPNOTSUPP), and ctime is set. The caller has checked ownership
+    /// and the right to change `i` and `a` (the VFS does, before FUSE sees the ioctl).
+    pub fn set_flags(&self, ino: Ino, flags: u32) -> Result<Attr> {
+        use iflags::*;
+        self.check_rw()?;
+        let i = self.iget(ino)?;
+        let mut st = i.state.write();
+        self.load(&i, &mut st)?;
+        if st.freed {
+            return Err(Error::NotFound);
+        }
+        let allowed = match kind_of(&st) {
+            FileType::Directory => u32::MAX,
+            FileType::Regular => FL_REG_MASK,
+            _ => FL_OTHER_MASK,
+        };
+        if flags & !(allowed & FL_USER_VISIBLE) != 0 {
+            return Err(Error::NotSupported(format!(
+                "inode flags {:#x} on this file type",
+                flags & !allowed
+            )));
+        }
+        let old = st.d.flags();
+        let new = (flags & FL_USER_MODIFIABLE) | (old & !FL_USER_MODIFIABLE);
+        let unsupported = (new ^ old) & !FL_RECORDED;
+        if unsupported != 0 {
+            return Err(Error::NotSupported(format!(
+                "changing inode flags {unsupported:#x}"
+            )));
+        }
+        let h = self.journal.start();
+        st.d.set_flags(new);
+        st.d.set_ctime(now());
+        self.store(&h, ino, &mut st)?;
+        Ok(self.attr(ino, &st.d))
     }
 
     /// Note a read of `ino`'s data, entries or target (the VFS's touch_atime, which its

@@ -1,0 +1,242 @@
+//! The mount judged against the kernel's ext4: one shell script runs on a lanefs mount
+//! and on a kernel ext4 loop mount of an identical image, and every line it prints must
+//! be the same. POSIX ACLs (`setfacl`, `getfacl`, creates under default ACLs with a
+//! umask, chmod of a file with an ACL, reads by another user only an ACL entry lets in,
+//! set-group-ID clearing) and inode flags (`chattr`/`lsattr`: immutable and append-only
+//! files and directories refusing what ext4 refuses, the recorded flags). The kernel then
+//! reads what lanefs stored.
+
+mod fuse_common;
+
+use fuse_common::*;
+use std::path::Path;
+use std::process::Command;
+
+/// The script, run with the mount point as `$1`; every line of output is compared.
+const ACL_SCRIPT: &str = r#"
+set -u
+cd "$1"
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@" 2>/dev/null; echo "exit $?"; }
+show() { for p in "$@"; do stat -c '%n %A %u %g' "$p"; getfacl -cpn "$p" 2>&1; done; }
+
+umask 022
+mkdir d
+setfacl -d -m u::rwx,u:65534:rwx,g::r-x,m::rwx,o::--- d
+touch d/f
+mkdir d/sub
+mkdir d/sub/deeper
+mknod d/fifo p
+ln -s f d/link
+echo data > d/g
+show d d/f d/sub d/sub/deeper d/fifo d/g
+stat -c '%n %A' d/link
+
+# The umask applies only where no default ACL is inherited.
+umask 077
+touch d/h plain
+mkdir plaindir
+show d/h plain plaindir
+umask 022
+
+# chmod of a file with an access ACL moves the mask, not the owning group's entry.
+chmod 604 d/f
+show d/f
+chmod 777 d/f
+show d/f
+
+# A file only an ACL entry lets nobody read, then write; then not.
+echo secret > p
+chmod 600 p
+as_nobody cat p
+setfacl -m u:65534:r p
+show p
+as_nobody cat p
+as_nobody sh -c 'echo more >> p'
+setfacl -m u:65534:rw p
+as_nobody sh -c 'echo more >> p'
+cat p
+setfacl -m m::r p
+as_nobody sh -c 'echo again >> p'
+setfacl -b p
+show p
+as_nobody cat p
+
+# A directory an ACL opens to nobody: list and create inside.
+mkdir closed
+chmod 700 closed
+as_nobody ls closed
+setfacl -m u:65534:rwx closed
+as_nobody touch closed/mine
+show closed closed/mine
+setfacl -k d
+show d
+
+# Setting an ACL clears set-group-ID unless the caller is in the file's group.
+touch sg sg2
+chown 65534:0 sg
+chown 65534:65534 sg2
+chmod 2775 sg sg2
+as_nobody setfacl -m u:65534:rwx sg
+as_nobody setfacl -m u:65534:rwx sg2
+show sg sg2
+"#;
+
+/// Run `script` (bash, the mount point as `$1`): its output and errors.
+fn run_script(script: &str, dir: &Path) -> String {
+    let out = run(Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .arg("bash")
+        .arg(dir));
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&out.stderr));
+    s
+}
+
+/// Run `script` on a kernel ext4 loop mount of `kimg` and on a lanefs mount of `img`
+/// (both made by `lanefs mkfs` alike); panics unless every line is the same. Returns the
+/// output.
+fn same_as_kernel(script: &str, t: &Path, img: &Path, kimg: &Path) -> String {
+    let kdir = t.join("k");
+    std::fs::create_dir_all(&kdir).unwrap();
+    let out = run(Command::new("mount")
+        .args(["-t", "ext4", "-o", "loop"])
+        .arg(kimg)
+        .arg(&kdir));
+    assert!(
+        out.status.success(),
+        "kernel mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = run_script(script, &kdir);
+    let _ = run(Command::new("umount").arg(&kdir));
+    // Root with allow_other: the kernel checks permissions, ACLs included.
+    let m = Mount::new(img, &t.join("mnt"), "allow_other");
+    let got = run_script(script, &m.dir);
+    m.umount();
+    assert_eq!(got, want, "lanefs (left) and kernel ext4 (right) differ");
+    e2fsck_clean(img);
+    want
+}
+
+/// `getfacl` of every path under `d`, in name order (readdir order differs by image).
+fn all_acls(d: &Path) -> String {
+    let out = run(Command::new("sh")
+        .arg("-c")
+        .arg("find . -path ./lost+found -prune -o -print | sort | xargs -d '\\n' getfacl -pn")
+        .current_dir(d));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn tools_ready(test: &str) -> bool {
+    if !fuse_ready(test) {
+        return false;
+    }
+    for tool in ["setfacl", "getfacl", "setpriv", "chattr", "lsattr"] {
+        if tool_missing(tool) {
+            return skip(
+                test,
+                &format!("{tool} not installed (packages acl, util-linux, e2fsprogs)"),
+            );
+        }
+    }
+    true
+}
+
+fn tool_missing(t: &str) -> bool {
+    !Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {t}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn acls_behave_as_on_kernel_ext4() {
+    if !tools_ready("acls_behave_as_on_kernel_ext4") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, kimg) = (t.path().join("l.img"), t.path().join("k.img"));
+    mkfs(&img, "64M", &[]);
+    mkfs(&kimg, "64M", &[]);
+    let out = same_as_kernel(ACL_SCRIPT, t.path(), &img, &kimg);
+    assert!(out.contains("secret"), "the script did not run:\n{out}");
+
+    // What lanefs stored, read by the kernel.
+    let stored = with_kernel_mount(&img, &t.path().join("kr"), all_acls);
+    let kernel_stored = with_kernel_mount(&kimg, &t.path().join("kk"), all_acls);
+    assert!(stored.contains("user:65534:"), "{stored}");
+    assert_eq!(stored, kernel_stored);
+}
+
+const CHATTR_SCRIPT: &str = r#"
+set -u
+cd "$1"
+try() { "$@" 2>&1 | sed "s|$PWD/||g; s|^[a-z]*: ||"; echo "exit ${PIPESTATUS[0]}"; }
+mkdir d; echo data > f; echo log > a; ln -s f s; mkfifo p
+lsattr -d d f a
+try chattr +i f
+lsattr f
+try sh -c 'echo x >> f'
+try rm f
+try mv f g
+try ln f h
+try chmod 600 f
+try chown 1 f
+try touch f
+try setfattr -n user.k -v v f
+try chattr -i f
+try chattr +a a
+try sh -c 'echo more >> a'
+try sh -c 'echo over > a'
+try truncate -s 0 a
+try rm a
+try chattr -a a
+cat a
+try chattr +AdsSu f
+lsattr f
+try chattr +D f
+try chattr +DT d
+lsattr -d d
+try chattr +C f
+lsattr f d a
+try chattr +i d
+try touch d/new
+try rmdir d
+try chattr -i d
+try chattr +a d
+try touch d/new
+try rm d/new
+try chattr -a d
+try chattr -AdsSu f
+lsattr f
+xfs_io -c 'chattr +a' -c lsattr a 2>&1 | sed 's|^ *||'
+try chattr -a a
+stat -c '%n %s' f a
+"#;
+
+#[test]
+fn chattr_behaves_as_on_kernel_ext4() {
+    if !tools_ready("chattr_behaves_as_on_kernel_ext4") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, kimg) = (t.path().join("l.img"), t.path().join("k.img"));
+    mkfs(&img, "64M", &[]);
+    mkfs(&kimg, "64M", &[]);
+    let out = same_as_kernel(CHATTR_SCRIPT, t.path(), &img, &kimg);
+    assert!(out.contains("----i---------e------- f"), "{out}");
+    // Changes lanefs has no mechanism for are refused by name of the errno: clearing
+    // extents (the kernel migrates to block maps), data journalling.
+    let m = Mount::new(&img, &t.path().join("mnt"), "");
+    for flag in ["-e", "+j"] {
+        let out = run(Command::new("chattr").arg(flag).arg(m.path("f")));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Operation not supported"),
+            "chattr {flag}: {out:?}"
+        );
+    }
+    m.umount();
+    e2fsck_clean(&img);
+}
