@@ -584,15 +584,12 @@ fn read_only_mount_writes_nothing() {
     );
 }
 
-#[test]
-fn corrupt_area_fails_with_eio_and_a_log_line() {
-    if !fuse_ready("corrupt_area_fails_with_eio_and_a_log_line") {
-        return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let img = t.path().join("a.img");
+/// An image whose directory `/bad` (200 entries) has its first block overwritten with
+/// garbage, and a file `/good` beside it; the mount point to use.
+fn image_with_corrupt_dir(t: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let img = t.join("a.img");
     mkfs(&img, "64M", &[]);
-    let dir = t.path().join("mnt");
+    let dir = t.join("mnt");
     let m = Mount::new(&img, &dir, "");
     fs::create_dir(m.path("bad")).unwrap();
     for i in 0..200 {
@@ -615,23 +612,38 @@ fn corrupt_area_fails_with_eio_and_a_log_line() {
     f.write_all_at(&vec![0x5A; 4096], blk * 4096).unwrap();
     f.flush().unwrap();
     drop(f);
-    // Foreground, to read the log.
-    let mut child = Command::new(LANEFS)
-        .arg("mount")
-        .arg(&img)
-        .arg(&dir)
-        .arg("-f")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    (img, dir)
+}
+
+/// `lanefs mount -f IMAGE DIR -o OPTS` as a child whose stderr is the log; returns once
+/// mounted.
+fn mount_foreground(img: &Path, dir: &Path, opts: &str) -> std::process::Child {
+    let mut cmd = Command::new(LANEFS);
+    cmd.arg("mount").arg(img).arg(dir).arg("-f");
+    if !opts.is_empty() {
+        cmd.args(["-o", opts]);
+    }
+    let child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let start = std::time::Instant::now();
-    while !is_mounted(&dir) {
+    while !is_mounted(dir) {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "mount -f did not mount"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    child
+}
+
+#[test]
+fn corrupt_area_fails_with_eio_and_a_log_line() {
+    if !fuse_ready("corrupt_area_fails_with_eio_and_a_log_line") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, dir) = image_with_corrupt_dir(t.path());
+    // Foreground, to read the log.
+    let mut child = mount_foreground(&img, &dir, "");
     let e = fs::read_dir(dir.join("bad"))
         .and_then(|r| r.collect::<std::io::Result<Vec<_>>>())
         .and_then(|_| fs::metadata(dir.join("bad").join(format!("{:0>40}", 7))))
@@ -743,4 +755,56 @@ fn access_times_follow_the_atime_options() {
         .any(|l| l.contains(m.dir.to_str().unwrap()) && l.contains("noatime")));
     m.umount();
     e2fsck_clean(&img);
+}
+
+/// `errors=panic`: the first corrupt structure met stops the daemon with a log line (the
+/// mount then answers ENOTCONN until unmounted), and the image is left for the journal to
+/// replay: e2fsck finds only the corruption that was planted.
+#[test]
+fn errors_panic_stops_the_daemon() {
+    if !fuse_ready("errors_panic_stops_the_daemon") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, dir) = image_with_corrupt_dir(t.path());
+    let mut child = mount_foreground(&img, &dir, "errors=panic");
+    // Only what was committed survives the stop: fsync it.
+    let mut f = fs::File::create(dir.join("new")).unwrap();
+    f.write_all(b"written before the fault").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let e = fs::read_dir(dir.join("bad"))
+        .and_then(|r| r.collect::<std::io::Result<Vec<_>>>())
+        .and_then(|_| fs::metadata(dir.join("bad").join(format!("{:0>40}", 7))))
+        .expect_err("a corrupt directory read cleanly");
+    // The request in flight when the daemon stops is aborted (ECONNABORTED).
+    assert!(
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EIO | libc::ENOTCONN | libc::ECONNABORTED)
+        ),
+        "{e}"
+    );
+    let status = child.wait().unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "daemon: {log}");
+    assert!(log.contains("errors=panic"), "log: {log}");
+    assert!(!log.contains("panicked"), "{log}");
+    let e = fs::metadata(dir.join("good")).expect_err("the mount still answers");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "{e}");
+    let _ = run(Command::new("umount").arg("-l").arg(&dir));
+    // The next mount replays the journal and serves what was there.
+    let m = Mount::new(&img, &dir, "");
+    assert_eq!(fs::read(m.path("good")).unwrap(), b"still here");
+    assert_eq!(
+        fs::read(m.path("new")).unwrap(),
+        b"written before the fault"
+    );
+    m.umount();
 }
