@@ -29,6 +29,14 @@ pub enum TargetSpec {
         /// Block size the image is formatted with (1024 to 65536).
         block_size: u32,
     },
+    /// `--compare`: real syscalls on three mounts of images `mkfs.ext4` made alike: `lanefs
+    /// mount` (FUSE), fuse2fs (FUSE) and the kernel's ext4 on a loop device, run
+    /// interleaved (see [`crate::compare`]). Needs root, /dev/fuse, fuse2fs and loop devices,
+    /// and [`BenchConfig::lanefs_exe`].
+    Compare {
+        /// Size of each (sparse) image in bytes.
+        size: u64,
+    },
 }
 
 impl Default for TargetSpec {
@@ -123,11 +131,12 @@ pub struct BenchConfig {
     pub workloads: Vec<String>,
     /// Thread counts to sweep for every workload; `None` sweeps each workload's own
     /// ([`crate::workloads::Workload::default_threads`]: fallocate2 and fsync 1, 2, 4, 8;
-    /// mdtest 1, 2, 4).
+    /// mdtest and bufio64k 1, 2, 4); a compare run sweeps [`crate::compare::THREADS`].
     pub threads: Option<Vec<usize>>,
     /// Repetitions of the whole sweep; reports show the median with min and max.
     pub reps: usize,
-    /// Measured seconds per run of a duration-timed workload (fallocate2, fsync, control).
+    /// Measured seconds per run of a duration-timed workload (fallocate2, fsync, control),
+    /// per phase for bufio64k.
     pub seconds: f64,
     /// Seconds each duration-timed run spins before measuring starts.
     pub warmup: f64,
@@ -143,6 +152,9 @@ pub struct BenchConfig {
     pub lockstat: bool,
     /// Write all records as a JSON array to this file.
     pub json: Option<PathBuf>,
+    /// The `lanefs` executable a [`TargetSpec::Compare`] run mounts with (`lanefs mount
+    /// -f`); the command line passes its own (`std::env::current_exe`).
+    pub lanefs_exe: Option<PathBuf>,
 }
 
 impl Default for BenchConfig {
@@ -161,6 +173,7 @@ impl Default for BenchConfig {
             variants: vec![Variant::default()],
             lockstat: false,
             json: None,
+            lanefs_exe: None,
         }
     }
 }
@@ -234,6 +247,21 @@ impl BenchConfig {
                     return Err(format!(
                         "block size {block_size} is not a power of two from 1024 to 65536"
                     ));
+                }
+            }
+            TargetSpec::Compare { size } => {
+                let threads = self
+                    .threads
+                    .clone()
+                    .unwrap_or_else(|| crate::compare::THREADS.to_vec());
+                let most = threads.iter().copied().max().unwrap_or(1);
+                crate::compare::check_size(*size, most, self.files)?;
+                match &self.lanefs_exe {
+                    None => return Err("no lanefs executable given for --compare".to_string()),
+                    Some(exe) if !exe.is_file() => {
+                        return Err(format!("lanefs executable {} is not a file", exe.display()))
+                    }
+                    Some(_) => {}
                 }
             }
         }

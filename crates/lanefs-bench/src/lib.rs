@@ -1,6 +1,8 @@
 //! lanefs-bench: the workloads of `lanefs bench` (see `shared/design/WORKLOADS.md`), run
 //! with the same code against the engine in-process or against a directory of any mounted
-//! file system, with a control loop at every thread count as the ceiling of the machine.
+//! file system, with a control loop at every thread count as the ceiling of the machine;
+//! or ([`TargetSpec::Compare`], module [`compare`]) through three mounts side by side:
+//! lanefs's FUSE mount, fuse2fs and the kernel's ext4.
 //!
 //! ```no_run
 //! use lanefs_bench::{run, BenchConfig, TargetSpec};
@@ -19,6 +21,7 @@
 //! # Ok::<(), String>(())
 //! ```
 
+pub mod compare;
 pub mod config;
 mod engine;
 pub mod report;
@@ -73,6 +76,7 @@ impl Drop for LockstatOn {
 fn targets(cfg: &BenchConfig) -> Vec<Target> {
     match &cfg.target {
         TargetSpec::Path(dir) => vec![Target::Path(dir.clone())],
+        TargetSpec::Compare { .. } => Vec::new(),
         TargetSpec::Lanefs {
             image,
             size,
@@ -92,13 +96,13 @@ fn targets(cfg: &BenchConfig) -> Vec<Target> {
 }
 
 /// Where one result came from.
-struct Origin<'a> {
-    workload: &'a str,
-    target: &'a str,
-    variant: &'a str,
-    threads: usize,
-    rep: usize,
-    oversubscribed: bool,
+pub(crate) struct Origin<'a> {
+    pub(crate) workload: &'a str,
+    pub(crate) target: &'a str,
+    pub(crate) variant: &'a str,
+    pub(crate) threads: usize,
+    pub(crate) rep: usize,
+    pub(crate) oversubscribed: bool,
 }
 
 /// `num / den`, or zero when `den` is zero (as `PhaseResult::ops_per_sec`).
@@ -110,7 +114,7 @@ fn ratio(num: f64, den: f64) -> f64 {
     }
 }
 
-fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
+pub(crate) fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
     let j = p.journal;
     Record {
         workload: o.workload.to_string(),
@@ -131,6 +135,11 @@ fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         extents_per_file: p.extents_per_file,
         free_extents: p.free_space.map(|f| f.extents),
         avg_free_extent_kib: p.free_space.map(|f| f.avg_extent_kib),
+        daemon_cpu_seconds: p.daemon_cpu,
+        daemon_cpu_us_per_op: p
+            .daemon_cpu
+            .filter(|_| p.ops > 0)
+            .map(|s| s * 1e6 / p.ops as f64),
     }
 }
 
@@ -170,7 +179,7 @@ fn progress(out: &mut dyn Write, reps: usize, r: &Record) -> Result<(), String> 
 
 /// Run one workload once on a fresh instance of `target`; returns its records and, when
 /// `lockstat` is on, the lock statistics of the run.
-fn run_one(
+pub(crate) fn run_one(
     cfg: &BenchConfig,
     w: &dyn Workload,
     target: &Target,
@@ -226,7 +235,7 @@ fn variants_text(targets: &[Target]) -> String {
             Target::Lanefs { variant, opts, .. } => {
                 Some(format!("{variant} (commit={:?})", opts.commit_interval))
             }
-            Target::Path(_) => None,
+            Target::Path(_) | Target::Mount { .. } => None,
         })
         .collect();
     if each.is_empty() {
@@ -243,6 +252,9 @@ fn variants_text(targets: &[Target]) -> String {
 /// writes `cfg.json` if set, and returns every record.
 pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String> {
     cfg.validate()?;
+    if let TargetSpec::Compare { size } = cfg.target {
+        return compare::run(cfg, size, out);
+    }
     let (warmup, duration) = (cfg.warmup_duration()?, cfg.duration()?);
     let chosen: Vec<&dyn Workload> = cfg
         .workloads

@@ -53,6 +53,13 @@ pub struct Record {
     /// Average run of free blocks after the run, in KiB (fallocate2 on the engine).
     #[serde(default)]
     pub avg_free_extent_kib: Option<f64>,
+    /// CPU seconds (user + system) the target's FUSE daemon used in the measured time
+    /// (`--compare`'s FUSE targets; `None` elsewhere).
+    #[serde(default)]
+    pub daemon_cpu_seconds: Option<f64>,
+    /// The daemon's CPU time per operation, in microseconds.
+    #[serde(default)]
+    pub daemon_cpu_us_per_op: Option<f64>,
 }
 
 /// Write `records` to `path` as a JSON array.
@@ -63,7 +70,7 @@ pub fn write_json(records: &[Record], path: &Path) -> Result<(), String> {
 }
 
 /// Median, min and max of a non-empty sample; zeros for an empty one.
-fn summary(mut v: Vec<f64>) -> (f64, f64, f64) {
+pub(crate) fn summary(mut v: Vec<f64>) -> (f64, f64, f64) {
     if v.is_empty() {
         return (0.0, 0.0, 0.0);
     }
@@ -658,6 +665,8 @@ mod tests {
             extents_per_file: None,
             free_extents: None,
             avg_free_extent_kib: None,
+            daemon_cpu_seconds: None,
+            daemon_cpu_us_per_op: None,
         }
     }
 

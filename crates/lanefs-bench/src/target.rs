@@ -10,6 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Variant name used for every record of a path target, where mount options do not apply
 /// (defined here, below the config that names it, so the modules import in one direction).
@@ -116,6 +117,15 @@ pub trait Backend: Send + Sync {
     fn truncate(&self, h: &Handle, size: u64) -> Result<(), String>;
     /// Write all of `data` at `off`.
     fn write(&self, h: &Handle, off: u64, data: &[u8]) -> Result<(), String>;
+    /// Read into `buf` at `off`; returns the bytes read, fewer than `buf.len()` only at the
+    /// end of the file.
+    fn read(&self, h: &Handle, off: u64, buf: &mut [u8]) -> Result<usize, String>;
+    /// Drop the file's clean pages from the kernel's page cache (POSIX_FADV_DONTNEED), so
+    /// the next reads go to the file system; nothing where there is no kernel page cache
+    /// (the engine in-process).
+    fn drop_cache(&self, _h: &Handle) -> Result<(), String> {
+        Ok(())
+    }
     /// Make the file durable: fsync, or fdatasync when `datasync`.
     fn fsync(&self, h: &Handle, datasync: bool) -> Result<(), String>;
     /// The journal's counters since mount, where the target exposes them (the engine).
@@ -130,6 +140,50 @@ pub trait Backend: Send + Sync {
     fn free_space(&self) -> Result<Option<FreeSpace>, String> {
         Ok(None)
     }
+    /// CPU time (user + system) the process serving this target has used so far, where
+    /// the target is served by a daemon whose pid is known (a FUSE mount).
+    fn daemon_cpu(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// CPU time (user + system, all threads, living and exited) process `pid` has used: its
+/// process CPU clock (`clock_getcpuclockid`, nanoseconds), or where that cannot be read,
+/// utime + stime from `/proc/<pid>/stat` (clock ticks). `None` when the process is gone.
+pub fn process_cpu(pid: u32) -> Option<Duration> {
+    let id = libc::pid_t::try_from(pid).ok()?;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is a valid place for the one clockid the call writes.
+    if unsafe { libc::clock_getcpuclockid(id, &mut clock) } == 0 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid place for the one timespec the call writes.
+        if unsafe { libc::clock_gettime(clock, &mut ts) } == 0 {
+            let secs = u64::try_from(ts.tv_sec).ok()?;
+            let nanos = u32::try_from(ts.tv_nsec).ok()?;
+            return Some(Duration::new(secs, nanos));
+        }
+    }
+    stat_cpu(pid)
+}
+
+/// utime + stime of process `pid` from `/proc/<pid>/stat`.
+fn stat_cpu(pid: u32) -> Option<Duration> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces or parentheses:
+    // fields are counted after the last ')'. There, index 0 is field 3 (state), so utime
+    // (field 14) and stime (field 15) are indexes 11 and 12.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = u64::try_from(hz).ok().filter(|&h| h > 0)?;
+    let ticks = utime.saturating_add(stime);
+    Some(Duration::from_secs(ticks / hz) + Duration::from_nanos((ticks % hz) * 1_000_000_000 / hz))
 }
 
 /// Real syscalls under one directory.
@@ -137,18 +191,27 @@ pub trait Backend: Send + Sync {
 pub struct PathBackend {
     label: String,
     base: Dir,
+    /// Pid of the process serving the file system (a FUSE daemon), for [`Backend::daemon_cpu`].
+    daemon: Option<u32>,
 }
 
 impl PathBackend {
     /// A backend working in `dir`, labelled "path:<label_dir>".
     pub fn new(dir: &Path, label_dir: &Path) -> Result<PathBackend, String> {
+        Self::labelled(dir, format!("path:{}", label_dir.display()), None)
+    }
+
+    /// A backend working in `dir` under `label`, whose file system is served by process
+    /// `daemon` (when known).
+    pub fn labelled(dir: &Path, label: String, daemon: Option<u32>) -> Result<PathBackend, String> {
         let file = File::open(dir).map_err(|e| format!("open directory {}: {e}", dir.display()))?;
         Ok(PathBackend {
-            label: format!("path:{}", label_dir.display()),
+            label,
             base: Dir::Path {
                 file,
                 path: dir.to_path_buf(),
             },
+            daemon,
         })
     }
 
@@ -252,6 +315,33 @@ impl Backend for PathBackend {
         self.fd(h)?
             .write_all_at(data, off)
             .map_err(|e| format!("write {} bytes at {off}: {e}", data.len()))
+    }
+    fn read(&self, h: &Handle, off: u64, buf: &mut [u8]) -> Result<usize, String> {
+        let f = self.fd(h)?;
+        let mut done = 0;
+        while done < buf.len() {
+            let pos = off + done as u64;
+            match f.read_at(&mut buf[done..], pos) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("read {} bytes at {pos}: {e}", buf.len() - done)),
+            }
+        }
+        Ok(done)
+    }
+    fn drop_cache(&self, h: &Handle) -> Result<(), String> {
+        let f = self.fd(h)?;
+        // SAFETY: plain syscall on an fd owned by `f`.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if r != 0 {
+            let e = std::io::Error::from_raw_os_error(r);
+            return Err(format!("posix_fadvise(DONTNEED): {e}"));
+        }
+        Ok(())
+    }
+    fn daemon_cpu(&self) -> Option<Duration> {
+        self.daemon.and_then(process_cpu)
     }
     fn fsync(&self, h: &Handle, datasync: bool) -> Result<(), String> {
         let f = self.fd(h)?;
@@ -360,6 +450,12 @@ impl Backend for LanefsBackend {
         }
         Ok(())
     }
+    fn read(&self, h: &Handle, off: u64, buf: &mut [u8]) -> Result<usize, String> {
+        let ino = self.file_ino(h)?;
+        self.fs
+            .read(ino, off, buf)
+            .map_err(|e| format!("read {} bytes at {off} of inode {ino}: {e}", buf.len()))
+    }
     fn fsync(&self, h: &Handle, datasync: bool) -> Result<(), String> {
         let ino = self.file_ino(h)?;
         self.fs
@@ -397,6 +493,16 @@ impl Backend for LanefsBackend {
 pub enum Target {
     /// Real syscalls under this directory (a fresh subdirectory per run).
     Path(PathBuf),
+    /// Real syscalls under a mount point `--compare` made (a fresh subdirectory per run),
+    /// named `label` in records, its daemon's CPU time read at each measured phase's edges.
+    Mount {
+        /// The mount point.
+        dir: PathBuf,
+        /// Name in records and tables ("lanefs-fuse", "fuse2fs", "kernel-ext4").
+        label: String,
+        /// Pid of the FUSE daemon serving it (`None` for the kernel's ext4).
+        daemon: Option<u32>,
+    },
     /// The engine on an image file (a temporary one when `image` is `None`).
     Lanefs {
         /// Image file, created (or truncated) for the run and deleted after it.
@@ -420,6 +526,7 @@ impl Target {
     pub fn label(&self) -> String {
         match self {
             Target::Path(dir) => format!("path:{}", dir.display()),
+            Target::Mount { label, .. } => label.clone(),
             Target::Lanefs { .. } => "lanefs".to_string(),
         }
     }
@@ -427,7 +534,7 @@ impl Target {
     /// Variant name for records.
     pub fn variant(&self) -> &str {
         match self {
-            Target::Path(_) => PATH_VARIANT,
+            Target::Path(_) | Target::Mount { .. } => PATH_VARIANT,
             Target::Lanefs { variant, .. } => variant,
         }
     }
@@ -436,17 +543,8 @@ impl Target {
     pub fn prepare(&self) -> Result<Instance, String> {
         let seq = RUN_SEQ.fetch_add(1, Ordering::Relaxed);
         match self {
-            Target::Path(dir) => {
-                let sub = dir.join(format!("lanefs-bench.{}.{seq}", std::process::id()));
-                std::fs::create_dir(&sub).map_err(|e| format!("mkdir {}: {e}", sub.display()))?;
-                match PathBackend::new(&sub, dir) {
-                    Ok(backend) => Ok(Instance::Path { backend, dir: sub }),
-                    Err(e) => {
-                        let _ = std::fs::remove_dir_all(&sub);
-                        Err(e)
-                    }
-                }
-            }
+            Target::Path(dir) => fresh_subdir(dir, seq, self.label(), None),
+            Target::Mount { dir, label, daemon } => fresh_subdir(dir, seq, label.clone(), *daemon),
             Target::Lanefs {
                 image,
                 size,
@@ -480,6 +578,24 @@ impl Target {
                     }
                 }
             }
+        }
+    }
+}
+
+/// A fresh subdirectory of `dir` (numbered `seq`) and a backend working in it.
+fn fresh_subdir(
+    dir: &Path,
+    seq: usize,
+    label: String,
+    daemon: Option<u32>,
+) -> Result<Instance, String> {
+    let sub = dir.join(format!("lanefs-bench.{}.{seq}", std::process::id()));
+    std::fs::create_dir(&sub).map_err(|e| format!("mkdir {}: {e}", sub.display()))?;
+    match PathBackend::labelled(&sub, label, daemon) {
+        Ok(backend) => Ok(Instance::Path { backend, dir: sub }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&sub);
+            Err(e)
         }
     }
 }
@@ -555,5 +671,32 @@ impl Instance {
                 unmounted.and(removed)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    /// A busy child's CPU time is read, rises as it spins, and agrees with /proc's ticks.
+    #[test]
+    fn process_cpu_reads_another_process() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .expect("spawn sh");
+        let pid = child.id();
+        std::thread::sleep(Duration::from_millis(300));
+        let a = process_cpu(pid);
+        std::thread::sleep(Duration::from_millis(300));
+        let (b, ticks) = (process_cpu(pid), stat_cpu(pid));
+        let _ = child.kill();
+        let _ = child.wait();
+        let (a, b, ticks) = (a.expect("cpu a"), b.expect("cpu b"), ticks.expect("ticks"));
+        assert!(b > a, "{a:?} then {b:?}");
+        assert!(b > Duration::from_millis(100), "{b:?}");
+        let diff = b.as_secs_f64() - ticks.as_secs_f64();
+        assert!(diff.abs() < 0.1, "clock {b:?} vs /proc ticks {ticks:?}");
+        assert_eq!(process_cpu(u32::MAX), None);
     }
 }

@@ -1,6 +1,7 @@
 //! Running N threads together: duration-timed loops (will-it-scale style) and phase-timed
 //! runs (mdtest style). The caller's thread is the timer and never does work; it also reads
-//! the target's journal counters (the probe) where each measured phase starts and ends.
+//! the target's journal counters and its daemon's CPU time (the probe) where each measured
+//! phase starts and ends.
 
 use crate::target::{Backend, FreeSpace, JournalCounters};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -27,6 +28,9 @@ pub struct PhaseResult {
     /// The target's free space after the run, where the workload and the target report it
     /// (fallocate2 on the engine: with each thread's completed file still open).
     pub free_space: Option<FreeSpace>,
+    /// CPU seconds (user + system) the target's daemon used during the measured time,
+    /// where the target has one (a FUSE mount of `--compare`).
+    pub daemon_cpu: Option<f64>,
 }
 
 impl PhaseResult {
@@ -40,19 +44,32 @@ impl PhaseResult {
     }
 }
 
-/// The target whose journal counters the timer reads, or `None` (path targets, control).
+/// The target whose journal counters and daemon CPU time the timer reads, or `None`
+/// (control).
 pub type Probe<'a> = Option<&'a dyn Backend>;
 
-fn sample(probe: Probe<'_>) -> Option<JournalCounters> {
-    probe.and_then(|b| b.journal())
+/// What the timer reads from the probe at the edges of a measured phase.
+#[derive(Clone, Copy)]
+struct Sample {
+    journal: Option<JournalCounters>,
+    cpu: Option<Duration>,
 }
 
-/// The journal activity between two samples.
-fn journal_delta(
-    before: Option<JournalCounters>,
-    after: Option<JournalCounters>,
-) -> Option<JournalCounters> {
-    Some(after?.since(before?))
+fn sample(probe: Probe<'_>) -> Sample {
+    Sample {
+        journal: probe.and_then(|b| b.journal()),
+        cpu: probe.and_then(|b| b.daemon_cpu()),
+    }
+}
+
+/// The journal activity and the daemon's CPU seconds between two samples.
+fn delta(before: Sample, after: Sample) -> (Option<JournalCounters>, Option<f64>) {
+    let journal = after.journal.zip(before.journal).map(|(a, b)| a.since(b));
+    let cpu = after
+        .cpu
+        .zip(before.cpu)
+        .map(|(a, b)| a.saturating_sub(b).as_secs_f64());
+    (journal, cpu)
 }
 
 /// The shape of a duration-timed run (see [`timed_loop`]).
@@ -304,16 +321,15 @@ where
         };
         let mut measured = None;
         if crew.gate.wait() && crew.sleep(warmup) {
-            let (c0, j0, t0) = (snapshot(), sample(probe), Instant::now());
+            let (c0, s0, t0) = (snapshot(), sample(probe), Instant::now());
             if crew.sleep(duration) {
-                let (t1, c1, j1) = (Instant::now(), snapshot(), sample(probe));
-                let journal = journal_delta(j0, j1);
-                measured = Some((c0, c1, (t1 - t0).as_secs_f64(), journal));
+                let (t1, c1, s1) = (Instant::now(), snapshot(), sample(probe));
+                measured = Some((c0, c1, (t1 - t0).as_secs_f64(), delta(s0, s1)));
             }
         }
         crew.stop.store(true, Relaxed);
         join_all(handles)?;
-        let Some((c0, c1, secs, journal)) = measured else {
+        let Some((c0, c1, secs, (journal, daemon_cpu))) = measured else {
             return Err("run aborted".to_string());
         };
         let per: Vec<u64> = c1
@@ -329,6 +345,7 @@ where
             journal,
             extents_per_file: None,
             free_space: None,
+            daemon_cpu,
         })
     })
 }
@@ -395,7 +412,7 @@ where
         // once before teardown. Between the gate before a phase and the gate after the next
         // step the workers do nothing but that phase, so the probe read just before a
         // phase's first gate and just after its second sees that phase alone.
-        let mut journal = Vec::with_capacity(phases.len());
+        let mut probed = Vec::with_capacity(phases.len());
         let mut ok = crew.gate.wait();
         for _ in phases {
             if !ok {
@@ -403,7 +420,7 @@ where
             }
             let before = sample(probe);
             ok = crew.gate.wait() && crew.gate.wait();
-            journal.push(journal_delta(before, sample(probe)));
+            probed.push(delta(before, sample(probe)));
         }
         if ok {
             crew.gate.wait();
@@ -429,9 +446,10 @@ where
                     .iter()
                     .map(|r| rate(r.0, (r.2 - r.1).as_secs_f64()))
                     .collect(),
-                journal: journal.get(p).copied().flatten(),
+                journal: probed.get(p).and_then(|d| d.0),
                 extents_per_file: None,
                 free_space: None,
+                daemon_cpu: probed.get(p).and_then(|d| d.1),
             });
         }
         Ok(results)
@@ -489,6 +507,9 @@ mod tests {
             Err("unsupported".to_string())
         }
         fn fsync(&self, _: &Handle, _: bool) -> Result<(), String> {
+            Err("unsupported".to_string())
+        }
+        fn read(&self, _: &Handle, _: u64, _: &mut [u8]) -> Result<usize, String> {
             Err("unsupported".to_string())
         }
         fn journal(&self) -> Option<JournalCounters> {

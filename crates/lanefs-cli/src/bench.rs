@@ -1,23 +1,38 @@
-//! `bench`: the benchmark workloads through `lanefs_bench`.
+//! `bench`: the benchmark workloads through `lanefs_bench`, on the engine, a directory, or
+//! (`--compare`) lanefs's FUSE mount beside fuse2fs and the kernel's ext4.
 
 use crate::cli::BenchArgs;
 use crate::error::{CmdResult, Error, Failure};
 use crate::size::parse_size;
-use lanefs_bench::{BenchConfig, TargetSpec, DEFAULT_IMAGE_SIZE};
+use lanefs_bench::{compare, BenchConfig, TargetSpec, DEFAULT_IMAGE_SIZE};
 
 /// The run the command line asks for; everything not given keeps its default.
 pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
     let defaults = BenchConfig::default();
-    let workloads = if args.workloads.is_empty() {
-        lanefs_bench::workload_names()
+    let workloads = match (args.workloads.is_empty(), args.compare) {
+        (false, _) => args.workloads.clone(),
+        (true, false) => lanefs_bench::workload_names()
             .into_iter()
             .map(String::from)
-            .collect()
-    } else {
-        args.workloads.clone()
+            .collect(),
+        (true, true) => compare::WORKLOADS.iter().map(|w| w.to_string()).collect(),
     };
-    // Without --threads each workload sweeps its own counts (fallocate2 and fsync go to 8).
-    let threads = (!args.threads.is_empty()).then(|| args.threads.clone());
+    // Without --threads each workload sweeps its own counts (fallocate2 and fsync go to 8),
+    // and a compare run sweeps 1 and 2.
+    let threads = match (args.threads.is_empty(), args.compare) {
+        (false, _) => Some(args.threads.clone()),
+        (true, false) => None,
+        (true, true) => Some(compare::THREADS.to_vec()),
+    };
+    // A compare run mounts with this very binary (`lanefs mount -f`).
+    let lanefs_exe = if args.compare {
+        Some(
+            std::env::current_exe()
+                .map_err(|e| Failure::new("finding the lanefs executable", e))?,
+        )
+    } else {
+        None
+    };
     let variants = if args.variants.is_empty() {
         defaults.variants.clone()
     } else {
@@ -38,6 +53,7 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
         variants,
         json: args.json.clone(),
         target: target(args)?,
+        lanefs_exe,
     })
 }
 
@@ -48,8 +64,12 @@ fn target(args: &BenchArgs) -> CmdResult<TargetSpec> {
     }
     let size = match &args.size {
         Some(s) => parse_size(s).map_err(|e| Failure::new("--size", Error::Msg(e)))?,
+        None if args.compare => compare::IMAGE_SIZE,
         None => DEFAULT_IMAGE_SIZE,
     };
+    if args.compare {
+        return Ok(TargetSpec::Compare { size });
+    }
     Ok(TargetSpec::Lanefs {
         image: args.image.clone(),
         size,
@@ -125,5 +145,43 @@ mod tests {
             panic!("not a worded error: {err:?}");
         };
         assert!(text.starts_with("unknown variant \"nope\""), "{text}");
+    }
+
+    /// `--compare` defaults to fallocate2, mdtest and bufio64k at 1 and 2 threads on 1 GiB
+    /// images, mounting with this binary; workloads, threads and size can be given; the
+    /// options of the other targets conflict with it.
+    #[test]
+    fn compare_defaults_and_conflicts() {
+        let cfg = config(&bench_args(&["--compare"])).expect("config");
+        assert_eq!(cfg.workloads, ["fallocate2", "mdtest", "bufio64k"]);
+        assert_eq!(cfg.threads, Some(vec![1, 2]));
+        assert_eq!(cfg.target, TargetSpec::Compare { size: 1 << 30 });
+        assert_eq!(
+            cfg.lanefs_exe,
+            Some(std::env::current_exe().expect("current exe"))
+        );
+        let cfg = config(&bench_args(&[
+            "--compare",
+            "mdtest",
+            "--threads",
+            "1,2,4",
+            "--size",
+            "2G",
+        ]))
+        .expect("config");
+        assert_eq!(cfg.workloads, ["mdtest"]);
+        assert_eq!(cfg.threads, Some(vec![1, 2, 4]));
+        assert_eq!(cfg.target, TargetSpec::Compare { size: 2 << 30 });
+        assert_eq!(config(&bench_args(&[])).expect("config").lanefs_exe, None);
+        for other in [
+            &["--path", "/tmp"][..],
+            &["--image", "x.img"],
+            &["--block-size", "4096"],
+            &["--lockstat"],
+            &["--variants", "base"],
+        ] {
+            let args = ["lanefs", "bench", "--compare"].iter().chain(other);
+            assert!(Cli::try_parse_from(args).is_err(), "{other:?}");
+        }
     }
 }

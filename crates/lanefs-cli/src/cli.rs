@@ -189,10 +189,11 @@ pub struct CpArgs {
 /// Options of `bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Workloads to run (all when none is named).
+    /// Workloads to run (all when none is named; with --compare: fallocate2, mdtest,
+    /// bufio64k).
     pub workloads: Vec<String>,
     /// Thread counts to sweep, e.g. 1,2,4 (default: each workload's own: fallocate2 and fsync
-    /// 1,2,4,8; mdtest 1,2,4).
+    /// 1,2,4,8; mdtest 1,2,4; bufio64k 1,2,4; with --compare: 1,2).
     #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
     /// Repetitions of the whole sweep; tables show the median (default: 3).
@@ -213,7 +214,8 @@ pub struct BenchArgs {
     /// Image file for the engine (default: a temporary file).
     #[arg(long)]
     pub image: Option<PathBuf>,
-    /// Size of the image, e.g. 8G (default: 4G).
+    /// Size of the image, e.g. 8G (default: 4G). With --compare: of each image, 1G unless
+    /// given.
     #[arg(long)]
     pub size: Option<String>,
     /// Block size of the image the engine formats: 1024, 2048, 4096 or 65536 (default 4096).
@@ -231,6 +233,12 @@ pub struct BenchArgs {
     /// another, a summary compares each with base per thread count.
     #[arg(long, value_delimiter = ',')]
     pub variants: Vec<String>,
+    /// Run on three mounts of alike mkfs.ext4 images, interleaved, in one table: lanefs
+    /// mount (FUSE), fuse2fs and the kernel's ext4 (loop device), with ratios against
+    /// fuse2fs, scaling and the FUSE daemons' CPU time per operation. Needs root, /dev/fuse,
+    /// fuse2fs and loop devices.
+    #[arg(long, conflicts_with_all = ["path", "image", "block_size", "lockstat", "variants"])]
+    pub compare: bool,
 }
 
 /// Options of `mount`.

@@ -5,6 +5,7 @@ use crate::target::Backend;
 use crate::timing::{PhaseResult, Timed};
 use std::time::Duration;
 
+pub mod bufio;
 pub mod control;
 pub mod fallocate2;
 pub mod fsync;
@@ -53,7 +54,12 @@ pub trait Workload: Sync {
 
 /// Every workload `lanefs bench` can run, by name. The control loop is not listed: it runs
 /// with every sweep on its own.
-pub static REGISTRY: &[&dyn Workload] = &[&fallocate2::Fallocate2, &mdtest::Mdtest, &fsync::Fsync];
+pub static REGISTRY: &[&dyn Workload] = &[
+    &fallocate2::Fallocate2,
+    &mdtest::Mdtest,
+    &fsync::Fsync,
+    &bufio::Bufio,
+];
 
 /// The workload called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Workload> {

@@ -1,0 +1,134 @@
+//! Goal: `lanefs bench --compare` mounts alike images with lanefs, fuse2fs and the kernel's
+//! ext4, runs fallocate2, mdtest and bufio64k at 1 and 2 threads on each, prints one row
+//! per workload phase, target and thread count with nonzero ops/s (and the FUSE daemons'
+//! CPU time per operation), takes every mount down and finds every image clean; without
+//! what it needs it fails with one line naming what is missing.
+//! Method: 0.2 s runs, one repetition, 200 files per thread for mdtest.
+
+mod fuse_common;
+
+use fuse_common::{run, skip, LANEFS};
+use std::path::Path;
+use std::process::Command;
+
+/// Root, /dev/fuse, e2fsck (fuse_ready), and fuse2fs, mkfs.ext4 and loop devices.
+fn compare_ready(test: &str) -> bool {
+    if !fuse_common::fuse_ready(test) {
+        return false;
+    }
+    for tool in ["fuse2fs", "mkfs.ext4"] {
+        let found = Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {tool}"))
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return skip(test, &format!("{tool} not installed"));
+        }
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return skip(test, "no loop devices (/dev/loop-control)");
+    }
+    true
+}
+
+/// The cells of a table row, when `line` is one.
+fn cells(line: &str) -> Vec<&str> {
+    line.split(['│', '┆'])
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// ops/s as the table prints it ("12,345").
+fn rate(cell: &str) -> f64 {
+    cell.replace(',', "")
+        .parse()
+        .unwrap_or_else(|e| panic!("ops/s {cell:?}: {e}"))
+}
+
+#[test]
+fn compare_runs_every_workload_on_the_three_mounts() {
+    if !compare_ready("compare_runs_every_workload_on_the_three_mounts") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("compare.json");
+    let out = run(Command::new(LANEFS)
+        .args(["bench", "--compare", "--seconds", "0.2", "--warmup", "0.05"])
+        .args(["--reps", "1", "--files", "200", "--json"])
+        .arg(&json));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "lanefs bench --compare failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let phases = [
+        ("fallocate2", "fallocate"),
+        ("mdtest", "create"),
+        ("mdtest", "remove"),
+        ("bufio64k", "write"),
+        ("bufio64k", "read"),
+    ];
+    for target in ["lanefs-fuse", "fuse2fs", "kernel-ext4"] {
+        for (workload, phase) in phases {
+            for threads in ["1", "2"] {
+                let row = text
+                    .lines()
+                    .map(cells)
+                    .find(|c| c.len() == 11 && c[..4] == [workload, phase, target, threads])
+                    .unwrap_or_else(|| {
+                        panic!("no row {workload} {phase} {target} {threads} in\n{text}")
+                    });
+                assert!(rate(row[4]) > 0.0, "{row:?}");
+                // The FUSE daemons' CPU per operation is measured; the kernel has none.
+                let cpu = row[10];
+                if target == "kernel-ext4" {
+                    assert_eq!(cpu, "-", "{row:?}");
+                } else {
+                    assert!(cpu.ends_with(" us"), "{row:?}");
+                }
+            }
+        }
+    }
+    assert!(
+        text.contains("e2fsck -fn: all three images clean after the run"),
+        "{text}"
+    );
+    assert!(text.contains("issue 11's goals at 2 threads"), "{text}");
+    let records = std::fs::read_to_string(&json).expect("json written");
+    for target in ["lanefs-fuse", "fuse2fs", "kernel-ext4"] {
+        assert!(
+            records.contains(&format!("\"target\": \"{target}\"")),
+            "{target} missing in the JSON"
+        );
+    }
+    assert!(records.contains("\"daemon_cpu_us_per_op\""), "{records}");
+    // Nothing left mounted.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(
+        !mounts.contains("lanefs-compare."),
+        "left mounted:\n{mounts}"
+    );
+}
+
+/// Without the tools (an empty PATH) the run fails at once with one line naming each.
+#[test]
+fn compare_names_what_is_missing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = run(Command::new(LANEFS)
+        .args(["bench", "--compare", "--reps", "1"])
+        .env("PATH", dir.path()));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("lanefs: bench: --compare cannot run here: missing "),
+        "{err}"
+    );
+    for name in ["fuse2fs (apt-get install fuse2fs)", "mkfs.ext4", "e2fsck"] {
+        assert!(err.contains(name), "{name} not named: {err}");
+    }
+}
