@@ -12,7 +12,7 @@
 //! guard), each image must pass `e2fsck -fn`, one table compares the three, and what the
 //! daemons logged is shown beside it.
 
-use crate::config::BenchConfig;
+use crate::config::{BenchConfig, COMPARE_THREADS};
 use crate::report::{fmt_rate, summary, Record};
 use crate::target::Target;
 use crate::workloads::{self, control, Workload};
@@ -27,8 +27,6 @@ use std::time::{Duration, Instant};
 
 /// Workloads a compare run does when none is named.
 pub const WORKLOADS: &[&str] = &["fallocate2", "mdtest", workloads::bufio::NAME];
-/// Thread counts a compare run sweeps when none is given.
-pub const THREADS: &[usize] = &[1, 2];
 /// Size of each image when none is given: room for every workload at a few threads.
 pub const IMAGE_SIZE: u64 = 1 << 30;
 
@@ -481,7 +479,11 @@ pub fn run(cfg: &BenchConfig, size: u64, out: &mut dyn Write) -> Result<Vec<Reco
         .as_deref()
         .ok_or("no lanefs executable given for --compare")?;
     let (warmup, duration) = (cfg.warmup_duration()?, cfg.duration()?);
-    let threads = cfg.threads.clone().unwrap_or_else(|| THREADS.to_vec());
+    let threads = cfg
+        .threads
+        .clone()
+        .unwrap_or_else(|| COMPARE_THREADS.to_vec());
+    check_size(size, threads.iter().copied().max().unwrap_or(1), cfg.files)?;
     let chosen: Vec<&dyn Workload> = cfg
         .workloads
         .iter()

@@ -31,7 +31,7 @@ pub enum TargetSpec {
     },
     /// `--compare`: real syscalls on three mounts of images `mkfs.ext4` made alike: `lanefs
     /// mount` (FUSE), fuse2fs (FUSE) and the kernel's ext4 on a loop device, run
-    /// interleaved (see [`crate::compare`]). Needs root, /dev/fuse, fuse2fs and loop devices,
+    /// interleaved (see the `compare` module). Needs root, /dev/fuse, fuse2fs and loop devices,
     /// and [`BenchConfig::lanefs_exe`].
     Compare {
         /// Size of each (sparse) image in bytes.
@@ -131,7 +131,7 @@ pub struct BenchConfig {
     pub workloads: Vec<String>,
     /// Thread counts to sweep for every workload; `None` sweeps each workload's own
     /// ([`crate::workloads::Workload::default_threads`]: fallocate2 and fsync 1, 2, 4, 8;
-    /// mdtest and bufio64k 1, 2, 4); a compare run sweeps [`crate::compare::THREADS`].
+    /// mdtest and bufio64k 1, 2, 4); a compare run sweeps [`COMPARE_THREADS`].
     pub threads: Option<Vec<usize>>,
     /// Repetitions of the whole sweep; reports show the median with min and max.
     pub reps: usize,
@@ -180,6 +180,9 @@ impl Default for BenchConfig {
 
 /// Upper bounds that keep a typo from starting a run that never ends.
 const MAX_THREADS: usize = 4096;
+
+/// Thread counts a compare run (`--compare`) sweeps when none are named.
+pub const COMPARE_THREADS: &[usize] = &[1, 2];
 const MAX_REPS: usize = 1000;
 const MAX_SECONDS: f64 = 24.0 * 3600.0;
 const MAX_FILES: usize = 100_000_000;
@@ -249,21 +252,14 @@ impl BenchConfig {
                     ));
                 }
             }
-            TargetSpec::Compare { size } => {
-                let threads = self
-                    .threads
-                    .clone()
-                    .unwrap_or_else(|| crate::compare::THREADS.to_vec());
-                let most = threads.iter().copied().max().unwrap_or(1);
-                crate::compare::check_size(*size, most, self.files)?;
-                match &self.lanefs_exe {
-                    None => return Err("no lanefs executable given for --compare".to_string()),
-                    Some(exe) if !exe.is_file() => {
-                        return Err(format!("lanefs executable {} is not a file", exe.display()))
-                    }
-                    Some(_) => {}
+            // The image size is checked by the compare run, which knows what it needs.
+            TargetSpec::Compare { .. } => match &self.lanefs_exe {
+                None => return Err("no lanefs executable given for --compare".to_string()),
+                Some(exe) if !exe.is_file() => {
+                    return Err(format!("lanefs executable {} is not a file", exe.display()))
                 }
-            }
+                Some(_) => {}
+            },
         }
         Ok(())
     }

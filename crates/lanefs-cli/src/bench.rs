@@ -22,7 +22,7 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
     let threads = match (args.threads.is_empty(), args.compare) {
         (false, _) => Some(args.threads.clone()),
         (true, false) => None,
-        (true, true) => Some(compare::THREADS.to_vec()),
+        (true, true) => Some(lanefs_bench::config::COMPARE_THREADS.to_vec()),
     };
     // A compare run mounts with this very binary (`lanefs mount -f`).
     let lanefs_exe = if args.compare {
