@@ -127,19 +127,22 @@ impl DirCtx<'_> {
             (0..self.nblocks(st)).collect()
         };
         for lblk in leaves {
-            let (b, entries) = self.leaf(st, ino, lblk)?;
-            let mut prev = None;
-            for e in entries {
-                if e.ino != 0 && e.name == name {
-                    return Ok(Some(Slot {
-                        buf: b,
-                        off: e.off,
-                        prev,
-                        ino: e.ino,
-                        ft: e.ft,
-                    }));
+            let b = self.block(st, ino, lblk)?;
+            let hit = {
+                let d = b.read();
+                if self.csum() {
+                    dd::verify_leaf_csum(self.iseed(ino, st), &d, b.blk)?;
                 }
-                prev = Some(e.off);
+                dd::search_block(&d, self.csum(), b.blk, name)?
+            };
+            if let Some(h) = hit {
+                return Ok(Some(Slot {
+                    buf: b,
+                    off: h.off,
+                    prev: h.prev,
+                    ino: h.ino,
+                    ft: h.ft,
+                }));
             }
         }
         Ok(None)

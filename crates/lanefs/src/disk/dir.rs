@@ -82,32 +82,35 @@ pub fn entries_end(block_size: usize, csum: bool) -> usize {
     }
 }
 
+/// The record at `off` of a leaf block whose entries end at `end`, validated as
+/// ext4_check_dir_entry does: (rec_len, name_len).
+fn record_at(b: &[u8], off: usize, end: usize, at: u64) -> Result<(usize, usize)> {
+    if off + 8 > end {
+        return Err(Error::corrupt(
+            "directory block",
+            at,
+            format!("entry at {off} truncated"),
+        ));
+    }
+    let rec_len = rec_len_at(b, off);
+    let name_len = usize::from(b[off + 6]);
+    if rec_len < 8 || !rec_len.is_multiple_of(4) || off + rec_len > end || 8 + name_len > rec_len {
+        return Err(Error::corrupt(
+            "directory block",
+            at,
+            format!("entry at offset {off}: rec_len {rec_len}, name_len {name_len}"),
+        ));
+    }
+    Ok((rec_len, name_len))
+}
+
 /// Walk the entries of a leaf block, validating each record.
 pub fn parse_block(b: &[u8], csum: bool, at: u64) -> Result<Vec<RawEntry>> {
     let end = entries_end(b.len(), csum);
     let mut off = 0;
     let mut out = Vec::new();
     while off < end {
-        if off + 8 > end {
-            return Err(Error::corrupt(
-                "directory block",
-                at,
-                format!("entry at {off} truncated"),
-            ));
-        }
-        let rec_len = rec_len_at(b, off);
-        let name_len = usize::from(b[off + 6]);
-        if rec_len < 8
-            || !rec_len.is_multiple_of(4)
-            || off + rec_len > end
-            || 8 + name_len > rec_len
-        {
-            return Err(Error::corrupt(
-                "directory block",
-                at,
-                format!("entry at offset {off}: rec_len {rec_len}, name_len {name_len}"),
-            ));
-        }
+        let (rec_len, name_len) = record_at(b, off, end, at)?;
         out.push(RawEntry {
             off,
             ino: le32(b, off),
@@ -118,6 +121,41 @@ pub fn parse_block(b: &[u8], csum: bool, at: u64) -> Result<Vec<RawEntry>> {
         off += rec_len;
     }
     Ok(out)
+}
+
+/// A live entry found by name in a leaf block (`search_block`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit {
+    /// Offset of the entry in the block.
+    pub off: usize,
+    /// Offset of the entry before it, if any.
+    pub prev: Option<usize>,
+    /// Its inode.
+    pub ino: u32,
+    /// Its file type code.
+    pub ft: u8,
+}
+
+/// Find the live entry called `name` in a leaf block without copying anything, validating
+/// each record up to it (as ext4_search_dir: records past the match are not looked at).
+pub fn search_block(b: &[u8], csum: bool, at: u64, name: &[u8]) -> Result<Option<Hit>> {
+    let end = entries_end(b.len(), csum);
+    let (mut off, mut prev) = (0, None);
+    while off < end {
+        let (rec_len, name_len) = record_at(b, off, end, at)?;
+        let ino = le32(b, off);
+        if ino != 0 && name_len == name.len() && &b[off + 8..off + 8 + name_len] == name {
+            return Ok(Some(Hit {
+                off,
+                prev,
+                ino,
+                ft: b[off + 7],
+            }));
+        }
+        prev = Some(off);
+        off += rec_len;
+    }
+    Ok(None)
 }
 
 /// Write an entry header and name at `off` with record length `rec_len`.
@@ -424,4 +462,31 @@ pub fn init_dx_root(b: &mut [u8], self_ino: u32, parent_ino: u32, info: DxRootIn
 pub fn init_dx_node(b: &mut [u8]) {
     b.fill(0);
     set_rec_len(b, 0, b.len());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `search_block` finds what `parse_block` lists, with the entry before it, skips
+    /// unused slots, and refuses a bad record on its way.
+    #[test]
+    fn search_agrees_with_parse() {
+        let mut b = vec![0u8; 1024];
+        put_entry(&mut b, 0, 11, 12, 1, b"a");
+        put_entry(&mut b, 12, 12, 12, 2, b"bb");
+        put_entry(&mut b, 24, 0, 16, 1, b"gone");
+        put_entry(&mut b, 40, 13, 1024 - 40, 1, b"dd");
+        let all = parse_block(&b, false, 7).unwrap();
+        for (i, e) in all.iter().enumerate().filter(|(_, e)| e.ino != 0) {
+            let h = search_block(&b, false, 7, &e.name).unwrap().unwrap();
+            assert_eq!((h.off, h.ino, h.ft), (e.off, e.ino, e.ft));
+            assert_eq!(h.prev, i.checked_sub(1).map(|p| all[p].off));
+        }
+        assert_eq!(search_block(&b, false, 7, b"gone").unwrap(), None);
+        assert_eq!(search_block(&b, false, 7, b"d").unwrap(), None);
+        set_rec_len(&mut b, 12, 10);
+        assert!(search_block(&b, false, 7, b"a").unwrap().is_some());
+        assert!(search_block(&b, false, 7, b"dd").is_err());
+    }
 }
