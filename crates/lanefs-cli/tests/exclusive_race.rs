@@ -3,10 +3,10 @@
 //! as busy, and nothing is lost.
 //!
 //! Method: two host trees (12,000 small files and a 16 MiB file each, so a copy holds the
-//! image for about half a second in a release build); two `lanefs cp -r` processes, each spinning on a start
-//! file so both exec together, copy them into one image (again on a fresh image, up to 5
-//! times, when one copy ended before the other began). The first process to exit must
-//! be the loser (non-zero, exactly one `lanefs: ...` line naming the image and "busy"),
+//! image for about half a second in a release build); two `lanefs cp -r` processes, each
+//! spinning on a start file so both exec together, copy them into one image (again on a
+//! fresh image, up to 5 times, when one copy ended before the other began). The first
+//! process to exit must be the loser (non-zero, exactly one `lanefs: ...` line naming the image and "busy"),
 //! with the winner still running; the winner exits 0 and its tree is complete in the
 //! image, the loser's is absent; then the loser's copy is run again and succeeds, both
 //! trees are complete (read back through `lanefs::Fs`), and lanefs fsck and `e2fsck -fn`
