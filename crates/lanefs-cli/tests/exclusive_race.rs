@@ -6,11 +6,11 @@
 //! image for about half a second in a release build); two `lanefs cp -r` processes, each
 //! spinning on a start file so both exec together, copy them into one image (again on a
 //! fresh image, up to 5 times, when one copy ended before the other began). The first
-//! process to exit must be the loser (non-zero, exactly one `lanefs: ...` line naming the image and "busy"),
-//! with the winner still running; the winner exits 0 and its tree is complete in the
-//! image, the loser's is absent; then the loser's copy is run again and succeeds, both
-//! trees are complete (read back through `lanefs::Fs`), and lanefs fsck and `e2fsck -fn`
-//! are clean. No root needed; without e2fsck it prints SKIP (fails under
+//! process to exit must be the loser (non-zero, exactly one `lanefs: ...` line naming the
+//! image and "busy"), with the winner still running; the winner exits 0 and its tree is
+//! complete in the image, the loser's is absent; then the loser's copy is run again and
+//! succeeds, both trees are complete (read back through `lanefs::Fs`), and lanefs fsck and
+//! `e2fsck -fn` are clean. No root needed; without e2fsck it prints SKIP (fails under
 //! `LANEFS_REQUIRE_PRIVILEGED=1`).
 
 use lanefs::{FileType, Fs, Ino, MountOptions, ROOT_INO};
