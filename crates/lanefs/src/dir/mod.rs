@@ -263,8 +263,8 @@ impl DirCtx<'_> {
         }
         let nb = self.nblocks(st);
         for lblk in 0..nb {
-            let (b, entries) = self.leaf(st, ino, lblk)?;
-            if self.try_insert(h, ino, st, &b, &entries, name, child, ft) {
+            let b = self.block(st, ino, lblk)?;
+            if self.try_insert(h, ino, st, &b, name, child, ft)? {
                 return Ok(());
             }
         }
@@ -274,8 +274,7 @@ impl DirCtx<'_> {
         }
         let b = self.append_block(h, ino, st)?;
         self.init_leaf(h, ino, st, &b);
-        let (_, entries) = self.leaf(st, ino, nb)?;
-        if !self.try_insert(h, ino, st, &b, &entries, name, child, ft) {
+        if !self.try_insert(h, ino, st, &b, name, child, ft)? {
             return Err(Error::corrupt(
                 "directory",
                 ino,
@@ -285,6 +284,8 @@ impl DirCtx<'_> {
         Ok(())
     }
 
+    /// Put `name -> child` into leaf block `b` in place if it has room (verified first,
+    /// as a read of the leaf is).
     #[allow(clippy::too_many_arguments)]
     fn try_insert(
         &self,
@@ -292,21 +293,23 @@ impl DirCtx<'_> {
         ino: u64,
         st: &InodeState,
         b: &Arc<Buf>,
-        entries: &[RawEntry],
         name: &[u8],
         child: u64,
         ft: u8,
-    ) -> bool {
+    ) -> Result<bool> {
         let mut d = b.write();
-        if !dd::insert_entry(&mut d, entries, name, child as u32, ft) {
-            return false;
+        if self.csum() {
+            dd::verify_leaf_csum(self.iseed(ino, st), &d, b.blk)?;
+        }
+        if !dd::insert_in_block(&mut d, self.csum(), b.blk, name, child as u32, ft)? {
+            return Ok(false);
         }
         if self.csum() {
             dd::set_leaf_csum(self.iseed(ino, st), &mut d);
         }
         drop(d);
         h.dirty(b);
-        true
+        Ok(true)
     }
 
     fn init_leaf(&self, h: &Handle, ino: u64, st: &InodeState, b: &Arc<Buf>) {
@@ -419,10 +422,11 @@ impl DirCtx<'_> {
         let version = self.hash_version(&root.0);
         let (hash, _) = self.hash(name, version);
         let path = self.probe(ino, st, &root, hash)?;
-        let (b, entries) = self.leaf(st, ino, path.leaf)?;
-        if self.try_insert(h, ino, st, &b, &entries, name, child, ft) {
+        let b = self.block(st, ino, path.leaf)?;
+        if self.try_insert(h, ino, st, &b, name, child, ft)? {
             return Ok(());
         }
+        let (b, entries) = self.leaf(st, ino, path.leaf)?;
         // Split the leaf by hash: the upper half moves to a new block.
         let mut live: Vec<(u32, u32, RawEntry)> = entries
             .into_iter()
@@ -449,17 +453,11 @@ impl DirCtx<'_> {
         } else {
             &b
         };
-        let (_, entries) = self.leaf_of_buf(st, ino, target)?;
-        if self.try_insert(h, ino, st, target, &entries, name, child, ft) {
+        if self.try_insert(h, ino, st, target, name, child, ft)? {
             return Ok(());
         }
         // The chosen half is still full (long names): retry from the top.
         self.htree_add(h, ino, st, name, child, ft)
-    }
-
-    fn leaf_of_buf(&self, _st: &InodeState, _ino: u64, b: &Buf) -> Result<((), Vec<RawEntry>)> {
-        let d = b.read();
-        Ok(((), dd::parse_block(&d, self.csum(), b.blk)?))
     }
 
     /// Insert index entry (hash, leaf) after the path's position in the last level,

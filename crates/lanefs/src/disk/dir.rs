@@ -198,6 +198,39 @@ pub fn insert_entry(
     false
 }
 
+/// [`insert_entry`] without a parse first: scan a leaf block's records in place
+/// (validating each one passed, as [`parse_block`] would) and put `name -> child` into
+/// the first with room. Returns whether it fit; allocates nothing.
+pub fn insert_in_block(
+    b: &mut [u8],
+    csum: bool,
+    at: u64,
+    name: &[u8],
+    child: u32,
+    ft: u8,
+) -> Result<bool> {
+    let end = entries_end(b.len(), csum);
+    let need = rec_len_for(name.len());
+    let mut off = 0;
+    while off < end {
+        let (rec_len, name_len) = record_at(b, off, end, at)?;
+        let ino = le32(b, off);
+        let used = if ino == 0 { 0 } else { rec_len_for(name_len) };
+        if rec_len - used >= need {
+            if used == 0 {
+                put_entry(b, off, child, rec_len, ft, name);
+            } else {
+                set_rec_len(b, off, used);
+                put_entry(b, off + used, child, rec_len - used, ft, name);
+            }
+            debug_assert!(search_block(b, csum, at, name).is_ok_and(|h| h.is_some()));
+            return Ok(true);
+        }
+        off += rec_len;
+    }
+    Ok(false)
+}
+
 /// Remove the entry at `off`: its record joins the one before it (`prev`), or, first in
 /// its area, it becomes a free record (inode 0).
 pub fn remove_entry(area: &mut [u8], off: usize, prev: Option<usize>) {
@@ -488,5 +521,24 @@ mod tests {
         set_rec_len(&mut b, 12, 10);
         assert!(search_block(&b, false, 7, b"a").unwrap().is_some());
         assert!(search_block(&b, false, 7, b"dd").is_err());
+    }
+
+    /// `insert_in_block` puts a name where `insert_entry` (on the parsed block) does.
+    #[test]
+    fn insert_in_place_agrees_with_parsed_insert() {
+        let mut b = vec![0u8; 1024];
+        put_entry(&mut b, 0, 11, 12, 1, b"a");
+        put_entry(&mut b, 12, 0, 28, 1, b"gone");
+        put_entry(&mut b, 40, 13, 1024 - 40, 1, b"dd");
+        for name in [&b"xy"[..], b"a-longer-name-than-the-hole", b"z"] {
+            let mut want = b.clone();
+            let entries = parse_block(&want, false, 7).unwrap();
+            assert!(insert_entry(&mut want, &entries, name, 99, 1));
+            assert!(insert_in_block(&mut b, false, 7, name, 99, 1).unwrap());
+            assert_eq!(b, want);
+        }
+        let mut full = vec![0u8; 64];
+        put_entry(&mut full, 0, 5, 64, 1, &[b'n'; 50]);
+        assert!(!insert_in_block(&mut full, false, 7, b"x", 6, 1).unwrap());
     }
 }
