@@ -2,10 +2,10 @@
 //! both write it: exactly one wins, the other fails at once with one line naming the image
 //! as busy, and nothing is lost.
 //!
-//! Method: two host trees (12,000 small files and a 16 MiB file each, so a copy holds the
+//! Method: two host trees (12,000 small files and a 96 MiB file each, so a copy holds the
 //! image for about half a second in a release build); two `lanefs cp -r` processes, each
 //! spinning on a start file so both exec together, copy them into one image (again on a
-//! fresh image, up to 5 times, when one copy ended before the other began). The first
+//! fresh image, up to 10 times, when one copy ended before the other began). The first
 //! process to exit must be the loser (non-zero, exactly one `lanefs: ...` line naming the
 //! image and "busy"), with the winner still running; the winner exits 0 and its tree is
 //! complete in the image, the loser's is absent; then the loser's copy is run again and
@@ -21,7 +21,7 @@ use std::time::Duration;
 
 const FILES: usize = 12_000;
 const DIRS: usize = 12;
-const BIG: usize = 16 << 20;
+const BIG: usize = 96 << 20;
 
 fn required() -> bool {
     std::env::var("LANEFS_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
@@ -164,7 +164,7 @@ fn two_writers_race_one_wins() {
         .collect();
     // A race needs the copies to overlap; on a loaded machine one may finish before the
     // other starts, so the race is run again (on a fresh image) until they do.
-    const ATTEMPTS: usize = 5;
+    const ATTEMPTS: usize = 10;
     let dsts = ["/one", "/two"];
     let mut attempt = 0;
     let (img, done, summary) = loop {
