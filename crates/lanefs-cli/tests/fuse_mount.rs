@@ -644,6 +644,7 @@ fn corrupt_area_fails_with_eio_and_a_log_line() {
     let (img, dir) = image_with_corrupt_dir(t.path());
     // Foreground, to read the log.
     let mut child = mount_foreground(&img, &dir, "");
+    let guard = Mount::adopt(&img, &dir);
     let e = fs::read_dir(dir.join("bad"))
         .and_then(|r| r.collect::<std::io::Result<Vec<_>>>())
         .and_then(|_| fs::metadata(dir.join("bad").join(format!("{:0>40}", 7))))
@@ -657,6 +658,7 @@ fn corrupt_area_fails_with_eio_and_a_log_line() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    guard.forget();
     let status = child.wait().unwrap();
     let mut log = String::new();
     child
@@ -768,6 +770,7 @@ fn errors_panic_stops_the_daemon() {
     let t = tempfile::tempdir().unwrap();
     let (img, dir) = image_with_corrupt_dir(t.path());
     let mut child = mount_foreground(&img, &dir, "errors=panic");
+    let guard = Mount::adopt(&img, &dir);
     // Only what was committed survives the stop: fsync it.
     let mut f = fs::File::create(dir.join("new")).unwrap();
     f.write_all(b"written before the fault").unwrap();
@@ -799,6 +802,7 @@ fn errors_panic_stops_the_daemon() {
     let e = fs::metadata(dir.join("good")).expect_err("the mount still answers");
     assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "{e}");
     let _ = run(Command::new("umount").arg("-l").arg(&dir));
+    guard.forget();
     // The next mount replays the journal and serves what was there.
     let m = Mount::new(&img, &dir, "");
     assert_eq!(fs::read(m.path("good")).unwrap(), b"still here");

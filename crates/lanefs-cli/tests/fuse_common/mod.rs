@@ -127,6 +127,16 @@ impl Mount {
         }
     }
 
+    /// Take charge of a mount made another way (`lanefs mount -f` as a child), so that a
+    /// failing test leaves no mount behind.
+    pub fn adopt(image: &Path, dir: &Path) -> Mount {
+        Mount {
+            image: image.to_path_buf(),
+            dir: dir.to_path_buf(),
+            mounted: true,
+        }
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)
     }
