@@ -792,13 +792,12 @@ impl Filesystem for LaneFuse {
                 };
                 let word = |k: usize| u32::from_ne_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
                 // Extent size hints, project ids and xflags without an ext4 flag: not here.
-                let known = XFLAG_MAP.iter().fold(0, |a, m| a | m.1);
-                if word(4) != 0 || word(12) != 0 || word(0) & !known != 0 {
+                if word(4) != 0 || word(12) != 0 || word(0) & !xflags_of(u32::MAX) != 0 {
                     return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
                 }
                 let r = self.fs.get_flags(i).and_then(|old| {
-                    let common = XFLAG_MAP.iter().fold(0, |a, m| a | m.0);
-                    self.fs.set_flags(i, (old & !common) | flags_of(word(0)))
+                    self.fs
+                        .set_flags(i, (old & !flags_of(u32::MAX)) | flags_of(word(0)))
                 });
                 match r {
                     Ok(_) => reply.ioctl(0, &[]),

@@ -380,7 +380,7 @@ impl Fs {
         ino: Ino,
         st: &InodeState,
         index: u8,
-    ) -> Result<Option<Vec<dx::AclEntry>>> {
+    ) -> Result<Option<(Found, Vec<dx::AclEntry>)>> {
         if !self.ext_attr {
             return Ok(None);
         }
@@ -392,7 +392,8 @@ impl Fs {
             Some(r) => self.read_ea_inode(ino, r)?,
             None => e.value.clone(),
         };
-        Ok(Some(dx::acl_from_disk(&v, ino)?))
+        let acl = dx::acl_from_disk(&v, ino)?;
+        Ok(Some((found, acl)))
     }
 
     /// The mode and ACLs of a new inode in directory `dir` (locked as `dst`), as
@@ -406,7 +407,7 @@ impl Fs {
         mode: &mut u16,
         umask: u16,
     ) -> Result<NewAcls> {
-        let Some(default) = self.stored_acl(dir, dst, dx::INDEX_ACL_DEFAULT)? else {
+        let Some((_, default)) = self.stored_acl(dir, dst, dx::INDEX_ACL_DEFAULT)? else {
             *mode &= !(umask & 0o777);
             return Ok(NewAcls::default());
         };
@@ -442,12 +443,11 @@ impl Fs {
     /// Bring an inode's access ACL in line with its new mode after chmod
     /// (posix_acl_chmod); nothing when it has none.
     pub(super) fn acl_chmod(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
-        let Some(access) = self.stored_acl(ino, st, dx::INDEX_ACL_ACCESS)? else {
+        let Some((mut found, access)) = self.stored_acl(ino, st, dx::INDEX_ACL_ACCESS)? else {
             return Ok(());
         };
         let acl = dx::acl_chmod_masq(&access, st.d.mode());
         if acl != access {
-            let mut found = self.read_xattrs(ino, st)?;
             let v = dx::acl_to_disk(&acl);
             self.put_xattr(
                 h,
