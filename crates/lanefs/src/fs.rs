@@ -50,7 +50,17 @@ pub struct MountOptions {
     pub atime: AtimePolicy,
     /// Directories' access times are never updated (`nodiratime`).
     pub nodiratime: bool,
+    /// Inode allocation: how a free bit is claimed (`ialloc=optimistic|locked`).
+    pub ialloc: IallocPolicy,
+    /// The inode cache's table (`icache=bucket|global|papaya`).
+    pub icache: IcachePolicy,
+    /// Bytes of clean, unused cached inodes kept before eviction (`icache_limit=BYTES`,
+    /// with an optional K, M or G suffix).
+    pub icache_limit: u64,
 }
+
+/// The inode cache's default memory limit.
+pub const DEFAULT_ICACHE_LIMIT: u64 = 64 << 20;
 
 impl Default for MountOptions {
     fn default() -> MountOptions {
@@ -62,6 +72,9 @@ impl Default for MountOptions {
             mb_optimize_scan: true,
             atime: AtimePolicy::Relative,
             nodiratime: false,
+            ialloc: IallocPolicy::Optimistic,
+            icache: IcachePolicy::Bucket,
+            icache_limit: DEFAULT_ICACHE_LIMIT,
         }
     }
 }
@@ -70,7 +83,8 @@ impl MountOptions {
     /// The engine's mount options by name, as `mount -o` spells them (ext4's own names
     /// where ext4 has them): `ro`, `rw`, `commit=SECS`, `mb_trylock=0|1`,
     /// `mb_stream_goal=global|inode|slots`, `mb_optimize_scan=0|1`, `relatime`,
-    /// `strictatime`, `noatime`, `atime` (= relatime), `nodiratime`, `diratime`.
+    /// `strictatime`, `noatime`, `atime` (= relatime), `nodiratime`, `diratime`,
+    /// `ialloc=optimistic|locked`, `icache=bucket|global|papaya`, `icache_limit=BYTES`.
     pub const NAMES: &'static [&'static str] = &[
         "ro",
         "rw",
@@ -84,6 +98,9 @@ impl MountOptions {
         "atime",
         "nodiratime",
         "diratime",
+        "ialloc",
+        "icache",
+        "icache_limit",
     ];
 
     /// Apply one option `key` or `key=value`. `Ok(false)` when `key` is not an engine
@@ -147,10 +164,50 @@ impl MountOptions {
                     }
                 }
             }
+            "ialloc" => {
+                self.ialloc = match need()? {
+                    "optimistic" => IallocPolicy::Optimistic,
+                    "locked" => IallocPolicy::Locked,
+                    other => {
+                        return Err(format!(
+                            "option ialloc={other}: expected optimistic or locked"
+                        ))
+                    }
+                }
+            }
+            "icache" => {
+                self.icache = match need()? {
+                    "bucket" => IcachePolicy::Bucket,
+                    "global" => IcachePolicy::Global,
+                    "papaya" => IcachePolicy::Papaya,
+                    other => {
+                        return Err(format!(
+                            "option icache={other}: expected bucket, global or papaya"
+                        ))
+                    }
+                }
+            }
+            "icache_limit" => {
+                let v = need()?;
+                self.icache_limit = parse_bytes(v).ok_or_else(|| {
+                    format!("option icache_limit={v}: expected bytes, with K, M or G")
+                })?;
+            }
             _ => return Ok(false),
         }
         Ok(true)
     }
+}
+
+/// `123`, `64K`, `64M`, `1G` as bytes.
+fn parse_bytes(v: &str) -> Option<u64> {
+    let (num, shift) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    num.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 /// A mounted ext4 file system, shared by any number of threads (`Arc<Fs>`).

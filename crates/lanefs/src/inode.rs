@@ -64,7 +64,28 @@ impl crate::journal::OrderedData for Inode {
     }
 }
 
+impl InodeState {
+    /// Bytes the state holds outside the inode's fixed part: the on-disk copy, the
+    /// extent map, the tree's block list and the indirect-block map.
+    pub fn heap_bytes(&self) -> usize {
+        // A BTreeMap entry costs about its key and value plus a share of its node.
+        const BTREE_OVERHEAD: usize = 16;
+        let ext = self.ext.as_ref().map_or(0, |m| {
+            m.len() * (std::mem::size_of::<(u32, Extent)>() + BTREE_OVERHEAD)
+        });
+        let ind =
+            self.ind.len() * (std::mem::size_of::<(blockmap::NodeKey, u64)>() + BTREE_OVERHEAD);
+        self.d.raw.len() + ext + self.tree_blocks.capacity() * 8 + ind
+    }
+}
+
 impl Inode {
+    /// Bytes this inode holds, as the inode cache accounts them.
+    pub fn mem_bytes(&self) -> usize {
+        let heap = self.state.try_read().map_or(0, |st| st.heap_bytes());
+        std::mem::size_of::<Inode>() + heap
+    }
+
     /// Whether some handle holds the inode open.
     pub fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire) > 0
@@ -122,6 +143,17 @@ impl ICache {
         if b.get(&ino).is_some_and(|i| Arc::ptr_eq(i, which)) {
             b.remove(&ino);
         }
+    }
+    /// How many inodes the cache holds and the bytes they account for.
+    pub fn stats(&self) -> crate::types::IcacheStats {
+        let mut st = crate::types::IcacheStats::default();
+        for b in &self.buckets {
+            for i in b.lock().values() {
+                st.inodes += 1;
+                st.bytes += i.mem_bytes() as u64;
+            }
+        }
+        st
     }
     /// Every cached inode (for write-back).
     pub fn all(&self) -> Vec<Arc<Inode>> {

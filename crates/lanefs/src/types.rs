@@ -221,6 +221,48 @@ pub enum AtimePolicy {
     Never,
 }
 
+/// How a free inode bit is claimed in the chosen group (seed 001; `ialloc=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IallocPolicy {
+    /// Find a free bit without the group's inode lock, test-and-set it under the lock;
+    /// after one lost race, find and set the bit with the lock held (Linux 4.14 on,
+    /// `ialloc=optimistic`).
+    #[default]
+    Optimistic,
+    /// The loop before seed 001: every lost race drops the lock and searches again
+    /// without it from the next bit (`ialloc=locked`).
+    Locked,
+}
+
+/// The inode cache's table (seed 004; `icache=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IcachePolicy {
+    /// Buckets each with their own lock for inserts and removals, lookups without any
+    /// lock (`icache=bucket`, the seed's hash-bl design).
+    #[default]
+    Bucket,
+    /// One lock for the whole table, taken by every lookup, insert and removal, as the
+    /// VFS's `inode_hash_lock` (`icache=global`).
+    Global,
+    /// The `papaya` crate's lock-free hash map under the same semantics
+    /// (`icache=papaya`).
+    Papaya,
+}
+
+/// The inode cache's size and contents, for reports (`Fs::icache_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IcacheStats {
+    /// Inodes in the cache.
+    pub inodes: u64,
+    /// Bytes the cached inodes hold (the inode, its on-disk copy, extent map and
+    /// directory index), as the cache accounts them.
+    pub bytes: u64,
+    /// The limit clean, unused inodes are evicted under (`icache_limit=`).
+    pub limit: u64,
+    /// Inodes evicted since mount.
+    pub evictions: u64,
+}
+
 /// Who is asking: owner of newly created inodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Owner {

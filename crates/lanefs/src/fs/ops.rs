@@ -804,6 +804,11 @@ impl Fs {
             || now.sec - at.sec >= 24 * 60 * 60
     }
 
+    /// The inode cache's size, memory and limit.
+    pub fn icache_stats(&self) -> IcacheStats {
+        self.icache.stats()
+    }
+
     /// File-system counters.
     pub fn statfs(&self) -> Result<StatFs> {
         let sb = self.sb.lock();
