@@ -15,7 +15,9 @@ use crate::disk::group::GroupDesc;
 use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_INLINE_DATA};
 use crate::disk::superblock::{self as sbm, compat, incompat, ro_compat, Superblock};
 use crate::error::{Error, Result};
-use crate::inode::{self, ICache, Inode, InodeState};
+use crate::ialloc::InodeAllocator;
+use crate::icache::{ICache, IRef};
+use crate::inode::{self, Inode, InodeState};
 use crate::journal::{self, Handle, Journal, LogArea, Replay};
 use crate::sync::{Mutex, RwLockReadGuard, ORPHAN, RENAME, SUPER};
 use crate::types::*;
@@ -217,6 +219,7 @@ pub struct Fs {
     bufs: Arc<BufCache>,
     journal: Journal,
     al: Arc<Allocator>,
+    ial: Arc<InodeAllocator>,
     icache: ICache,
     sb: Mutex<Superblock>,
     rename_lock: Mutex<()>,
@@ -332,6 +335,13 @@ impl Fs {
         }
         let geo = Geometry::from_superblock(&sb);
         let (descs, gdt) = read_gdt(&geo, &bufs)?;
+        let ial = Arc::new(InodeAllocator::new(
+            geo.clone(),
+            &descs,
+            bufs.clone(),
+            opts.ialloc,
+            sb.hash_seed(),
+        ));
         let al = Arc::new(Allocator::new(geo, descs, gdt, bufs.clone()).with_options(
             AllocOptions {
                 trylock: opts.mb_trylock,
@@ -348,10 +358,16 @@ impl Fs {
             dev.flush()?;
         }
         let journal = Journal::new(dev.clone(), bufs.clone(), log, next_tid, bs as usize);
-        let alc = al.clone();
-        journal.set_on_commit(Box::new(move |tid| alc.release_committed(tid)));
-        let alc = al.clone();
-        journal.set_before_commit(Box::new(move || alc.seal()));
+        let (alc, ialc) = (al.clone(), ial.clone());
+        journal.set_on_commit(Box::new(move |tid| {
+            alc.release_committed(tid);
+            ialc.release_committed(tid);
+        }));
+        let (alc, ialc) = (al.clone(), ial.clone());
+        journal.set_before_commit(Box::new(move || {
+            ialc.seal(&alc);
+            alc.seal();
+        }));
         let fs = Fs {
             journal,
             seed: sb.hash_seed(),
@@ -368,7 +384,8 @@ impl Fs {
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: Mutex::new(&ORPHAN, Vec::new()),
-            icache: ICache::default(),
+            icache: ICache::new(opts.icache, opts.icache_limit),
+            ial,
             dev,
             bufs,
             al,
@@ -446,6 +463,7 @@ impl Fs {
     fn ctx(&self) -> DirCtx<'_> {
         DirCtx {
             al: &self.al,
+            ial: &self.ial,
             bufs: &self.bufs,
             seed: self.seed,
             unsigned: self.unsigned,
@@ -492,21 +510,20 @@ impl Fs {
     }
 
     /// The cached inode `ino`, loading it from disk on a miss.
-    fn iget(&self, ino: Ino) -> Result<Arc<Inode>> {
-        if let Some(i) = self.icache.peek(ino) {
-            return Ok(i);
-        }
-        if ino < 1 || ino > u64::from(self.al.geo.ipg) * u64::from(self.al.geo.groups) {
+    fn iget(&self, ino: Ino) -> Result<IRef> {
+        if ino < 1 || ino > self.al.geo.inodes() {
             return Err(Error::NotFound);
         }
-        let d = inode::read_disk_inode(&self.al, &self.bufs, ino)?;
-        if d.links() == 0 || FileType::from_mode(d.mode()).is_none() {
-            return Err(Error::NotFound);
-        }
-        let i = inode::new_inode(ino, d);
-        // Its last change may be in any uncommitted transaction: fsync commits them.
-        i.state.write().tid = self.journal.running_tid();
-        Ok(self.icache.insert(i))
+        self.icache.get(ino, || {
+            let d = inode::read_disk_inode(&self.ial, &self.bufs, ino)?;
+            if d.links() == 0 || FileType::from_mode(d.mode()).is_none() {
+                return Err(Error::NotFound);
+            }
+            let i = inode::new_inode(ino, d);
+            // Its last change may be in any uncommitted transaction: fsync commits them.
+            i.state.write().tid = self.journal.running_tid();
+            Ok(i)
+        })
     }
 
     /// Read-lock an inode's state with its extent map loaded.
@@ -550,7 +567,7 @@ impl Fs {
             self.note_large_file(h)?;
         }
         let keep_dtime = st.d.links() == 0 && !st.freed;
-        inode::store_inode(&self.al, &self.bufs, h, ino, &mut st.d, keep_dtime)
+        inode::store_inode(&self.ial, &self.bufs, h, ino, &mut st.d, keep_dtime)
     }
 
     /// A file past 2 GiB on an image without large_file turns the feature on in the
@@ -708,8 +725,15 @@ fn open_journal(
         ));
     }
     let (descs, gdt) = read_gdt(&geo, bufs)?;
+    let ial = InodeAllocator::new(
+        geo.clone(),
+        &descs,
+        bufs.clone(),
+        Default::default(),
+        [0; 4],
+    );
     let al = Allocator::new(geo, descs, gdt, bufs.clone());
-    let d = inode::read_disk_inode(&al, bufs, jino)?;
+    let d = inode::read_disk_inode(&ial, bufs, jino)?;
     let mut st = InodeState {
         d,
         ext: None,

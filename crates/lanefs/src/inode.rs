@@ -1,9 +1,9 @@
-//! In-memory inodes and the inode cache.
+//! In-memory inodes: reading and storing them in their table, and their block maps.
 //!
 //! An `Inode` holds the on-disk bytes (so unknown fields and in-inode xattrs survive),
 //! the extent map once loaded, and its dirty data pages. Its state lock (class `inode`)
-//! orders before journal handles. The cache is a table of buckets, each with its own lock
-//! (class `icache_bucket`); seed 004's lock-free lookup replaces `ICache::get` later.
+//! orders before journal handles. The cache that holds them is `icache`; inode numbers
+//! come from `ialloc`.
 
 use crate::alloc::Allocator;
 use crate::buf::BufCache;
@@ -12,12 +12,11 @@ use crate::disk::extent::{self, Extent, Node};
 use crate::disk::inode::{DiskInode, FL_EXTENTS};
 use crate::error::{Error, Result};
 use crate::extmap::ExtentMap;
+use crate::ialloc::InodeAllocator;
 use crate::journal::Handle;
 use crate::page::PageMap;
-use crate::sync::{Mutex, RwLock, ICACHE_BUCKET, INODE, PAGE};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use crate::sync::{Mutex, RwLock, INODE, PAGE};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Mutable state of a cached inode.
 pub struct InodeState {
@@ -53,6 +52,14 @@ pub struct Inode {
     pub ordered_tid: AtomicU64,
     /// Where this inode's last block allocation ended (its own stream goal; 0: none).
     pub last_alloc: AtomicU64,
+    /// A directory's hint of the group its last new child went to (ext4's
+    /// `i_last_alloc_group`; `ialloc::NO_GROUP`: none).
+    pub last_group: AtomicU32,
+    /// The inode was released on disk (mirrors `InodeState::freed`, readable without the
+    /// state lock).
+    pub gone: AtomicBool,
+    /// The inode cache's bookkeeping.
+    pub cache: crate::icache::CacheLink,
 }
 
 impl crate::journal::OrderedData for Inode {
@@ -86,96 +93,25 @@ impl Inode {
         std::mem::size_of::<Inode>() + heap
     }
 
+    /// Whether the inode was released on disk.
+    pub fn is_freed(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
+    /// Whether the cache may drop this inode: not open, no dirty pages, no extent-map
+    /// change the tree lacks, no preallocation (checked without waiting for any lock).
+    pub fn evictable(&self) -> bool {
+        if self.is_open() || !self.pages.try_lock().is_some_and(|p| p.is_empty()) {
+            return false;
+        }
+        self.state
+            .try_read()
+            .is_some_and(|st| !st.ext_dirty && st.pa.is_none())
+    }
+
     /// Whether some handle holds the inode open.
     pub fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire) > 0
-    }
-}
-
-const BUCKETS: usize = 256;
-const BUCKET_LIMIT: usize = 1024;
-
-/// The inode cache.
-pub struct ICache {
-    buckets: Vec<Mutex<HashMap<u64, Arc<Inode>>>>,
-}
-
-impl Default for ICache {
-    fn default() -> Self {
-        ICache {
-            buckets: (0..BUCKETS)
-                .map(|_| Mutex::new(&ICACHE_BUCKET, HashMap::new()))
-                .collect(),
-        }
-    }
-}
-
-impl ICache {
-    fn bucket(&self, ino: u64) -> &Mutex<HashMap<u64, Arc<Inode>>> {
-        &self.buckets[(ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % BUCKETS]
-    }
-    /// The cached inode, if present.
-    pub fn peek(&self, ino: u64) -> Option<Arc<Inode>> {
-        self.bucket(ino).lock().get(&ino).cloned()
-    }
-    /// Insert `new` unless another copy won the race; returns the cached one.
-    pub fn insert(&self, new: Inode) -> Arc<Inode> {
-        let mut b = self.bucket(new.ino).lock();
-        if let Some(i) = b.get(&new.ino) {
-            return i.clone();
-        }
-        if b.len() >= BUCKET_LIMIT {
-            evict(&mut b);
-        }
-        let a = Arc::new(new);
-        b.insert(a.ino, a.clone());
-        a
-    }
-    /// Insert a freshly allocated inode, replacing any dead copy of its number.
-    pub fn insert_new(&self, new: Inode) -> Arc<Inode> {
-        let a = Arc::new(new);
-        self.bucket(a.ino).lock().insert(a.ino, a.clone());
-        a
-    }
-    /// Drop `ino` from the cache if the cached copy is `which` (after it is freed).
-    pub fn remove_if(&self, ino: u64, which: &Arc<Inode>) {
-        let mut b = self.bucket(ino).lock();
-        if b.get(&ino).is_some_and(|i| Arc::ptr_eq(i, which)) {
-            b.remove(&ino);
-        }
-    }
-    /// How many inodes the cache holds and the bytes they account for.
-    pub fn stats(&self) -> crate::types::IcacheStats {
-        let mut st = crate::types::IcacheStats::default();
-        for b in &self.buckets {
-            for i in b.lock().values() {
-                st.inodes += 1;
-                st.bytes += i.mem_bytes() as u64;
-            }
-        }
-        st
-    }
-    /// Every cached inode (for write-back).
-    pub fn all(&self) -> Vec<Arc<Inode>> {
-        self.buckets
-            .iter()
-            .flat_map(|b| b.lock().values().cloned().collect::<Vec<_>>())
-            .collect()
-    }
-}
-
-/// Evict inodes nobody references, that are not open and have no dirty pages.
-fn evict(b: &mut HashMap<u64, Arc<Inode>>) {
-    let target = BUCKET_LIMIT * 3 / 4;
-    let victims: Vec<u64> = b
-        .iter()
-        .filter(|(_, i)| Arc::strong_count(i) == 1 && !i.is_open())
-        .filter(|(_, i)| i.pages.try_lock().is_some_and(|p| p.is_empty()))
-        .map(|(k, _)| *k)
-        .take(b.len().saturating_sub(target))
-        .collect();
-    for k in victims {
-        b.remove(&k);
     }
 }
 
@@ -205,6 +141,9 @@ pub fn inode_from_state(ino: u64, st: InodeState) -> Inode {
         open: AtomicU32::new(0),
         ordered_tid: AtomicU64::new(0),
         last_alloc: AtomicU64::new(0),
+        last_group: AtomicU32::new(crate::ialloc::NO_GROUP),
+        gone: AtomicBool::new(false),
+        cache: Default::default(),
     }
 }
 
@@ -224,11 +163,12 @@ pub fn init_empty_map(st: &mut InodeState, extents: bool) {
 }
 
 /// Read inode `ino` from its table and verify its checksum.
-pub fn read_disk_inode(al: &Allocator, bufs: &BufCache, ino: u64) -> Result<DiskInode> {
-    let loc = al.inode_loc(ino)?;
+pub fn read_disk_inode(ial: &InodeAllocator, bufs: &BufCache, ino: u64) -> Result<DiskInode> {
+    let loc = ial.inode_loc(ino)?;
+    let geo = ial.geo();
     let b = bufs.get(loc.blk)?;
-    let d = DiskInode::from_bytes(&b.read()[loc.off..loc.off + al.geo.inode_size as usize]);
-    if al.geo.csum && d.checksum() != d.compute_checksum(al.geo.seed, ino as u32) {
+    let d = DiskInode::from_bytes(&b.read()[loc.off..loc.off + geo.inode_size as usize]);
+    if geo.csum && d.checksum() != d.compute_checksum(geo.seed, ino as u32) {
         return Err(Error::corrupt("inode", ino, "checksum mismatch"));
     }
     let extra = usize::from(d.extra_isize());
@@ -245,22 +185,23 @@ pub fn read_disk_inode(al: &Allocator, bufs: &BufCache, ino: u64) -> Result<Disk
 /// Write the inode's bytes (with a fresh checksum) into its table block. With
 /// `keep_dtime`, the `dtime` already on disk is kept (an orphan's list link).
 pub fn store_inode(
-    al: &Allocator,
+    ial: &InodeAllocator,
     bufs: &BufCache,
     h: &Handle,
     ino: u64,
     d: &mut DiskInode,
     keep_dtime: bool,
 ) -> Result<()> {
-    let loc = al.inode_loc(ino)?;
+    let loc = ial.inode_loc(ino)?;
+    let geo = ial.geo();
     let b = bufs.get(loc.blk)?;
     {
         let mut w = b.write();
         if keep_dtime {
             d.set_dtime(crate::disk::le32(&w, loc.off + DTIME_OFF));
         }
-        if al.geo.csum {
-            d.update_checksum(al.geo.seed, ino as u32);
+        if geo.csum {
+            d.update_checksum(geo.seed, ino as u32);
         }
         w[loc.off..loc.off + d.raw.len()].copy_from_slice(&d.raw);
     }

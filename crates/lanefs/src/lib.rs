@@ -13,6 +13,8 @@ pub mod exclusive;
 pub mod extmap;
 pub mod fs;
 pub mod fsck;
+pub mod ialloc;
+pub mod icache;
 pub mod info;
 pub mod inode;
 pub mod journal;

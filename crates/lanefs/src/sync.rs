@@ -179,6 +179,12 @@ pub static ICACHE_BUCKET: LockClass = LockClass::new("icache_bucket", 32, false)
 pub static STREAM_GOAL: LockClass = LockClass::new("stream_goal", 35, false);
 /// The orphan list (unlinked-but-open inodes) and journaled superblock updates.
 pub static ORPHAN: LockClass = LockClass::new("orphan", 38, false);
+/// One group's inode bitmap and inode counters (inode allocation, seed 001). Held
+/// briefly, never across IO; ranked before `group` because a commit's seal hands the
+/// inode counters to the group's descriptor under both.
+pub static IGROUP: LockClass = LockClass::new("igroup", 39, false);
+/// The whole inode cache's one lock (`icache=global`, the VFS's `inode_hash_lock`).
+pub static ICACHE_GLOBAL: LockClass = LockClass::new("icache_global", 31, false);
 /// One allocation group's bitmaps and counters. At most one group lock held at a time, never
 /// across IO.
 pub static GROUP: LockClass = LockClass::new("group", 40, false);
@@ -195,14 +201,16 @@ pub static SUPER: LockClass = LockClass::new("super", 70, false);
 /// The bytes of a memory device (tests and benchmarks). Leaf lock.
 pub static MEM_DEVICE: LockClass = LockClass::new("mem_device", 80, false);
 
-static ALL_CLASSES: [&LockClass; 14] = [
+static ALL_CLASSES: [&LockClass; 16] = [
     &RENAME,
     &INODE,
     &JOURNAL_COMMIT,
     &JOURNAL_GATE,
+    &ICACHE_GLOBAL,
     &ICACHE_BUCKET,
     &STREAM_GOAL,
     &ORPHAN,
+    &IGROUP,
     &GROUP,
     &PAGE,
     &BUFFER,
@@ -807,7 +815,7 @@ mod tests {
     fn classes_are_in_lock_order() {
         // Goal: the declared order is the lock order, and names are unique.
         let classes = all_classes();
-        assert_eq!(classes.len(), 14);
+        assert_eq!(classes.len(), 16);
         for pair in classes.windows(2) {
             assert!(
                 pair[0].rank() < pair[1].rank(),
@@ -823,14 +831,16 @@ mod tests {
             "inode",
             "journal_commit",
             "journal_gate",
+            "icache_global",
             "icache_bucket",
             "stream_goal",
             "orphan",
+            "igroup",
             "group",
         ];
-        assert_eq!(&names[..8], &expected);
+        assert_eq!(&names[..10], &expected);
         assert_eq!(
-            &names[8..],
+            &names[10..],
             &[
                 "page",
                 "buffer",

@@ -816,8 +816,7 @@ impl Allocator {
         Ok(())
     }
 
-    /// Transaction `tid` committed: blocks and inodes it (and earlier ones) freed become
-    /// allocatable.
+    /// Transaction `tid` committed: blocks it (and earlier ones) freed become allocatable.
     pub fn release_committed(&self, tid: u64) {
         for g in &self.groups {
             if !g.has_busy.load(Ordering::Acquire) {
@@ -830,17 +829,8 @@ impl Allocator {
                     b.set(o as usize, (o + n) as usize, true);
                 }
             }
-            if let Some(view) = st.inode_view.as_mut() {
-                for &(bit, _) in st.busy_inodes.iter().filter(|b| b.1 <= tid) {
-                    clear_bit(view, bit as usize);
-                }
-            }
             st.busy_blocks.retain(|b| b.2 > tid);
-            st.busy_inodes.retain(|b| b.1 > tid);
-            if st.busy_inodes.is_empty() {
-                st.inode_view = None;
-            }
-            if st.busy_blocks.is_empty() && st.busy_inodes.is_empty() {
+            if st.busy_blocks.is_empty() {
                 g.has_busy.store(false, Ordering::Release);
             }
             self.publish(g.no, st);

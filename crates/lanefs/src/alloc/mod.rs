@@ -17,8 +17,8 @@ use lists::ScanLists;
 
 use crate::buf::{Buf, BufCache};
 use crate::disk::group::{bitmap_csum, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
-use crate::disk::{clear_bit, find_one, find_zero, set_bit, test_bit};
-use crate::error::{Error, Result};
+use crate::disk::{find_one, find_zero, set_bit};
+use crate::error::Result;
 use crate::journal::Handle;
 use crate::sync::{Mutex, GROUP, STREAM_GOAL};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -26,8 +26,23 @@ use std::sync::{Arc, OnceLock};
 
 /// The block bitmap changed: its checksum is due at commit.
 const PENDING_BLOCK: u8 = 1;
-/// The inode bitmap changed.
-const PENDING_INODE: u8 = 2;
+/// The inode allocator handed new inode fields (`set_inode_fields`).
+const PENDING_DESC: u8 = 2;
+
+/// The descriptor fields inode allocation owns, handed over once per commit.
+#[derive(Debug, Clone, Copy)]
+pub struct InodeFields {
+    /// Free inodes.
+    pub free: u32,
+    /// Directories.
+    pub dirs: u32,
+    /// Never-used inodes at the end of the table.
+    pub itable_unused: u32,
+    /// The inode bitmap is still uninitialized (INODE_UNINIT).
+    pub uninit: bool,
+    /// The inode bitmap's checksum (metadata_csum).
+    pub bitmap_csum: Option<u32>,
+}
 
 pub use crate::disk::geometry::Geometry;
 
@@ -41,11 +56,6 @@ struct GroupState {
     /// Their bitmap bits are already clear (in the freeing transaction) but they stay
     /// used in the buddy until that transaction commits.
     busy_blocks: Vec<(u32, u32, u64)>,
-    /// Inode bits freed by transactions not yet committed: (bit, transaction).
-    busy_inodes: Vec<(u32, u64)>,
-    /// While `busy_inodes` is non-empty: the inode bitmap with the busy inodes still set,
-    /// which is what inode allocation searches.
-    inode_view: Option<Box<[u8]>>,
     /// Blocks allocated by transaction `.0` (a bitmap): if that transaction frees them
     /// before it commits, they are reusable at once.
     fresh: Option<(u64, Box<[u8]>)>,
@@ -80,7 +90,7 @@ pub struct Group {
     /// Group number.
     pub no: u32,
     desc: Mutex<GroupState>,
-    /// Whether `busy_blocks` or `busy_inodes` may be non-empty (read without the lock).
+    /// Whether `busy_blocks` may be non-empty (read without the lock).
     has_busy: std::sync::atomic::AtomicBool,
     /// Allocatable blocks (the buddy's; before it is built, the descriptor's free count).
     /// Read without the lock by the pass predicates; rechecked under it.
@@ -94,14 +104,8 @@ pub struct Group {
     /// The block bitmap's buffer, held once loaded (so it is never evicted and
     /// allocation skips the cache lookup).
     bbuf: OnceLock<Arc<Buf>>,
-    /// The inode bitmap's buffer, likewise.
-    ibuf: OnceLock<Arc<Buf>>,
     /// Free blocks (mirror of the descriptor, readable without the lock).
     pub free_blocks: AtomicU32,
-    /// Free inodes.
-    pub free_inodes: AtomicU32,
-    /// Directories.
-    pub used_dirs: AtomicU32,
     block_bitmap: u64,
     inode_bitmap: u64,
     inode_table: u64,
@@ -127,14 +131,6 @@ impl FreeSpace {
             self.free_blocks as f64 / self.free_extents as f64
         }
     }
-}
-
-/// Where inode `ino` lives: its table block and byte offset inside it.
-pub struct InodeLoc {
-    /// Block of the inode table.
-    pub blk: u64,
-    /// Byte offset in that block.
-    pub off: usize,
 }
 
 /// Where a file's data goes when its own extents give no goal (seed 000's stream goals).
@@ -216,8 +212,6 @@ impl Allocator {
             .map(|(i, d)| Group {
                 no: i as u32,
                 free_blocks: AtomicU32::new(d.free_blocks()),
-                free_inodes: AtomicU32::new(d.free_inodes()),
-                used_dirs: AtomicU32::new(d.used_dirs()),
                 block_bitmap: d.block_bitmap(),
                 inode_bitmap: d.inode_bitmap(),
                 inode_table: d.inode_table(),
@@ -226,15 +220,12 @@ impl Allocator {
                 largest: AtomicI32::new(orders as i32 - 1),
                 pending: AtomicU8::new(0),
                 bbuf: OnceLock::new(),
-                ibuf: OnceLock::new(),
                 desc: Mutex::new(
                     &GROUP,
                     GroupState {
                         d,
                         buddy: None,
                         busy_blocks: Vec::new(),
-                        busy_inodes: Vec::new(),
-                        inode_view: None,
                         fresh: None,
                         pas: Vec::new(),
                         listed: (None, None),
@@ -327,14 +318,6 @@ impl Allocator {
             .sum()
     }
 
-    /// Total free inodes.
-    pub fn free_inodes(&self) -> u64 {
-        self.groups
-            .iter()
-            .map(|g| u64::from(g.free_inodes.load(Ordering::Relaxed)))
-            .sum()
-    }
-
     /// Free space as the block bitmaps hold it: free blocks, free extents (maximal runs
     /// of free blocks inside a group; allocations never cross groups) and the largest.
     /// Blocks freed by uncommitted transactions count as free, as on disk.
@@ -365,21 +348,6 @@ impl Allocator {
         Ok(fs)
     }
 
-    /// Location of inode `ino` in its inode table.
-    pub fn inode_loc(&self, ino: u64) -> Result<InodeLoc> {
-        if ino == 0 || ino > u64::from(self.geo.ipg) * u64::from(self.geo.groups) {
-            return Err(Error::Invalid(format!("inode number {ino} out of range")));
-        }
-        let g = &self.groups[self.geo.group_of_inode(ino) as usize];
-        let idx = (ino - 1) % u64::from(self.geo.ipg);
-        let byte = idx * u64::from(self.geo.inode_size);
-        let blk = g.inode_table + byte / u64::from(self.geo.bs);
-        Ok(InodeLoc {
-            blk,
-            off: (byte % u64::from(self.geo.bs)) as usize,
-        })
-    }
-
     /// Group `g`'s block bitmap buffer.
     fn block_buf(&self, g: u32) -> Result<&Arc<Buf>> {
         let grp = &self.groups[g as usize];
@@ -388,16 +356,6 @@ impl Allocator {
         }
         let b = self.bufs.get(grp.block_bitmap)?;
         Ok(grp.bbuf.get_or_init(|| b))
-    }
-
-    /// Group `g`'s inode bitmap buffer.
-    fn inode_buf(&self, g: u32) -> Result<&Arc<Buf>> {
-        let grp = &self.groups[g as usize];
-        if let Some(b) = grp.ibuf.get() {
-            return Ok(b);
-        }
-        let b = self.bufs.get(grp.inode_bitmap)?;
-        Ok(grp.ibuf.get_or_init(|| b))
     }
 
     /// Group `g`'s descriptor (or a bitmap, `what`) changed in `h`'s transaction (caller
@@ -430,10 +388,6 @@ impl Allocator {
                 if let (true, Some(b)) = (what & PENDING_BLOCK != 0, grp.bbuf.get()) {
                     let bytes = self.geo.bpg as usize / 8;
                     d.set_block_bitmap_csum(bitmap_csum(self.geo.seed, &b.read(), bytes, true));
-                }
-                if let (true, Some(b)) = (what & PENDING_INODE != 0, grp.ibuf.get()) {
-                    let bytes = self.geo.ipg as usize / 8;
-                    d.set_inode_bitmap_csum(bitmap_csum(self.geo.seed, &b.read(), bytes, true));
                 }
             }
             d.seal(self.geo.desc_csum, grp.no);
@@ -474,183 +428,29 @@ impl Allocator {
         }
     }
 
-    /// Pick a group for a new inode: the parent's group for files, a spread for dirs.
-    fn pick_inode_group(&self, parent_group: u32, is_dir: bool, top: bool) -> u32 {
-        let n = self.geo.groups;
-        if !is_dir {
-            return parent_group % n;
-        }
-        // Top-level directories start from a random group (Orlov spreads them by a
-        // hash of the name), so independent trees land in different groups.
-        let parent_group = if top { random_u32() % n } else { parent_group };
-        // Directories: from the parent's group, the first group with at least average
-        // free inodes and blocks, so subtrees spread while staying near their parent.
-        let avg_i = self.free_inodes() / u64::from(n);
-        let avg_b = self.free_blocks() / u64::from(n);
-        for i in 0..n {
-            let g = &self.groups[((parent_group + i) % n) as usize];
-            if u64::from(g.free_inodes.load(Ordering::Relaxed)) >= avg_i.max(1)
-                && u64::from(g.free_blocks.load(Ordering::Relaxed)) >= avg_b
-            {
-                return g.no;
-            }
-        }
-        parent_group % n
+    /// Add group `g`'s descriptor block to `h`'s transaction: its inode fields change
+    /// (written at the next seal).
+    pub fn dirty_desc(&self, h: &Handle, g: u32) {
+        let per = (self.geo.bs / self.geo.desc_size) as usize;
+        h.dirty(&self.gdt[g as usize / per]);
     }
 
-    /// Allocate an inode number near `parent_group`.
-    /// `top` marks a directory created in the root: spread it out.
-    pub fn alloc_inode(
-        &self,
-        h: &Handle,
-        parent_group: u32,
-        is_dir: bool,
-        top: bool,
-    ) -> Result<u64> {
-        let g0 = self.pick_inode_group(parent_group, is_dir, top);
-        let n = self.geo.groups;
-        for i in 0..n {
-            let g = (g0 + i) % n;
-            if self.groups[g as usize].free_inodes.load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            if let Some(ino) = self.alloc_inode_in(h, g, is_dir)? {
-                return Ok(ino);
-            }
-        }
-        Err(Error::NoSpace)
-    }
-
-    fn alloc_inode_in(&self, h: &Handle, g: u32, is_dir: bool) -> Result<Option<u64>> {
+    /// The inode allocator's fields of group `g`'s descriptor, written at this seal.
+    pub fn set_inode_fields(&self, g: u32, f: InodeFields) {
         let grp = &self.groups[g as usize];
-        let ib = self.inode_buf(g)?;
-        let mut dg = grp.desc.lock();
-        let gs = &mut *dg;
-        let d = &mut gs.d;
-        if d.free_inodes() == 0 {
-            return Ok(None);
+        let mut st = grp.desc.lock();
+        let d = &mut st.d;
+        d.set_free_inodes(f.free);
+        d.set_used_dirs(f.dirs);
+        d.set_itable_unused(f.itable_unused);
+        if f.uninit {
+            d.set_flags(d.flags() | BG_INODE_UNINIT);
+        } else {
+            d.set_flags(d.flags() & !BG_INODE_UNINIT);
         }
-        let ipg = self.geo.ipg as usize;
-        let bit = {
-            let mut map = ib.write();
-            if d.flags() & BG_INODE_UNINIT != 0 {
-                map.fill(0);
-                for i in ipg..self.geo.bs as usize * 8 {
-                    set_bit(&mut map, i);
-                }
-            }
-            let from = if g == 0 {
-                self.geo.first_ino as usize - 1
-            } else {
-                0
-            };
-            // Inodes freed by a transaction not yet committed stay set in the view.
-            let search: &[u8] = gs.inode_view.as_deref().unwrap_or(&map);
-            let Some(bit) = find_zero(search, from, ipg) else {
-                return Ok(None);
-            };
-            // The view is the bitmap plus uncommitted frees: free there means free here.
-            debug_assert!(!test_bit(&map, bit), "inode bit {bit} of group {g} in use");
-            if let Some(view) = gs.inode_view.as_mut() {
-                set_bit(view, bit);
-            }
-            set_bit(&mut map, bit);
-            bit
-        };
-        h.dirty(ib);
-        d.set_flags(d.flags() & !BG_INODE_UNINIT);
-        let free = d.free_inodes() - 1;
-        d.set_free_inodes(free);
-        grp.free_inodes.store(free, Ordering::Relaxed);
-        if is_dir {
-            d.set_used_dirs(d.used_dirs() + 1);
-            grp.used_dirs.store(d.used_dirs(), Ordering::Relaxed);
+        if let Some(c) = f.bitmap_csum {
+            d.set_inode_bitmap_csum(c);
         }
-        let unused_from = self.geo.ipg - d.itable_unused();
-        if bit as u32 >= unused_from {
-            d.set_itable_unused(self.geo.ipg - bit as u32 - 1);
-        }
-        self.touch(h, g, PENDING_INODE);
-        Ok(Some(
-            u64::from(g) * u64::from(self.geo.ipg) + bit as u64 + 1,
-        ))
+        grp.pending.fetch_or(PENDING_DESC, Ordering::Relaxed);
     }
-
-    /// Release inode `ino`.
-    pub fn free_inode(&self, h: &Handle, ino: u64, is_dir: bool) -> Result<()> {
-        let g = self.geo.group_of_inode(ino);
-        let grp = &self.groups[g as usize];
-        let ib = self.inode_buf(g)?;
-        let mut dg = grp.desc.lock();
-        let gs = &mut *dg;
-        let d = &mut gs.d;
-        let bit = ((ino - 1) % u64::from(self.geo.ipg)) as usize;
-        {
-            let mut map = ib.write();
-            if !test_bit(&map, bit) {
-                return Err(Error::corrupt(
-                    "inode bitmap",
-                    grp.inode_bitmap,
-                    format!("inode {ino} already free"),
-                ));
-            }
-            if gs.inode_view.is_none() {
-                gs.inode_view = Some(map.to_vec().into_boxed_slice());
-            }
-            clear_bit(&mut map, bit);
-        }
-        h.dirty(ib);
-        debug_assert!(
-            d.free_inodes() < self.geo.ipg,
-            "group {g}: free inode count {} at its limit before a free",
-            d.free_inodes()
-        );
-        d.set_free_inodes(d.free_inodes() + 1);
-        grp.free_inodes.store(d.free_inodes(), Ordering::Relaxed);
-        if is_dir {
-            d.set_used_dirs(d.used_dirs().saturating_sub(1));
-            grp.used_dirs.store(d.used_dirs(), Ordering::Relaxed);
-        }
-        self.touch(h, g, PENDING_INODE);
-        gs.busy_inodes.push((bit as u32, h.tid()));
-        grp.has_busy.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    /// Whether inode `ino` is marked in use (for validating directory entries).
-    pub fn inode_in_use(&self, ino: u64) -> Result<bool> {
-        let g = self.geo.group_of_inode(ino);
-        let grp = &self.groups[g as usize];
-        if grp.desc.lock().d.flags() & BG_INODE_UNINIT != 0 {
-            return Ok(false);
-        }
-        let map = self.inode_buf(g)?.read();
-        Ok(test_bit(
-            &map,
-            ((ino - 1) % u64::from(self.geo.ipg)) as usize,
-        ))
-    }
-}
-
-/// A per-thread xorshift random number (placement only; not security relevant).
-fn random_u32() -> u32 {
-    use std::cell::Cell;
-    thread_local! {
-        static STATE: Cell<u64> = Cell::new({
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            let id = std::thread::current().id();
-            let h = format!("{id:?}").bytes().fold(t, |a, b| a.rotate_left(5) ^ u64::from(b));
-            h | 1
-        });
-    }
-    STATE.with(|s| {
-        let mut x = s.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.set(x);
-        (x >> 32) as u32
-    })
 }

@@ -25,6 +25,8 @@ mod inline;
 pub struct DirCtx<'a> {
     /// Allocator (for new directory blocks).
     pub al: &'a Allocator,
+    /// Inode allocation (inode table locations).
+    pub ial: &'a crate::ialloc::InodeAllocator,
     /// Metadata cache.
     pub bufs: &'a BufCache,
     /// Superblock hash seed.
@@ -740,7 +742,7 @@ impl DirCtx<'_> {
             let kind = match FileType::from_dirent_code(e.ft) {
                 Some(k) if self.filetype => k,
                 // No type in the entry: the inode's mode says it.
-                _ => crate::inode::read_disk_inode(self.al, self.bufs, u64::from(e.ino))
+                _ => crate::inode::read_disk_inode(self.ial, self.bufs, u64::from(e.ino))
                     .ok()
                     .and_then(|d| FileType::from_mode(d.mode()))
                     .unwrap_or(FileType::Regular),

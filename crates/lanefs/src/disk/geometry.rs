@@ -45,6 +45,8 @@ pub struct Geometry {
     pub first_meta_bg: u32,
     /// Blocks per allocation cluster (bigalloc; 1 otherwise).
     pub cluster_ratio: u32,
+    /// log2 of the groups in a flex group (flex_bg; 0 without it: one group each).
+    pub flex_log: u32,
 }
 
 impl Geometry {
@@ -91,6 +93,11 @@ impl Geometry {
                     .min(16)
             } else {
                 1
+            },
+            flex_log: if sb.has_incompat(incompat::FLEX_BG) {
+                u32::from(sb.log_groups_per_flex()).min(31)
+            } else {
+                0
             },
         }
     }
@@ -174,6 +181,7 @@ mod tests {
             meta_bg,
             first_meta_bg: 0,
             cluster_ratio: 1,
+            flex_log: 0,
         }
     }
 

@@ -9,6 +9,7 @@ use crate::disk::inode::FL_EXTENTS;
 use crate::disk::superblock as sbm;
 use crate::error::{Error, Result};
 use crate::extmap::{ExtentMap, Mapping};
+use crate::icache::IRef;
 use crate::inode::{Inode, InodeState};
 use crate::journal::Handle;
 use crate::page::PAGE_LIMIT;
@@ -212,7 +213,7 @@ impl Fs {
                 return Err(e);
             }
             // Newly mapped data must reach the device before this transaction commits.
-            h.add_ordered(&i);
+            h.add_ordered(i.arc());
         }
         if !i.is_open() {
             // Without an open file there is no close to give a reservation back at.
@@ -222,7 +223,7 @@ impl Fs {
         if end > st.d.size() {
             st.d.set_size(end);
             // The new size must not commit before the bytes it covers.
-            h.add_ordered(&i);
+            h.add_ordered(i.arc());
         }
         let t = now();
         st.d.set_mtime(t);
@@ -239,7 +240,7 @@ impl Fs {
     pub(super) fn fill_new_blocks(
         &self,
         h: &Handle,
-        i: &std::sync::Arc<Inode>,
+        i: &IRef,
         st: &mut InodeState,
         bytes: &[u8],
     ) -> Result<()> {
@@ -249,7 +250,7 @@ impl Fs {
         }
         let n = (bytes.len() as u64).div_ceil(u64::from(self.bs));
         self.allocate(h, i, st, 0, n, false)?;
-        h.add_ordered(i);
+        h.add_ordered(i.arc());
         self.copy_in(i, st, 0, bytes, &vec![Prior::Hole; n as usize])?;
         if !i.is_open() {
             self.al.discard_pa(&mut st.pa);
@@ -590,7 +591,7 @@ impl Fs {
     pub(super) fn truncate(
         &self,
         h: &Handle,
-        i: &std::sync::Arc<Inode>,
+        i: &IRef,
         st: &mut InodeState,
         size: u64,
     ) -> Result<()> {
@@ -700,7 +701,7 @@ impl Fs {
         {
             let h = self.journal.start();
             let mut o = self.orphans.lock();
-            let (fb, fi) = (self.al.free_blocks(), self.al.free_inodes() as u32);
+            let (fb, fi) = (self.al.free_blocks(), self.ial.free_inodes() as u32);
             self.update_sb(&h, &mut o, |sb| {
                 sb.set_free_blocks_count(fb);
                 sb.set_free_inodes_count(fi);
@@ -749,7 +750,7 @@ impl Fs {
         let mut sbg = self.sb.lock();
         let sb = &mut *sbg;
         sb.set_free_blocks_count(self.al.free_blocks());
-        sb.set_free_inodes_count(self.al.free_inodes() as u32);
+        sb.set_free_inodes_count(self.ial.free_inodes() as u32);
         sb.set_wtime(now().sec as u32);
         sb.set_state(sb.state() | 1);
         sb.set_feature_incompat(

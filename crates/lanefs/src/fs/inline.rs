@@ -9,10 +9,10 @@ use crate::disk::inline;
 use crate::disk::inode::FL_EXTENTS;
 use crate::error::Result;
 use crate::extmap::ExtentMap;
-use crate::inode::{Inode, InodeState};
+use crate::icache::IRef;
+use crate::inode::InodeState;
 use crate::journal::Handle;
 use crate::types::*;
-use std::sync::Arc;
 
 impl Fs {
     /// Whether `st` is an inline file, or an empty one a small write may make inline.
@@ -37,7 +37,7 @@ impl Fs {
     pub(super) fn write_inline(
         &self,
         h: &Handle,
-        i: &Arc<Inode>,
+        i: &IRef,
         st: &mut InodeState,
         off: u64,
         data: &[u8],
@@ -71,7 +71,7 @@ impl Fs {
     pub(super) fn truncate_inline(
         &self,
         h: &Handle,
-        i: &Arc<Inode>,
+        i: &IRef,
         st: &mut InodeState,
         size: u64,
     ) -> Result<bool> {
@@ -104,7 +104,7 @@ impl Fs {
 
     /// Move an inline file's bytes to a newly mapped block 0 (extent-mapped when the image
     /// has extents, else block-mapped) and drop its `system.data` attribute.
-    pub(super) fn uninline(&self, h: &Handle, i: &Arc<Inode>, st: &mut InodeState) -> Result<()> {
+    pub(super) fn uninline(&self, h: &Handle, i: &IRef, st: &mut InodeState) -> Result<()> {
         let ino = i.ino;
         let bytes = inline::file_data(&st.d, ino)?;
         inline::clear(&mut st.d, ino)?;

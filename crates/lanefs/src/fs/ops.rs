@@ -7,11 +7,11 @@ use crate::disk::inode::{
 };
 use crate::disk::superblock::ro_compat;
 use crate::error::{Error, Result};
+use crate::icache::IRef;
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::Handle;
 use crate::types::*;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// Validate a name for a new entry.
 fn check_name(name: &[u8]) -> Result<()> {
@@ -205,7 +205,8 @@ impl Fs {
 
     /// Create a regular file; it counts as opened (call `release` when done).
     pub fn create(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
-        let (a, i) = self.make(
+        // A new regular file starts open (`make_once`): the caller's reference.
+        let (a, _) = self.make(
             dir,
             name,
             FileType::Regular.mode_bits() | (perm & 0o7777),
@@ -213,7 +214,6 @@ impl Fs {
             owner,
             None,
         )?;
-        i.open.fetch_add(1, Ordering::AcqRel);
         Ok(a)
     }
 
@@ -243,7 +243,15 @@ impl Fs {
             Some(FileType::Symlink) => {
                 Err(Error::Invalid("mknod of a symlink (use symlink)".into()))
             }
-            Some(_) => Ok(self.make(dir, name, mode, rdev, owner, None)?.0),
+            Some(kind) => {
+                let (a, i) = self.make(dir, name, mode, rdev, owner, None)?;
+                if kind == FileType::Regular {
+                    // Made open, as by create: nobody holds it open here.
+                    drop(i);
+                    self.release(a.ino)?;
+                }
+                Ok(a)
+            }
         }
     }
 
@@ -275,7 +283,7 @@ impl Fs {
         rdev: u32,
         owner: Owner,
         target: Option<&[u8]>,
-    ) -> Result<(Attr, Arc<Inode>)> {
+    ) -> Result<(Attr, IRef)> {
         self.retry_nospace(|| self.make_once(dir, name, mode, rdev, owner, target))
     }
 
@@ -287,7 +295,7 @@ impl Fs {
         rdev: u32,
         owner: Owner,
         target: Option<&[u8]>,
-    ) -> Result<(Attr, Arc<Inode>)> {
+    ) -> Result<(Attr, IRef)> {
         self.check_rw()?;
         check_name(name)?;
         let d = self.iget(dir)?;
@@ -322,10 +330,24 @@ impl Fs {
             self.acls_for_new(dir, &dst, &mut mode, owner.umask)?
         };
         let h = self.journal.start();
-        let group = self.al.geo.group_of_inode(dir);
-        let ino = self
-            .al
-            .alloc_inode(&h, group, kind == FileType::Directory, dir == ROOT_INO)?;
+        let want = crate::ialloc::Want {
+            parent_ino: dir,
+            parent_group: self.al.geo.group_of_inode(dir),
+            last: &d.last_group,
+            is_dir: kind == FileType::Directory,
+            top: dir == ROOT_INO,
+            name,
+        };
+        let ino = self.ial.alloc(&h, &self.al, want)?;
+        let claim = match self.icache.begin_new(ino) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self
+                    .ial
+                    .free(&h, &self.al, ino, kind == FileType::Directory);
+                return Err(e);
+            }
+        };
         let mut cst = self.init_inode(
             ino,
             mode,
@@ -354,8 +376,12 @@ impl Fs {
         self.store(&h, ino, &mut cst)?;
         let attr = self.attr(ino, &cst.d);
         let new = inode::inode_from_state(ino, cst);
-        // The bitmap said `ino` was free, so any cached copy is a dead one: replace it.
-        Ok((attr, self.icache.insert_new(new)))
+        if kind == FileType::Regular {
+            // Open before the directory lock goes: once the name is visible, an unlink
+            // must find the file open (else it frees the inode under its creator).
+            new.open.store(1, Ordering::Release);
+        }
+        Ok((attr, claim.finish(new)))
     }
 
     fn init_inode(
@@ -447,7 +473,7 @@ impl Fs {
     fn undo_new(&self, h: &Handle, ino: Ino, st: &mut InodeState, kind: FileType) {
         let _ = self.release_xattr_block(h, st);
         let _ = self.free_blocks_of(h, st, kind);
-        let _ = self.al.free_inode(h, ino, kind == FileType::Directory);
+        let _ = self.ial.free(h, &self.al, ino, kind == FileType::Directory);
     }
 
     /// The target of a symbolic link.
@@ -593,7 +619,7 @@ impl Fs {
         let gone = self.drop_link(&h, &c, &mut cst)?;
         drop(h);
         if gone {
-            self.icache.remove_if(cino, &c);
+            self.icache.remove(cino, &c);
         }
         Ok(())
     }
@@ -627,8 +653,9 @@ impl Fs {
         st.d.set_links(0);
         st.d.set_dtime(now().sec as u32);
         st.freed = true;
+        i.gone.store(true, Ordering::Release);
         self.store(h, ino, st)?;
-        self.al.free_inode(h, ino, kind == FileType::Directory)
+        self.ial.free(h, &self.al, ino, kind == FileType::Directory)
     }
 
     /// Free every data, tree and xattr block of an inode.
@@ -702,7 +729,7 @@ impl Fs {
         self.free_inode(&h, &i, &mut st)?;
         drop(h);
         drop(st);
-        self.icache.remove_if(ino, &i);
+        self.icache.remove(ino, &i);
         Ok(())
     }
 
@@ -819,7 +846,7 @@ impl Fs {
             free_blocks: free,
             avail_blocks: free.saturating_sub(sb.r_blocks_count()),
             inodes: u64::from(sb.inodes_count()),
-            free_inodes: self.al.free_inodes(),
+            free_inodes: self.ial.free_inodes(),
             name_max: 255,
         })
     }

@@ -67,7 +67,7 @@ impl Fs {
     /// the on-disk value (`store_inode` with `keep_dtime`), both under the table block's
     /// lock, so neither the owner's inode lock nor its in-memory copy is needed.
     fn set_link(&self, h: &Handle, ino: Ino, next: u32) -> Result<()> {
-        let loc = self.al.inode_loc(ino)?;
+        let loc = self.ial.inode_loc(ino)?;
         let isz = self.al.geo.inode_size as usize;
         let b = self.bufs.get(loc.blk)?;
         {
@@ -98,8 +98,8 @@ impl Fs {
             if ino > max || ino < u64::from(self.al.geo.first_ino) || chain.contains(&ino) {
                 break;
             }
-            let d = inode::read_disk_inode(&self.al, &self.bufs, ino)?;
-            if FileType::from_mode(d.mode()).is_none() || !self.al.inode_in_use(ino)? {
+            let d = inode::read_disk_inode(&self.ial, &self.bufs, ino)?;
+            if FileType::from_mode(d.mode()).is_none() || !self.ial.inode_in_use(ino)? {
                 break;
             }
             chain.push(ino);
@@ -107,8 +107,9 @@ impl Fs {
         }
         *self.orphans.lock() = chain.clone();
         for ino in chain {
-            let d = inode::read_disk_inode(&self.al, &self.bufs, ino)?;
-            let i = self.icache.insert(inode::new_inode(ino, d));
+            let i = self.icache.get(ino, || {
+                inode::read_disk_inode(&self.ial, &self.bufs, ino).map(|d| inode::new_inode(ino, d))
+            })?;
             let mut st = i.state.write();
             self.load(&i, &mut st)?;
             let h = self.journal.start();
@@ -116,7 +117,7 @@ impl Fs {
                 self.free_inode(&h, &i, &mut st)?;
                 drop(h);
                 drop(st);
-                self.icache.remove_if(ino, &i);
+                self.icache.remove(ino, &i);
             } else {
                 let keep = st.d.size().div_ceil(u64::from(self.bs));
                 self.unmap(&h, &i, &mut st, keep, MAX_FILE_BLOCKS)?;

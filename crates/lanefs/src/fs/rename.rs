@@ -8,11 +8,11 @@
 
 use super::{now, Fs};
 use crate::error::{Error, Result};
-use crate::inode::{Inode, InodeState};
+use crate::icache::IRef;
+use crate::inode::InodeState;
 use crate::journal::Handle;
 use crate::sync::RwLockWriteGuard;
 use crate::types::*;
-use std::sync::Arc;
 
 type Guard<'a> = RwLockWriteGuard<'a, InodeState>;
 
@@ -88,7 +88,7 @@ impl Fs {
         )
     }
 
-    fn lock_dir<'a>(&self, d: &'a Arc<Inode>) -> Result<Guard<'a>> {
+    fn lock_dir<'a>(&self, d: &'a IRef) -> Result<Guard<'a>> {
         let mut st = d.state.write();
         self.load(d, &mut st)?;
         self.dir_guard_pub(&st)?;
@@ -247,7 +247,7 @@ impl Fs {
         }
         drop(h);
         if let (true, Some(ti)) = (gone, &tgt) {
-            self.icache.remove_if(ti.ino, ti);
+            self.icache.remove(ti.ino, ti);
         }
         Ok(())
     }

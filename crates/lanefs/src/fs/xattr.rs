@@ -92,9 +92,23 @@ impl Fs {
     ) -> Result<dx::EaRef> {
         use crate::disk::inode::{DiskInode, FL_EA_INODE};
         let geo = &self.al.geo;
-        let inum = self
-            .al
-            .alloc_inode(h, geo.group_of_inode(owner), false, false)?;
+        let owner_inode = self.iget(owner)?;
+        let want = crate::ialloc::Want {
+            parent_ino: owner,
+            parent_group: geo.group_of_inode(owner),
+            last: &owner_inode.last_group,
+            is_dir: false,
+            top: false,
+            name,
+        };
+        let inum = self.ial.alloc(h, &self.al, want)?;
+        let claim = match self.icache.begin_new(inum) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.ial.free(h, &self.al, inum, false);
+                return Err(e);
+            }
+        };
         let hash = crate::disk::crc32c_raw(geo.seed, value);
         let mut d = DiskInode::new(geo.inode_size as usize);
         d.set_mode(0o100600);
@@ -112,7 +126,8 @@ impl Fs {
         d.set_version_lo(1);
         d.set_size(value.len() as u64);
         d.set_flags(FL_EA_INODE);
-        let ea = self.icache.insert_new(crate::inode::new_inode(inum, d));
+        // Nothing refers to it until the owner's entry does: publish it now.
+        let ea = claim.finish(crate::inode::new_inode(inum, d));
         let mut est = ea.state.write();
         crate::inode::init_empty_map(&mut est, self.extents);
         self.fill_new_blocks(h, &ea, &mut est, value)?;
@@ -149,7 +164,7 @@ impl Fs {
         est.d.set_ea_inode_refs(0);
         self.free_inode(h, &ea, &mut est)?;
         drop(est);
-        self.icache.remove_if(ea.ino, &ea);
+        self.icache.remove(ea.ino, &ea);
         Ok(())
     }
 

@@ -1,0 +1,669 @@
+//! Inode allocation (seed 001): which group a new inode goes to, and how its bit is
+//! claimed in that group's inode bitmap.
+//!
+//! Group choice is ext4's: directories by Orlov over flex groups (top-level ones spread
+//! by a hash of the name to the flex group with the fewest directories, others near their
+//! parent unless its flex group is crowded), files in their parent's flex group (or the
+//! parent's group and a quadratic probe without flex_bg).
+//!
+//! Each group keeps an atomic copy of its bitmap, `used`: the on-disk bitmap plus inodes
+//! freed by transactions not yet committed. Searches read `used` without any lock; a bit
+//! is claimed by an atomic test-and-set on it under the group's inode lock (class
+//! `igroup`), where the bitmap block and the counters change with it.
+//! [`IallocPolicy::Optimistic`] (default, the seed) searches again under the lock after a
+//! lost race, so the second try cannot lose; [`IallocPolicy::Locked`] is the loop before
+//! 2017, which drops the lock and searches again from the next bit after every lost race,
+//! and takes the lock a second time for the counters.
+//!
+//! The descriptor fields this module owns (free inodes, used directories, itable_unused,
+//! INODE_UNINIT, the inode bitmap checksum) are handed to the block allocator's copy of
+//! the descriptor once per commit ([`InodeAllocator::seal`]), which writes the descriptor.
+
+use crate::alloc::{Allocator, InodeFields};
+use crate::buf::{Buf, BufCache};
+use crate::disk::geometry::Geometry;
+use crate::disk::group::{bitmap_csum, GroupDesc, BG_INODE_UNINIT};
+use crate::disk::hash;
+use crate::disk::{clear_bit, set_bit, test_bit};
+use crate::error::{Error, Result};
+use crate::journal::Handle;
+use crate::sync::{Mutex, IGROUP};
+use crate::types::IallocPolicy;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// "No group recorded" in a directory's last-allocation hint (ext4's `~0`).
+pub const NO_GROUP: u32 = u32::MAX;
+
+/// Where inode `ino` lives: its table block and byte offset inside it.
+pub struct InodeLoc {
+    /// Block of the inode table.
+    pub blk: u64,
+    /// Byte offset in that block.
+    pub off: usize,
+}
+
+/// One group's inode allocation state.
+struct IGroup {
+    /// The counters and pending frees, under the group's inode lock.
+    st: Mutex<IState>,
+    /// Free inodes (mirror of `st.free`, read without the lock by group choice).
+    free: AtomicU32,
+    /// Directories (mirror of `st.dirs`).
+    dirs: AtomicU32,
+    /// The bitmap plus inodes freed by uncommitted transactions, one bit per inode:
+    /// what searches read, without a lock. Built on first use.
+    used: OnceLock<Box<[AtomicU64]>>,
+    /// The inode bitmap block, held once loaded.
+    ibuf: OnceLock<Arc<Buf>>,
+    /// Counters or bitmap changed since the last seal.
+    pending: AtomicBool,
+    /// Some frees wait for their transaction to commit.
+    has_busy: AtomicBool,
+    bitmap: u64,
+    table: u64,
+}
+
+/// Under the group's inode lock.
+struct IState {
+    free: u32,
+    dirs: u32,
+    itable_unused: u32,
+    /// The bitmap is uninitialized on disk (INODE_UNINIT): all free.
+    uninit: bool,
+    /// Inode bits freed by transactions not yet committed: (bit, transaction). Still set
+    /// in `used`, clear in the bitmap block.
+    busy: Vec<(u32, u64)>,
+    /// Inode bits allocated by transaction `.0`: freed by that same transaction before it
+    /// commits, they are reusable at once (nothing on disk ever saw them in use).
+    fresh: Option<(u64, Box<[u64]>)>,
+}
+
+/// Inode allocation over all groups.
+pub struct InodeAllocator {
+    geo: Geometry,
+    policy: IallocPolicy,
+    bufs: Arc<BufCache>,
+    groups: Vec<IGroup>,
+    /// The directory hash seed: Orlov spreads top-level directories by a name hash.
+    hash_seed: [u32; 4],
+    /// Lost test-and-set races (for tests and reports).
+    lost_races: AtomicU64,
+}
+
+impl InodeAllocator {
+    /// Build from the descriptors read at mount.
+    pub fn new(
+        geo: Geometry,
+        descs: &[GroupDesc],
+        bufs: Arc<BufCache>,
+        policy: IallocPolicy,
+        hash_seed: [u32; 4],
+    ) -> InodeAllocator {
+        let groups = descs
+            .iter()
+            .map(|d| IGroup {
+                st: Mutex::new(
+                    &IGROUP,
+                    IState {
+                        free: d.free_inodes(),
+                        dirs: d.used_dirs(),
+                        itable_unused: d.itable_unused(),
+                        uninit: d.flags() & BG_INODE_UNINIT != 0,
+                        busy: Vec::new(),
+                        fresh: None,
+                    },
+                ),
+                free: AtomicU32::new(d.free_inodes()),
+                dirs: AtomicU32::new(d.used_dirs()),
+                used: OnceLock::new(),
+                ibuf: OnceLock::new(),
+                pending: AtomicBool::new(false),
+                has_busy: AtomicBool::new(false),
+                bitmap: d.inode_bitmap(),
+                table: d.inode_table(),
+            })
+            .collect();
+        InodeAllocator {
+            geo,
+            policy,
+            bufs,
+            groups,
+            hash_seed,
+            lost_races: AtomicU64::new(0),
+        }
+    }
+
+    /// The geometry.
+    pub fn geo(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> IallocPolicy {
+        self.policy
+    }
+
+    /// Test-and-set races lost since mount.
+    pub fn lost_races(&self) -> u64 {
+        self.lost_races.load(Ordering::Relaxed)
+    }
+
+    /// Total free inodes (sum of the per-group counters).
+    pub fn free_inodes(&self) -> u64 {
+        self.groups
+            .iter()
+            .map(|g| u64::from(g.free.load(Ordering::Relaxed)))
+            .sum()
+    }
+
+    /// Total directories.
+    pub fn used_dirs(&self) -> u64 {
+        self.groups
+            .iter()
+            .map(|g| u64::from(g.dirs.load(Ordering::Relaxed)))
+            .sum()
+    }
+
+    /// Where inode `ino` lives in its group's inode table.
+    pub fn inode_loc(&self, ino: u64) -> Result<InodeLoc> {
+        if ino == 0 || ino > self.geo.inodes() {
+            return Err(Error::Invalid(format!("inode number {ino} out of range")));
+        }
+        let g = &self.groups[self.geo.group_of_inode(ino) as usize];
+        let byte = (ino - 1) % u64::from(self.geo.ipg) * u64::from(self.geo.inode_size);
+        Ok(InodeLoc {
+            blk: g.table + byte / u64::from(self.geo.bs),
+            off: (byte % u64::from(self.geo.bs)) as usize,
+        })
+    }
+
+    fn ibuf(&self, g: u32) -> Result<&Arc<Buf>> {
+        let grp = &self.groups[g as usize];
+        if let Some(b) = grp.ibuf.get() {
+            return Ok(b);
+        }
+        let b = self.bufs.get(grp.bitmap)?;
+        Ok(grp.ibuf.get_or_init(|| b))
+    }
+
+    /// Group `g`'s search bitmap, built from its bitmap block on first use.
+    fn used(&self, g: u32) -> Result<&[AtomicU64]> {
+        let grp = &self.groups[g as usize];
+        if let Some(u) = grp.used.get() {
+            return Ok(u);
+        }
+        let ib = self.ibuf(g)?;
+        let ipg = self.geo.ipg as usize;
+        let st = grp.st.lock();
+        let words = ipg.div_ceil(64);
+        let map = ib.read();
+        let built: Box<[AtomicU64]> = (0..words)
+            .map(|w| {
+                let mut v = 0u64;
+                for b in 0..64 {
+                    let i = w * 64 + b;
+                    // Past the group's last inode the bits read as used.
+                    if i >= ipg || (!st.uninit && test_bit(&map, i)) {
+                        v |= 1 << b;
+                    }
+                }
+                AtomicU64::new(v)
+            })
+            .collect();
+        drop(map);
+        drop(st);
+        Ok(grp.used.get_or_init(|| built))
+    }
+
+    /// Whether inode `ino` is marked in use on disk (for validating directory entries).
+    pub fn inode_in_use(&self, ino: u64) -> Result<bool> {
+        let g = self.geo.group_of_inode(ino);
+        if self.groups[g as usize].st.lock().uninit {
+            return Ok(false);
+        }
+        let map = self.ibuf(g)?.read();
+        Ok(test_bit(
+            &map,
+            ((ino - 1) % u64::from(self.geo.ipg)) as usize,
+        ))
+    }
+
+    /// Allocate an inode for a new file (`name` in directory `parent`, whose group is
+    /// `parent_group`; `last` is the directory's last-allocation hint, updated here).
+    pub fn alloc(&self, h: &Handle, al: &Allocator, want: Want<'_>) -> Result<u64> {
+        let g0 = if want.is_dir {
+            self.find_group_orlov(&want, al)
+        } else {
+            self.find_group_other(&want, al)
+        };
+        let Some(g0) = g0 else {
+            return Err(Error::NoSpace);
+        };
+        want.last.store(g0, Ordering::Relaxed);
+        let n = self.geo.groups;
+        for i in 0..n {
+            let g = (g0 + i) % n;
+            if self.groups[g as usize].free.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            if let Some(bit) = self.claim_in(h, al, g, want.is_dir)? {
+                return Ok(u64::from(g) * u64::from(self.geo.ipg) + u64::from(bit) + 1);
+            }
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// Claim a free bit of group `g` (see the module comment for the two policies).
+    fn claim_in(&self, h: &Handle, al: &Allocator, g: u32, is_dir: bool) -> Result<Option<u32>> {
+        let grp = &self.groups[g as usize];
+        let used = self.used(g)?;
+        let ib = self.ibuf(g)?;
+        let ipg = self.geo.ipg as usize;
+        let first = if g == 0 {
+            self.geo.first_ino as usize - 1
+        } else {
+            0
+        };
+        let mut from = first;
+        loop {
+            let Some(bit) = find_zero_atomic(used, from, ipg) else {
+                return Ok(None);
+            };
+            // What ext4 does here, between the search and the lock: journal write
+            // access to the bitmap and descriptor blocks.
+            h.dirty(ib);
+            al.dirty_desc(h, g);
+            let mut st = grp.st.lock();
+            if st.free == 0 {
+                return Ok(None);
+            }
+            let got = if !test_and_set(used, bit) {
+                Some(bit)
+            } else {
+                self.lost_races.fetch_add(1, Ordering::Relaxed);
+                match self.policy {
+                    // Search again with the lock held: the bit found cannot be stolen.
+                    IallocPolicy::Optimistic => {
+                        let again = find_zero_atomic(used, first, ipg);
+                        if let Some(b) = again {
+                            let was = test_and_set(used, b);
+                            debug_assert!(!was, "group {g}: bit {b} taken under the lock");
+                        }
+                        again
+                    }
+                    IallocPolicy::Locked => None,
+                }
+            };
+            let Some(bit) = got else {
+                drop(st);
+                match self.policy {
+                    IallocPolicy::Optimistic => return Ok(None),
+                    IallocPolicy::Locked => {
+                        from = bit + 1;
+                        continue;
+                    }
+                }
+            };
+            if self.policy == IallocPolicy::Locked {
+                // Before 2017 the bit was set in one locked section and the counters
+                // updated in a second one.
+                self.set_bitmap_bit(ib, &mut st, g, bit);
+                drop(st);
+                st = grp.st.lock();
+                self.account_alloc(h, grp, &mut st, bit, is_dir);
+            } else {
+                self.set_bitmap_bit(ib, &mut st, g, bit);
+                self.account_alloc(h, grp, &mut st, bit, is_dir);
+            }
+            return Ok(Some(bit as u32));
+        }
+    }
+
+    /// Set `bit` in the bitmap block (initializing an uninitialized bitmap first).
+    fn set_bitmap_bit(&self, ib: &Buf, st: &mut IState, g: u32, bit: usize) {
+        let mut map = ib.write();
+        if st.uninit {
+            map.fill(0);
+            for i in self.geo.ipg as usize..self.geo.bs as usize * 8 {
+                set_bit(&mut map, i);
+            }
+            st.uninit = false;
+        }
+        debug_assert!(
+            !test_bit(&map, bit),
+            "group {g}: inode bit {bit} already set"
+        );
+        set_bit(&mut map, bit);
+    }
+
+    /// The counters after `bit` was claimed (under the group's inode lock).
+    fn account_alloc(&self, h: &Handle, grp: &IGroup, st: &mut IState, bit: usize, is_dir: bool) {
+        debug_assert!(st.free > 0, "free inode count underflow");
+        st.free -= 1;
+        grp.free.store(st.free, Ordering::Relaxed);
+        if is_dir {
+            st.dirs += 1;
+            grp.dirs.store(st.dirs, Ordering::Relaxed);
+        }
+        // itable_unused counts the never-used inodes at the table's end (ext4_claim_inode).
+        let used_upto = self.geo.ipg - st.itable_unused.min(self.geo.ipg);
+        if bit as u32 >= used_upto {
+            st.itable_unused = self.geo.ipg - bit as u32 - 1;
+        }
+        let tid = h.tid();
+        let words = (self.geo.ipg as usize).div_ceil(64);
+        if !matches!(&st.fresh, Some((t, _)) if *t == tid) {
+            st.fresh = Some((tid, vec![0u64; words].into_boxed_slice()));
+        }
+        if let Some((_, map)) = st.fresh.as_mut() {
+            map[bit / 64] |= 1 << (bit % 64);
+        }
+        grp.pending.store(true, Ordering::Release);
+    }
+
+    /// Release inode `ino` (its bit becomes reusable once `h`'s transaction commits,
+    /// or at once if the same transaction allocated it).
+    pub fn free(&self, h: &Handle, al: &Allocator, ino: u64, is_dir: bool) -> Result<()> {
+        let g = self.geo.group_of_inode(ino);
+        let grp = &self.groups[g as usize];
+        let used = self.used(g)?;
+        let ib = self.ibuf(g)?;
+        h.dirty(ib);
+        al.dirty_desc(h, g);
+        let bit = ((ino - 1) % u64::from(self.geo.ipg)) as usize;
+        let mut st = grp.st.lock();
+        {
+            let mut map = ib.write();
+            if st.uninit || !test_bit(&map, bit) {
+                return Err(Error::corrupt(
+                    "inode bitmap",
+                    grp.bitmap,
+                    format!("inode {ino} already free"),
+                ));
+            }
+            clear_bit(&mut map, bit);
+        }
+        debug_assert!(
+            used[bit / 64].load(Ordering::Relaxed) & (1 << (bit % 64)) != 0,
+            "inode {ino}: in use on disk but free in the search bitmap"
+        );
+        debug_assert!(
+            st.free < self.geo.ipg,
+            "group {g}: free inode count at its limit"
+        );
+        st.free += 1;
+        grp.free.store(st.free, Ordering::Relaxed);
+        if is_dir {
+            st.dirs = st.dirs.saturating_sub(1);
+            grp.dirs.store(st.dirs, Ordering::Relaxed);
+        }
+        let tid = h.tid();
+        let same_tx = match &mut st.fresh {
+            Some((t, map)) if *t == tid && map[bit / 64] & (1 << (bit % 64)) != 0 => {
+                map[bit / 64] &= !(1 << (bit % 64));
+                true
+            }
+            _ => false,
+        };
+        if same_tx {
+            used[bit / 64].fetch_and(!(1 << (bit % 64)), Ordering::Release);
+        } else {
+            st.busy.push((bit as u32, tid));
+            grp.has_busy.store(true, Ordering::Release);
+        }
+        grp.pending.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Transaction `tid` committed: the inodes it freed are free for everyone.
+    pub fn release_committed(&self, tid: u64) {
+        for grp in &self.groups {
+            if !grp.has_busy.load(Ordering::Acquire) {
+                continue;
+            }
+            let mut st = grp.st.lock();
+            if let Some(used) = grp.used.get() {
+                for &(bit, _) in st.busy.iter().filter(|b| b.1 <= tid) {
+                    let bit = bit as usize;
+                    used[bit / 64].fetch_and(!(1 << (bit % 64)), Ordering::Release);
+                }
+            }
+            st.busy.retain(|b| b.1 > tid);
+            if st.busy.is_empty() {
+                grp.has_busy.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    /// Before a commit snapshots its buffers: hand each changed group's inode fields
+    /// (and its bitmap's checksum) to the block allocator's descriptor copy.
+    pub fn seal(&self, al: &Allocator) {
+        for (g, grp) in self.groups.iter().enumerate() {
+            if !grp.pending.swap(false, Ordering::AcqRel) {
+                continue;
+            }
+            let st = grp.st.lock();
+            let bitmap_csum = match (self.geo.csum, st.uninit, grp.ibuf.get()) {
+                (true, false, Some(b)) => Some(bitmap_csum(
+                    self.geo.seed,
+                    &b.read(),
+                    self.geo.ipg as usize / 8,
+                    true,
+                )),
+                _ => None,
+            };
+            al.set_inode_fields(
+                g as u32,
+                InodeFields {
+                    free: st.free,
+                    dirs: st.dirs,
+                    itable_unused: st.itable_unused,
+                    uninit: st.uninit,
+                    bitmap_csum,
+                },
+            );
+        }
+    }
+
+    /// Free inodes, free blocks and directories of flex group `f` (ext4's orlov_stats).
+    fn flex_stats(&self, f: u32, al: &Allocator) -> (u64, u64, u64) {
+        let size = 1u32 << self.geo.flex_log;
+        let (mut fi, mut fb, mut dirs) = (0, 0, 0);
+        for g in f * size..((f + 1) * size).min(self.geo.groups) {
+            let grp = &self.groups[g as usize];
+            fi += u64::from(grp.free.load(Ordering::Relaxed));
+            dirs += u64::from(grp.dirs.load(Ordering::Relaxed));
+            fb += u64::from(al.groups()[g as usize].free_blocks.load(Ordering::Relaxed));
+        }
+        (fi, fb, dirs)
+    }
+
+    /// The first group of flex group `f` with a free inode.
+    fn first_free_in_flex(&self, f: u32) -> Option<u32> {
+        let size = 1u32 << self.geo.flex_log;
+        (f * size..((f + 1) * size).min(self.geo.groups))
+            .find(|&g| self.groups[g as usize].free.load(Ordering::Relaxed) > 0)
+    }
+
+    /// A group for a new directory: ext4's `find_group_orlov`.
+    fn find_group_orlov(&self, want: &Want<'_>, al: &Allocator) -> Option<u32> {
+        let flex = self.geo.flex_log;
+        let real = self.geo.groups;
+        let nflex = real.div_ceil(1 << flex);
+        let freei = self.free_inodes();
+        let freeb = al.free_blocks();
+        let avefreei = freei / u64::from(nflex);
+        let avefreeb = freeb / u64::from(nflex);
+        if want.top {
+            // Spread top-level directories: from a hash of the name, the flex group with
+            // the fewest directories among those with at least average free space.
+            let start = hash::dirhash(want.name, hash::HALF_MD4, &self.hash_seed).0 % nflex;
+            let mut best: Option<(u32, u64)> = None;
+            for i in 0..nflex {
+                let f = (start + i) % nflex;
+                let (fi, fb, dirs) = self.flex_stats(f, al);
+                if fi == 0 || fi < avefreei || fb < avefreeb {
+                    continue;
+                }
+                if best.is_none_or(|(_, d)| dirs < d) {
+                    best = Some((f, dirs));
+                }
+            }
+            if let Some(g) = best.and_then(|(f, _)| self.first_free_in_flex(f)) {
+                return Some(g);
+            }
+        } else {
+            let ipf = u64::from(self.geo.ipg) << flex;
+            let bpf = u64::from(self.geo.bpg) << flex;
+            let max_dirs = self.used_dirs() / u64::from(nflex) + u64::from(self.geo.ipg) / 16;
+            let min_inodes = avefreei.saturating_sub(ipf / 4).max(1);
+            let min_blocks = avefreeb.saturating_sub(bpf / 4);
+            let hint = want.last.load(Ordering::Relaxed);
+            let start = if hint != NO_GROUP && hint < real {
+                hint
+            } else {
+                want.parent_group
+            } >> flex;
+            for i in 0..nflex {
+                let f = (start + i) % nflex;
+                let (fi, fb, dirs) = self.flex_stats(f, al);
+                if dirs >= max_dirs || fi < min_inodes || fb < min_blocks {
+                    continue;
+                }
+                if let Some(g) = self.first_free_in_flex(f) {
+                    return Some(g);
+                }
+            }
+        }
+        // Fallback: the first group with at least the average free inodes, then any.
+        let avg = freei / u64::from(real);
+        for floor in [avg, 0] {
+            for i in 0..real {
+                let g = (want.parent_group + i) % real;
+                let fi = u64::from(self.groups[g as usize].free.load(Ordering::Relaxed));
+                if fi > 0 && fi >= floor {
+                    return Some(g);
+                }
+            }
+        }
+        None
+    }
+
+    /// A group for a new non-directory: ext4's `find_group_other`.
+    fn find_group_other(&self, want: &Want<'_>, al: &Allocator) -> Option<u32> {
+        let n = self.geo.groups;
+        let free_i = |g: u32| self.groups[g as usize].free.load(Ordering::Relaxed) > 0;
+        let free_b = |g: u32| al.groups()[g as usize].free_blocks.load(Ordering::Relaxed) > 0;
+        if self.geo.flex_log > 0 {
+            if let Some(g) = self.first_free_in_flex(want.parent_group >> self.geo.flex_log) {
+                return Some(g);
+            }
+            let hint = want.last.load(Ordering::Relaxed);
+            if hint != NO_GROUP && hint < n {
+                if let Some(g) = self.first_free_in_flex(hint >> self.geo.flex_log) {
+                    return Some(g);
+                }
+            }
+            // Orlov's search for another flex group, as for a directory below the root.
+            let other = Want {
+                parent_group: ((want.parent_group >> self.geo.flex_log) + 1) << self.geo.flex_log,
+                top: false,
+                ..*want
+            };
+            let other = Want {
+                parent_group: if other.parent_group >= n {
+                    0
+                } else {
+                    other.parent_group
+                },
+                ..other
+            };
+            return self.find_group_orlov(&other, al);
+        }
+        let pg = want.parent_group % n;
+        if free_i(pg) && free_b(pg) {
+            return Some(pg);
+        }
+        // Files of one directory land together, other directories' elsewhere: start the
+        // quadratic probe at the parent group plus the directory's inode number.
+        let mut g = ((u64::from(pg) + want.parent_ino) % u64::from(n)) as u32;
+        let mut step = 1u32;
+        while step < n {
+            g = ((u64::from(g) + u64::from(step)) % u64::from(n)) as u32;
+            if free_i(g) && free_b(g) {
+                return Some(g);
+            }
+            step <<= 1;
+        }
+        (1..=n).map(|i| (pg + i) % n).find(|&g| free_i(g))
+    }
+}
+
+/// What a new inode is for: its directory and name, and whether it is a directory.
+#[derive(Clone, Copy)]
+pub struct Want<'a> {
+    /// The parent directory's inode number.
+    pub parent_ino: u64,
+    /// The parent directory's group.
+    pub parent_group: u32,
+    /// The parent's hint of where its last child went (`NO_GROUP`: none), updated.
+    pub last: &'a AtomicU32,
+    /// The new inode is a directory.
+    pub is_dir: bool,
+    /// A directory directly below the root: spread it (Orlov's top-level rule).
+    pub top: bool,
+    /// The new name (hashed to spread top-level directories).
+    pub name: &'a [u8],
+}
+
+/// Atomically set bit `i`; whether it was already set.
+fn test_and_set(words: &[AtomicU64], i: usize) -> bool {
+    let m = 1u64 << (i % 64);
+    words[i / 64].fetch_or(m, Ordering::AcqRel) & m != 0
+}
+
+/// The first zero bit of `words` in `[from, end)`, read without a lock.
+fn find_zero_atomic(words: &[AtomicU64], from: usize, end: usize) -> Option<usize> {
+    let mut i = from;
+    while i < end {
+        let w = words[i / 64].load(Ordering::Acquire) | ((1u64 << (i % 64)) - 1);
+        if w != u64::MAX {
+            let bit = (i / 64) * 64 + (!w).trailing_zeros() as usize;
+            return (bit < end).then_some(bit);
+        }
+        i = (i / 64 + 1) * 64;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(bits: &[usize], n: usize) -> Vec<AtomicU64> {
+        let w: Vec<AtomicU64> = (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        for &b in bits {
+            test_and_set(&w, b);
+        }
+        w
+    }
+
+    #[test]
+    fn atomic_search_finds_the_first_zero_from_a_bit() {
+        let w = words(&(0..70).collect::<Vec<_>>(), 256);
+        assert_eq!(find_zero_atomic(&w, 0, 256), Some(70));
+        assert_eq!(find_zero_atomic(&w, 71, 256), Some(71));
+        assert_eq!(find_zero_atomic(&w, 3, 60), None);
+        let full = words(&(0..128).collect::<Vec<_>>(), 128);
+        assert_eq!(find_zero_atomic(&full, 0, 128), None);
+        assert_eq!(find_zero_atomic(&full, 127, 128), None);
+    }
+
+    #[test]
+    fn test_and_set_reports_a_lost_race() {
+        let w = words(&[], 64);
+        assert!(!test_and_set(&w, 5));
+        assert!(test_and_set(&w, 5));
+    }
+}
