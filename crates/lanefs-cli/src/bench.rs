@@ -36,11 +36,13 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
     let variants = if args.variants.is_empty() {
         defaults.variants.clone()
     } else {
-        args.variants
-            .iter()
-            .map(|v| lanefs_bench::Variant::named(v))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Failure::new("--variants", Error::Msg(e)))?
+        let mut all = Vec::new();
+        for list in &args.variants {
+            let parsed = lanefs_bench::parse_variants(list)
+                .map_err(|e| Failure::new("--variants", Error::Msg(e)))?;
+            all.extend(parsed);
+        }
+        all
     };
     Ok(BenchConfig {
         workloads,
@@ -49,6 +51,7 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
         seconds: args.seconds.unwrap_or(defaults.seconds),
         warmup: args.warmup.unwrap_or(defaults.warmup),
         files: args.files.unwrap_or(defaults.files),
+        fsmark_files: args.fsmark_files.or(defaults.fsmark_files),
         lockstat: args.lockstat,
         variants,
         json: args.json.clone(),
