@@ -32,7 +32,7 @@ pub mod variant;
 pub mod workloads;
 
 pub use config::{BenchConfig, TargetSpec, DEFAULT_IMAGE_SIZE, PATH_VARIANT};
-pub use report::{render_table, render_vs_base, write_json, Record, BASE_VARIANT};
+pub use report::{read_json, render_table, render_vs_base, write_json, Record, BASE_VARIANT};
 pub use target::Target;
 pub use variant::{parse_variants, Family, Variant, DEFAULT_VARIANT};
 

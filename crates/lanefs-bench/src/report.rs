@@ -100,6 +100,13 @@ pub fn write_json(records: &[Record], path: &Path) -> Result<(), String> {
     std::fs::write(path, text + "\n").map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
+/// Read the records [`write_json`] wrote to `path`.
+pub fn read_json(path: &Path) -> Result<Vec<Record>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("decoding records of {}: {e}", path.display()))
+}
+
 /// Median, min and max of a non-empty sample; zeros for an empty one.
 pub(crate) fn summary(mut v: Vec<f64>) -> (f64, f64, f64) {
     if v.is_empty() {
@@ -1075,6 +1082,86 @@ mod tests {
         let table = render_table(&records);
         assert!(table.ends_with(&out), "{table}");
         assert!(table.contains("free extents"), "{table}");
+    }
+
+    /// `rec` of an inode workload, with CPU per op and, for fsmark and stat, cache figures.
+    fn inode_rec(workload: &str, phase: &str, variant: &str, threads: usize, rate: f64) -> Record {
+        let cached = workload != "mdtest";
+        Record {
+            phase: phase.to_string(),
+            cpu_per_op_us: Some(1e6 / rate),
+            icache_inodes: cached.then_some(1000),
+            icache_bytes: cached.then_some(500_000),
+            icache_bytes_per_inode: cached.then_some(500.0),
+            icache_limit: cached.then_some(64 << 20),
+            icache_evictions: cached.then_some(7),
+            peak_rss_bytes: cached.then_some(100 << 20),
+            ..rec(workload, variant, threads, 1, rate)
+        }
+    }
+
+    /// Seeds 001/004's tables: total rates (not per thread) against base, a CPU table only
+    /// where the cache figures are, and global as the baseline when base did not run.
+    #[test]
+    fn inode_series_compare_totals() {
+        let records = vec![
+            inode_rec("mdtest", "create", "base", 1, 1000.0),
+            inode_rec("mdtest", "create", "base", 2, 1000.0),
+            inode_rec("mdtest", "create", "lanefs", 1, 1000.0),
+            inode_rec("mdtest", "create", "lanefs", 2, 4000.0),
+            inode_rec("fsmark", "create", "global", 2, 2000.0),
+            inode_rec("fsmark", "create", "bucket", 2, 2500.0),
+        ];
+        let out = render_vs_base(&records);
+        assert!(
+            out.contains("mdtest create on lanefs: creates/s in total against base (1 rep)"),
+            "{out}"
+        );
+        let lanefs = out
+            .lines()
+            .map(cells)
+            .find(|c| c.first() == Some(&"lanefs"))
+            .unwrap_or_else(|| panic!("no lanefs row in\n{out}"));
+        // Totals: 4,000 at 2 threads, +300% against base's 1,000.
+        assert_eq!(
+            lanefs,
+            ["lanefs", "1,000 (+0.0%)", "4,000 (+300.0%)"],
+            "{out}"
+        );
+        assert!(!out.contains("mdtest create on lanefs: CPU"), "{out}");
+        assert!(
+            out.contains("fsmark create on lanefs: files/s in total against global"),
+            "{out}"
+        );
+        assert!(out.contains("2,500 (+25.0%)"), "{out}");
+        assert!(out.contains("CPU per file in us against global"), "{out}");
+        // 400 us per file against 500: 20 % less CPU.
+        assert!(out.contains("400.0 (-20.0%)"), "{out}");
+
+        let table = render_table(&records);
+        assert!(table.contains("CPU us/op"), "{table}");
+        let icache = render_icache(&records);
+        assert!(icache.contains("inode cache after the run"), "{icache}");
+        let row = icache
+            .lines()
+            .map(cells)
+            .find(|c| c.first() == Some(&"fsmark") && c.get(3) == Some(&"bucket"))
+            .unwrap_or_else(|| panic!("no fsmark bucket row in\n{icache}"));
+        assert_eq!(
+            row[4..],
+            [
+                "2",
+                "1,000",
+                "500",
+                "0.5 MiB",
+                "64.0 MiB",
+                "7",
+                "100.0 MiB"
+            ],
+            "{icache}"
+        );
+        assert!(!icache.contains("mdtest"), "{icache}");
+        assert_eq!(render_icache(&[rec("w", "a", 1, 1, 1.0)]), "");
     }
 
     /// No summary without a base, with base alone, or for a path target's "-" variant;

@@ -584,6 +584,10 @@ mod tests {
         .expect("phased run");
         let commits: Vec<Option<u64>> = r.iter().map(|p| p.journal.map(|j| j.commits)).collect();
         assert_eq!(commits, [Some(3), Some(30)]);
+        // With a probe the process's CPU time is read too; without one (control) it is not.
+        assert!(r.iter().all(|p| p.cpu.is_some_and(|s| s >= 0.0)), "{r:?}");
+        let bare = phased("x", &["a"], 1, None, Ok, |_, _| Ok(1), |_| Ok(()));
+        assert_eq!(bare.expect("phased run")[0].cpu, None);
     }
 
     /// A failing setup must not leave the other threads or the timer waiting.

@@ -211,7 +211,7 @@ pub struct BenchArgs {
     /// Files per thread for mdtest, mdtest-shared and stat (default: 2000).
     #[arg(long)]
     pub files: Option<usize>,
-    /// Files each thread of fsmark creates (default: 200000 in total, split evenly
+    /// Files each thread of fsmark creates (default: 250000 in total, split evenly
     /// between the threads).
     #[arg(long, value_name = "N")]
     pub fsmark_files: Option<usize>,
@@ -235,8 +235,8 @@ pub struct BenchArgs {
     /// and thread count.
     #[arg(long)]
     pub lockstat: bool,
-    /// Mount-option variants to compare in one run, engine only, comma separated (may be
-    /// repeated; default: default). Each workload runs the variants of its family, and
+    /// Mount-option variants to compare in one run, engine only, comma separated and
+    /// repeatable (default: default). Each workload runs the variants of its family, and
     /// base is that family's baseline. fallocate2, fsync, bufio64k (seed 000): base,
     /// trylock, linear, optimize_scan, slots. mdtest, mdtest-shared, fsmark, stat (seeds
     /// 001 and 004): base (ialloc=locked,icache=global), ialloc (optimistic + global),
