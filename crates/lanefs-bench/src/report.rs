@@ -1149,15 +1149,7 @@ mod tests {
             .unwrap_or_else(|| panic!("no fsmark bucket row in\n{icache}"));
         assert_eq!(
             row[4..],
-            [
-                "2",
-                "1,000",
-                "500",
-                "0.5 MiB",
-                "64.0 MiB",
-                "7",
-                "100.0 MiB"
-            ],
+            ["2", "1,000", "500", "0.5 MiB", "64.0 MiB", "7", "100.0 MiB"],
             "{icache}"
         );
         assert!(!icache.contains("mdtest"), "{icache}");
