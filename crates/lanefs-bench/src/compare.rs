@@ -812,6 +812,7 @@ mod tests {
             avg_free_extent_kib: None,
             daemon_cpu_seconds: (target != KERNEL).then_some(ops_per_sec * 20e-6),
             daemon_cpu_us_per_op: (target != KERNEL).then_some(20.0),
+            ..Record::default()
         }
     }
 

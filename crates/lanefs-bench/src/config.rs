@@ -1,6 +1,5 @@
 //! What a bench run does: workloads, thread counts, repetitions, target and variants.
 
-use lanefs::MountOptions;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ pub const DEFAULT_BLOCK_SIZE: u32 = 4096;
 pub const DEFAULT_IMAGE_SIZE: u64 = 4 << 30;
 
 pub use crate::target::PATH_VARIANT;
+pub use crate::variant::{parse_variants, Family, Variant, DEFAULT_VARIANT};
 
 /// Where the workloads run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,102 +49,31 @@ impl Default for TargetSpec {
     }
 }
 
-/// One set of mount options to measure, under a name shown in reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Variant {
-    /// Name in tables and records, e.g. "default" or "base".
-    pub name: String,
-    /// Mount options the engine runs with for this variant.
-    pub opts: MountOptions,
-}
-
-impl Variant {
-    /// A variant named `name` with mount options `opts`.
-    pub fn new(name: impl Into<String>, opts: MountOptions) -> Variant {
-        Variant {
-            name: name.into(),
-            opts,
-        }
-    }
-}
-
-/// Names [`Variant::named`] knows, in the order of seed 000's table.
-pub const VARIANT_NAMES: &[&str] = &[
-    "default",
-    "base",
-    "trylock",
-    "linear",
-    "optimize_scan",
-    "slots",
-];
-
-impl Variant {
-    /// A named variant of seed 000's reproduction (ext4 "better scalability for ext4 block
-    /// allocation"), each one step further than the one before:
-    ///
-    /// | name | `mb_trylock` | `mb_stream_goal` | `mb_optimize_scan` |
-    /// |---|---|---|---|
-    /// | `base` | false | `Global` | false |
-    /// | `trylock` | true | `Global` | false |
-    /// | `linear` | true | `Inode` | false |
-    /// | `optimize_scan` | true | `Inode` | true |
-    /// | `slots` | true | `Slots` | true |
-    ///
-    /// `default` is `MountOptions::default()`. Every other mount option keeps its default.
-    /// An unknown name is an error listing the known ones ([`VARIANT_NAMES`]).
-    pub fn named(name: &str) -> Result<Variant, String> {
-        use lanefs::StreamGoal;
-        let o = |trylock: bool, stream: StreamGoal, optimize_scan: bool| MountOptions {
-            mb_trylock: trylock,
-            mb_stream_goal: stream,
-            mb_optimize_scan: optimize_scan,
-            ..MountOptions::default()
-        };
-        let opts = match name {
-            "default" => MountOptions::default(),
-            "base" => o(false, StreamGoal::Global, false),
-            "trylock" => o(true, StreamGoal::Global, false),
-            "linear" => o(true, StreamGoal::Inode, false),
-            "optimize_scan" => o(true, StreamGoal::Inode, true),
-            "slots" => o(true, StreamGoal::Slots, true),
-            _ => {
-                return Err(format!(
-                    "unknown variant {name:?} (known: {})",
-                    VARIANT_NAMES.join(", ")
-                ))
-            }
-        };
-        Ok(Variant::new(name, opts))
-    }
-}
-
-impl Default for Variant {
-    fn default() -> Self {
-        Variant::new("default", MountOptions::default())
-    }
-}
-
 /// Everything `run` needs. `BenchConfig::default()` is what a plain `lanefs bench` does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchConfig {
     /// Workload names, in the order they run (see [`crate::workload_names`]).
     pub workloads: Vec<String>,
     /// Thread counts to sweep for every workload; `None` sweeps each workload's own
-    /// ([`crate::workloads::Workload::default_threads`]: fallocate2 and fsync 1, 2, 4, 8;
-    /// mdtest and bufio64k 1, 2, 4); a compare run sweeps [`COMPARE_THREADS`].
+    /// ([`crate::workloads::Workload::default_threads`]: bufio64k 1, 2, 4; every other
+    /// 1, 2, 4, 8); a compare run sweeps [`COMPARE_THREADS`].
     pub threads: Option<Vec<usize>>,
     /// Repetitions of the whole sweep; reports show the median with min and max.
     pub reps: usize,
-    /// Measured seconds per run of a duration-timed workload (fallocate2, fsync, control),
-    /// per phase for bufio64k.
+    /// Measured seconds per run of a duration-timed workload (fallocate2, fsync, stat,
+    /// control), per phase for bufio64k.
     pub seconds: f64,
     /// Seconds each duration-timed run spins before measuring starts.
     pub warmup: f64,
-    /// Files per thread for mdtest.
+    /// Files per thread for mdtest, mdtest-shared and stat.
     pub files: usize,
+    /// Files each thread of fsmark creates; `None` splits
+    /// [`crate::workloads::fsmark::DEFAULT_TOTAL`] evenly between the threads.
+    pub fsmark_files: Option<usize>,
     /// Where the workloads run.
     pub target: TargetSpec,
-    /// Mount-option variants, run interleaved (lanefs target only). The default variant
+    /// Mount-option variants, run interleaved (lanefs target only). Each workload runs the
+    /// ones that apply to its family ([`BenchConfig::variants_for`]). The default variant
     /// mounts with `MountOptions::default()`: journal on (mkfs images have one), commit
     /// every 5 s as ext4's `commit=5`.
     pub variants: Vec<Variant>,
@@ -169,6 +98,7 @@ impl Default for BenchConfig {
             seconds: 2.0,
             warmup: 0.3,
             files: 2000,
+            fsmark_files: None,
             target: TargetSpec::default(),
             variants: vec![Variant::default()],
             lockstat: false,
@@ -223,17 +153,77 @@ impl BenchConfig {
                 self.files
             ));
         }
+        if let Some(n) = self.fsmark_files.filter(|&n| n == 0 || n > MAX_FILES) {
+            return Err(format!(
+                "fsmark files per thread {n} is outside 1..={MAX_FILES}"
+            ));
+        }
+        self.validate_variants()?;
+        self.validate_target()
+    }
+
+    /// Every variant has a name and applies to some chosen workload, every chosen workload
+    /// gets at least one variant, and no workload gets two variants of one name.
+    fn validate_variants(&self) -> Result<(), String> {
         if self.variants.is_empty() {
             return Err("no variant given".to_string());
         }
-        for (i, v) in self.variants.iter().enumerate() {
-            if v.name.is_empty() {
-                return Err(format!("variant {} has an empty name", i + 1));
-            }
-            if self.variants[..i].iter().any(|u| u.name == v.name) {
-                return Err(format!("variant name {:?} is given twice", v.name));
+        if let Some(i) = self.variants.iter().position(|v| v.name.is_empty()) {
+            return Err(format!("variant {} has an empty name", i + 1));
+        }
+        let chosen: Vec<&dyn crate::workloads::Workload> = self
+            .workloads
+            .iter()
+            .filter_map(|w| crate::workloads::find(w))
+            .collect();
+        // A name is fine when one of its families runs (`base` is in both).
+        let runs = |name: &str| {
+            self.variants
+                .iter()
+                .filter(|v| v.name == name)
+                .any(|v| chosen.iter().any(|w| v.applies_to(w.family())))
+        };
+        for v in &self.variants {
+            let Some(family) = v.family else {
+                continue;
+            };
+            if !runs(&v.name) {
+                return Err(format!(
+                    "variant {:?} ({}) applies to {}, none of which runs here ({})",
+                    v.name,
+                    family.about(),
+                    family.workloads().join(", "),
+                    self.workloads.join(", ")
+                ));
             }
         }
+        for w in &chosen {
+            let names: Vec<&str> = self
+                .variants_for(w.name())
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect();
+            if names.is_empty() {
+                return Err(format!(
+                    "no variant given applies to {} (it takes {DEFAULT_VARIANT}, {} or \
+                     NAME:OPTIONS)",
+                    w.name(),
+                    w.family().variant_names().join(", ")
+                ));
+            }
+            let twice = (1..names.len()).find(|&i| names[..i].contains(&names[i]));
+            if let Some(dup) = twice.map(|i| names[i]) {
+                return Err(format!(
+                    "variant name {dup:?} is given twice for {}",
+                    w.name()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The target exists and its size and block size are sane.
+    fn validate_target(&self) -> Result<(), String> {
         match &self.target {
             TargetSpec::Path(dir) => {
                 if !dir.is_dir() {
@@ -262,6 +252,18 @@ impl BenchConfig {
             },
         }
         Ok(())
+    }
+
+    /// The variants workload `name` runs with, in the order given: those of its family,
+    /// `default` and raw specs. Empty for an unknown workload.
+    pub fn variants_for(&self, name: &str) -> Vec<&Variant> {
+        let Some(w) = crate::workloads::find(name) else {
+            return Vec::new();
+        };
+        self.variants
+            .iter()
+            .filter(|v| v.applies_to(w.family()))
+            .collect()
     }
 
     /// Thread counts workload `name` runs at: the given ones, or the workload's own.
@@ -309,53 +311,4 @@ fn seconds_duration(what: &str, secs: f64, zero_ok: bool) -> Result<Duration, St
         ));
     }
     Duration::try_from_secs_f64(secs).map_err(|e| format!("{what} {secs}: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use lanefs::StreamGoal;
-
-    /// Each named variant sets the three allocator options of seed 000's table and leaves
-    /// every other mount option at its default.
-    #[test]
-    fn named_variants_set_the_allocator_options() {
-        let want = [
-            ("base", false, StreamGoal::Global, false),
-            ("trylock", true, StreamGoal::Global, false),
-            ("linear", true, StreamGoal::Inode, false),
-            ("optimize_scan", true, StreamGoal::Inode, true),
-            ("slots", true, StreamGoal::Slots, true),
-        ];
-        for (name, trylock, stream, optimize_scan) in want {
-            let v = Variant::named(name).expect(name);
-            assert_eq!(v.name, name);
-            let expected = MountOptions {
-                mb_trylock: trylock,
-                mb_stream_goal: stream,
-                mb_optimize_scan: optimize_scan,
-                ..MountOptions::default()
-            };
-            assert_eq!(v.opts, expected, "{name}");
-        }
-        assert_eq!(
-            Variant::named("default").expect("default"),
-            Variant::default()
-        );
-        for name in VARIANT_NAMES {
-            assert!(Variant::named(name).is_ok(), "{name}");
-        }
-    }
-
-    /// An unknown name is an error that names it and lists the known ones.
-    #[test]
-    fn unknown_variant_lists_the_known_ones() {
-        let err = Variant::named("fast").expect_err("unknown variant");
-        assert!(err.contains("\"fast\""), "{err}");
-        assert!(
-            err.contains("known: default, base, trylock, linear, optimize_scan, slots"),
-            "{err}"
-        );
-        assert!(Variant::named("").is_err());
-    }
 }

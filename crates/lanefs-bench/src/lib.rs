@@ -25,15 +25,16 @@ pub mod compare;
 pub mod config;
 mod engine;
 pub mod report;
+pub mod rss;
 pub mod target;
 pub mod timing;
+pub mod variant;
 pub mod workloads;
 
-pub use config::{
-    BenchConfig, TargetSpec, Variant, DEFAULT_IMAGE_SIZE, PATH_VARIANT, VARIANT_NAMES,
-};
-pub use report::{render_table, render_vs_base, write_json, Record, BASE_VARIANT};
+pub use config::{BenchConfig, TargetSpec, DEFAULT_IMAGE_SIZE, PATH_VARIANT};
+pub use report::{read_json, render_table, render_vs_base, write_json, Record, BASE_VARIANT};
 pub use target::Target;
+pub use variant::{parse_variants, Family, Variant, DEFAULT_VARIANT};
 
 use lanefs::sync::LockStat;
 use std::io::Write;
@@ -72,8 +73,9 @@ impl Drop for LockstatOn {
     }
 }
 
-/// The per-run targets: one per variant for lanefs, a single one for a path.
-fn targets(cfg: &BenchConfig) -> Vec<Target> {
+/// The per-run targets of workload `w`: one per variant that applies to it for lanefs, a
+/// single one for a path.
+fn targets(cfg: &BenchConfig, w: &dyn Workload) -> Vec<Target> {
     match &cfg.target {
         TargetSpec::Path(dir) => vec![Target::Path(dir.clone())],
         TargetSpec::Compare { .. } => Vec::new(),
@@ -82,8 +84,8 @@ fn targets(cfg: &BenchConfig) -> Vec<Target> {
             size,
             block_size,
         } => cfg
-            .variants
-            .iter()
+            .variants_for(w.name())
+            .into_iter()
             .map(|v| Target::Lanefs {
                 image: image.clone(),
                 size: *size,
@@ -116,6 +118,8 @@ fn ratio(num: f64, den: f64) -> f64 {
 
 pub(crate) fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
     let j = p.journal;
+    let per_op = |secs: Option<f64>| secs.filter(|_| p.ops > 0).map(|s| s * 1e6 / p.ops as f64);
+    let ic = p.icache;
     Record {
         workload: o.workload.to_string(),
         phase: p.phase.to_string(),
@@ -136,10 +140,17 @@ pub(crate) fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         free_extents: p.free_space.map(|f| f.extents),
         avg_free_extent_kib: p.free_space.map(|f| f.avg_extent_kib),
         daemon_cpu_seconds: p.daemon_cpu,
-        daemon_cpu_us_per_op: p
-            .daemon_cpu
-            .filter(|_| p.ops > 0)
-            .map(|s| s * 1e6 / p.ops as f64),
+        daemon_cpu_us_per_op: per_op(p.daemon_cpu),
+        cpu_seconds: p.cpu,
+        cpu_per_op_us: per_op(p.cpu),
+        icache_inodes: ic.map(|c| c.inodes),
+        icache_bytes: ic.map(|c| c.bytes),
+        icache_bytes_per_inode: ic
+            .filter(|c| c.inodes > 0)
+            .map(|c| c.bytes as f64 / c.inodes as f64),
+        icache_limit: ic.map(|c| c.limit),
+        icache_evictions: ic.map(|c| c.evictions),
+        peak_rss_bytes: p.peak_rss,
     }
 }
 
@@ -157,9 +168,18 @@ fn progress(out: &mut dyn Write, reps: usize, r: &Record) -> Result<(), String> 
         ),
         _ => String::new(),
     };
+    let cpu = r
+        .cpu_per_op_us
+        .map(|us| format!("; CPU {} us/op", report::fmt_amount(Some(us))))
+        .unwrap_or_default();
+    let icache = match (r.icache_inodes, r.icache_evictions) {
+        (Some(n), Some(ev)) => format!("; icache {n} inodes, {ev} evictions"),
+        _ => String::new(),
+    };
     say!(
         out,
-        "rep {}/{reps} threads {}{}: {} {} [{}] {} ops/s ({} ops in {:.2} s; per thread {}{journal})",
+        "rep {}/{reps} threads {}{}: {} {} [{}] {} ops/s ({} ops in {:.2} s; per thread \
+         {}{journal}{cpu}{icache})",
         r.rep,
         r.threads,
         if r.oversubscribed {
@@ -200,16 +220,21 @@ pub(crate) fn run_one(
         warmup: cfg.warmup_duration()?,
         duration: cfg.duration()?,
         files: cfg.files,
+        fsmark_files: cfg.fsmark_files,
     };
+    // The engine's memory is this process's: its peak is the run's when the reset worked.
+    let rss_reset = matches!(target, Target::Lanefs { .. }) && rss::reset_peak();
     let result = w.run(&ctx);
+    let peak_rss = if rss_reset { rss::peak() } else { None };
     let locks = lockstat.then(engine::lockstat_snapshot);
     let finished = inst.finish();
     let phases = result.map_err(|e| format!("{} on {location}: {e}", w.name()))?;
     finished.map_err(|e| format!("{} on {location}: {e}", w.name()))?;
-    Ok((
-        phases.into_iter().map(|p| record(origin, p)).collect(),
-        locks,
-    ))
+    let records = phases
+        .into_iter()
+        .map(|p| record(origin, timing::PhaseResult { peak_rss, ..p }))
+        .collect();
+    Ok((records, locks))
 }
 
 /// The thread counts of the header line: the given ones, or each workload's own.
@@ -227,21 +252,48 @@ fn threads_text(cfg: &BenchConfig) -> String {
     }
 }
 
-/// The engine variants and their commit intervals, for the header line.
-fn variants_text(targets: &[Target]) -> String {
-    let each: Vec<String> = targets
+/// The engine variants, the workloads each applies to and its options where they differ
+/// from the defaults, for the header line.
+fn variants_text(cfg: &BenchConfig) -> String {
+    if !matches!(cfg.target, TargetSpec::Lanefs { .. }) {
+        return String::new();
+    }
+    let each: Vec<String> = cfg
+        .variants
         .iter()
-        .filter_map(|t| match t {
-            Target::Lanefs { variant, opts, .. } => {
-                Some(format!("{variant} (commit={:?})", opts.commit_interval))
+        .filter_map(|v| {
+            let runs: Vec<&str> = cfg
+                .workloads
+                .iter()
+                .filter(|w| cfg.variants_for(w).iter().any(|u| std::ptr::eq(*u, v)))
+                .map(String::as_str)
+                .collect();
+            // `base` of a family none of the chosen workloads is in.
+            if runs.is_empty() {
+                return None;
             }
-            Target::Path(_) | Target::Mount { .. } => None,
+            Some(format!(
+                "{} [{}: {}]",
+                v.name,
+                runs.join(" "),
+                v.options_text()
+            ))
         })
         .collect();
-    if each.is_empty() {
-        String::new()
-    } else {
-        format!(", variants {}", each.join(" "))
+    format!(", variants {}", each.join(" "))
+}
+
+/// The fsmark file counts, for the header line (empty when fsmark does not run).
+fn fsmark_text(cfg: &BenchConfig) -> String {
+    if !cfg.workloads.iter().any(|w| w == workloads::fsmark::NAME) {
+        return String::new();
+    }
+    match cfg.fsmark_files {
+        Some(n) => format!(", fsmark {n} files per thread"),
+        None => format!(
+            ", fsmark {} files in total split between the threads",
+            workloads::fsmark::DEFAULT_TOTAL
+        ),
     }
 }
 
@@ -261,8 +313,10 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
         .iter()
         .filter_map(|n| workloads::find(n))
         .collect();
-    let targets = targets(cfg);
-    let label = targets.first().map(Target::label).unwrap_or_default();
+    let label = chosen
+        .first()
+        .and_then(|&w| targets(cfg, w).first().map(Target::label))
+        .unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let lockstat = cfg.lockstat && matches!(cfg.target, TargetSpec::Lanefs { .. });
     if cfg.lockstat && !lockstat {
@@ -275,14 +329,15 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
     say!(
         out,
         "lanefs bench on {label}{}: {} x threads {} x {} reps, {} s per timed run ({} s warm-up), \
-         {} files per thread, {cpus} CPUs",
-        variants_text(&targets),
+         {} files per thread{}, {cpus} CPUs",
+        variants_text(cfg),
         cfg.workloads.join("+"),
         threads_text(cfg),
         cfg.reps,
         cfg.seconds,
         cfg.warmup,
         cfg.files,
+        fsmark_text(cfg),
     )?;
     let mut records = Vec::new();
     for rep in 1..=cfg.reps {
@@ -305,7 +360,7 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
                 if !cfg.threads_for(w.name()).contains(&threads) {
                     continue;
                 }
-                for target in &targets {
+                for target in &targets(cfg, w) {
                     let o = Origin {
                         workload: w.name(),
                         variant: target.variant(),

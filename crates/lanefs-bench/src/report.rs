@@ -1,5 +1,6 @@
 //! Records of runs, and the terminal table and JSON made from them.
 
+use crate::variant::Family;
 use crate::workloads::control;
 use comfy_table::{presets, CellAlignment, Table};
 use lanefs::sync::LockStat;
@@ -7,11 +8,13 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// One phase of one run: what ran where, and how fast.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// Workload name ("fallocate2", "mdtest", "fsync", "control").
+    /// Workload name ("fallocate2", "mdtest", "mdtest-shared", "fsmark", "stat", "fsync",
+    /// "bufio64k", "control").
     pub workload: String,
-    /// Timed phase ("fallocate", "create", "remove", "fsync", "loop").
+    /// Timed phase ("fallocate", "create", "remove", "lookup", "fsync", "write", "read",
+    /// "loop").
     pub phase: String,
     /// "lanefs" or "path:<dir>".
     pub target: String,
@@ -60,6 +63,34 @@ pub struct Record {
     /// The daemon's CPU time per operation, in microseconds.
     #[serde(default)]
     pub daemon_cpu_us_per_op: Option<f64>,
+    /// CPU seconds (user + system, all threads) the bench process used in the measured
+    /// time: the engine's whole work in-process; for a path target only the bench's side
+    /// (its syscalls, not the kernel's background threads nor a FUSE daemon). `None` for
+    /// the control loop.
+    #[serde(default)]
+    pub cpu_seconds: Option<f64>,
+    /// `cpu_seconds` per operation, in microseconds.
+    #[serde(default)]
+    pub cpu_per_op_us: Option<f64>,
+    /// Inodes in the engine's inode cache after the run (fsmark and stat on the engine).
+    #[serde(default)]
+    pub icache_inodes: Option<u64>,
+    /// Bytes those inodes account for in the cache.
+    #[serde(default)]
+    pub icache_bytes: Option<u64>,
+    /// `icache_bytes / icache_inodes` (`None` when the cache is empty).
+    #[serde(default)]
+    pub icache_bytes_per_inode: Option<f64>,
+    /// The inode cache's limit in bytes (`icache_limit=`; 0 from an engine that reports none).
+    #[serde(default)]
+    pub icache_limit: Option<u64>,
+    /// Inodes the cache evicted since mount, i.e. during the run and its setup.
+    #[serde(default)]
+    pub icache_evictions: Option<u64>,
+    /// The bench process's peak resident set size during the run, setup included
+    /// (`VmHWM`, reset before each run; engine targets).
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
 }
 
 /// Write `records` to `path` as a JSON array.
@@ -67,6 +98,13 @@ pub fn write_json(records: &[Record], path: &Path) -> Result<(), String> {
     let text = serde_json::to_string_pretty(records)
         .map_err(|e| format!("encoding records as JSON: {e}"))?;
     std::fs::write(path, text + "\n").map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// Read the records [`write_json`] wrote to `path`.
+pub fn read_json(path: &Path) -> Result<Vec<Record>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("decoding records of {}: {e}", path.display()))
 }
 
 /// Median, min and max of a non-empty sample; zeros for an empty one.
@@ -216,6 +254,7 @@ pub fn render_table(records: &[Record]) -> String {
     let show_free = records
         .iter()
         .any(|r| r.free_extents.is_some() || r.avg_free_extent_kib.is_some());
+    let show_cpu = records.iter().any(|r| r.cpu_per_op_us.is_some());
     let mut targets: Vec<&str> = Vec::new();
     for g in &groups {
         if !targets.contains(&g.target) {
@@ -246,6 +285,9 @@ pub fn render_table(records: &[Record]) -> String {
     }
     if show_free {
         header.extend(["free extents", "avg free KiB"]);
+    }
+    if show_cpu {
+        header.push("CPU us/op");
     }
     header.push("note");
     let mut table = Table::new();
@@ -293,6 +335,9 @@ pub fn render_table(records: &[Record]) -> String {
             row.push(fmt_count(g.median_of(|r| r.free_extents.map(|n| n as f64))));
             row.push(fmt_amount(g.median_of(|r| r.avg_free_extent_kib)));
         }
+        if show_cpu {
+            row.push(fmt_amount(g.median_of(|r| r.cpu_per_op_us)));
+        }
         row.push(if over { "oversubscribed" } else { "" }.to_string());
         table.add_row(row);
     }
@@ -300,7 +345,8 @@ pub fn render_table(records: &[Record]) -> String {
     let numeric = 8
         + if show_journal { 2 } else { 0 }
         + usize::from(show_extents)
-        + if show_free { 2 } else { 0 };
+        + if show_free { 2 } else { 0 }
+        + usize::from(show_cpu);
     for i in first_num..first_num + numeric {
         if let Some(col) = table.column_mut(i) {
             col.set_cell_alignment(CellAlignment::Right);
@@ -334,9 +380,85 @@ pub fn render_table(records: &[Record]) -> String {
         out.push_str(FREE_LEGEND);
         out.push('\n');
     }
+    if show_cpu {
+        out.push_str(CPU_LEGEND);
+        out.push('\n');
+    }
+    out.push_str(&render_icache(records));
     out.push_str(&render_vs_base(records));
     out
 }
+
+/// Legend of the CPU columns.
+const CPU_LEGEND: &str = "CPU us/op = CPU time (user + system, all threads) of the bench \
+     process in the measured time, per operation: all of the engine's work in-process; for a \
+     path target only the bench's side of the syscalls (not the kernel's background threads \
+     nor a FUSE daemon)";
+
+/// Bytes as MiB with one decimal; "-" when missing.
+pub fn fmt_mib(v: Option<f64>) -> String {
+    v.map_or_else(
+        || "-".to_string(),
+        |b| format!("{:.1} MiB", b / f64::from(1u32 << 20)),
+    )
+}
+
+/// The inode cache after each run that reports it (fsmark and stat on the engine), with
+/// the process's peak memory beside the cache's limit: one row per workload phase, target,
+/// variant and thread count, medians over repetitions. Empty when no record has the figures.
+pub fn render_icache(records: &[Record]) -> String {
+    let groups: Vec<Group<'_>> = group(records)
+        .into_iter()
+        .filter(|g| g.recs.iter().any(|r| r.icache_inodes.is_some()))
+        .collect();
+    if groups.is_empty() {
+        return String::new();
+    }
+    let header = [
+        "workload",
+        "phase",
+        "target",
+        "variant",
+        "threads",
+        "cached inodes",
+        "B/inode",
+        "cached",
+        "limit",
+        "evictions",
+        "peak RSS",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = groups
+        .iter()
+        .map(|g| {
+            let m = |f: fn(&Record) -> Option<u64>| g.median_of(|r| f(r).map(|v| v as f64));
+            vec![
+                g.workload.to_string(),
+                g.phase.to_string(),
+                g.target.to_string(),
+                g.variant.to_string(),
+                g.threads.to_string(),
+                fmt_count(m(|r| r.icache_inodes)),
+                fmt_amount(g.median_of(|r| r.icache_bytes_per_inode)),
+                fmt_mib(m(|r| r.icache_bytes)),
+                fmt_mib(m(|r| r.icache_limit)),
+                fmt_count(m(|r| r.icache_evictions)),
+                fmt_mib(m(|r| r.peak_rss_bytes)),
+            ]
+        })
+        .collect();
+    format!(
+        "\ninode cache after the run (medians over reps)\n{}\n{ICACHE_LEGEND}\n",
+        comparison_table(header, rows, 4)
+    )
+}
+
+/// Legend of the inode cache table.
+const ICACHE_LEGEND: &str = "cached inodes, B/inode, cached = the engine's inode cache after \
+     the run and the bytes it accounts for; limit = its icache_limit (0: the engine reports \
+     none); evictions = inodes evicted since mount; peak RSS = the whole bench process's \
+     peak resident memory during the run, setup included (VmHWM, reset before each run)";
 
 /// Variant every other one is compared with in [`render_vs_base`].
 pub const BASE_VARIANT: &str = "base";
@@ -354,6 +476,8 @@ struct Series<'a> {
     workload: &'a str,
     phase: &'a str,
     target: &'a str,
+    /// The variant the others are compared with (see [`baseline`]).
+    baseline: &'a str,
     /// Variant names in first-appearance order.
     variants: Vec<&'a str>,
     /// Thread counts, ascending.
@@ -411,8 +535,8 @@ fn ratio(num: f64, den: f64) -> f64 {
     }
 }
 
-/// The series that have two or more variants, one of them [`BASE_VARIANT`], in
-/// first-appearance order.
+/// The series that have two or more variants, one of them a baseline (see [`baseline`]),
+/// in first-appearance order.
 fn vs_base_series(records: &[Record]) -> Vec<Series<'_>> {
     let mut all: Vec<Series<'_>> = Vec::new();
     for r in records {
@@ -427,6 +551,7 @@ fn vs_base_series(records: &[Record]) -> Vec<Series<'_>> {
                     workload: key.0,
                     phase: key.1,
                     target: key.2,
+                    baseline: "",
                     variants: Vec::new(),
                     threads: Vec::new(),
                     recs: Vec::new(),
@@ -443,11 +568,27 @@ fn vs_base_series(records: &[Record]) -> Vec<Series<'_>> {
         }
         s.recs.push(r);
     }
-    all.retain(|s| s.variants.len() >= 2 && s.variants.contains(&BASE_VARIANT));
     for s in &mut all {
+        s.baseline = baseline(s.workload, &s.variants).unwrap_or("");
         s.threads.sort_unstable();
     }
+    all.retain(|s| s.variants.len() >= 2 && !s.baseline.is_empty());
     all
+}
+
+/// The family of workload `name`, when it is a registered workload.
+fn family_of(name: &str) -> Option<Family> {
+    crate::workloads::find(name).map(|w| w.family())
+}
+
+/// The variant of `variants` a seed table compares the others with: the first of the
+/// workload family's baselines that ran (`base`; for the inode workloads `base`, else
+/// `global`), or [`BASE_VARIANT`] for a workload of no family.
+fn baseline<'a>(workload: &str, variants: &[&'a str]) -> Option<&'a str> {
+    let wanted = family_of(workload).map_or(&[BASE_VARIANT][..], Family::baselines);
+    wanted
+        .iter()
+        .find_map(|b| variants.iter().copied().find(|v| v == b))
 }
 
 /// A change of `v` against `base` as the seed prints it: "+74.2%", "-3.0%"; `None`
@@ -480,9 +621,14 @@ fn comparison_table(header: Vec<String>, rows: Vec<Vec<String>>, text_cols: usiz
     table.to_string()
 }
 
-/// The seed's table for one series: one row per variant, one column per thread count,
-/// each cell the median ops/s per thread and its change against base.
-fn render_rates(s: &Series<'_>) -> String {
+/// A seed's table for one series: one row per variant, one column per thread count, each
+/// cell `value(variant, threads)` formatted by `fmt`, with its change against the series'
+/// baseline at the same thread count (not in the baseline's own row).
+fn render_changes(
+    s: &Series<'_>,
+    value: impl Fn(&str, usize) -> Option<f64>,
+    fmt: impl Fn(f64) -> String,
+) -> String {
     let mut header = vec!["variant".to_string()];
     for &t in &s.threads {
         let unit = if t == 1 { "thread" } else { "threads" };
@@ -495,13 +641,13 @@ fn render_rates(s: &Series<'_>) -> String {
         .map(|&v| {
             let mut row = vec![v.to_string()];
             for &t in &s.threads {
-                let base = s.per_thread(BASE_VARIANT, t);
-                row.push(match s.per_thread(v, t) {
+                let base = value(s.baseline, t);
+                row.push(match value(v, t) {
                     None => "-".to_string(),
-                    Some(rate) if v == BASE_VARIANT => fmt_rate(rate),
-                    Some(rate) => match base.and_then(|b| fmt_change(rate, b)) {
-                        Some(change) => format!("{} ({change})", fmt_rate(rate)),
-                        None => fmt_rate(rate),
+                    Some(x) if v == s.baseline => fmt(x),
+                    Some(x) => match base.and_then(|b| fmt_change(x, b)) {
+                        Some(change) => format!("{} ({change})", fmt(x)),
+                        None => fmt(x),
                     },
                 });
             }
@@ -547,46 +693,118 @@ fn render_fragmentation(s: &Series<'_>) -> Option<String> {
     Some(comparison_table(header, rows, 1))
 }
 
-/// The seed-shaped summary ("better scalability for ext4 block allocation"): for every
-/// workload phase and target with two or more variants, one of them [`BASE_VARIANT`], a
-/// table of median ops/s per thread with the change against base at the same thread count,
-/// and, when the records carry them, a table of extents per file and free-space
+/// The seed-shaped summaries: for every workload phase and target with two or more
+/// variants, one of them a baseline (see [`baseline`]), a table of each variant against
+/// the baseline per thread count. For the inode workloads (seeds 001 and 004) a cell is
+/// the median total rate (creates/s, removes/s, files/s, lookups/s), and where the records
+/// carry the inode cache's figures (fsmark, stat) a second table gives the CPU time per
+/// operation. For the others (seed 000) a cell is the median ops/s per thread, followed,
+/// when the records carry them, by a table of extents per file and free-space
 /// fragmentation. Empty when no series qualifies.
 pub fn render_vs_base(records: &[Record]) -> String {
     let mut out = String::new();
     for s in vs_base_series(records) {
-        let reps = s.recs.iter().map(|r| r.rep).max().unwrap_or(0);
-        let median = if reps == 1 {
-            "1 rep".to_string()
+        if family_of(s.workload) == Some(Family::Inodes) {
+            out.push_str(&render_inodes_series(&s));
         } else {
-            format!("median of {reps} reps")
-        };
+            out.push_str(&render_blocks_series(&s));
+        }
+    }
+    out
+}
+
+/// "1 rep" or "median of N reps", for the tables' titles.
+fn reps_text(s: &Series<'_>) -> String {
+    match s.recs.iter().map(|r| r.rep).max().unwrap_or(0) {
+        1 => "1 rep".to_string(),
+        n => format!("median of {n} reps"),
+    }
+}
+
+/// "; * = more threads than CPUs" when some thread count of `s` was oversubscribed.
+fn over_text(s: &Series<'_>) -> &'static str {
+    if s.threads.iter().any(|&t| s.oversubscribed(t)) {
+        "; * = more threads than CPUs"
+    } else {
+        ""
+    }
+}
+
+/// Seed 000's shape for one series: ops/s per thread against the baseline, then
+/// contiguity when the records have it.
+fn render_blocks_series(s: &Series<'_>) -> String {
+    let base = s.baseline;
+    let mut out = format!(
+        "\n{} {} on {}: ops/s per thread against {base} ({})\n",
+        s.workload,
+        s.phase,
+        s.target,
+        reps_text(s)
+    );
+    out.push_str(&render_changes(s, |v, t| s.per_thread(v, t), fmt_rate));
+    out.push_str(&format!(
+        "\ncell = median over reps of ops/s / threads (the seed's ops/s per container), \
+         (±N%) = its change against {base} at the same thread count{}; {TARGET_LEGEND}\n",
+        over_text(s)
+    ));
+    if let Some(t) = render_fragmentation(s) {
         out.push_str(&format!(
-            "\n{} {} on {}: ops/s per thread against {BASE_VARIANT} ({median})\n",
+            "\n{} {} on {}: contiguity after the run (medians over reps)\n{t}\n",
             s.workload, s.phase, s.target
         ));
-        out.push_str(&render_rates(&s));
-        out.push('\n');
-        let over = if s.threads.iter().any(|&t| s.oversubscribed(t)) {
-            "; * = more threads than CPUs"
-        } else {
-            ""
-        };
         out.push_str(&format!(
-            "cell = median over reps of ops/s / threads (the seed's ops/s per container), \
-             (±N%) = its change against {BASE_VARIANT} at the same thread count{over}; \
-             {TARGET_LEGEND}\n"
+            "extents/file = extents of each thread's file completed to 1 MiB after the \
+             run; {FREE_LEGEND}; {TARGET_LEGEND}\n"
         ));
-        if let Some(t) = render_fragmentation(&s) {
-            out.push_str(&format!(
-                "\n{} {} on {}: contiguity after the run (medians over reps)\n{t}\n",
-                s.workload, s.phase, s.target
-            ));
-            out.push_str(&format!(
-                "extents/file = extents of each thread's file completed to 1 MiB after the \
-                 run; {FREE_LEGEND}; {TARGET_LEGEND}\n"
-            ));
-        }
+    }
+    out
+}
+
+/// What one operation of `workload`'s `phase` is, as a rate's unit and a noun.
+fn op_unit(workload: &str, phase: &str) -> (&'static str, &'static str) {
+    match (workload, phase) {
+        (crate::workloads::fsmark::NAME, _) => ("files/s", "file"),
+        (_, "create") => ("creates/s", "create"),
+        (_, "remove") => ("removes/s", "remove"),
+        (_, "lookup") => ("lookups/s", "lookup"),
+        _ => ("ops/s", "op"),
+    }
+}
+
+/// Seeds 001 and 004's shape for one series: total rate against the baseline, then, when
+/// the records carry the inode cache's figures, the CPU time per operation against it.
+fn render_inodes_series(s: &Series<'_>) -> String {
+    let base = s.baseline;
+    let (unit, noun) = op_unit(s.workload, s.phase);
+    let total = |v: &str, t: usize| s.median(v, t, |r| Some(r.ops_per_sec));
+    let mut out = format!(
+        "\n{} {} on {}: {unit} in total against {base} ({})\n",
+        s.workload,
+        s.phase,
+        s.target,
+        reps_text(s)
+    );
+    out.push_str(&render_changes(s, total, fmt_rate));
+    out.push_str(&format!(
+        "\ncell = median over reps of {unit}, all threads together (as the seeds report), \
+         (±N%) = its change against {base} at the same thread count{}; {TARGET_LEGEND}\n",
+        over_text(s)
+    ));
+    let has_icache = s.recs.iter().any(|r| r.icache_inodes.is_some());
+    if has_icache && s.recs.iter().any(|r| r.cpu_per_op_us.is_some()) {
+        let cpu = |v: &str, t: usize| s.median(v, t, |r| r.cpu_per_op_us);
+        out.push_str(&format!(
+            "\n{} {} on {}: CPU per {noun} in us against {base} ({})\n",
+            s.workload,
+            s.phase,
+            s.target,
+            reps_text(s)
+        ));
+        out.push_str(&render_changes(s, cpu, |us| format!("{us:.1}")));
+        out.push_str(&format!(
+            "\ncell = median over reps of the process's CPU time (user + system, all \
+             threads) in the measured time per {noun}; a negative change is less CPU\n"
+        ));
     }
     out
 }
@@ -667,6 +885,7 @@ mod tests {
             avg_free_extent_kib: None,
             daemon_cpu_seconds: None,
             daemon_cpu_us_per_op: None,
+            ..Record::default()
         }
     }
 
@@ -863,6 +1082,78 @@ mod tests {
         let table = render_table(&records);
         assert!(table.ends_with(&out), "{table}");
         assert!(table.contains("free extents"), "{table}");
+    }
+
+    /// `rec` of an inode workload, with CPU per op and, for fsmark and stat, cache figures.
+    fn inode_rec(workload: &str, phase: &str, variant: &str, threads: usize, rate: f64) -> Record {
+        let cached = workload != "mdtest";
+        Record {
+            phase: phase.to_string(),
+            cpu_per_op_us: Some(1e6 / rate),
+            icache_inodes: cached.then_some(1000),
+            icache_bytes: cached.then_some(500_000),
+            icache_bytes_per_inode: cached.then_some(500.0),
+            icache_limit: cached.then_some(64 << 20),
+            icache_evictions: cached.then_some(7),
+            peak_rss_bytes: cached.then_some(100 << 20),
+            ..rec(workload, variant, threads, 1, rate)
+        }
+    }
+
+    /// Seeds 001/004's tables: total rates (not per thread) against base, a CPU table only
+    /// where the cache figures are, and global as the baseline when base did not run.
+    #[test]
+    fn inode_series_compare_totals() {
+        let records = vec![
+            inode_rec("mdtest", "create", "base", 1, 1000.0),
+            inode_rec("mdtest", "create", "base", 2, 1000.0),
+            inode_rec("mdtest", "create", "lanefs", 1, 1000.0),
+            inode_rec("mdtest", "create", "lanefs", 2, 4000.0),
+            inode_rec("fsmark", "create", "global", 2, 2000.0),
+            inode_rec("fsmark", "create", "bucket", 2, 2500.0),
+        ];
+        let out = render_vs_base(&records);
+        assert!(
+            out.contains("mdtest create on lanefs: creates/s in total against base (1 rep)"),
+            "{out}"
+        );
+        let lanefs = out
+            .lines()
+            .map(cells)
+            .find(|c| c.first() == Some(&"lanefs"))
+            .unwrap_or_else(|| panic!("no lanefs row in\n{out}"));
+        // Totals: 4,000 at 2 threads, +300% against base's 1,000.
+        assert_eq!(
+            lanefs,
+            ["lanefs", "1,000 (+0.0%)", "4,000 (+300.0%)"],
+            "{out}"
+        );
+        assert!(!out.contains("mdtest create on lanefs: CPU"), "{out}");
+        assert!(
+            out.contains("fsmark create on lanefs: files/s in total against global"),
+            "{out}"
+        );
+        assert!(out.contains("2,500 (+25.0%)"), "{out}");
+        assert!(out.contains("CPU per file in us against global"), "{out}");
+        // 400 us per file against 500: 20 % less CPU.
+        assert!(out.contains("400.0 (-20.0%)"), "{out}");
+
+        let table = render_table(&records);
+        assert!(table.contains("CPU us/op"), "{table}");
+        let icache = render_icache(&records);
+        assert!(icache.contains("inode cache after the run"), "{icache}");
+        let row = icache
+            .lines()
+            .map(cells)
+            .find(|c| c.first() == Some(&"fsmark") && c.get(3) == Some(&"bucket"))
+            .unwrap_or_else(|| panic!("no fsmark bucket row in\n{icache}"));
+        assert_eq!(
+            row[4..],
+            ["2", "1,000", "500", "0.5 MiB", "64.0 MiB", "7", "100.0 MiB"],
+            "{icache}"
+        );
+        assert!(!icache.contains("mdtest"), "{icache}");
+        assert_eq!(render_icache(&[rec("w", "a", 1, 1, 1.0)]), "");
     }
 
     /// No summary without a base, with base alone, or for a path target's "-" variant;

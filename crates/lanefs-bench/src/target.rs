@@ -2,7 +2,9 @@
 //! syscalls) or on the engine in-process. Workloads see only [`Backend`].
 
 use crate::engine;
-use lanefs::{BlockDevice, FallocMode, FileDevice, Fs, Ino, MountOptions, Owner, SetAttr};
+use lanefs::{
+    BlockDevice, FallocMode, FileDevice, Fs, IcacheStats, Ino, MountOptions, Owner, SetAttr,
+};
 use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -111,6 +113,9 @@ pub trait Backend: Send + Sync {
     fn close(&self, h: Handle) -> Result<(), String>;
     /// Remove `name` from `dir`.
     fn unlink(&self, dir: &Dir, name: &Name) -> Result<(), String>;
+    /// Look `name` up in `dir` and read its attributes: `fstatat` on a path, `Fs::lookup`
+    /// then `Fs::getattr` on the engine (a FUSE LOOKUP, then GETATTR).
+    fn stat(&self, dir: &Dir, name: &Name) -> Result<(), String>;
     /// Allocate `[off, off+len)` with mode 0 (the size grows).
     fn fallocate(&self, h: &Handle, off: u64, len: u64) -> Result<(), String>;
     /// Set the file size to `size` (truncate).
@@ -140,6 +145,15 @@ pub trait Backend: Send + Sync {
     fn free_space(&self) -> Result<Option<FreeSpace>, String> {
         Ok(None)
     }
+    /// Inodes free for new files, where the target has a fixed number of them (`statvfs`'s
+    /// `f_favail`; the engine's statfs).
+    fn free_inodes(&self) -> Result<Option<u64>, String> {
+        Ok(None)
+    }
+    /// The inode cache's figures, where the bench can read them (the engine).
+    fn icache(&self) -> Option<IcacheStats> {
+        None
+    }
     /// CPU time (user + system) the process serving this target has used so far, where
     /// the target is served by a daemon whose pid is known (a FUSE mount).
     fn daemon_cpu(&self) -> Option<Duration> {
@@ -167,6 +181,22 @@ pub fn process_cpu(pid: u32) -> Option<Duration> {
         }
     }
     stat_cpu(pid)
+}
+
+/// CPU time (user + system, all threads) this process has used: its process CPU clock
+/// (`CLOCK_PROCESS_CPUTIME_ID`).
+pub fn own_cpu() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid place for the one timespec the call writes.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return None;
+    }
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u32::try_from(ts.tv_nsec).ok()?;
+    Some(Duration::new(secs, nanos))
 }
 
 /// utime + stime of process `pid` from `/proc/<pid>/stat`.
@@ -295,6 +325,33 @@ impl Backend for PathBackend {
         }
         Ok(())
     }
+    fn stat(&self, dir: &Dir, name: &Name) -> Result<(), String> {
+        let (d, p) = self.dir(dir)?;
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: the directory fd is open for the life of `d`, the name is NUL-terminated,
+        // and `st` is a valid place for the one stat the call writes.
+        let r = unsafe { libc::fstatat(d.as_raw_fd(), name.0.as_ptr(), st.as_mut_ptr(), 0) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(format!("stat {}/{}: {e}", p.display(), name.display()));
+        }
+        Ok(())
+    }
+    fn free_inodes(&self) -> Result<Option<u64>, String> {
+        let (d, p) = self.dir(&self.base)?;
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: the directory fd is open for the life of `d`, and `st` is a valid place
+        // for the one statvfs the call writes.
+        if unsafe { libc::fstatvfs(d.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(format!("statvfs {}: {e}", p.display()));
+        }
+        // SAFETY: fstatvfs returned 0, so it filled `st`.
+        let st = unsafe { st.assume_init() };
+        // A file system without a fixed inode count (btrfs, some FUSE ones) reports none.
+        let avail: u64 = st.f_favail;
+        Ok((st.f_files > 0).then_some(avail))
+    }
     fn fallocate(&self, h: &Handle, off: u64, len: u64) -> Result<(), String> {
         let f = self.fd(h)?;
         let (o, l) = (off_t(off, "offset")?, off_t(len, "length")?);
@@ -418,6 +475,26 @@ impl Backend for LanefsBackend {
         self.fs
             .unlink(dir, name.as_bytes())
             .map_err(|e| format!("unlink {} in inode {dir}: {e}", name.display()))
+    }
+    fn stat(&self, dir: &Dir, name: &Name) -> Result<(), String> {
+        let dir = self.ino(dir)?;
+        let found = self
+            .fs
+            .lookup(dir, name.as_bytes())
+            .map_err(|e| format!("lookup {} in inode {dir}: {e}", name.display()))?;
+        self.fs
+            .getattr(found.ino)
+            .map(|_| ())
+            .map_err(|e| format!("getattr inode {}: {e}", found.ino))
+    }
+    fn free_inodes(&self) -> Result<Option<u64>, String> {
+        self.fs
+            .statfs()
+            .map(|st| Some(st.free_inodes))
+            .map_err(|e| format!("statfs of {}: {e}", self.image.display()))
+    }
+    fn icache(&self) -> Option<IcacheStats> {
+        Some(self.fs.icache_stats())
     }
     fn fallocate(&self, h: &Handle, off: u64, len: u64) -> Result<(), String> {
         let ino = self.file_ino(h)?;

@@ -3,7 +3,8 @@
 //! the target's journal counters and its daemon's CPU time (the probe) where each measured
 //! phase starts and ends.
 
-use crate::target::{Backend, FreeSpace, JournalCounters};
+use crate::target::{own_cpu, Backend, FreeSpace, JournalCounters};
+use lanefs::IcacheStats;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::{Scope, ScopedJoinHandle};
@@ -31,6 +32,16 @@ pub struct PhaseResult {
     /// CPU seconds (user + system) the target's daemon used during the measured time,
     /// where the target has one (a FUSE mount of `--compare`).
     pub daemon_cpu: Option<f64>,
+    /// CPU seconds (user + system, all threads) this process used during the measured
+    /// time (every workload run; not the control loop). For the engine that is all the
+    /// file system's work; for a path target only the bench's side of the syscalls.
+    pub cpu: Option<f64>,
+    /// The inode cache's figures after the run, where the workload and the target report
+    /// them (fsmark and stat on the engine).
+    pub icache: Option<IcacheStats>,
+    /// The process's peak resident set size during the run, setup included, in bytes
+    /// (engine targets).
+    pub peak_rss: Option<u64>,
 }
 
 impl PhaseResult {
@@ -48,28 +59,41 @@ impl PhaseResult {
 /// (control).
 pub type Probe<'a> = Option<&'a dyn Backend>;
 
-/// What the timer reads from the probe at the edges of a measured phase.
+/// What the timer reads at the edges of a measured phase: from the probe, and (when there
+/// is a probe, so not for the control loop) this process's CPU time.
 #[derive(Clone, Copy)]
 struct Sample {
     journal: Option<JournalCounters>,
+    daemon_cpu: Option<Duration>,
     cpu: Option<Duration>,
 }
 
 fn sample(probe: Probe<'_>) -> Sample {
     Sample {
         journal: probe.and_then(|b| b.journal()),
-        cpu: probe.and_then(|b| b.daemon_cpu()),
+        daemon_cpu: probe.and_then(|b| b.daemon_cpu()),
+        cpu: probe.and_then(|_| own_cpu()),
     }
 }
 
-/// The journal activity and the daemon's CPU seconds between two samples.
-fn delta(before: Sample, after: Sample) -> (Option<JournalCounters>, Option<f64>) {
-    let journal = after.journal.zip(before.journal).map(|(a, b)| a.since(b));
-    let cpu = after
-        .cpu
-        .zip(before.cpu)
-        .map(|(a, b)| a.saturating_sub(b).as_secs_f64());
-    (journal, cpu)
+/// What happened between two samples.
+#[derive(Clone, Copy, Default)]
+struct Delta {
+    journal: Option<JournalCounters>,
+    daemon_cpu: Option<f64>,
+    cpu: Option<f64>,
+}
+
+/// The journal activity, the daemon's and this process's CPU seconds between two samples.
+fn delta(before: Sample, after: Sample) -> Delta {
+    let seconds = |a: Option<Duration>, b: Option<Duration>| {
+        a.zip(b).map(|(a, b)| a.saturating_sub(b).as_secs_f64())
+    };
+    Delta {
+        journal: after.journal.zip(before.journal).map(|(a, b)| a.since(b)),
+        daemon_cpu: seconds(after.daemon_cpu, before.daemon_cpu),
+        cpu: seconds(after.cpu, before.cpu),
+    }
 }
 
 /// The shape of a duration-timed run (see [`timed_loop`]).
@@ -329,7 +353,7 @@ where
         }
         crew.stop.store(true, Relaxed);
         join_all(handles)?;
-        let Some((c0, c1, secs, (journal, daemon_cpu))) = measured else {
+        let Some((c0, c1, secs, d)) = measured else {
             return Err("run aborted".to_string());
         };
         let per: Vec<u64> = c1
@@ -342,10 +366,13 @@ where
             ops: per.iter().sum(),
             seconds: secs,
             per_thread_ops_per_sec: per.iter().map(|&n| n as f64 / secs).collect(),
-            journal,
+            journal: d.journal,
             extents_per_file: None,
             free_space: None,
-            daemon_cpu,
+            daemon_cpu: d.daemon_cpu,
+            cpu: d.cpu,
+            icache: None,
+            peak_rss: None,
         })
     })
 }
@@ -438,6 +465,7 @@ where
             ) else {
                 return Err("run aborted".to_string());
             };
+            let d = probed.get(p).copied().unwrap_or_default();
             results.push(PhaseResult {
                 phase,
                 ops: rows.iter().map(|r| r.0).sum(),
@@ -446,10 +474,13 @@ where
                     .iter()
                     .map(|r| rate(r.0, (r.2 - r.1).as_secs_f64()))
                     .collect(),
-                journal: probed.get(p).and_then(|d| d.0),
+                journal: d.journal,
                 extents_per_file: None,
                 free_space: None,
-                daemon_cpu: probed.get(p).and_then(|d| d.1),
+                daemon_cpu: d.daemon_cpu,
+                cpu: d.cpu,
+                icache: None,
+                peak_rss: None,
             });
         }
         Ok(results)
@@ -495,6 +526,9 @@ mod tests {
             Err("unsupported".to_string())
         }
         fn unlink(&self, _: &Dir, _: &Name) -> Result<(), String> {
+            Err("unsupported".to_string())
+        }
+        fn stat(&self, _: &Dir, _: &Name) -> Result<(), String> {
             Err("unsupported".to_string())
         }
         fn fallocate(&self, _: &Handle, _: u64, _: u64) -> Result<(), String> {
@@ -550,6 +584,10 @@ mod tests {
         .expect("phased run");
         let commits: Vec<Option<u64>> = r.iter().map(|p| p.journal.map(|j| j.commits)).collect();
         assert_eq!(commits, [Some(3), Some(30)]);
+        // With a probe the process's CPU time is read too; without one (control) it is not.
+        assert!(r.iter().all(|p| p.cpu.is_some_and(|s| s >= 0.0)), "{r:?}");
+        let bare = phased("x", &["a"], 1, None, Ok, |_, _| Ok(1), |_| Ok(()));
+        assert_eq!(bare.expect("phased run")[0].cpu, None);
     }
 
     /// A failing setup must not leave the other threads or the timer waiting.

@@ -1,6 +1,6 @@
 //! Goal: the `fsync` workload runs on both kinds of target, counts write + fsync pairs, and
 //! the engine's records carry the journal fields; without `--threads` it sweeps 1, 2, 4, 8
-//! as fallocate2 does, while mdtest keeps 1, 2, 4.
+//! as fallocate2 and the inode workloads do, while bufio64k keeps 1, 2, 4.
 //! Method: short runs (0.2 s or less, one repetition) on a temporary image and a temporary
 //! directory. Nothing here depends on speed: the machine is shared and noisy.
 
@@ -115,8 +115,8 @@ fn fsync_on_a_directory() {
     assert!(left.is_empty(), "run left {left:?}");
 }
 
-/// Without thread counts each workload sweeps its own: fsync and fallocate2 1, 2, 4, 8,
-/// mdtest 1, 2, 4, with the control loop at every count of the sweep. Given counts apply
+/// Without thread counts each workload sweeps its own: fsync, fallocate2 and the inode
+/// workloads 1, 2, 4, 8, bufio64k 1, 2, 4, with the control loop at every count of the sweep. Given counts apply
 /// to all.
 #[test]
 fn fsync_sweeps_its_own_thread_counts() {
@@ -131,7 +131,10 @@ fn fsync_sweeps_its_own_thread_counts() {
     assert_eq!(cfg.sweep(), [1, 2, 4, 8]);
     assert_eq!(cfg.threads_for("fallocate2"), [1, 2, 4, 8]);
     assert_eq!(cfg.threads_for("fsync"), [1, 2, 4, 8]);
-    assert_eq!(cfg.threads_for("mdtest"), [1, 2, 4]);
+    for w in ["mdtest", "mdtest-shared", "fsmark", "stat"] {
+        assert_eq!(cfg.threads_for(w), [1, 2, 4, 8], "{w}");
+    }
+    assert_eq!(cfg.threads_for("bufio64k"), [1, 2, 4]);
     let mut out = Vec::new();
     let records = run(&cfg, &mut out).expect("bench run");
     let threads = |w: &str| -> Vec<usize> {

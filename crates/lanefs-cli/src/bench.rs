@@ -36,11 +36,13 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
     let variants = if args.variants.is_empty() {
         defaults.variants.clone()
     } else {
-        args.variants
-            .iter()
-            .map(|v| lanefs_bench::Variant::named(v))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Failure::new("--variants", Error::Msg(e)))?
+        let mut all = Vec::new();
+        for list in &args.variants {
+            let parsed = lanefs_bench::parse_variants(list)
+                .map_err(|e| Failure::new("--variants", Error::Msg(e)))?;
+            all.extend(parsed);
+        }
+        all
     };
     Ok(BenchConfig {
         workloads,
@@ -49,6 +51,7 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
         seconds: args.seconds.unwrap_or(defaults.seconds),
         warmup: args.warmup.unwrap_or(defaults.warmup),
         files: args.files.unwrap_or(defaults.files),
+        fsmark_files: args.fsmark_files.or(defaults.fsmark_files),
         lockstat: args.lockstat,
         variants,
         json: args.json.clone(),
@@ -126,25 +129,72 @@ mod tests {
             format!("(default: {})", d.files),
             "(default: 4G)".to_string(),
             "(default: default)".to_string(),
+            format!(
+                "(default: {} in total",
+                lanefs_bench::workloads::fsmark::DEFAULT_TOTAL
+            ),
         ] {
             assert!(help.contains(&want), "{want} missing in\n{help}");
         }
     }
 
-    /// `--variants` takes the seed's names; an unknown one names the option and the name.
+    /// `--variants` takes the seeds' names, resolved per workload family: `base` is one
+    /// variant per family. An unknown one names the option and the name.
     #[test]
     fn variants_by_name() {
+        use lanefs_bench::Family;
         let cfg = config(&bench_args(&["--variants", "base,optimize_scan,slots"])).expect("config");
-        let names: Vec<&str> = cfg.variants.iter().map(|v| v.name.as_str()).collect();
-        assert_eq!(names, ["base", "optimize_scan", "slots"]);
+        let names: Vec<(&str, Option<Family>)> = cfg
+            .variants
+            .iter()
+            .map(|v| (v.name.as_str(), v.family))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("base", Some(Family::Blocks)),
+                ("base", Some(Family::Inodes)),
+                ("optimize_scan", Some(Family::Blocks)),
+                ("slots", Some(Family::Blocks)),
+            ]
+        );
         assert!(!cfg.variants[0].opts.mb_optimize_scan);
-        assert!(cfg.variants[2].opts.mb_optimize_scan);
+        assert!(cfg.variants[3].opts.mb_optimize_scan);
+        assert_eq!(cfg.variants[1].opts.ialloc, lanefs::IallocPolicy::Locked);
         let err = config(&bench_args(&["--variants", "base,nope"])).expect_err("unknown");
         assert_eq!(err.what, "--variants");
         let Error::Msg(text) = &err.error else {
             panic!("not a worded error: {err:?}");
         };
         assert!(text.starts_with("unknown variant \"nope\""), "{text}");
+    }
+
+    /// A raw spec keeps its comma-separated options (clap does not split the list), and
+    /// `--variants` may be repeated; `--fsmark-files` sets fsmark's files per thread.
+    #[test]
+    fn raw_variants_and_fsmark_files() {
+        let args = bench_args(&[
+            "fsmark",
+            "--variants",
+            "global,x:ialloc=locked,icache=papaya",
+            "--variants",
+            "lanefs",
+            "--fsmark-files",
+            "1234",
+        ]);
+        let cfg = config(&args).expect("config");
+        let names: Vec<&str> = cfg.variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["global", "x", "lanefs"]);
+        let x = &cfg.variants[1].opts;
+        assert_eq!(x.ialloc, lanefs::IallocPolicy::Locked);
+        assert_eq!(x.icache, lanefs::IcachePolicy::Papaya);
+        assert_eq!(cfg.fsmark_files, Some(1234));
+        assert_eq!(cfg.workloads, ["fsmark"]);
+        let err = config(&bench_args(&["--variants", "x:icache=huge"])).expect_err("bad option");
+        let Error::Msg(text) = &err.error else {
+            panic!("not a worded error: {err:?}");
+        };
+        assert!(text.starts_with("variant x: option icache=huge"), "{text}");
     }
 
     /// `--compare` defaults to fallocate2, mdtest and bufio64k at 1 and 2 threads on 1 GiB

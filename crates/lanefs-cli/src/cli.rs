@@ -189,11 +189,14 @@ pub struct CpArgs {
 /// Options of `bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Workloads to run (all when none is named; with --compare: fallocate2, mdtest,
-    /// bufio64k).
+    /// Workloads to run: fallocate2, mdtest, mdtest-shared, fsmark, stat, fsync, bufio64k
+    /// (all when none is named; with --compare: fallocate2, mdtest, bufio64k).
+    /// mdtest-shared is mdtest with every thread in one directory; fsmark creates files
+    /// until the inode cache evicts; stat looks cached files up.
     pub workloads: Vec<String>,
-    /// Thread counts to sweep, e.g. 1,2,4 (default: each workload's own: fallocate2 and fsync
-    /// 1,2,4,8; mdtest 1,2,4; bufio64k 1,2,4; with --compare: 1,2).
+    /// Thread counts to sweep, e.g. 1,2,4 (default: each workload's own: bufio64k 1,2,4;
+    /// every other (fallocate2, fsync, mdtest, mdtest-shared, fsmark, stat) 1,2,4,8; with
+    /// --compare: 1,2).
     #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
     /// Repetitions of the whole sweep; tables show the median (default: 3).
@@ -205,9 +208,13 @@ pub struct BenchArgs {
     /// Warm-up seconds before each duration-timed run (default: 0.3).
     #[arg(long)]
     pub warmup: Option<f64>,
-    /// Files per thread for mdtest (default: 2000).
+    /// Files per thread for mdtest, mdtest-shared and stat (default: 2000).
     #[arg(long)]
     pub files: Option<usize>,
+    /// Files each thread of fsmark creates (default: 250000 in total, split evenly
+    /// between the threads).
+    #[arg(long, value_name = "N")]
+    pub fsmark_files: Option<usize>,
     /// Run on real syscalls in this directory instead of the engine.
     #[arg(long, conflicts_with_all = ["image", "size"])]
     pub path: Option<PathBuf>,
@@ -228,10 +235,18 @@ pub struct BenchArgs {
     /// and thread count.
     #[arg(long)]
     pub lockstat: bool,
-    /// Mount-option variants to compare in one run, engine only (default: default). Known:
-    /// default, base, trylock, linear, optimize_scan, slots (seed 000); with base and
-    /// another, a summary compares each with base per thread count.
-    #[arg(long, value_delimiter = ',')]
+    /// Mount-option variants to compare in one run, engine only, comma separated and
+    /// repeatable (default: default). Each workload runs the variants of its family, and
+    /// base is that family's baseline. fallocate2, fsync, bufio64k (seed 000): base,
+    /// trylock, linear, optimize_scan, slots. mdtest, mdtest-shared, fsmark, stat (seeds
+    /// 001 and 004): base (ialloc=locked,icache=global), ialloc (optimistic + global),
+    /// icache (locked + bucket), lanefs (optimistic + bucket), global, bucket, papaya
+    /// (icache= that). default and NAME:OPTIONS apply to every workload; NAME:OPTIONS
+    /// mounts with engine options as in mount -o, and the items after it up to the next
+    /// variant name or NAME: are its options, e.g. 'x:ialloc=locked,icache=global'. A
+    /// name no chosen workload takes is an error. With base (or global) and another, a
+    /// summary compares each with it per thread count.
+    #[arg(long, value_name = "LIST")]
     pub variants: Vec<String>,
     /// Run on three mounts of alike mkfs.ext4 images, interleaved, in one table: lanefs
     /// mount (FUSE), fuse2fs and the kernel's ext4 (loop device), with ratios against

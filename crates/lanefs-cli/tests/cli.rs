@@ -357,22 +357,102 @@ fn argument_errors_before_the_engine_are_one_line() {
     one_line_failure(&lanefs(&["bench", "--size", "12Q"]));
 }
 
-/// `bench --help` states each workload's default thread counts and the known variants; an
-/// unknown variant is a one-line error that lists them.
+/// `bench --help` states each workload's default thread counts and the known variants of
+/// each family; an unknown variant is a one-line error that lists them, and a variant of
+/// another family than the chosen workloads' one that names the workloads it applies to.
 #[test]
 fn bench_help_and_unknown_variant() {
     let out = ok(lanefs(&["bench", "--help"]));
     let text = stdout(&out);
     for word in [
-        "fallocate2 and fsync 1,2,4,8",
-        "mdtest 1,2,4",
-        "base, trylock, linear, optimize_scan, slots",
+        "bufio64k 1,2,4; every other (fallocate2, fsync, mdtest, mdtest-shared, fsmark, stat) \
+         1,2,4,8",
+        "fallocate2, fsync, bufio64k (seed 000): base, trylock, linear, optimize_scan, slots",
+        "ialloc (optimistic + global), icache (locked + bucket), lanefs (optimistic + bucket), \
+         global, bucket, papaya",
+        "'x:ialloc=locked,icache=global'",
+        "--fsmark-files",
     ] {
         assert!(text.contains(word), "{word} missing in\n{text}");
     }
     let line = one_line_failure(&lanefs(&["bench", "--variants", "base,fast"]));
     assert!(line.contains("unknown variant \"fast\""), "{line}");
     assert!(line.contains("optimize_scan, slots"), "{line}");
+    assert!(line.contains("lanefs, global, bucket, papaya"), "{line}");
+    let line = one_line_failure(&lanefs(&["bench", "mdtest", "--variants", "trylock"]));
+    assert!(
+        line.contains("variant \"trylock\" (seed 000's block allocator) applies to fallocate2"),
+        "{line}"
+    );
+    let line = one_line_failure(&lanefs(&["bench", "--variants", "x:ialloc=maybe"]));
+    assert!(line.contains("variant x: option ialloc=maybe"), "{line}");
+}
+
+/// The issue 12 workloads from the command line: mdtest-shared, fsmark and stat under the
+/// seeds' variants and a raw spec, one thread, on a small image; the JSON carries the new
+/// fields and the summary compares with base.
+#[test]
+fn bench_inode_workloads_with_variants() {
+    let dir = tempdir();
+    let json = dir.path().join("bench.json");
+    let args = [
+        "bench",
+        "mdtest-shared",
+        "fsmark",
+        "stat",
+        "--threads",
+        "1",
+        "--reps",
+        "1",
+        "--seconds",
+        "0.1",
+        "--warmup",
+        "0",
+        "--files",
+        "20",
+        "--fsmark-files",
+        "200",
+        "--size",
+        "64M",
+        "--variants",
+        "base,lanefs,x:ialloc=locked,icache=papaya",
+        "--json",
+    ];
+    let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    args.push(s(&json));
+    let out = ok(lanefs(&args));
+    let text = stdout(&out);
+    for word in [
+        "x [mdtest-shared fsmark stat: ialloc=locked,icache=papaya]",
+        "mdtest-shared create on lanefs: creates/s in total against base",
+        "fsmark create on lanefs: files/s in total against base",
+        "stat lookup on lanefs: CPU per lookup in us against base",
+        "inode cache after the run",
+    ] {
+        assert!(text.contains(word), "{word} missing in\n{text}");
+    }
+    let records = lanefs_bench::read_json(&json).expect("records");
+    // control + (2 mdtest-shared phases + fsmark + stat) x 3 variants.
+    assert_eq!(records.len(), 1 + 4 * 3, "{records:?}");
+    for r in records.iter().filter(|r| r.workload == "fsmark") {
+        assert_eq!(r.ops, 200, "{r:?}");
+        assert!(r.icache_inodes.is_some_and(|n| n >= 200), "{r:?}");
+        assert!(
+            r.icache_limit.is_some() && r.icache_evictions.is_some(),
+            "{r:?}"
+        );
+        assert!(r.peak_rss_bytes.is_some_and(|b| b > 0), "{r:?}");
+        assert!(r.cpu_per_op_us.is_some_and(|v| v > 0.0), "{r:?}");
+        assert!(r.icache_bytes_per_inode.is_some_and(|v| v > 0.0), "{r:?}");
+    }
+    let text = std::fs::read_to_string(&json).expect("json text");
+    for field in [
+        "\"cpu_per_op_us\"",
+        "\"icache_bytes_per_inode\"",
+        "\"peak_rss_bytes\"",
+    ] {
+        assert!(text.contains(field), "{field} missing in {text}");
+    }
 }
 
 #[test]

@@ -16,6 +16,7 @@
 use super::{RunCtx, Workload};
 use crate::target::{Handle, Name};
 use crate::timing::{timed_loop, PhaseResult};
+use crate::variant::Family;
 use std::sync::{Mutex, MutexGuard};
 
 /// Bytes per call.
@@ -60,6 +61,10 @@ impl Slots {
 impl Workload for Bufio {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn family(&self) -> Family {
+        Family::Blocks
     }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {

@@ -7,6 +7,7 @@
 use super::{RunCtx, Workload};
 use crate::target::{Dir, Handle, Name};
 use crate::timing::{timed_loop, PhaseResult};
+use crate::variant::Family;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
@@ -31,6 +32,10 @@ struct State {
 impl Workload for Fallocate2 {
     fn name(&self) -> &'static str {
         "fallocate2"
+    }
+
+    fn family(&self) -> Family {
+        Family::Blocks
     }
 
     fn default_threads(&self) -> &'static [usize] {

@@ -9,6 +9,7 @@
 use super::{RunCtx, Workload};
 use crate::target::{Handle, Name};
 use crate::timing::{timed_loop, PhaseResult};
+use crate::variant::Family;
 
 /// Bytes written before each fsync.
 const CHUNK: usize = 4096;
@@ -31,6 +32,10 @@ struct State {
 impl Workload for Fsync {
     fn name(&self) -> &'static str {
         "fsync"
+    }
+
+    fn family(&self) -> Family {
+        Family::Blocks
     }
 
     fn default_threads(&self) -> &'static [usize] {

@@ -3,16 +3,23 @@
 
 use crate::target::Backend;
 use crate::timing::{PhaseResult, Timed};
+use crate::variant::Family;
 use std::time::Duration;
 
 pub mod bufio;
 pub mod control;
 pub mod fallocate2;
+pub mod fsmark;
 pub mod fsync;
 pub mod mdtest;
+pub mod stat;
 
 /// Thread counts a workload sweeps when the run does not name any (`--threads`).
 pub const DEFAULT_THREADS: &[usize] = &[1, 2, 4];
+
+/// Thread counts of the seeds' scaling tables (000, 001, 004) on a 2-core machine: two
+/// in parallel, then 4 and 8 oversubscribed.
+pub const SEED_THREADS: &[usize] = &[1, 2, 4, 8];
 
 /// What one run of a workload gets.
 pub struct RunCtx<'a> {
@@ -24,8 +31,10 @@ pub struct RunCtx<'a> {
     pub warmup: Duration,
     /// Measured time (duration-timed workloads).
     pub duration: Duration,
-    /// Files per thread (file-count workloads).
+    /// Files per thread (mdtest, mdtest-shared, stat).
     pub files: usize,
+    /// Files per thread of fsmark, when given (`None`: its default total, split).
+    pub fsmark_files: Option<usize>,
 }
 
 impl RunCtx<'_> {
@@ -44,6 +53,8 @@ impl RunCtx<'_> {
 pub trait Workload: Sync {
     /// Name on the command line and in records.
     fn name(&self) -> &'static str;
+    /// Which seeds' variants it takes.
+    fn family(&self) -> Family;
     /// Thread counts to sweep when the run does not name any.
     fn default_threads(&self) -> &'static [usize] {
         DEFAULT_THREADS
@@ -56,7 +67,10 @@ pub trait Workload: Sync {
 /// with every sweep on its own.
 pub static REGISTRY: &[&dyn Workload] = &[
     &fallocate2::Fallocate2,
-    &mdtest::Mdtest,
+    &mdtest::Mdtest { shared: false },
+    &mdtest::Mdtest { shared: true },
+    &fsmark::Fsmark,
+    &stat::Stat,
     &fsync::Fsync,
     &bufio::Bufio,
 ];
