@@ -55,10 +55,7 @@ fn opts(ialloc: IallocPolicy, icache: IcachePolicy) -> MountOptions {
         ialloc,
         icache,
         // A few inodes' worth: every insert past it sweeps.
-        icache_limit: std::env::var("T_LIMIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(8 << 10),
+        icache_limit: 8 << 10,
         commit_interval: Duration::from_millis(3),
         ..MountOptions::default()
     }
