@@ -75,7 +75,7 @@ impl Default for MountOptions {
             atime: AtimePolicy::Relative,
             nodiratime: false,
             ialloc: IallocPolicy::Optimistic,
-            icache: IcachePolicy::Bucket,
+            icache: IcachePolicy::Global,
             icache_limit: DEFAULT_ICACHE_LIMIT,
         }
     }

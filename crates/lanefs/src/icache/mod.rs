@@ -1,13 +1,15 @@
 //! The inode cache (seed 004): in-memory inodes by inode number.
 //!
 //! Three tables under one set of rules ([`IcachePolicy`]):
-//! - `bucket` (default): a fixed array of buckets sized from the memory limit. Each
-//!   bucket's chain is an immutable vector behind an `ArcSwap` pointer: lookups load it
-//!   and search it with no lock (arc-swap's hazard-style protection keeps a chain alive
-//!   while a reader holds it, the RCU of this design), inserts and removals copy the
-//!   short chain under the bucket's own lock (class `icache_bucket`) and publish it.
-//! - `global`: one `HashMap` behind one lock (class `icache_global`) for every lookup,
-//!   insert and removal, as the VFS's `inode_hash_lock` before Linux 6.11.
+//! - `bucket`: a fixed array of buckets sized from the memory limit. Each
+//!   bucket's chain is an immutable vector behind an atomic pointer: lookups pin the
+//!   epoch (crossbeam-epoch, the RCU of this design), load it and search it with no lock;
+//!   inserts and removals copy the short chain under the bucket's own lock (class
+//!   `icache_bucket`), publish the copy and retire the old one, freed once no pinned
+//!   reader can hold it.
+//! - `global` (default, by measurement): one `HashMap` behind one lock (class
+//!   `icache_global`) for every lookup, insert and removal, as the VFS's
+//!   `inode_hash_lock` before Linux 6.11.
 //! - `papaya`: the `papaya` crate's lock-free map.
 //!
 //! The rules (KERNEL-NOTES 4.4):
@@ -27,7 +29,7 @@ pub mod gate;
 use crate::inode::Inode;
 use crate::sync::{Mutex, ICACHE_BUCKET, ICACHE_GLOBAL};
 use crate::types::{IcachePolicy, IcacheStats};
-use arc_swap::ArcSwapOption;
+use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared};
 use gate::UseGate;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -163,10 +165,72 @@ impl BuildHasher for InoHash {
 
 type Chain = Vec<(u64, Slot)>;
 
-/// One bucket of the `bucket` table.
+/// One bucket of the `bucket` table: writers hold `lock`; readers only pin the epoch.
 struct Bucket {
     lock: Mutex<()>,
-    chain: ArcSwapOption<Chain>,
+    /// Null when empty. Every chain stored here is never changed again: a writer
+    /// publishes a new one and retires the old through the epoch.
+    chain: Atomic<Chain>,
+}
+
+// The one place in the engine with `unsafe`: epoch-protected loads and retirement of a
+// bucket's chain, each block stating why it is sound.
+#[allow(unsafe_code)]
+impl Bucket {
+    fn new() -> Bucket {
+        Bucket {
+            lock: Mutex::new(&ICACHE_BUCKET, ()),
+            chain: Atomic::null(),
+        }
+    }
+
+    /// Run `f` on the current chain (empty when there is none), without a lock.
+    fn read<R>(&self, f: impl FnOnce(&[(u64, Slot)]) -> R) -> R {
+        let g = epoch::pin();
+        let p = self.chain.load(Ordering::Acquire, &g);
+        // SAFETY: `p` is null or a chain published by `publish`, never mutated after, and
+        // retired only through `defer_destroy`, which frees it after every thread pinned
+        // now (`g`) has unpinned: it outlives this borrow.
+        let chain = unsafe { p.as_ref() };
+        f(chain.map_or(&[][..], |c| &c[..]))
+    }
+
+    /// A copy of the chain (the caller holds `lock`).
+    fn copy(&self) -> Chain {
+        self.read(|c| c.to_vec())
+    }
+
+    /// Replace the chain by `new` (the caller holds `lock`); the old one is freed once no
+    /// reader can see it.
+    fn publish(&self, new: Chain) {
+        let g = epoch::pin();
+        let new = if new.is_empty() {
+            Shared::null()
+        } else {
+            Owned::new(new).into_shared(&g)
+        };
+        let old = self.chain.swap(new, Ordering::AcqRel, &g);
+        if !old.is_null() {
+            // SAFETY: `old` was just unlinked (writers are serialized by `lock`), so no new
+            // reader can load it; readers that already did are pinned, and the epoch
+            // frees it only after they unpin.
+            unsafe { g.defer_destroy(old) };
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+impl Drop for Bucket {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader or writer can reach this bucket any more, so the
+        // chain can be taken without protection.
+        unsafe {
+            let p = self.chain.load(Ordering::Relaxed, epoch::unprotected());
+            if !p.is_null() {
+                drop(p.into_owned());
+            }
+        }
+    }
 }
 
 enum Table {
@@ -199,14 +263,7 @@ impl ICache {
                 let n = (limit / SIZING_BYTES)
                     .next_power_of_two()
                     .clamp(1024, 1 << 22);
-                Table::Bucket(
-                    (0..n)
-                        .map(|_| Bucket {
-                            lock: Mutex::new(&ICACHE_BUCKET, ()),
-                            chain: ArcSwapOption::empty(),
-                        })
-                        .collect(),
-                )
+                Table::Bucket((0..n).map(|_| Bucket::new()).collect())
             }
             IcachePolicy::Global => {
                 Table::Global(Mutex::new(&ICACHE_GLOBAL, HashMap::with_hasher(InoHash)))
@@ -232,14 +289,8 @@ impl ICache {
     /// The entry for `ino`, read without a lock (bucket, papaya) or under the one lock.
     fn find(&self, ino: u64) -> Option<Slot> {
         match &self.table {
-            Table::Bucket(b) => {
-                let chain = Self::bucket(b, ino).chain.load();
-                chain
-                    .as_ref()?
-                    .iter()
-                    .find(|(k, _)| *k == ino)
-                    .map(|(_, s)| s.clone())
-            }
+            Table::Bucket(b) => Self::bucket(b, ino)
+                .read(|c| c.iter().find(|(k, _)| *k == ino).map(|(_, s)| s.clone())),
             Table::Global(m) => m.lock().get(&ino).cloned(),
             Table::Papaya(m) => m.pin().get(&ino).cloned(),
         }
@@ -257,8 +308,7 @@ impl ICache {
             Table::Bucket(b) => {
                 let bk = Self::bucket(b, ino);
                 let _g = bk.lock.lock();
-                let cur = bk.chain.load_full();
-                let mut chain: Chain = cur.as_deref().cloned().unwrap_or_default();
+                let mut chain = bk.copy();
                 let old = match chain.iter_mut().find(|(k, _)| *k == ino) {
                     Some((_, s)) if !replace(s) => return Err(s.clone()),
                     Some((_, s)) => Some(std::mem::replace(s, slot)),
@@ -267,7 +317,7 @@ impl ICache {
                         None
                     }
                 };
-                bk.chain.store(Some(Arc::new(chain)));
+                bk.publish(chain);
                 Ok(old)
             }
             Table::Global(m) => {
@@ -329,15 +379,11 @@ impl ICache {
     }
 
     fn take_locked(bk: &Bucket, ino: u64, which: &Slot) -> bool {
-        let cur = bk.chain.load_full();
-        let Some(chain) = cur.as_deref() else {
-            return false;
-        };
+        let chain = bk.copy();
         if !chain.iter().any(|(k, s)| *k == ino && s.same(which)) {
             return false;
         }
-        let rest: Chain = chain.iter().filter(|(k, _)| *k != ino).cloned().collect();
-        bk.chain.store((!rest.is_empty()).then(|| Arc::new(rest)));
+        bk.publish(chain.into_iter().filter(|(k, _)| *k != ino).collect());
         true
     }
 
@@ -481,9 +527,7 @@ impl ICache {
         match &self.table {
             Table::Bucket(b) => {
                 for bk in b.iter() {
-                    if let Some(c) = bk.chain.load().as_ref() {
-                        c.iter().for_each(|(_, s)| f(s));
-                    }
+                    bk.read(|c| c.iter().for_each(|(_, s)| f(s)));
                 }
             }
             Table::Global(m) => m.lock().values().for_each(f),
@@ -527,21 +571,15 @@ impl ICache {
                     }
                     let i = self.hand.fetch_add(1, Ordering::Relaxed) % n;
                     let bk = &b[i];
-                    if bk.chain.load().is_none() {
+                    if bk.read(|c| c.is_empty()) {
                         continue;
                     }
                     let _g = bk.lock.lock();
-                    let cur = bk.chain.load_full();
-                    let Some(chain) = cur.as_deref() else {
-                        continue;
-                    };
-                    let keep: Chain = chain
-                        .iter()
-                        .filter(|(_, s)| !self.evict(s))
-                        .cloned()
-                        .collect();
-                    if keep.len() != chain.len() {
-                        bk.chain.store((!keep.is_empty()).then(|| Arc::new(keep)));
+                    let chain = bk.copy();
+                    let n = chain.len();
+                    let keep: Chain = chain.into_iter().filter(|(_, s)| !self.evict(s)).collect();
+                    if keep.len() != n {
+                        bk.publish(keep);
                     }
                 }
             }
