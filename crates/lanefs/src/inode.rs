@@ -18,6 +18,18 @@ use crate::page::PageMap;
 use crate::sync::{Mutex, RwLock, INODE, PAGE};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+/// What the inode cache keeps in each inode (its use count and eviction mark, CLOCK bit
+/// and the bytes it charged); only `icache` changes it.
+#[derive(Default)]
+pub struct CacheLink {
+    /// Uses held (`icache::IRef`s) and whether it is being evicted.
+    pub gate: crate::usegate::UseGate,
+    /// Looked up since the sweep last passed (CLOCK's reference bit).
+    pub referenced: AtomicBool,
+    /// Bytes the cache charged for it.
+    pub charge: AtomicU64,
+}
+
 /// Mutable state of a cached inode.
 pub struct InodeState {
     /// The on-disk inode bytes (authoritative while cached).
@@ -59,7 +71,7 @@ pub struct Inode {
     /// state lock).
     pub gone: AtomicBool,
     /// The inode cache's bookkeeping.
-    pub cache: crate::icache::CacheLink,
+    pub cache: CacheLink,
 }
 
 impl crate::journal::OrderedData for Inode {

@@ -23,6 +23,7 @@ pub mod mmp;
 pub mod page;
 pub mod sync;
 pub mod types;
+pub mod usegate;
 
 pub use crashdev::CrashDevice;
 pub use dev::{BlockDevice, FileDevice, MemDevice};

@@ -79,3 +79,23 @@ pub static REGISTRY: &[&dyn Workload] = &[
 pub fn find(name: &str) -> Option<&'static dyn Workload> {
     REGISTRY.iter().copied().find(|w| w.name() == name)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::REGISTRY;
+    use crate::variant::Family;
+
+    /// Each family's list of workloads is the registry's workloads of that family, in
+    /// registry order.
+    #[test]
+    fn families_list_the_registered_workloads() {
+        for f in Family::ALL {
+            let registered: Vec<&str> = REGISTRY
+                .iter()
+                .filter(|w| w.family() == f)
+                .map(|w| w.name())
+                .collect();
+            assert_eq!(f.workloads(), &registered[..], "{f:?}");
+        }
+    }
+}

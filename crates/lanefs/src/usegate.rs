@@ -1,5 +1,5 @@
-//! The handshake between a lookup that takes a use of a cached inode and the sweep that
-//! evicts it (the kernel's `i_count` against `I_FREEING`), lock-free on both sides.
+//! The handshake between a lookup that takes a use of a cached inode and the inode
+//! cache's sweep that evicts it (the kernel's `i_count` against `I_FREEING`), lock-free on both sides.
 //!
 //! One atomic word holds the use count and a `DEAD` bit. A lookup adds a use by
 //! compare-and-swap only while `DEAD` is clear; the sweep sets `DEAD` by compare-and-swap

@@ -16,7 +16,7 @@
 //! - One in-memory inode per number. An inode being read from disk or created sits in the
 //!   table as a [`Slot::New`] placeholder: a lookup that meets it waits for that inode
 //!   alone, then looks again; a failed set-up removes the placeholder.
-//! - A reader takes a use (`Inode::users`, the kernel's `i_count`) and then checks the
+//! - A reader takes a use (`Inode::cache.gate`, the kernel's `i_count`) and then checks the
 //!   inode is not being evicted (`dead`, its `I_FREEING`); eviction sets `dead` and then
 //!   checks for uses, both sequentially consistent, so one of the two always sees the
 //!   other: an evicted inode is never handed out, and an inode in use is never evicted.
@@ -24,13 +24,10 @@
 //!   dirty pages, no unwritten extent-map change) are evicted by a CLOCK sweep, one
 //!   sweeper at a time; a lookup marks its inode referenced, which buys it one pass.
 
-pub mod gate;
-
 use crate::inode::Inode;
 use crate::sync::{Mutex, ICACHE_BUCKET, ICACHE_GLOBAL};
 use crate::types::{IcachePolicy, IcacheStats};
 use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared};
-use gate::UseGate;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::ops::Deref;
@@ -66,17 +63,6 @@ impl Drop for IRef {
     fn drop(&mut self) {
         self.0.cache.gate.unuse();
     }
-}
-
-/// The cache's bookkeeping inside each inode.
-#[derive(Default)]
-pub struct CacheLink {
-    /// Uses held ([`IRef`]s) and whether it is being evicted.
-    gate: UseGate,
-    /// Looked up since the sweep last passed (CLOCK's reference bit).
-    referenced: AtomicBool,
-    /// Bytes the cache charged for it.
-    charge: AtomicU64,
 }
 
 /// Take a use of `i` unless it is being evicted.
