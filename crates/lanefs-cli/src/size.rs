@@ -1,26 +1,7 @@
-//! Byte sizes on the command line: plain bytes or K/M/G/T suffixes (powers of 1024).
+//! Byte sizes on the command line: plain bytes or K/M/G/T suffixes (powers of 1024), parsed
+//! as the engine parses its own size options (`lanefs::parse_size`).
 
-/// Parse "4G", "512M", "64k", "1T", "4096" or "4096B" into bytes.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let bad = || format!("invalid size {text:?} (a number with an optional K, M, G or T suffix)");
-    let t = text.trim();
-    let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
-    let t = t.strip_suffix(['i', 'I']).unwrap_or(t);
-    let (digits, shift) = match t.chars().last() {
-        Some(c) if c.is_ascii_digit() => (t, 0),
-        Some('K' | 'k') => (&t[..t.len() - 1], 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 30),
-        Some('T' | 't') => (&t[..t.len() - 1], 40),
-        _ => return Err(bad()),
-    };
-    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-        return Err(bad());
-    }
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size {text:?} is too large"))
-}
+pub use lanefs::parse_size;
 
 /// `bytes` for people: "4.0 GiB", "512 B".
 pub fn human(bytes: u64) -> String {

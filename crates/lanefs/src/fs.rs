@@ -191,25 +191,13 @@ impl MountOptions {
             }
             "icache_limit" => {
                 let v = need()?;
-                self.icache_limit = parse_bytes(v).ok_or_else(|| {
-                    format!("option icache_limit={v}: expected bytes, with K, M or G")
-                })?;
+                self.icache_limit =
+                    parse_size(v).map_err(|e| format!("option icache_limit={v}: {e}"))?;
             }
             _ => return Ok(false),
         }
         Ok(true)
     }
-}
-
-/// `123`, `64K`, `64M`, `1G` as bytes.
-fn parse_bytes(v: &str) -> Option<u64> {
-    let (num, shift) = match v.as_bytes().last()? {
-        b'k' | b'K' => (&v[..v.len() - 1], 10),
-        b'm' | b'M' => (&v[..v.len() - 1], 20),
-        b'g' | b'G' => (&v[..v.len() - 1], 30),
-        _ => (v, 0),
-    };
-    num.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 /// A mounted ext4 file system, shared by any number of threads (`Arc<Fs>`).
@@ -821,4 +809,39 @@ fn validate_desc(geo: &Geometry, g: u32, d: &GroupDesc) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The inode allocation and cache options parse to their policies and sizes; a bad
+    /// value is one line naming the option.
+    #[test]
+    fn inode_options_parse_and_refuse_bad_values() {
+        let mut o = MountOptions::default();
+        assert_eq!(
+            (o.ialloc, o.icache),
+            (IallocPolicy::Optimistic, IcachePolicy::Global)
+        );
+        assert_eq!(o.apply("ialloc", Some("locked")), Ok(true));
+        assert_eq!(o.apply("icache", Some("papaya")), Ok(true));
+        assert_eq!(o.apply("icache_limit", Some("8M")), Ok(true));
+        assert_eq!(
+            (o.ialloc, o.icache, o.icache_limit),
+            (IallocPolicy::Locked, IcachePolicy::Papaya, 8 << 20)
+        );
+        for (k, v) in [
+            ("ialloc", "sometimes"),
+            ("icache", "lru"),
+            ("icache_limit", "big"),
+        ] {
+            let e = o.apply(k, Some(v)).expect_err(v);
+            assert!(
+                e.starts_with(&format!("option {k}={v}")) && !e.contains('\n'),
+                "{e}"
+            );
+        }
+        assert!(o.apply("icache", None).is_err());
+    }
 }

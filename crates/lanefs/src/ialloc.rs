@@ -229,8 +229,7 @@ impl InodeAllocator {
         ))
     }
 
-    /// Allocate an inode for a new file (`name` in directory `parent`, whose group is
-    /// `parent_group`; `last` is the directory's last-allocation hint, updated here).
+    /// Allocate an inode for `want` (its directory's last-allocation hint is updated).
     pub fn alloc(&self, h: &Handle, al: &Allocator, want: Want<'_>) -> Result<u64> {
         let g0 = if want.is_dir {
             self.find_group_orlov(&want, al)
@@ -565,19 +564,13 @@ impl InodeAllocator {
                     return Some(g);
                 }
             }
-            // Orlov's search for another flex group, as for a directory below the root.
+            // Orlov's search for another flex group, from the next one, as for a
+            // directory below the root.
+            let next = ((want.parent_group >> self.geo.flex_log) + 1) << self.geo.flex_log;
             let other = Want {
-                parent_group: ((want.parent_group >> self.geo.flex_log) + 1) << self.geo.flex_log,
+                parent_group: if next >= n { 0 } else { next },
                 top: false,
                 ..*want
-            };
-            let other = Want {
-                parent_group: if other.parent_group >= n {
-                    0
-                } else {
-                    other.parent_group
-                },
-                ..other
             };
             return self.find_group_orlov(&other, al);
         }

@@ -380,37 +380,29 @@ impl ICache {
         ino: u64,
         load: impl FnOnce() -> std::result::Result<Inode, E>,
     ) -> std::result::Result<IRef, E> {
-        let mut load = Some(load);
-        loop {
-            match self.find(ino) {
-                Some(Slot::Ready(i)) => match try_use(&i) {
-                    Some(r) => return Ok(r),
-                    // Being evicted: it leaves the table shortly.
-                    None => std::thread::yield_now(),
-                },
-                Some(Slot::New(s)) => s.wait(),
-                None => {
-                    let setup = Setup::new();
-                    let slot = Slot::New(setup.clone());
-                    if self.put(ino, slot.clone(), |_| false).is_err() {
-                        continue;
-                    }
-                    let built = (load.take().expect("load runs once"))();
-                    let r = match built {
-                        Ok(inode) => Ok(self.publish(ino, &slot, inode)),
-                        Err(e) => {
-                            self.take(ino, &slot);
-                            Err(e)
-                        }
-                    };
-                    setup.finish();
-                    if r.is_ok() {
-                        self.maybe_sweep();
-                    }
-                    return r;
-                }
+        let (setup, slot) = loop {
+            if let Some(r) = self.peek(ino) {
+                return Ok(r);
             }
+            let setup = Setup::new();
+            let slot = Slot::New(setup.clone());
+            // Another lookup or a create may have claimed the number meanwhile.
+            if self.put(ino, slot.clone(), |_| false).is_ok() {
+                break (setup, slot);
+            }
+        };
+        let r = match load() {
+            Ok(inode) => Ok(self.publish(ino, &slot, inode)),
+            Err(e) => {
+                self.take(ino, &slot);
+                Err(e)
+            }
+        };
+        setup.finish();
+        if r.is_ok() {
+            self.maybe_sweep();
         }
+        r
     }
 
     /// Replace placeholder `slot` by the set-up `inode`; returns a use of it.
@@ -430,12 +422,14 @@ impl ICache {
         IRef(a)
     }
 
-    /// The cached inode `ino` if it is in the table (waiting for one being set up).
+    /// The cached inode `ino` if it is in the table (waiting for one being set up, and
+    /// for one being evicted to leave).
     pub fn peek(&self, ino: u64) -> Option<IRef> {
         loop {
             match self.find(ino)? {
                 Slot::Ready(i) => match try_use(&i) {
                     Some(r) => return Some(r),
+                    // Being evicted: it leaves the table shortly.
                     None => std::thread::yield_now(),
                 },
                 Slot::New(s) => s.wait(),
@@ -610,7 +604,7 @@ impl ICache {
         if c.referenced.swap(false, Ordering::Relaxed) {
             return false;
         }
-        if c.gate.in_use() || !c.gate.try_kill(|| i.evictable()) {
+        if !c.gate.try_kill(|| i.evictable()) {
             return false;
         }
         self.uncharge(i);

@@ -54,11 +54,6 @@ impl UseGate {
         debug_assert!(before & !DEAD > 0, "use count underflow");
     }
 
-    /// Whether some use is held (a hint: it may change at once).
-    pub fn in_use(&self) -> bool {
-        self.0.load(Ordering::Relaxed) & !DEAD > 0
-    }
-
     /// Mark dead for eviction if no use is held and `also` agrees (asked once no new use
     /// can start). On `false` the gate is as before.
     pub fn try_kill(&self, also: impl FnOnce() -> bool) -> bool {

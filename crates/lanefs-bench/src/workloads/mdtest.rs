@@ -61,9 +61,7 @@ impl Workload for Mdtest {
                 Some(_) => None,
                 None => Some(b.mkdir(b.base(), &Name::new(&format!("mdtest.{i}"))?)?),
             };
-            let names = (0..ctx.files)
-                .map(|n| Name::new(&format!("file.mdtest.{i}.{n}")))
-                .collect::<Result<Vec<_>, _>>()?;
+            let names = super::thread_names("mdtest", i, ctx.files)?;
             Ok(State { own, names })
         };
         let work = |s: &mut State, phase: usize| -> Result<u64, String> {

@@ -75,6 +75,17 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &bufio::Bufio,
 ];
 
+/// Thread `thread`'s `n` file names for workload `workload`: `file.WORKLOAD.THREAD.N`.
+pub fn thread_names(
+    workload: &str,
+    thread: usize,
+    n: usize,
+) -> Result<Vec<crate::target::Name>, String> {
+    (0..n)
+        .map(|i| crate::target::Name::new(&format!("file.{workload}.{thread}.{i}")))
+        .collect()
+}
+
 /// The workload called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Workload> {
     REGISTRY.iter().copied().find(|w| w.name() == name)

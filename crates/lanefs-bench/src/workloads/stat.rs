@@ -42,9 +42,7 @@ impl Workload for Stat {
         let b = ctx.backend;
         let setup = |i: usize| -> Result<State, String> {
             let dir = b.mkdir(b.base(), &Name::new(&format!("stat.{i}"))?)?;
-            let names = (0..ctx.files)
-                .map(|n| Name::new(&format!("file.stat.{i}.{n}")))
-                .collect::<Result<Vec<_>, _>>()?;
+            let names = super::thread_names("stat", i, ctx.files)?;
             for name in &names {
                 let h = b.create(&dir, name)?;
                 b.close(h)?;

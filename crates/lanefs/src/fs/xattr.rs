@@ -92,11 +92,13 @@ impl Fs {
     ) -> Result<dx::EaRef> {
         use crate::disk::inode::{DiskInode, FL_EA_INODE};
         let geo = &self.al.geo;
-        let owner_inode = self.iget(owner)?;
+        // Near its owner (ext4 passes the owner's number as the goal); the owner is not a
+        // directory, so there is no hint of its own to keep.
+        let no_hint = std::sync::atomic::AtomicU32::new(crate::ialloc::NO_GROUP);
         let want = crate::ialloc::Want {
             parent_ino: owner,
             parent_group: geo.group_of_inode(owner),
-            last: &owner_inode.last_group,
+            last: &no_hint,
             is_dir: false,
             top: false,
             name,
