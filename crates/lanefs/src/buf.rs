@@ -10,6 +10,7 @@
 
 use crate::dev::BlockDevice;
 use crate::dirty::{DirtyCount, DirtyFlag};
+use crate::disk::seal::Seal;
 use crate::error::Result;
 use crate::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_SHARD};
 use std::collections::HashMap;
@@ -30,6 +31,11 @@ pub struct Buf {
     pub(crate) jtid: AtomicU64,
     /// Freed as metadata: a commit must not log or write it.
     pub(crate) forgotten: AtomicBool,
+    /// How a commit checksums the block ([`Seal::to_word`]; 0: it does not).
+    seal: AtomicU64,
+    /// The bytes were checked (checksum, structure) when read, or written here since:
+    /// not checked again while cached.
+    verified: AtomicBool,
 }
 
 impl Buf {
@@ -44,6 +50,35 @@ impl Buf {
     /// Whether the block differs from its home location.
     pub fn is_dirty(&self) -> bool {
         self.dirty.is_set()
+    }
+    /// Have each commit that logs the block stamp its checksum ([`Seal`]); set while
+    /// holding the write guard of the change. The block counts as verified from now on:
+    /// its checksum in memory is stale until the next commit seals a copy.
+    pub fn set_seal(&self, s: Seal) {
+        self.seal.store(s.to_word(), Ordering::Release);
+        self.verified.store(true, Ordering::Release);
+    }
+    /// A block about to be overwritten whole as a new structure: no seal of its old use
+    /// stays, and what is written here needs no check.
+    fn renew(&self) {
+        self.seal.store(0, Ordering::Release);
+        self.verified.store(true, Ordering::Release);
+    }
+    /// Whether the block was verified since it was read (or was written here).
+    pub fn is_verified(&self) -> bool {
+        self.verified.load(Ordering::Acquire)
+    }
+    /// Record that the block's bytes were verified.
+    pub fn set_verified(&self) {
+        self.verified.store(true, Ordering::Release);
+    }
+    /// A copy of the bytes for a commit, with the seal to stamp on it.
+    pub(crate) fn snapshot(&self) -> (Box<[u8]>, Seal) {
+        let d = self.read();
+        (
+            d.clone(),
+            Seal::from_word(self.seal.load(Ordering::Acquire)),
+        )
     }
 }
 
@@ -87,14 +122,19 @@ impl BufCache {
     /// A block that is about to be overwritten whole: no read, contents zeroed.
     pub fn get_new(&self, blk: u64) -> Arc<Buf> {
         let b = self.insert(blk, vec![0u8; self.bs].into_boxed_slice());
-        b.write().fill(0);
+        let mut d = b.write();
+        d.fill(0);
+        b.renew();
+        drop(d);
         b
     }
 
     /// The cached block if present, else a zeroed one without reading (for blocks the
     /// caller will compare against and overwrite whole).
     pub fn get_new_keep(&self, blk: u64) -> Arc<Buf> {
-        self.insert(blk, vec![0u8; self.bs].into_boxed_slice())
+        let b = self.insert(blk, vec![0u8; self.bs].into_boxed_slice());
+        b.renew();
+        b
     }
 
     fn insert(&self, blk: u64, data: Box<[u8]>) -> Arc<Buf> {
@@ -111,6 +151,8 @@ impl BufCache {
             dirty: DirtyFlag::new(),
             jtid: AtomicU64::new(0),
             forgotten: AtomicBool::new(false),
+            seal: AtomicU64::new(0),
+            verified: AtomicBool::new(false),
         });
         m.insert(blk, b.clone());
         b

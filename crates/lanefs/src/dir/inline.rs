@@ -168,7 +168,7 @@ impl DirCtx<'_> {
     ) -> Result<Vec<DirEntry>> {
         let dir = Dir::load(&st.d, ino)?;
         let mut out = Vec::new();
-        super::dots(ino, u64::from(dir.parent), pos, &mut out);
+        super::readdir::dots(ino, u64::from(dir.parent), pos, &mut out);
         let version = self.def_version();
         let mut all: Vec<(u64, RawEntry)> = Vec::new();
         for (_, e) in dir.entries(ino)? {
@@ -223,11 +223,8 @@ impl DirCtx<'_> {
                 ));
             }
         }
-        if self.csum() {
-            dd::set_leaf_csum(self.iseed(ino, st), &mut d);
-        }
         drop(d);
-        h.dirty(&b);
+        self.sealed(h, &b, self.leaf_seal(ino, st));
         Ok(())
     }
 }

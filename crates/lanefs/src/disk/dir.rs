@@ -372,6 +372,44 @@ pub fn decode_dx(b: &[u8], count_off: usize, csum: bool, at: u64) -> Result<DxEn
     Ok(DxEntries { limit, entries })
 }
 
+/// The entry count of the dx block `b` (header at `count_off`), after checking it and the
+/// limit as [`decode_dx`] does; entries are then read in place with [`dx_entry`].
+pub fn dx_count(b: &[u8], count_off: usize, csum: bool, at: u64) -> Result<usize> {
+    let limit = usize::from(le16(b, count_off));
+    let count = usize::from(le16(b, count_off + 2));
+    let want = dx_limit(b.len(), count_off, csum);
+    if limit != want || count == 0 || count > limit {
+        return Err(Error::corrupt(
+            "directory index",
+            at,
+            format!("count {count} / limit {limit} (expected limit {want})"),
+        ));
+    }
+    Ok(count)
+}
+
+/// Entry `i` of a dx block: (hash, logical block); entry 0's hash is 0.
+pub fn dx_entry(b: &[u8], count_off: usize, i: usize) -> (u32, u32) {
+    let o = count_off + 8 * i;
+    let hash = if i == 0 { 0 } else { le32(b, o) };
+    (hash, le32(b, o + 4))
+}
+
+/// The entry of a dx block (of `count` entries) whose range holds hash `h`: the last
+/// whose hash is at most `h` (dx_probe's binary search), read in place.
+pub fn dx_search(b: &[u8], count_off: usize, count: usize, h: u32) -> usize {
+    let (mut lo, mut hi) = (1, count);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if le32(b, count_off + 8 * mid) <= h {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo - 1
+}
+
 /// Encode entries at `count_off` (the first entry's hash slot holds count/limit).
 pub fn encode_dx(b: &mut [u8], count_off: usize, limit: usize, entries: &[(u32, u32)]) {
     assert!(
@@ -521,6 +559,27 @@ mod tests {
         set_rec_len(&mut b, 12, 10);
         assert!(search_block(&b, false, 7, b"a").unwrap().is_some());
         assert!(search_block(&b, false, 7, b"dd").is_err());
+    }
+
+    /// The in-place reads of a dx block agree with `decode_dx`, and `dx_search` picks
+    /// the entry a partition of the decoded hashes does.
+    #[test]
+    fn dx_in_place_agrees_with_decode() {
+        let mut b = vec![0u8; 1024];
+        let limit = dx_limit(1024, DX_NODE_COUNT_OFF, true);
+        let entries = [(0, 5), (10, 6), (20, 7), (20, 8), (41, 9)];
+        encode_dx(&mut b, DX_NODE_COUNT_OFF, limit, &entries);
+        let count = dx_count(&b, DX_NODE_COUNT_OFF, true, 0).unwrap();
+        let dec = decode_dx(&b, DX_NODE_COUNT_OFF, true, 0).unwrap();
+        assert_eq!(count, dec.entries.len());
+        for (i, e) in dec.entries.iter().enumerate() {
+            assert_eq!(dx_entry(&b, DX_NODE_COUNT_OFF, i), *e);
+        }
+        for h in [0, 1, 9, 10, 11, 20, 21, 40, 41, 42, u32::MAX] {
+            let want = dec.entries.partition_point(|&(eh, _)| eh <= h) - 1;
+            assert_eq!(dx_search(&b, DX_NODE_COUNT_OFF, count, h), want, "hash {h}");
+        }
+        assert!(dx_count(&b, DX_NODE_COUNT_OFF, false, 0).is_err());
     }
 
     /// `insert_in_block` puts a name where `insert_entry` (on the parsed block) does.

@@ -12,7 +12,9 @@
 //!    for T's open handles to stop (`gate.rs`: a fenced Dekker pair, loom-checked);
 //! 2. snapshot T's buffers (a memcpy each), take its revoke and ordered-inode lists, open
 //!    T+1 in the other slot and let waiting handles in: the pause lasts only the copies;
-//! 3. write the dirty pages of T's ordered inodes (data blocks T mapped: ext4's
+//! 3. stamp the checksums of sealed blocks on their copies (`disk::seal`: directory
+//!    blocks are checksummed once per commit, not per change), write the dirty pages of
+//!    T's ordered inodes (data blocks T mapped: ext4's
 //!    `data=ordered`), then the log: revoke blocks, descriptor blocks each followed by the
 //!    copies they tag (64-bit tags, checksum v3, escaped when a copy starts with the
 //!    magic), flush, then the commit block, flush;
@@ -38,6 +40,7 @@ pub use recovery::{recover, Replay};
 use crate::buf::{Buf, BufCache};
 use crate::dev::BlockDevice;
 use crate::disk::jbd2;
+use crate::disk::seal::Seal;
 use crate::error::{Error, Result};
 use crate::sync::{Condvar, Mutex, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
 use std::borrow::Cow;
@@ -380,11 +383,15 @@ impl Journal {
         }
         // 2. Snapshot, then open T+1 in the other slot (free: T-1 committed before us).
         let mut snaps: Vec<(Box<[u8]>, Arc<Buf>)> = Vec::new();
+        let mut seals = Vec::new();
         for l in &t.lists {
             let list = std::mem::take(&mut *l.lock());
             for b in list {
                 if !b.forgotten.load(Ordering::Acquire) {
-                    let copy = b.read().clone();
+                    let (copy, seal) = b.snapshot();
+                    if seal != Seal::None {
+                        seals.push((snaps.len(), seal));
+                    }
                     snaps.push((copy, b));
                 }
             }
@@ -402,7 +409,11 @@ impl Journal {
         next.gate.unlock();
         self.running.store(tid + 1, Ordering::Release);
         self.wake();
-        // 3. Ordered data, then the log.
+        // 3. Checksums sealed once per commit (on the copies, after the pause), ordered
+        // data, then the log.
+        for (i, seal) in seals {
+            seal.apply(&mut snaps[i].0);
+        }
         for i in &ordered {
             i.write_ordered(&*self.dev, self.bs)?;
         }
