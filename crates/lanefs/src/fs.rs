@@ -428,22 +428,37 @@ impl Fs {
         Ok(())
     }
 
-    /// Commit on a timer (ext4's `commit=`), writing dirty data pages first.
+    /// Commit on a timer (ext4's `commit=`), writing dirty data pages first; and commit
+    /// when a handle finds its transaction full (jbd2's kjournald2).
     fn start_timer(self: &Arc<Self>, every: std::time::Duration) {
         let weak = Arc::downgrade(self);
         let t = std::thread::Builder::new()
             .name("lanefs-commit".into())
-            .spawn(move || loop {
-                std::thread::park_timeout(every);
-                let Some(fs) = weak.upgrade() else { return };
-                if fs.timer_stop.load(std::sync::atomic::Ordering::Acquire) {
-                    return;
-                }
-                if !fs.is_read_only() {
-                    let _ = fs.flush_pages().and_then(|()| fs.journal.commit_running());
+            .spawn(move || {
+                let mut last = std::time::Instant::now();
+                loop {
+                    std::thread::park_timeout(every.saturating_sub(last.elapsed()));
+                    let Some(fs) = weak.upgrade() else { return };
+                    if fs.timer_stop.load(std::sync::atomic::Ordering::Acquire) {
+                        return;
+                    }
+                    if fs.is_read_only() {
+                        continue;
+                    }
+                    // A handle found its transaction full: commit now, nothing else
+                    // (that handle's thread may hold inode locks; a commit takes none).
+                    if fs.journal.take_kick() {
+                        let _ = fs.journal.commit_running();
+                    }
+                    if last.elapsed() >= every {
+                        last = std::time::Instant::now();
+                        let _ = fs.flush_pages().and_then(|()| fs.journal.commit_running());
+                    }
                 }
             });
         if let Ok(t) = t {
+            let th = t.thread().clone();
+            self.journal.set_kick(Box::new(move || th.unpark()));
             *self.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
         }
     }

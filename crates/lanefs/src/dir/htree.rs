@@ -143,15 +143,16 @@ impl DirCtx<'_> {
         ))
     }
 
-    /// Find `name` in an htree: the probed leaf, then the leaves continuing a run of
-    /// names with its hash (index entries with the same hash and the low bit set).
-    pub(super) fn htree_find(
+    /// Find `name` in an htree along its probed `path`: the leaf, then the leaves
+    /// continuing a run of names with its hash (index entries with the same hash and the
+    /// low bit set).
+    pub(super) fn htree_search(
         &self,
         ino: u64,
         st: &InodeState,
+        path: &Path,
         name: &[u8],
     ) -> Result<Option<Slot>> {
-        let path = self.probe(ino, st, name)?;
         if let Some(s) = self.search_leaf(ino, st, path.leaf, name)? {
             return Ok(Some(s));
         }
@@ -169,6 +170,8 @@ impl DirCtx<'_> {
     }
 
     /// Add `name -> child` to an htree: into its leaf, splitting the leaf when full.
+    /// `path` is a probe for `name` made since the directory last changed, if any.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn htree_add(
         &self,
         h: &Handle,
@@ -177,9 +180,13 @@ impl DirCtx<'_> {
         name: &[u8],
         child: u64,
         ft: u8,
+        mut path: Option<Path>,
     ) -> Result<()> {
         loop {
-            let path = self.probe(ino, st, name)?;
+            let path = match path.take() {
+                Some(p) => p,
+                None => self.probe(ino, st, name)?,
+            };
             let b = self.block(st, ino, path.leaf)?;
             if self.try_insert(h, ino, st, &b, name, child, ft)? {
                 return Ok(());

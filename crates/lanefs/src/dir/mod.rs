@@ -49,6 +49,34 @@ pub struct DirCtx<'a> {
     pub extents: bool,
 }
 
+/// What [`DirCtx::probe_name`] found.
+pub enum Probe {
+    /// The name is there.
+    Found(Found),
+    /// It is not; where it would go.
+    Vacant(Vacancy),
+}
+
+/// An entry found by name: valid while the directory's lock is held and the directory
+/// has not changed since.
+pub struct Found {
+    /// The inode it names.
+    pub ino: u64,
+    /// Its file type code.
+    pub ft: u8,
+    /// Where it is (none in an inline directory).
+    slot: Option<Slot>,
+    /// The directory's size when found (checked in debug builds).
+    size: u64,
+}
+
+/// Where a missing name would go: the htree path to its leaf (none for linear and
+/// inline directories). Valid as [`Found`] is.
+pub struct Vacancy {
+    path: Option<htree::Path>,
+    size: u64,
+}
+
 /// Where an entry lives.
 struct Slot {
     buf: Arc<Buf>,
@@ -151,16 +179,46 @@ impl DirCtx<'_> {
 
     /// Find `name`: (inode, file type code).
     pub fn lookup(&self, ino: u64, st: &InodeState, name: &[u8]) -> Result<Option<(u64, u8)>> {
-        if self.is_inline(st) {
-            return self.inline_lookup(ino, st, name);
-        }
-        Ok(self.find(ino, st, name)?.map(|s| (u64::from(s.ino), s.ft)))
+        Ok(match self.probe_name(ino, st, name)? {
+            Probe::Found(f) => Some((f.ino, f.ft)),
+            Probe::Vacant(_) => None,
+        })
     }
 
-    fn find(&self, ino: u64, st: &InodeState, name: &[u8]) -> Result<Option<Slot>> {
-        if self.is_htree(st) {
-            return self.htree_find(ino, st, name);
+    /// Look `name` up and keep where it is, or where it would go: a create or unlink
+    /// then changes the directory without searching it again ([`DirCtx::add_vacant`],
+    /// [`DirCtx::remove_found`]), as long as the directory's lock is held in between.
+    pub fn probe_name(&self, ino: u64, st: &InodeState, name: &[u8]) -> Result<Probe> {
+        let size = st.d.size();
+        if self.is_inline(st) {
+            return Ok(match self.inline_lookup(ino, st, name)? {
+                Some((i, ft)) => Probe::Found(Found {
+                    ino: i,
+                    ft,
+                    slot: None,
+                    size,
+                }),
+                None => Probe::Vacant(Vacancy { path: None, size }),
+            });
         }
+        let (slot, path) = if self.is_htree(st) {
+            let path = self.probe(ino, st, name)?;
+            (self.htree_search(ino, st, &path, name)?, Some(path))
+        } else {
+            (self.linear_find(ino, st, name)?, None)
+        };
+        Ok(match slot {
+            Some(s) => Probe::Found(Found {
+                ino: u64::from(s.ino),
+                ft: s.ft,
+                slot: Some(s),
+                size,
+            }),
+            None => Probe::Vacant(Vacancy { path, size }),
+        })
+    }
+
+    fn linear_find(&self, ino: u64, st: &InodeState, name: &[u8]) -> Result<Option<Slot>> {
         for lblk in 0..self.nblocks(st) {
             if let Some(s) = self.search_leaf(ino, st, lblk, name)? {
                 return Ok(Some(s));
@@ -190,7 +248,7 @@ impl DirCtx<'_> {
             self.uninline(h, ino, st)?;
         }
         if self.is_htree(st) {
-            return self.htree_add(h, ino, st, name, child, ft);
+            return self.htree_add(h, ino, st, name, child, ft, None);
         }
         let nb = self.nblocks(st);
         for lblk in 0..nb {
@@ -201,7 +259,7 @@ impl DirCtx<'_> {
         }
         if self.dir_index && nb == 1 {
             self.make_indexed(h, ino, st)?;
-            return self.htree_add(h, ino, st, name, child, ft);
+            return self.htree_add(h, ino, st, name, child, ft, None);
         }
         let b = self.append_block(h, ino, st)?;
         self.init_leaf(h, ino, st, &b);
@@ -213,6 +271,29 @@ impl DirCtx<'_> {
             ));
         }
         Ok(())
+    }
+
+    /// [`DirCtx::add`] where [`DirCtx::probe_name`] found `name` missing, without
+    /// walking the index again.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_vacant(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &mut InodeState,
+        name: &[u8],
+        child: u64,
+        ft: u8,
+        v: Vacancy,
+    ) -> Result<()> {
+        debug_assert_eq!(st.d.size(), v.size, "directory changed since its probe");
+        match v.path {
+            Some(path) if self.is_htree(st) && name.len() <= 255 => {
+                let ft = if self.filetype { ft } else { 0 };
+                self.htree_add(h, ino, st, name, child, ft, Some(path))
+            }
+            _ => self.add(h, ino, st, name, child, ft),
+        }
     }
 
     /// Put `name -> child` into leaf block `b` in place if it has room (verified first,
@@ -296,15 +377,32 @@ impl DirCtx<'_> {
 
     /// Remove `name`; returns the inode it pointed to.
     pub fn remove(&self, h: &Handle, ino: u64, st: &mut InodeState, name: &[u8]) -> Result<u64> {
-        if self.is_inline(st) {
-            return self.inline_remove(ino, st, name);
+        match self.probe_name(ino, st, name)? {
+            Probe::Found(f) => {
+                let child = f.ino;
+                self.remove_found(h, ino, st, name, f)?;
+                Ok(child)
+            }
+            Probe::Vacant(_) => Err(Error::NotFound),
         }
-        let s = self.find(ino, st, name)?.ok_or(Error::NotFound)?;
-        let mut d = s.buf.write();
-        dd::remove_entry(&mut d, s.off, s.prev);
-        drop(d);
+    }
+
+    /// Remove the entry [`DirCtx::probe_name`] found for `name`, in place.
+    pub fn remove_found(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &mut InodeState,
+        name: &[u8],
+        f: Found,
+    ) -> Result<()> {
+        debug_assert_eq!(st.d.size(), f.size, "directory changed since its probe");
+        let Some(s) = f.slot else {
+            return self.inline_remove(ino, st, name).map(|_| ());
+        };
+        dd::remove_entry(&mut s.buf.write(), s.off, s.prev);
         self.sealed(h, &s.buf, self.leaf_seal(ino, st));
-        Ok(u64::from(s.ino))
+        Ok(())
     }
 
     /// Point existing entry `name` at `child` (rename over an existing target).
@@ -321,7 +419,9 @@ impl DirCtx<'_> {
             let ft = if self.filetype { ft } else { 0 };
             return self.inline_replace(ino, st, name, child, ft);
         }
-        let s = self.find(ino, st, name)?.ok_or(Error::NotFound)?;
+        let Probe::Found(Found { slot: Some(s), .. }) = self.probe_name(ino, st, name)? else {
+            return Err(Error::NotFound);
+        };
         let mut d = s.buf.write();
         let ft = if self.filetype { ft } else { 0 };
         dd::retarget_entry(&mut d, s.off, child as u32, ft);

@@ -768,6 +768,7 @@ impl Fs {
     fn stop_timer(&self) {
         self.timer_stop
             .store(true, std::sync::atomic::Ordering::Release);
+        self.journal.stop_kick();
         let t = self.timer.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = t {
             t.thread().unpark();

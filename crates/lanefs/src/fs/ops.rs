@@ -1,6 +1,7 @@
 //! Namespace operations: lookup, create, link, unlink, rename, readdir, attributes.
 
 use super::{now, Fs, LINK_MAX};
+use crate::dir::Probe;
 use crate::disk::extent::{self, Node};
 use crate::disk::inode::{
     self as iflags, DiskInode, FL_APPEND, FL_EXTENTS, FL_IMMUTABLE, FL_NOATIME,
@@ -303,9 +304,9 @@ impl Fs {
         self.load(&d, &mut dst)?;
         self.dir_guard(&dst)?;
         let ctx = self.ctx();
-        if ctx.lookup(dir, &dst, name)?.is_some() {
+        let Probe::Vacant(vacancy) = ctx.probe_name(dir, &dst, name)? else {
             return Err(Error::Exists);
-        }
+        };
         if flags::immutable(&dst) {
             return Err(Error::NotPermitted);
         }
@@ -359,7 +360,10 @@ impl Fs {
         let res = self
             .fill_new(&h, ino, &mut cst, dir, kind, target)
             .and_then(|_| self.store_new_acls(&h, ino, &mut cst, acls))
-            .and_then(|_| ctx.add(&h, dir, &mut dst, name, ino, kind.dirent_code()));
+            .and_then(|_| {
+                let ft = kind.dirent_code();
+                ctx.add_vacant(&h, dir, &mut dst, name, ino, ft, vacancy)
+            });
         if let Err(e) = res {
             self.undo_new(&h, ino, &mut cst, kind);
             // The directory may have grown (a leaf split) before the failure: persist it.
@@ -584,7 +588,10 @@ impl Fs {
         self.load(&d, &mut dst)?;
         self.dir_guard(&dst)?;
         let ctx = self.ctx();
-        let (cino, _) = ctx.lookup(dir, &dst, name)?.ok_or(Error::NotFound)?;
+        let Probe::Found(found) = ctx.probe_name(dir, &dst, name)? else {
+            return Err(Error::NotFound);
+        };
+        let cino = found.ino;
         let c = self.iget(cino)?;
         let mut cst = c.state.write();
         self.load(&c, &mut cst)?;
@@ -603,7 +610,7 @@ impl Fs {
             return Err(Error::NotEmpty);
         }
         let h = self.journal.start();
-        ctx.remove(&h, dir, &mut dst, name)?;
+        ctx.remove_found(&h, dir, &mut dst, name, found)?;
         let t = now();
         if is_dir {
             dec_dir_links(&mut dst.d);

@@ -144,6 +144,12 @@ pub struct Journal {
     /// Called once a transaction's handles have all ended, before its buffers are
     /// copied: the allocator brings checksums and descriptors up to date then.
     before_commit: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Wakes the commit thread (jbd2's kjournald2), if the mount runs one.
+    kick: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// A handle asked the commit thread for a commit since it last looked.
+    kicked: AtomicBool,
+    /// The commit thread runs (set by `set_kick`, cleared by `stop_kick`).
+    kick_live: AtomicBool,
     counters: Counters,
     has_log: bool,
     bs: usize,
@@ -214,6 +220,9 @@ impl Journal {
             max_tx,
             on_commit: std::sync::OnceLock::new(),
             before_commit: std::sync::OnceLock::new(),
+            kick: std::sync::OnceLock::new(),
+            kicked: AtomicBool::new(false),
+            kick_live: AtomicBool::new(false),
             counters: Counters::default(),
             bs,
         }
@@ -227,6 +236,47 @@ impl Journal {
     /// Install the hook run before each commit copies its buffers (set once, at mount).
     pub fn set_before_commit(&self, f: Box<dyn Fn() + Send + Sync>) {
         let _ = self.before_commit.set(f);
+    }
+
+    /// Install the way to wake the mount's commit thread (set once, at mount): a full
+    /// transaction is then committed there while handles go on in the next one, as jbd2
+    /// has kjournald2 do, instead of by the handle that found it full.
+    pub fn set_kick(&self, f: Box<dyn Fn() + Send + Sync>) {
+        if self.kick.set(f).is_ok() {
+            self.kick_live.store(true, Ordering::Release);
+        }
+    }
+
+    /// The commit thread is stopping: handles commit full transactions themselves.
+    pub fn stop_kick(&self) {
+        self.kick_live.store(false, Ordering::Release);
+    }
+
+    /// Whether a handle asked for a commit since the last call (for the commit thread).
+    pub fn take_kick(&self) -> bool {
+        self.kicked.swap(false, Ordering::AcqRel)
+    }
+
+    /// Wait for the commit thread to close transaction `tid`. False if it did not within
+    /// a while (no thread, or it is stuck behind IO): the caller commits itself.
+    fn wait_closed(&self, tid: u64) -> bool {
+        let Some(kick) = self.kick.get() else {
+            return false;
+        };
+        if !self.kick_live.load(Ordering::Acquire) {
+            return false;
+        }
+        self.kicked.store(true, Ordering::Release);
+        kick();
+        let mut g = self.gate.lock();
+        for _ in 0..100 {
+            if self.running.load(Ordering::Acquire) != tid || self.is_aborted() {
+                return true;
+            }
+            self.gate_cv
+                .wait_for(&mut g, std::time::Duration::from_millis(10));
+        }
+        false
     }
 
     /// Whether the file system has a log (has_journal).
@@ -248,7 +298,9 @@ impl Journal {
             if t.nbufs.load(Ordering::Relaxed) > self.max_tx && !self.is_aborted() {
                 // Best effort: a failed commit aborts the journal, which the operation
                 // notices at its next check.
-                let _ = self.commit_upto(tid);
+                if !self.wait_closed(tid) {
+                    let _ = self.commit_upto(tid);
+                }
                 continue;
             }
             match t.gate.join(lane) {
