@@ -150,6 +150,8 @@ pub(crate) fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
             .map(|c| c.bytes as f64 / c.inodes as f64),
         icache_limit: ic.map(|c| c.limit),
         icache_evictions: ic.map(|c| c.evictions),
+        bufcache_bytes: p.bufcache.map(|c| c.bytes),
+        bufcache_limit: p.bufcache.map(|c| c.limit),
         peak_rss_bytes: p.peak_rss,
     }
 }

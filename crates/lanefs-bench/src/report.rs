@@ -72,7 +72,8 @@ pub struct Record {
     /// `cpu_seconds` per operation, in microseconds.
     #[serde(default)]
     pub cpu_per_op_us: Option<f64>,
-    /// Inodes in the engine's inode cache after the run (fsmark and stat on the engine).
+    /// Inodes in the engine's inode cache after the run (mdtest, fsmark and stat on the
+    /// engine).
     #[serde(default)]
     pub icache_inodes: Option<u64>,
     /// Bytes those inodes account for in the cache.
@@ -87,6 +88,12 @@ pub struct Record {
     /// Inodes the cache evicted since mount, i.e. during the run and its setup.
     #[serde(default)]
     pub icache_evictions: Option<u64>,
+    /// Bytes of metadata blocks in the engine's buffer cache after the run.
+    #[serde(default)]
+    pub bufcache_bytes: Option<u64>,
+    /// The buffer cache's limit in bytes (`bufcache_limit=`).
+    #[serde(default)]
+    pub bufcache_limit: Option<u64>,
     /// The bench process's peak resident set size during the run, setup included
     /// (`VmHWM`, reset before each run; engine targets).
     #[serde(default)]
@@ -425,6 +432,8 @@ pub fn render_icache(records: &[Record]) -> String {
         "cached",
         "limit",
         "evictions",
+        "buffers",
+        "buf limit",
         "peak RSS",
     ]
     .map(String::from)
@@ -444,12 +453,14 @@ pub fn render_icache(records: &[Record]) -> String {
                 fmt_mib(m(|r| r.icache_bytes)),
                 fmt_mib(m(|r| r.icache_limit)),
                 fmt_count(m(|r| r.icache_evictions)),
+                fmt_mib(m(|r| r.bufcache_bytes)),
+                fmt_mib(m(|r| r.bufcache_limit)),
                 fmt_mib(m(|r| r.peak_rss_bytes)),
             ]
         })
         .collect();
     format!(
-        "\ninode cache after the run (medians over reps)\n{}\n{ICACHE_LEGEND}\n",
+        "\ninode cache after the run, and the buffer cache (medians over reps)\n{}\n{ICACHE_LEGEND}\n",
         comparison_table(header, rows, 4)
     )
 }
@@ -457,8 +468,11 @@ pub fn render_icache(records: &[Record]) -> String {
 /// Legend of the inode cache table.
 const ICACHE_LEGEND: &str = "cached inodes, B/inode, cached = the engine's inode cache after \
      the run and the bytes it accounts for; limit = its icache_limit (0: the engine reports \
-     none); evictions = inodes evicted since mount; peak RSS = the whole bench process's \
-     peak resident memory during the run, setup included (VmHWM, reset before each run)";
+     none); evictions = inodes evicted since mount; buffers, buf limit = the metadata buffer \
+     cache after the run and its bufcache_limit (clean blocks are evicted past it, the journal \
+     checkpoints when dirty ones pass half); peak RSS = the whole bench process's peak \
+     resident memory during the run, setup included (VmHWM, reset before each run), to read \
+     beside limit + buf limit";
 
 /// Variant every other one is compared with in [`render_vs_base`].
 pub const BASE_VARIANT: &str = "base";
@@ -1095,6 +1109,8 @@ mod tests {
             icache_bytes_per_inode: cached.then_some(500.0),
             icache_limit: cached.then_some(64 << 20),
             icache_evictions: cached.then_some(7),
+            bufcache_bytes: cached.then_some(50 << 20),
+            bufcache_limit: cached.then_some(256 << 20),
             peak_rss_bytes: cached.then_some(100 << 20),
             ..rec(workload, variant, threads, 1, rate)
         }

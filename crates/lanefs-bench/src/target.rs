@@ -3,7 +3,8 @@
 
 use crate::engine;
 use lanefs::{
-    BlockDevice, FallocMode, FileDevice, Fs, IcacheStats, Ino, MountOptions, Owner, SetAttr,
+    BlockDevice, BufCacheStats, FallocMode, FileDevice, Fs, IcacheStats, Ino, MountOptions, Owner,
+    SetAttr,
 };
 use std::ffi::CString;
 use std::fs::File;
@@ -152,6 +153,10 @@ pub trait Backend: Send + Sync {
     }
     /// The inode cache's figures, where the bench can read them (the engine).
     fn icache(&self) -> Option<IcacheStats> {
+        None
+    }
+    /// The metadata buffer cache's figures, where the bench can read them (the engine).
+    fn bufcache(&self) -> Option<BufCacheStats> {
         None
     }
     /// CPU time (user + system) the process serving this target has used so far, where
@@ -495,6 +500,9 @@ impl Backend for LanefsBackend {
     }
     fn icache(&self) -> Option<IcacheStats> {
         Some(self.fs.icache_stats())
+    }
+    fn bufcache(&self) -> Option<BufCacheStats> {
+        Some(self.fs.bufcache_stats())
     }
     fn fallocate(&self, h: &Handle, off: u64, len: u64) -> Result<(), String> {
         let ino = self.file_ino(h)?;

@@ -4,7 +4,7 @@
 //! phase starts and ends.
 
 use crate::target::{own_cpu, Backend, FreeSpace, JournalCounters};
-use lanefs::IcacheStats;
+use lanefs::{BufCacheStats, IcacheStats};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::{Scope, ScopedJoinHandle};
@@ -37,8 +37,10 @@ pub struct PhaseResult {
     /// file system's work; for a path target only the bench's side of the syscalls.
     pub cpu: Option<f64>,
     /// The inode cache's figures after the run, where the workload and the target report
-    /// them (fsmark and stat on the engine).
+    /// them (mdtest, fsmark and stat on the engine).
     pub icache: Option<IcacheStats>,
+    /// The metadata buffer cache's figures after the run, where the inode cache's are.
+    pub bufcache: Option<BufCacheStats>,
     /// The process's peak resident set size during the run, setup included, in bytes
     /// (engine targets).
     pub peak_rss: Option<u64>,
@@ -372,6 +374,7 @@ where
             daemon_cpu: d.daemon_cpu,
             cpu: d.cpu,
             icache: None,
+            bufcache: None,
             peak_rss: None,
         })
     })
@@ -480,6 +483,7 @@ where
                 daemon_cpu: d.daemon_cpu,
                 cpu: d.cpu,
                 icache: None,
+                bufcache: None,
                 peak_rss: None,
             });
         }

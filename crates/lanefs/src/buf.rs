@@ -18,8 +18,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 const SHARDS: usize = 64;
-/// Clean blocks kept per shard before eviction starts (64 x 2048 x 4 KiB = 512 MiB max).
-const SHARD_LIMIT: usize = 2048;
+/// Fewest blocks a shard keeps before evicting, whatever the limit.
+const MIN_SHARD_BLOCKS: usize = 16;
+/// The cache's default memory limit (`bufcache_limit=`).
+pub const DEFAULT_BUFCACHE_LIMIT: u64 = 256 << 20;
 
 /// One cached metadata block.
 pub struct Buf {
@@ -88,11 +90,22 @@ pub struct BufCache {
     bs: usize,
     shards: Vec<Mutex<HashMap<u64, Arc<Buf>>>>,
     dirty_count: DirtyCount,
+    /// Blocks the limit holds.
+    limit_blocks: usize,
+    /// The limit in bytes the shards' bound comes from.
+    limit: u64,
+    /// Blocks cached (all shards).
+    cached: std::sync::atomic::AtomicUsize,
+    /// Committed copies the journal holds until checkpoint: they count against the limit.
+    copies: std::sync::atomic::AtomicUsize,
 }
 
 impl BufCache {
-    /// A cache over `dev` with `bs`-byte blocks.
-    pub fn new(dev: Arc<dyn BlockDevice>, bs: usize) -> BufCache {
+    /// A cache over `dev` with `bs`-byte blocks that evicts clean blocks past `limit`
+    /// bytes, counting the journal's committed copies (dirty blocks stay until checkpoint;
+    /// the journal checkpoints when they and the copies pass half of it, and keeps a
+    /// transaction under an eighth).
+    pub fn new(dev: Arc<dyn BlockDevice>, bs: usize, limit: u64) -> BufCache {
         let shards = (0..SHARDS)
             .map(|_| Mutex::new(&BUF_SHARD, HashMap::new()))
             .collect();
@@ -101,7 +114,48 @@ impl BufCache {
             bs,
             shards,
             dirty_count: DirtyCount::new(),
+            limit_blocks: (limit / bs as u64) as usize,
+            limit,
+            cached: std::sync::atomic::AtomicUsize::new(0),
+            copies: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// Bytes of blocks cached (with the journal's committed copies), of dirty (pinned)
+    /// ones among them, and the limit.
+    pub fn stats(&self) -> crate::types::BufCacheStats {
+        let bs = self.bs as u64;
+        crate::types::BufCacheStats {
+            bytes: (self.cached.load(Ordering::Relaxed) + self.copies.load(Ordering::Relaxed))
+                as u64
+                * bs,
+            dirty_bytes: self.dirty_count() as u64 * bs,
+            limit: self.limit,
+        }
+    }
+
+    /// The journal holds `n` committed block copies until checkpoint.
+    pub fn set_copies(&self, n: usize) {
+        self.copies.store(n, Ordering::Relaxed);
+    }
+
+    /// Whether dirty blocks and the journal's copies of them hold more than half the
+    /// limit: time to checkpoint.
+    pub fn pinned_over_half(&self) -> bool {
+        let pinned = self.dirty_count() + self.copies.load(Ordering::Relaxed);
+        pinned > self.limit_blocks / 2
+    }
+
+    /// Blocks the limit holds: the journal keeps a transaction well under it.
+    pub fn limit_blocks(&self) -> usize {
+        self.limit_blocks
+    }
+
+    /// Blocks a shard keeps before evicting clean ones: its share of the limit less the
+    /// journal's copies.
+    fn shard_bound(&self) -> usize {
+        let copies = self.copies.load(Ordering::Relaxed);
+        (self.limit_blocks.saturating_sub(copies) / SHARDS).max(MIN_SHARD_BLOCKS)
     }
 
     fn shard(&self, blk: u64) -> &Mutex<HashMap<u64, Arc<Buf>>> {
@@ -142,8 +196,10 @@ impl BufCache {
         if let Some(b) = m.get(&blk) {
             return b.clone();
         }
-        if m.len() >= SHARD_LIMIT {
-            evict(&mut m);
+        let bound = self.shard_bound();
+        if m.len() >= bound {
+            let gone = evict(&mut m, bound);
+            self.cached.fetch_sub(gone, Ordering::Relaxed);
         }
         let b = Arc::new(Buf {
             blk,
@@ -155,6 +211,7 @@ impl BufCache {
             verified: AtomicBool::new(false),
         });
         m.insert(blk, b.clone());
+        self.cached.fetch_add(1, Ordering::Relaxed);
         b
     }
 
@@ -188,6 +245,7 @@ impl BufCache {
     pub fn forget(&self, blk: u64) {
         let removed = self.shard(blk).lock().remove(&blk);
         if let Some(b) = removed {
+            self.cached.fetch_sub(1, Ordering::Relaxed);
             b.forgotten.store(true, Ordering::Release);
             b.dirty.clear(&self.dirty_count);
         }
@@ -199,16 +257,19 @@ impl BufCache {
     }
 }
 
-/// Drop clean blocks nobody holds until the shard is at three quarters of its bound.
-fn evict(m: &mut HashMap<u64, Arc<Buf>>) {
-    let target = SHARD_LIMIT * 3 / 4;
+/// Drop clean blocks nobody holds until the shard is at three quarters of its bound
+/// `limit`; returns how many went.
+fn evict(m: &mut HashMap<u64, Arc<Buf>>, limit: usize) -> usize {
+    let target = limit * 3 / 4;
     let victims: Vec<u64> = m
         .iter()
         .filter(|(_, b)| !b.is_dirty() && Arc::strong_count(b) == 1)
         .map(|(k, _)| *k)
         .take(m.len().saturating_sub(target))
         .collect();
+    let n = victims.len();
     for k in victims {
         m.remove(&k);
     }
+    n
 }

@@ -59,6 +59,9 @@ pub struct MountOptions {
     /// Bytes of clean, unused cached inodes kept before eviction (`icache_limit=BYTES`,
     /// with an optional K, M or G suffix).
     pub icache_limit: u64,
+    /// Bytes of metadata blocks cached (`bufcache_limit=BYTES`): clean blocks are evicted
+    /// past it, and the journal checkpoints when dirty ones pass half of it.
+    pub bufcache_limit: u64,
 }
 
 /// The inode cache's default memory limit.
@@ -77,6 +80,7 @@ impl Default for MountOptions {
             ialloc: IallocPolicy::Optimistic,
             icache: IcachePolicy::Global,
             icache_limit: DEFAULT_ICACHE_LIMIT,
+            bufcache_limit: crate::buf::DEFAULT_BUFCACHE_LIMIT,
         }
     }
 }
@@ -86,7 +90,8 @@ impl MountOptions {
     /// where ext4 has them): `ro`, `rw`, `commit=SECS`, `mb_trylock=0|1`,
     /// `mb_stream_goal=global|inode|slots`, `mb_optimize_scan=0|1`, `relatime`,
     /// `strictatime`, `noatime`, `atime` (= relatime), `nodiratime`, `diratime`,
-    /// `ialloc=optimistic|locked`, `icache=bucket|global|papaya`, `icache_limit=BYTES`.
+    /// `ialloc=optimistic|locked`, `icache=bucket|global|papaya`, `icache_limit=BYTES`,
+    /// `bufcache_limit=BYTES`.
     pub const NAMES: &'static [&'static str] = &[
         "ro",
         "rw",
@@ -103,6 +108,7 @@ impl MountOptions {
         "ialloc",
         "icache",
         "icache_limit",
+        "bufcache_limit",
     ];
 
     /// Apply one option `key` or `key=value`. `Ok(false)` when `key` is not an engine
@@ -193,6 +199,11 @@ impl MountOptions {
                 let v = need()?;
                 self.icache_limit =
                     parse_size(v).map_err(|e| format!("option icache_limit={v}: {e}"))?;
+            }
+            "bufcache_limit" => {
+                let v = need()?;
+                self.bufcache_limit =
+                    parse_size(v).map_err(|e| format!("option bufcache_limit={v}: {e}"))?;
             }
             _ => return Ok(false),
         }
@@ -291,14 +302,14 @@ impl Fs {
         } else {
             None
         };
-        let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize));
+        let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize, opts.bufcache_limit));
         let (log, replay) = open_journal(&sb, &dev, &bufs)?;
         let mut next_tid = log
             .as_ref()
             .map_or(1, |l| u64::from(l.js.sequence()).max(1));
         // Replay rewrites blocks the journal lookup cached: start over with a fresh cache.
         let bufs = if replay.is_some() {
-            Arc::new(BufCache::new(dev.clone(), bs as usize))
+            Arc::new(BufCache::new(dev.clone(), bs as usize, opts.bufcache_limit))
         } else {
             bufs
         };
@@ -842,14 +853,16 @@ mod tests {
         assert_eq!(o.apply("ialloc", Some("locked")), Ok(true));
         assert_eq!(o.apply("icache", Some("papaya")), Ok(true));
         assert_eq!(o.apply("icache_limit", Some("8M")), Ok(true));
+        assert_eq!(o.apply("bufcache_limit", Some("1G")), Ok(true));
         assert_eq!(
-            (o.ialloc, o.icache, o.icache_limit),
-            (IallocPolicy::Locked, IcachePolicy::Papaya, 8 << 20)
+            (o.ialloc, o.icache, o.icache_limit, o.bufcache_limit),
+            (IallocPolicy::Locked, IcachePolicy::Papaya, 8 << 20, 1 << 30)
         );
         for (k, v) in [
             ("ialloc", "sometimes"),
             ("icache", "lru"),
             ("icache_limit", "big"),
+            ("bufcache_limit", "-1"),
         ] {
             let e = o.apply(k, Some(v)).expect_err(v);
             assert!(

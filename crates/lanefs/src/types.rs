@@ -264,6 +264,17 @@ pub struct IcacheStats {
     pub evictions: u64,
 }
 
+/// The metadata buffer cache's size, for reports (`Fs::bufcache_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BufCacheStats {
+    /// Bytes of blocks cached, with the journal's committed copies awaiting checkpoint.
+    pub bytes: u64,
+    /// Bytes of those that are dirty (pinned until checkpoint).
+    pub dirty_bytes: u64,
+    /// The limit clean blocks are evicted under (`bufcache_limit=`).
+    pub limit: u64,
+}
+
 /// Who is asking: owner of newly created inodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Owner {

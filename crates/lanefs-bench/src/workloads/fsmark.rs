@@ -95,9 +95,10 @@ impl Workload for Fsmark {
         let mut results = phased(NAME, &["create"], ctx.threads, probe, setup, work, |_| {
             Ok(())
         })?;
-        let icache = b.icache();
+        let (icache, bufcache) = (b.icache(), b.bufcache());
         for r in &mut results {
             r.icache = icache;
+            r.bufcache = bufcache;
         }
         Ok(results)
     }

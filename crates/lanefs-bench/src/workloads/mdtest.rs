@@ -11,6 +11,7 @@ use super::{RunCtx, Workload, SEED_THREADS};
 use crate::target::{Dir, Name};
 use crate::timing::{phased, PhaseResult};
 use crate::variant::Family;
+use std::fmt::Write;
 
 /// The `mdtest` and `mdtest-shared` workloads.
 pub struct Mdtest {
@@ -26,10 +27,13 @@ pub const SHARED_NAME: &str = "mdtest-shared";
 /// Phases in order; `work` below matches on the index.
 const PHASES: [&str; 2] = ["create", "remove"];
 
-/// One thread's directory (its own, or `None` for the shared one) and names.
+/// One thread's directory (its own, or `None` for the shared one), the prefix of its
+/// names and a buffer to build them in (built per operation, not kept: two million names
+/// held in memory would be the bench's, not the file system's, resident memory).
 struct State {
     own: Option<Dir>,
-    names: Vec<Name>,
+    prefix: String,
+    name: String,
 }
 
 impl Workload for Mdtest {
@@ -61,8 +65,11 @@ impl Workload for Mdtest {
                 Some(_) => None,
                 None => Some(b.mkdir(b.base(), &Name::new(&format!("mdtest.{i}"))?)?),
             };
-            let names = super::thread_names("mdtest", i, ctx.files)?;
-            Ok(State { own, names })
+            Ok(State {
+                own,
+                prefix: super::name_prefix("mdtest", i),
+                name: String::new(),
+            })
         };
         let work = |s: &mut State, phase: usize| -> Result<u64, String> {
             let dir = s
@@ -70,18 +77,21 @@ impl Workload for Mdtest {
                 .as_ref()
                 .or(shared.as_ref())
                 .ok_or("mdtest thread has no directory")?;
-            for name in &s.names {
+            for n in 0..ctx.files {
+                s.name.clear();
+                write!(s.name, "{}{n}", s.prefix).map_err(|e| format!("file name: {e}"))?;
+                let name = Name::new(&s.name)?;
                 if phase == 0 {
-                    let h = b.create(dir, name)?;
+                    let h = b.create(dir, &name)?;
                     b.close(h)?;
                 } else {
-                    b.unlink(dir, name)?;
+                    b.unlink(dir, &name)?;
                 }
             }
-            Ok(s.names.len() as u64)
+            Ok(ctx.files as u64)
         };
         let probe = Some(ctx.backend);
-        phased(
+        let mut results = phased(
             self.name(),
             &PHASES,
             ctx.threads,
@@ -89,6 +99,12 @@ impl Workload for Mdtest {
             setup,
             work,
             |_| Ok(()),
-        )
+        )?;
+        let (icache, bufcache) = (b.icache(), b.bufcache());
+        for r in &mut results {
+            r.icache = icache;
+            r.bufcache = bufcache;
+        }
+        Ok(results)
     }
 }

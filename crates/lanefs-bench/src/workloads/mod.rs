@@ -81,9 +81,15 @@ pub fn thread_names(
     thread: usize,
     n: usize,
 ) -> Result<Vec<crate::target::Name>, String> {
+    let prefix = name_prefix(workload, thread);
     (0..n)
-        .map(|i| crate::target::Name::new(&format!("file.{workload}.{thread}.{i}")))
+        .map(|i| crate::target::Name::new(&format!("{prefix}{i}")))
         .collect()
+}
+
+/// What the names of `thread` in `workload` start with (the file's number follows).
+pub fn name_prefix(workload: &str, thread: usize) -> String {
+    format!("file.{workload}.{thread}.")
 }
 
 /// The workload called `name`.

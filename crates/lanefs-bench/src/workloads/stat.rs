@@ -64,6 +64,7 @@ impl Workload for Stat {
         };
         let mut r = timed_loop("lookup", ctx.timed(), setup, op, |_| Ok(()))?;
         r.icache = b.icache();
+        r.bufcache = b.bufcache();
         Ok(vec![r])
     }
 }

@@ -843,6 +843,11 @@ impl Fs {
         self.icache.stats()
     }
 
+    /// The metadata buffer cache's size and limit.
+    pub fn bufcache_stats(&self) -> BufCacheStats {
+        self.bufs.stats()
+    }
+
     /// File-system counters.
     pub fn statfs(&self) -> Result<StatFs> {
         let sb = self.sb.lock();

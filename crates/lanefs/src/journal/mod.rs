@@ -23,7 +23,9 @@
 //!
 //! Checkpoint writes the checkpoint set (the newest committed copy of every logged block)
 //! home, flushes, and moves the log tail to the head in the journal superblock. It runs
-//! when a commit would not fit in the free log space, on `sync` and at unmount. A block
+//! when a commit would not fit in the free log space, when the blocks pinned until
+//! checkpoint pass half the buffer cache's limit (memory stays bounded whatever the log's
+//! size), on `sync` and at unmount. A block
 //! changed many times is one buffer in one transaction and logged once per commit.
 //!
 //! Without a journal (`has_journal` off) commit writes the snapshots home directly.
@@ -179,9 +181,12 @@ impl Journal {
         next_tid: u64,
         bs: usize,
     ) -> Journal {
+        // A transaction stays under a quarter of the log and an eighth of the buffer
+        // cache (its copies are made at commit).
+        let cap = (bufs.limit_blocks() / 8).max(8);
         let (head, max_tx) = match &log {
-            Some(l) => (l.first(), (l.len() as usize / 4).max(8)),
-            None => (0, 16384),
+            Some(l) => (l.first(), (l.len() as usize / 4).clamp(8, cap)),
+            None => (0, cap),
         };
         Journal {
             has_log: log.is_some(),
@@ -492,7 +497,10 @@ impl Journal {
             cs.cp.insert(b.blk, (data, b));
         }
         cs.last_committed = tid;
-        if cs.log.is_none() {
+        // Without a log, home at once; with one, when the blocks pinned until checkpoint
+        // (and their committed copies) pass half the buffer cache's limit.
+        self.bufs.set_copies(cs.cp.len());
+        if cs.log.is_none() || self.bufs.pinned_over_half() {
             self.checkpoint_locked(cs)?;
         }
         self.committed.store(tid, Ordering::Release);
@@ -628,6 +636,7 @@ impl Journal {
         for (_, (_, b)) in std::mem::take(&mut cs.cp) {
             self.bufs.clean_if_checkpointed(&b, upto);
         }
+        self.bufs.set_copies(0);
         Ok(())
     }
 
