@@ -469,8 +469,9 @@ pub fn render_icache(records: &[Record]) -> String {
 const ICACHE_LEGEND: &str = "cached inodes, B/inode, cached = the engine's inode cache after \
      the run and the bytes it accounts for; limit = its icache_limit (0: the engine reports \
      none); evictions = inodes evicted since mount; buffers, buf limit = the metadata buffer \
-     cache after the run and its bufcache_limit (clean blocks are evicted past it, the journal \
-     checkpoints when dirty ones pass half); peak RSS = the whole bench process's peak \
+     cache after the run (with the journal's copies awaiting checkpoint) and its bufcache_limit \
+     (clean blocks are evicted past it, the journal checkpoints when dirty blocks and copies \
+     pass half); peak RSS = the whole bench process's peak \
      resident memory during the run, setup included (VmHWM, reset before each run), to read \
      beside limit + buf limit";
 
@@ -1165,7 +1166,17 @@ mod tests {
             .unwrap_or_else(|| panic!("no fsmark bucket row in\n{icache}"));
         assert_eq!(
             row[4..],
-            ["2", "1,000", "500", "0.5 MiB", "64.0 MiB", "7", "100.0 MiB"],
+            [
+                "2",
+                "1,000",
+                "500",
+                "0.5 MiB",
+                "64.0 MiB",
+                "7",
+                "50.0 MiB",
+                "256.0 MiB",
+                "100.0 MiB"
+            ],
             "{icache}"
         );
         assert!(!icache.contains("mdtest"), "{icache}");
