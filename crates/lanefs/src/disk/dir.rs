@@ -353,23 +353,12 @@ pub struct DxEntries {
 
 /// Decode the count/limit header and entries at `count_off`.
 pub fn decode_dx(b: &[u8], count_off: usize, csum: bool, at: u64) -> Result<DxEntries> {
-    let limit = usize::from(le16(b, count_off));
-    let count = usize::from(le16(b, count_off + 2));
-    let want = dx_limit(b.len(), count_off, csum);
-    if limit != want || count == 0 || count > limit {
-        return Err(Error::corrupt(
-            "directory index",
-            at,
-            format!("count {count} / limit {limit} (expected limit {want})"),
-        ));
-    }
-    let mut entries = Vec::with_capacity(count);
-    for i in 0..count {
-        let o = count_off + 8 * i;
-        let hash = if i == 0 { 0 } else { le32(b, o) };
-        entries.push((hash, le32(b, o + 4)));
-    }
-    Ok(DxEntries { limit, entries })
+    let count = dx_count(b, count_off, csum, at)?;
+    let entries = (0..count).map(|i| dx_entry(b, count_off, i)).collect();
+    Ok(DxEntries {
+        limit: usize::from(le16(b, count_off)),
+        entries,
+    })
 }
 
 /// The entry count of the dx block `b` (header at `count_off`), after checking it and the
