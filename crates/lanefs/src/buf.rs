@@ -74,13 +74,18 @@ impl Buf {
     pub fn set_verified(&self) {
         self.verified.store(true, Ordering::Release);
     }
-    /// A copy of the bytes for a commit, with the seal to stamp on it.
-    pub(crate) fn snapshot(&self) -> (Box<[u8]>, Seal) {
+    /// A copy of the bytes for a commit (into `reuse` when it is given and block-sized),
+    /// with the seal to stamp on it.
+    pub(crate) fn snapshot(&self, reuse: Option<Box<[u8]>>) -> (Box<[u8]>, Seal) {
         let d = self.read();
-        (
-            d.clone(),
-            Seal::from_word(self.seal.load(Ordering::Acquire)),
-        )
+        let copy = match reuse {
+            Some(mut c) if c.len() == d.len() => {
+                c.copy_from_slice(&d);
+                c
+            }
+            _ => d.clone(),
+        };
+        (copy, Seal::from_word(self.seal.load(Ordering::Acquire)))
     }
 }
 

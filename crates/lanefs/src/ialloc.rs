@@ -359,6 +359,37 @@ impl InodeAllocator {
             map[bit / 64] |= 1 << (bit % 64);
         }
         grp.pending.store(true, Ordering::Release);
+        self.zero_fresh_block(h, grp, bit);
+    }
+
+    /// When every other inode of `bit`'s table block is free, the block's old bytes do
+    /// not matter: take it zeroed instead of reading it (ext4's `__ext4_get_inode_loc`
+    /// does the same, checking the bitmap). Most creates land in such blocks, which on a
+    /// fresh image the device has never written. Under the group's lock, so no one
+    /// allocates a neighbour meanwhile; pinned in the transaction, so it is not evicted
+    /// before the new inode is stored.
+    fn zero_fresh_block(&self, h: &Handle, grp: &IGroup, bit: usize) {
+        let Some(used) = grp.used.get() else {
+            return;
+        };
+        let ipb = (self.geo.bs / self.geo.inode_size) as usize;
+        let first = bit / ipb * ipb;
+        let end = (first + ipb).min(self.geo.ipg as usize);
+        let busy = (first..end)
+            .any(|i| i != bit && used[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0);
+        if busy {
+            return;
+        }
+        debug_assert!(
+            grp.ibuf.get().is_none_or(|ib| {
+                let map = ib.read();
+                (first..end).all(|i| i == bit || !test_bit(&map, i))
+            }),
+            "inode table block of bit {bit}: a neighbour is in use on disk"
+        );
+        let blk = grp.table + (first / ipb) as u64;
+        let b = self.bufs.get_new(blk);
+        h.dirty(&b);
     }
 
     /// Release inode `ino` (its bit becomes reusable once `h`'s transaction commits,

@@ -149,23 +149,21 @@ impl LogArea {
         mut pos: u32,
         blocks: &[B],
     ) -> Result<u32> {
-        let mut run: Vec<u8> = Vec::new();
+        let mut run: Vec<&[u8]> = Vec::new();
         let mut run_start = 0u64;
         for b in blocks {
             let p = self.phys(pos);
-            if !run.is_empty() && run_start + (run.len() / self.bs) as u64 != p {
-                dev.write_at(run_start * self.bs as u64, &run)?;
+            if !run.is_empty() && run_start + run.len() as u64 != p {
+                dev.write_gather_at(run_start * self.bs as u64, &run)?;
                 run.clear();
             }
             if run.is_empty() {
                 run_start = p;
             }
-            run.extend_from_slice(b.as_ref());
+            run.push(b.as_ref());
             pos = self.next(pos);
         }
-        if !run.is_empty() {
-            dev.write_at(run_start * self.bs as u64, &run)?;
-        }
+        dev.write_gather_at(run_start * self.bs as u64, &run)?;
         Ok(pos)
     }
     /// Write the journal superblock (with a fresh checksum) in place.

@@ -98,6 +98,9 @@ struct CommitState {
     tail: u32,
     /// Newest committed copy of every block in the log: (contents, buffer).
     cp: BTreeMap<u64, (Box<[u8]>, Arc<Buf>)>,
+    /// Block-sized copies freed by checkpoints, reused for the next snapshots (at most a
+    /// transaction's worth): a commit then neither allocates nor faults in fresh pages.
+    pool: Vec<Box<[u8]>>,
     /// Highest transaction whose snapshots are in `cp` or home.
     last_committed: u64,
     /// Sequence number of the next transaction written to the log. Empty transactions
@@ -216,6 +219,7 @@ impl Journal {
                     head,
                     tail: head,
                     cp: BTreeMap::new(),
+                    pool: Vec::new(),
                     last_committed: next_tid - 1,
                     seq: next_tid as u32,
                 },
@@ -445,7 +449,7 @@ impl Journal {
             let list = std::mem::take(&mut *l.lock());
             for b in list {
                 if !b.forgotten.load(Ordering::Acquire) {
-                    let (copy, seal) = b.snapshot();
+                    let (copy, seal) = b.snapshot(cs.pool.pop());
                     if seal != Seal::None {
                         seals.push((snaps.len(), seal));
                     }
@@ -454,6 +458,9 @@ impl Journal {
             }
         }
         t.nbufs.store(0, Ordering::Relaxed);
+        // The copies being committed count against the buffer cache's limit too.
+        self.bufs
+            .set_copies(cs.cp.len() + cs.pool.len() + snaps.len());
         let mut revoked = std::mem::take(&mut *t.revoked.lock());
         let ordered = std::mem::take(&mut *t.ordered.lock());
         self.counters
@@ -494,12 +501,14 @@ impl Journal {
             cs.cp.remove(r);
         }
         for (data, b) in snaps {
-            cs.cp.insert(b.blk, (data, b));
+            if let Some((old, _)) = cs.cp.insert(b.blk, (data, b)) {
+                self.recycle(cs, old);
+            }
         }
         cs.last_committed = tid;
         // Without a log, home at once; with one, when the blocks pinned until checkpoint
         // (and their committed copies) pass half the buffer cache's limit.
-        self.bufs.set_copies(cs.cp.len());
+        self.bufs.set_copies(cs.cp.len() + cs.pool.len());
         if cs.log.is_none() || self.bufs.pinned_over_half() {
             self.checkpoint_locked(cs)?;
         }
@@ -604,25 +613,19 @@ impl Journal {
     /// Write every committed copy home, flush, and empty the log (tail = head).
     fn checkpoint_locked(&self, cs: &mut CommitState) -> Result<()> {
         let bs = self.bs as u64;
-        let mut run: Vec<u8> = Vec::new();
+        let mut run: Vec<&[u8]> = Vec::new();
         let mut run_start = 0u64;
         for (&blk, (data, _)) in &cs.cp {
-            if !run.is_empty() && run_start + run.len() as u64 / bs != blk {
-                self.dev.write_at(run_start * bs, &run)?;
+            if !run.is_empty() && run_start + run.len() as u64 != blk {
+                self.dev.write_gather_at(run_start * bs, &run)?;
                 run.clear();
             }
             if run.is_empty() {
                 run_start = blk;
             }
-            run.extend_from_slice(data);
-            if run.len() >= 1 << 20 {
-                self.dev.write_at(run_start * bs, &run)?;
-                run.clear();
-            }
+            run.push(data);
         }
-        if !run.is_empty() {
-            self.dev.write_at(run_start * bs, &run)?;
-        }
+        self.dev.write_gather_at(run_start * bs, &run)?;
         self.flush()?;
         let upto = cs.last_committed;
         let (head, seq) = (cs.head, cs.seq);
@@ -633,11 +636,19 @@ impl Journal {
             self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         }
         cs.tail = head;
-        for (_, (_, b)) in std::mem::take(&mut cs.cp) {
+        for (_, (data, b)) in std::mem::take(&mut cs.cp) {
             self.bufs.clean_if_checkpointed(&b, upto);
+            self.recycle(cs, data);
         }
-        self.bufs.set_copies(0);
+        self.bufs.set_copies(cs.pool.len());
         Ok(())
+    }
+
+    /// Keep a copy no longer needed for the next snapshots, up to a transaction's worth.
+    fn recycle(&self, cs: &mut CommitState, copy: Box<[u8]>) {
+        if cs.pool.len() <= self.max_tx && copy.len() == self.bs {
+            cs.pool.push(copy);
+        }
     }
 
     /// Commit the running transaction and checkpoint everything (sync).
