@@ -20,8 +20,31 @@ use std::sync::Arc;
 const SHARDS: usize = 64;
 /// Fewest blocks a shard keeps before evicting, whatever the limit.
 const MIN_SHARD_BLOCKS: usize = 16;
-/// The cache's default memory limit (`bufcache_limit=`).
+/// The cache's default memory limit (`bufcache_limit=`) where the machine's memory is
+/// unknown.
 pub const DEFAULT_BUFCACHE_LIMIT: u64 = 256 << 20;
+
+/// The default limit on a machine with `ram` bytes of memory: a sixteenth of it, at least
+/// 64 MiB and at most 1 GiB (the kernel's buffer cache may use all free memory; an
+/// in-process engine takes a modest share). Metadata of a few million files in one
+/// directory fits in 1 GiB; under the limit its blocks are written twice (log and home)
+/// more often, and each commit logs more of them.
+pub fn bufcache_limit_for(ram: u64) -> u64 {
+    (ram / 16).clamp(64 << 20, 1 << 30) >> 20 << 20
+}
+
+/// The default limit for this machine (`MemTotal` of `/proc/meminfo`), or
+/// [`DEFAULT_BUFCACHE_LIMIT`] where that cannot be read.
+pub fn default_bufcache_limit() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(bufcache_limit_for(kib << 10))
+        })
+        .unwrap_or(DEFAULT_BUFCACHE_LIMIT)
+}
 
 /// One cached metadata block.
 pub struct Buf {
@@ -89,11 +112,19 @@ impl Buf {
     }
 }
 
+/// One shard of the cache: its blocks, and the memory of blocks it evicted, kept for the
+/// next misses (as the kernel reuses pages) so that a cache at its bound stops calling the
+/// allocator and its memory does not fragment.
+struct Shard {
+    map: HashMap<u64, Arc<Buf>>,
+    spare: Vec<Box<[u8]>>,
+}
+
 /// The metadata block cache.
 pub struct BufCache {
     dev: Arc<dyn BlockDevice>,
     bs: usize,
-    shards: Vec<Mutex<HashMap<u64, Arc<Buf>>>>,
+    shards: Vec<Mutex<Shard>>,
     dirty_count: DirtyCount,
     /// Blocks the limit holds.
     limit_blocks: usize,
@@ -103,6 +134,8 @@ pub struct BufCache {
     cached: std::sync::atomic::AtomicUsize,
     /// Committed copies the journal holds until checkpoint: they count against the limit.
     copies: std::sync::atomic::AtomicUsize,
+    /// Spare block memory the shards keep (counts against the limit too).
+    spares: std::sync::atomic::AtomicUsize,
 }
 
 impl BufCache {
@@ -112,7 +145,15 @@ impl BufCache {
     /// transaction under an eighth).
     pub fn new(dev: Arc<dyn BlockDevice>, bs: usize, limit: u64) -> BufCache {
         let shards = (0..SHARDS)
-            .map(|_| Mutex::new(&BUF_SHARD, HashMap::new()))
+            .map(|_| {
+                Mutex::new(
+                    &BUF_SHARD,
+                    Shard {
+                        map: HashMap::new(),
+                        spare: Vec::new(),
+                    },
+                )
+            })
             .collect();
         BufCache {
             dev,
@@ -123,6 +164,7 @@ impl BufCache {
             limit,
             cached: std::sync::atomic::AtomicUsize::new(0),
             copies: std::sync::atomic::AtomicUsize::new(0),
+            spares: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -131,8 +173,9 @@ impl BufCache {
     pub fn stats(&self) -> crate::types::BufCacheStats {
         let bs = self.bs as u64;
         crate::types::BufCacheStats {
-            bytes: (self.cached.load(Ordering::Relaxed) + self.copies.load(Ordering::Relaxed))
-                as u64
+            bytes: (self.cached.load(Ordering::Relaxed)
+                + self.spares.load(Ordering::Relaxed)
+                + self.copies.load(Ordering::Relaxed)) as u64
                 * bs,
             dirty_bytes: self.dirty_count() as u64 * bs,
             limit: self.limit,
@@ -163,24 +206,30 @@ impl BufCache {
         (self.limit_blocks.saturating_sub(copies) / SHARDS).max(MIN_SHARD_BLOCKS)
     }
 
-    fn shard(&self, blk: u64) -> &Mutex<HashMap<u64, Arc<Buf>>> {
+    fn shard(&self, blk: u64) -> &Mutex<Shard> {
         let h = blk.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
         &self.shards[h as usize % SHARDS]
     }
 
     /// The cached block, reading it from the device on a miss (IO outside any lock).
     pub fn get(&self, blk: u64) -> Result<Arc<Buf>> {
-        if let Some(b) = self.shard(blk).lock().get(&blk) {
-            return Ok(b.clone());
+        let mut data = {
+            let mut sh = self.shard(blk).lock();
+            if let Some(b) = sh.map.get(&blk) {
+                return Ok(b.clone());
+            }
+            self.take_spare(&mut sh)
+        };
+        if let Err(e) = self.dev.read_at(blk * self.bs as u64, &mut data) {
+            self.put_spare(&mut self.shard(blk).lock(), data);
+            return Err(e);
         }
-        let mut data = vec![0u8; self.bs].into_boxed_slice();
-        self.dev.read_at(blk * self.bs as u64, &mut data)?;
-        Ok(self.insert(blk, data))
+        Ok(self.insert(blk, Some(data)))
     }
 
     /// A block that is about to be overwritten whole: no read, contents zeroed.
     pub fn get_new(&self, blk: u64) -> Arc<Buf> {
-        let b = self.insert(blk, vec![0u8; self.bs].into_boxed_slice());
+        let b = self.insert(blk, None);
         let mut d = b.write();
         d.fill(0);
         b.renew();
@@ -191,20 +240,56 @@ impl BufCache {
     /// The cached block if present, else a zeroed one without reading (for blocks the
     /// caller will compare against and overwrite whole).
     pub fn get_new_keep(&self, blk: u64) -> Arc<Buf> {
-        let b = self.insert(blk, vec![0u8; self.bs].into_boxed_slice());
+        let b = self.insert(blk, None);
         b.renew();
         b
     }
 
-    fn insert(&self, blk: u64, data: Box<[u8]>) -> Arc<Buf> {
-        let mut m = self.shard(blk).lock();
-        if let Some(b) = m.get(&blk) {
-            return b.clone();
+    /// Block-sized memory for a new block of shard `sh`: a spare one (stale bytes the
+    /// caller overwrites) or a fresh zeroed one.
+    fn take_spare(&self, sh: &mut Shard) -> Box<[u8]> {
+        match sh.spare.pop() {
+            Some(d) => {
+                self.spares.fetch_sub(1, Ordering::Relaxed);
+                d
+            }
+            None => vec![0u8; self.bs].into_boxed_slice(),
         }
+    }
+
+    /// Keep block memory no block uses now as a spare of `sh`, up to a quarter of the
+    /// shard's bound.
+    fn put_spare(&self, sh: &mut Shard, d: Box<[u8]>) {
+        if sh.spare.len() < self.shard_bound() / 4 {
+            sh.spare.push(d);
+            self.spares.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The cached block, or `data` (None: zeroes) put in the cache as block `blk`.
+    fn insert(&self, blk: u64, data: Option<Box<[u8]>>) -> Arc<Buf> {
+        let mut sh = self.shard(blk).lock();
+        if let Some(b) = sh.map.get(&blk) {
+            let b = b.clone();
+            if let Some(d) = data {
+                self.put_spare(&mut sh, d);
+            }
+            return b;
+        }
+        let data = data.unwrap_or_else(|| {
+            let mut d = self.take_spare(&mut sh);
+            d.fill(0);
+            d
+        });
         let bound = self.shard_bound();
-        if m.len() >= bound {
-            let gone = evict(&mut m, bound);
-            self.cached.fetch_sub(gone, Ordering::Relaxed);
+        if sh.map.len() + sh.spare.len() >= bound {
+            let trimmed = sh.spare.len().saturating_sub(bound / 4);
+            let keep = sh.spare.len() - trimmed;
+            sh.spare.truncate(keep);
+            let (gone, kept) = evict(&mut sh, bound);
+            self.cached.fetch_sub(gone + kept, Ordering::Relaxed);
+            self.spares.fetch_add(kept, Ordering::Relaxed);
+            self.spares.fetch_sub(trimmed, Ordering::Relaxed);
         }
         let b = Arc::new(Buf {
             blk,
@@ -215,7 +300,7 @@ impl BufCache {
             seal: AtomicU64::new(0),
             verified: AtomicBool::new(false),
         });
-        m.insert(blk, b.clone());
+        sh.map.insert(blk, b.clone());
         self.cached.fetch_add(1, Ordering::Relaxed);
         b
     }
@@ -235,7 +320,7 @@ impl BufCache {
 
     /// Put replayed contents in the cache, pinned (a read-only mount's replay overlay).
     pub fn insert_pinned(&self, blk: u64, data: &[u8]) {
-        let b = self.insert(blk, vec![0u8; self.bs].into_boxed_slice());
+        let b = self.insert(blk, None);
         b.write().copy_from_slice(data);
         self.dirty(&b);
     }
@@ -248,7 +333,7 @@ impl BufCache {
     /// Drop a freed metadata block from the cache: a stale copy must never be logged or
     /// written over the block's next use.
     pub fn forget(&self, blk: u64) {
-        let removed = self.shard(blk).lock().remove(&blk);
+        let removed = self.shard(blk).lock().map.remove(&blk);
         if let Some(b) = removed {
             self.cached.fetch_sub(1, Ordering::Relaxed);
             b.forgotten.store(true, Ordering::Release);
@@ -262,19 +347,86 @@ impl BufCache {
     }
 }
 
-/// Drop clean blocks nobody holds until the shard is at three quarters of its bound
-/// `limit`; returns how many went.
-fn evict(m: &mut HashMap<u64, Arc<Buf>>, limit: usize) -> usize {
-    let target = limit * 3 / 4;
-    let victims: Vec<u64> = m
+/// Drop clean blocks nobody holds until the shard holds three quarters of its bound
+/// `limit` in blocks, keeping the memory of up to a quarter as spares; returns how many
+/// blocks left the map without and with their memory kept.
+fn evict(sh: &mut Shard, limit: usize) -> (usize, usize) {
+    // Room for the block being inserted.
+    let target = (limit - limit / 4).saturating_sub(1);
+    let victims: Vec<u64> = sh
+        .map
         .iter()
         .filter(|(_, b)| !b.is_dirty() && Arc::strong_count(b) == 1)
         .map(|(k, _)| *k)
-        .take(m.len().saturating_sub(target))
+        .take(sh.map.len().saturating_sub(target))
         .collect();
-    let n = victims.len();
+    let (mut gone, mut kept) = (0, 0);
     for k in victims {
-        m.remove(&k);
+        let Some(b) = sh.map.remove(&k) else {
+            continue;
+        };
+        match Arc::try_unwrap(b) {
+            Ok(b) if sh.spare.len() < limit / 4 => {
+                sh.spare.push(b.data.into_inner());
+                kept += 1;
+            }
+            _ => gone += 1,
+        }
     }
-    n
+    (gone, kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default limit is a sixteenth of memory within [64 MiB, 1 GiB].
+    #[test]
+    fn default_limit_follows_memory() {
+        assert_eq!(bufcache_limit_for(512 << 20), 64 << 20);
+        assert_eq!(bufcache_limit_for(4 << 30), 256 << 20);
+        assert_eq!(bufcache_limit_for(24 << 30), 1 << 30);
+        assert_eq!(bufcache_limit_for((8 << 30) + 12345), 512 << 20);
+        let here = default_bufcache_limit();
+        assert!((64 << 20..=1 << 30).contains(&here), "{here}");
+    }
+
+    /// Past its bound a shard evicts clean blocks and reuses their memory for the next
+    /// misses; what it keeps, blocks and spares, stays within the limit, and a reused
+    /// block reads back the device's bytes, not the stale ones of its last use.
+    #[test]
+    fn eviction_reuses_memory_within_the_limit() {
+        let bs = 1024;
+        let blocks = 8192u64;
+        let dev = Arc::new(crate::dev::MemDevice::new(blocks * bs as u64));
+        for b in 0..blocks {
+            dev.write_at(b * bs as u64, &vec![(b % 251) as u8; bs])
+                .unwrap();
+        }
+        let limit = (SHARDS * MIN_SHARD_BLOCKS * 4 * bs) as u64;
+        let c = BufCache::new(dev, bs, limit);
+        for round in 0..2 {
+            for b in 0..blocks {
+                let buf = c.get(b).unwrap();
+                assert!(
+                    buf.read().iter().all(|&x| x == (b % 251) as u8),
+                    "block {b}"
+                );
+                if round == 1 && b % 7 == 0 {
+                    // A block rewritten whole starts zeroed, spare memory or not.
+                    assert!(c.get_new(blocks + b).read().iter().all(|&x| x == 0));
+                }
+            }
+        }
+        let st = c.stats();
+        assert!(
+            st.bytes <= limit,
+            "{} bytes cached past the limit {limit}",
+            st.bytes
+        );
+        assert!(
+            c.spares.load(Ordering::Relaxed) > 0,
+            "evicted memory was kept"
+        );
+    }
 }

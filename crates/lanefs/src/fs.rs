@@ -59,8 +59,9 @@ pub struct MountOptions {
     /// Bytes of clean, unused cached inodes kept before eviction (`icache_limit=BYTES`,
     /// with an optional K, M or G suffix).
     pub icache_limit: u64,
-    /// Bytes of metadata blocks cached (`bufcache_limit=BYTES`): clean blocks are evicted
-    /// past it, and the journal checkpoints when dirty ones pass half of it.
+    /// Bytes of metadata blocks cached (`bufcache_limit=BYTES`; default a sixteenth of
+    /// the machine's memory within 64 MiB..1 GiB): clean blocks are evicted past it, and
+    /// the journal checkpoints when dirty ones pass half of it.
     pub bufcache_limit: u64,
 }
 
@@ -80,7 +81,7 @@ impl Default for MountOptions {
             ialloc: IallocPolicy::Optimistic,
             icache: IcachePolicy::Global,
             icache_limit: DEFAULT_ICACHE_LIMIT,
-            bufcache_limit: crate::buf::DEFAULT_BUFCACHE_LIMIT,
+            bufcache_limit: crate::buf::default_bufcache_limit(),
         }
     }
 }

@@ -39,6 +39,8 @@ pub(super) struct Path {
     hash: u32,
     /// The directory's hash version (with the unsigned flag applied).
     version: u8,
+    /// Where in the leaf the name probed fits, once a search found it missing there.
+    room: Option<usize>,
 }
 
 impl Path {
@@ -100,6 +102,7 @@ impl DirCtx<'_> {
             leaf: 0,
             hash,
             version,
+            room: None,
         };
         let nb = self.nblocks(st);
         let (mut buf, mut lblk, mut count_off) = (root, 0u32, DX_ROOT_COUNT_OFF);
@@ -150,12 +153,14 @@ impl DirCtx<'_> {
         &self,
         ino: u64,
         st: &InodeState,
-        path: &Path,
+        path: &mut Path,
         name: &[u8],
     ) -> Result<Option<Slot>> {
-        if let Some(s) = self.search_leaf(ino, st, path.leaf, name)? {
-            return Ok(Some(s));
+        let (hit, room) = self.search_leaf_room(ino, st, path.leaf, name)?;
+        if hit.is_some() {
+            return Ok(hit);
         }
+        path.room = room;
         let last = path.last();
         for i in last.pos + 1..last.count {
             let (nh, blk) = dd::dx_entry(&last.buf.read(), last.count_off, i);
@@ -188,7 +193,11 @@ impl DirCtx<'_> {
                 None => self.probe(ino, st, name)?,
             };
             let b = self.block(st, ino, path.leaf)?;
-            if self.try_insert(h, ino, st, &b, name, child, ft)? {
+            let fits = match path.room {
+                Some(off) => self.try_insert_at(h, ino, st, &b, off, name, child, ft)?,
+                None => false,
+            };
+            if fits || self.try_insert(h, ino, st, &b, name, child, ft)? {
                 return Ok(());
             }
             let target = self.split_leaf(h, ino, st, &path, b)?;

@@ -142,19 +142,32 @@ impl DirCtx<'_> {
         lblk: u32,
         name: &[u8],
     ) -> Result<Option<Slot>> {
+        self.search_leaf_room(ino, st, lblk, name).map(|(s, _)| s)
+    }
+
+    /// [`DirCtx::search_leaf`], and where in the leaf the name would fit
+    /// ([`dd::search_block_room`]).
+    fn search_leaf_room(
+        &self,
+        ino: u64,
+        st: &InodeState,
+        lblk: u32,
+        name: &[u8],
+    ) -> Result<(Option<Slot>, Option<usize>)> {
         let b = self.block(st, ino, lblk)?;
-        let hit = {
+        let (hit, room) = {
             let d = b.read();
             self.check_leaf(ino, st, &b, &d)?;
-            dd::search_block(&d, self.csum(), b.blk, name)?
+            dd::search_block_room(&d, self.csum(), b.blk, name)?
         };
-        Ok(hit.map(|h| Slot {
+        let slot = hit.map(|h| Slot {
             buf: b,
             off: h.off,
             prev: h.prev,
             ino: h.ino,
             ft: h.ft,
-        }))
+        });
+        Ok((slot, room))
     }
 
     /// The seal of the directory's leaf blocks.
@@ -202,8 +215,8 @@ impl DirCtx<'_> {
             });
         }
         let (slot, path) = if self.is_htree(st) {
-            let path = self.probe(ino, st, name)?;
-            (self.htree_search(ino, st, &path, name)?, Some(path))
+            let mut path = self.probe(ino, st, name)?;
+            (self.htree_search(ino, st, &mut path, name)?, Some(path))
         } else {
             (self.linear_find(ino, st, name)?, None)
         };
@@ -312,6 +325,29 @@ impl DirCtx<'_> {
         let mut d = b.write();
         self.check_leaf(ino, st, b, &d)?;
         if !dd::insert_in_block(&mut d, self.csum(), b.blk, name, child as u32, ft)? {
+            return Ok(false);
+        }
+        drop(d);
+        self.sealed(h, b, self.leaf_seal(ino, st));
+        Ok(true)
+    }
+
+    /// [`DirCtx::try_insert`] into the record at `off`, where a search of the leaf
+    /// found room since the directory last changed.
+    #[allow(clippy::too_many_arguments)]
+    fn try_insert_at(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &InodeState,
+        b: &Arc<Buf>,
+        off: usize,
+        name: &[u8],
+        child: u64,
+        ft: u8,
+    ) -> Result<bool> {
+        let mut d = b.write();
+        if !dd::insert_at(&mut d, self.csum(), b.blk, off, name, child as u32, ft)? {
             return Ok(false);
         }
         drop(d);

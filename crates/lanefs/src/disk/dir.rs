@@ -139,23 +139,43 @@ pub struct Hit {
 /// Find the live entry called `name` in a leaf block without copying anything, validating
 /// each record up to it (as ext4_search_dir: records past the match are not looked at).
 pub fn search_block(b: &[u8], csum: bool, at: u64, name: &[u8]) -> Result<Option<Hit>> {
+    search_block_room(b, csum, at, name).map(|(hit, _)| hit)
+}
+
+/// [`search_block`], also noting the first record with room for `name` (a free record or
+/// a live one's slack, as [`insert_in_block`] takes it): when the name is missing the
+/// whole block was walked, and [`insert_at`] puts it there without walking it again.
+pub fn search_block_room(
+    b: &[u8],
+    csum: bool,
+    at: u64,
+    name: &[u8],
+) -> Result<(Option<Hit>, Option<usize>)> {
     let end = entries_end(b.len(), csum);
-    let (mut off, mut prev) = (0, None);
+    let need = rec_len_for(name.len());
+    let (mut off, mut prev, mut room) = (0, None, None);
     while off < end {
         let (rec_len, name_len) = record_at(b, off, end, at)?;
         let ino = le32(b, off);
         if ino != 0 && name_len == name.len() && &b[off + 8..off + 8 + name_len] == name {
-            return Ok(Some(Hit {
+            let hit = Hit {
                 off,
                 prev,
                 ino,
                 ft: b[off + 7],
-            }));
+            };
+            return Ok((Some(hit), room));
+        }
+        if room.is_none() {
+            let used = if ino == 0 { 0 } else { rec_len_for(name_len) };
+            if rec_len - used >= need {
+                room = Some(off);
+            }
         }
         prev = Some(off);
         off += rec_len;
     }
-    Ok(None)
+    Ok((None, room))
 }
 
 /// Write an entry header and name at `off` with record length `rec_len`.
@@ -217,18 +237,39 @@ pub fn insert_in_block(
         let ino = le32(b, off);
         let used = if ino == 0 { 0 } else { rec_len_for(name_len) };
         if rec_len - used >= need {
-            if used == 0 {
-                put_entry(b, off, child, rec_len, ft, name);
-            } else {
-                set_rec_len(b, off, used);
-                put_entry(b, off + used, child, rec_len - used, ft, name);
-            }
-            debug_assert!(search_block(b, csum, at, name).is_ok_and(|h| h.is_some()));
-            return Ok(true);
+            return insert_at(b, csum, at, off, name, child, ft);
         }
         off += rec_len;
     }
     Ok(false)
+}
+
+/// Put `name -> child` into the record at `off` (as [`search_block_room`] found it) if it
+/// still has room, validating that record. Returns whether it fit.
+pub fn insert_at(
+    b: &mut [u8],
+    csum: bool,
+    at: u64,
+    off: usize,
+    name: &[u8],
+    child: u32,
+    ft: u8,
+) -> Result<bool> {
+    let end = entries_end(b.len(), csum);
+    let (rec_len, name_len) = record_at(b, off, end, at)?;
+    let ino = le32(b, off);
+    let used = if ino == 0 { 0 } else { rec_len_for(name_len) };
+    if rec_len - used < rec_len_for(name.len()) {
+        return Ok(false);
+    }
+    if used == 0 {
+        put_entry(b, off, child, rec_len, ft, name);
+    } else {
+        set_rec_len(b, off, used);
+        put_entry(b, off + used, child, rec_len - used, ft, name);
+    }
+    debug_assert!(search_block(b, csum, at, name).is_ok_and(|h| h.is_some()));
+    Ok(true)
 }
 
 /// Remove the entry at `off`: its record joins the one before it (`prev`), or, first in
@@ -527,6 +568,36 @@ pub fn init_dx_node(b: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The room a search notes is the record an in-place insert takes: inserting there
+    /// gives the same block, through fills, removals and a full block.
+    #[test]
+    fn search_room_is_where_insert_goes() {
+        let mut b = vec![0u8; 1024];
+        init_empty_leaf(&mut b, true);
+        let mut n = 0u32;
+        for round in 0..40 {
+            let name = format!("file-{round:03}-{}", "x".repeat(round % 13));
+            let (hit, room) = search_block_room(&b, true, 1, name.as_bytes()).unwrap();
+            assert!(hit.is_none());
+            let mut by_scan = b.clone();
+            let fits = insert_in_block(&mut by_scan, true, 1, name.as_bytes(), 100 + n, 1);
+            assert_eq!(fits.unwrap(), room.is_some(), "{name}");
+            if let Some(off) = room {
+                assert!(insert_at(&mut b, true, 1, off, name.as_bytes(), 100 + n, 1).unwrap());
+                assert_eq!(b, by_scan, "{name}");
+                n += 1;
+            }
+            if round % 5 == 4 {
+                // Remove the second live entry, leaving slack mid-block.
+                let live = parse_block(&b, true, 1).unwrap();
+                let live: Vec<_> = live.into_iter().filter(|e| e.ino != 0).collect();
+                if live.len() > 2 {
+                    remove_entry(&mut b, live[1].off, Some(live[0].off));
+                }
+            }
+        }
+    }
 
     /// `search_block` finds what `parse_block` lists, with the entry before it, skips
     /// unused slots, and refuses a bad record on its way.
