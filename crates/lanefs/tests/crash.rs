@@ -23,7 +23,9 @@
 //! -b 1024`: superblock in block 1, 1 KiB journal blocks, writes torn at 1 KiB),
 //! `crash_ext3_*` on an ext3 image (`mke2fs -t ext3`: block-mapped files, a journal with
 //! 32-bit block tags and no checksums; fallocate may be refused as Linux refuses it on
-//! block-mapped files), each with half a workload's share of the states;
+//! block-mapped files), `crash_smallcache_*` on the default image mounted with a 256 KiB
+//! `bufcache_limit` (tiny transactions, a checkpoint at nearly every commit, constant
+//! eviction), each with half a workload's share of the states;
 //! `crash_at_sync_points_1k` and `_ext3` crash at the end of every sync of every workload
 //! on them.
 //!
@@ -79,6 +81,8 @@ struct Shape {
     extents: bool,
     /// `mke2fs` arguments; empty: `mkfs.ext4 -b 4096 -J size=4` as always.
     mkfs: &'static [&'static str],
+    /// The mount's `bufcache_limit` (0: the default).
+    bufcache_limit: u64,
 }
 
 /// mkfs.ext4's defaults with 4 KiB blocks (metadata_csum, 64-bit journal tags, csum v3).
@@ -88,6 +92,7 @@ const EXT4_4K: Shape = Shape {
     bs: 4096,
     extents: true,
     mkfs: &[],
+    bufcache_limit: 0,
 };
 
 /// ext4 with 1 KiB blocks: the superblock in block 1, 1 KiB journal blocks.
@@ -97,6 +102,7 @@ const EXT4_1K: Shape = Shape {
     bs: 1024,
     extents: true,
     mkfs: &["-t", "ext4", "-b", "1024", "-J", "size=4"],
+    bufcache_limit: 0,
 };
 
 /// ext3: block-mapped files, a journal with 32-bit block tags and no checksums.
@@ -106,15 +112,29 @@ const EXT3: Shape = Shape {
     bs: 4096,
     extents: false,
     mkfs: &["-t", "ext3", "-b", "4096", "-J", "size=4"],
+    bufcache_limit: 0,
+};
+
+/// mkfs.ext4's defaults with 4 KiB blocks, mounted with a 256 KiB buffer cache: a
+/// transaction closes past 8 blocks and the journal checkpoints once 32 blocks are pinned,
+/// so nearly every commit checkpoints and evictions run all the time.
+const SMALL_CACHE: Shape = Shape {
+    idx: 0,
+    name: "smallcache_",
+    bs: 4096,
+    extents: true,
+    mkfs: &[],
+    bufcache_limit: 256 << 10,
 };
 
 thread_local! {
-    /// The shape this test thread runs on: (block size, extents).
-    static SHAPE: std::cell::Cell<(u64, bool)> = const { std::cell::Cell::new((4096, true)) };
+    /// The shape this test thread runs on: (block size, extents, bufcache_limit).
+    static SHAPE: std::cell::Cell<(u64, bool, u64)> =
+        const { std::cell::Cell::new((4096, true, 0)) };
 }
 
 fn set_shape(s: &Shape) {
-    SHAPE.with(|c| c.set((s.bs, s.extents)));
+    SHAPE.with(|c| c.set((s.bs, s.extents, s.bufcache_limit)));
 }
 
 /// The block size of this thread's image.
@@ -222,11 +242,16 @@ fn base_image(test: &str, shape: &Shape) -> Option<&'static [u8]> {
 }
 
 fn opts() -> MountOptions {
-    MountOptions {
+    let mut o = MountOptions {
         read_only: false,
         commit_interval: Duration::ZERO,
         ..MountOptions::default()
+    };
+    let limit = SHAPE.with(|c| c.get().2);
+    if limit > 0 {
+        o.bufcache_limit = limit;
     }
+    o
 }
 
 thread_local! {
@@ -1687,8 +1712,9 @@ fn sync_points(test: &str, shape: &Shape, workloads: &[Workload]) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Other shapes: 1 KiB blocks, and ext3 (block maps; a journal with 32-bit tags and no
-// checksums). Each workload test gets half a workload's state budget.
+// Other shapes: 1 KiB blocks, ext3 (block maps; a journal with 32-bit tags and no
+// checksums), and a tiny buffer cache. Each workload test gets half a workload's state
+// budget.
 
 #[test]
 fn crash_1k_mix() {
@@ -1698,6 +1724,16 @@ fn crash_1k_mix() {
 #[test]
 fn crash_1k_truncate() {
     crash_workload(&ALL[4], &EXT4_1K, 2);
+}
+
+#[test]
+fn crash_smallcache_mix() {
+    crash_workload(&ALL[6], &SMALL_CACHE, 2);
+}
+
+#[test]
+fn crash_smallcache_htree() {
+    crash_workload(&ALL[5], &SMALL_CACHE, 2);
 }
 
 #[test]
