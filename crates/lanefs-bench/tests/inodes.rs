@@ -78,7 +78,8 @@ fn engine_runs_the_inode_workloads_under_the_seeds_variants() {
         assert!(r.icache_limit.is_some(), "{r:?}");
         assert!(r.icache_evictions.is_some(), "{r:?}");
         assert!(r.bufcache_bytes.is_some_and(|b| b > 0), "{r:?}");
-        assert_eq!(r.bufcache_limit, Some(256 << 20), "{r:?}");
+        let limit = lanefs::MountOptions::default().bufcache_limit;
+        assert_eq!(r.bufcache_limit, Some(limit), "{r:?}");
         // mdtest removed what it made: its cache holds what is left after the run.
         if let Some(n) = r
             .icache_inodes
