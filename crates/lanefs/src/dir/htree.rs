@@ -193,15 +193,11 @@ impl DirCtx<'_> {
                 None => self.probe(ino, st, name)?,
             };
             let b = self.block(st, ino, path.leaf)?;
-            let fits = match path.room {
-                Some(off) => self.try_insert_at(h, ino, st, &b, off, name, child, ft)?,
-                None => false,
-            };
-            if fits || self.try_insert(h, ino, st, &b, name, child, ft)? {
+            if self.try_insert(h, ino, st, &b, path.room, name, child, ft)? {
                 return Ok(());
             }
             let target = self.split_leaf(h, ino, st, &path, b)?;
-            if self.try_insert(h, ino, st, &target, name, child, ft)? {
+            if self.try_insert(h, ino, st, &target, None, name, child, ft)? {
                 return Ok(());
             }
             // The chosen half is still full (long names): probe again.

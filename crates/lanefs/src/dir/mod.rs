@@ -266,7 +266,7 @@ impl DirCtx<'_> {
         let nb = self.nblocks(st);
         for lblk in 0..nb {
             let b = self.block(st, ino, lblk)?;
-            if self.try_insert(h, ino, st, &b, name, child, ft)? {
+            if self.try_insert(h, ino, st, &b, None, name, child, ft)? {
                 return Ok(());
             }
         }
@@ -276,7 +276,7 @@ impl DirCtx<'_> {
         }
         let b = self.append_block(h, ino, st)?;
         self.init_leaf(h, ino, st, &b);
-        if !self.try_insert(h, ino, st, &b, name, child, ft)? {
+        if !self.try_insert(h, ino, st, &b, None, name, child, ft)? {
             return Err(Error::corrupt(
                 "directory",
                 ino,
@@ -309,8 +309,9 @@ impl DirCtx<'_> {
         }
     }
 
-    /// Put `name -> child` into leaf block `b` in place if it has room (verified first,
-    /// as a read of the leaf is).
+    /// Put `name -> child` into leaf block `b` in place if it has room: into the record at
+    /// `room` when a search of the leaf since the directory last changed found room there,
+    /// else the first record with room (the leaf verified first, as a read of it is).
     #[allow(clippy::too_many_arguments)]
     fn try_insert(
         &self,
@@ -318,36 +319,21 @@ impl DirCtx<'_> {
         ino: u64,
         st: &InodeState,
         b: &Arc<Buf>,
+        room: Option<usize>,
         name: &[u8],
         child: u64,
         ft: u8,
     ) -> Result<bool> {
         let mut d = b.write();
-        self.check_leaf(ino, st, b, &d)?;
-        if !dd::insert_in_block(&mut d, self.csum(), b.blk, name, child as u32, ft)? {
-            return Ok(false);
-        }
-        drop(d);
-        self.sealed(h, b, self.leaf_seal(ino, st));
-        Ok(true)
-    }
-
-    /// [`DirCtx::try_insert`] into the record at `off`, where a search of the leaf
-    /// found room since the directory last changed.
-    #[allow(clippy::too_many_arguments)]
-    fn try_insert_at(
-        &self,
-        h: &Handle,
-        ino: u64,
-        st: &InodeState,
-        b: &Arc<Buf>,
-        off: usize,
-        name: &[u8],
-        child: u64,
-        ft: u8,
-    ) -> Result<bool> {
-        let mut d = b.write();
-        if !dd::insert_at(&mut d, self.csum(), b.blk, off, name, child as u32, ft)? {
+        let (csum, blk, child) = (self.csum(), b.blk, child as u32);
+        let fits = match room {
+            Some(off) if dd::insert_at(&mut d, csum, blk, off, name, child, ft)? => true,
+            _ => {
+                self.check_leaf(ino, st, b, &d)?;
+                dd::insert_in_block(&mut d, csum, blk, name, child, ft)?
+            }
+        };
+        if !fits {
             return Ok(false);
         }
         drop(d);

@@ -646,7 +646,7 @@ impl Journal {
 
     /// Keep a copy no longer needed for the next snapshots, up to a transaction's worth.
     fn recycle(&self, cs: &mut CommitState, copy: Box<[u8]>) {
-        if cs.pool.len() <= self.max_tx && copy.len() == self.bs {
+        if cs.pool.len() <= self.max_tx {
             cs.pool.push(copy);
         }
     }
