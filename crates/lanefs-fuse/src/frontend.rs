@@ -338,8 +338,13 @@ impl Filesystem for LaneFuse {
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_ASYNC_DIO
             | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_EXPORT_SUPPORT
-            | InitFlags::FUSE_ATOMIC_O_TRUNC;
+            | InitFlags::FUSE_EXPORT_SUPPORT;
+        // Not FUSE_ATOMIC_O_TRUNC: with it the kernel sends O_TRUNC with OPEN and sets
+        // its i_size to 0 when the daemon answers, before the VFS checks the file may be
+        // written (handle_truncate: ETXTBSY for a running executable). An
+        // open(O_RDONLY|O_TRUNC) of a running program then cut the program's view of its
+        // own text while the call failed. Without it the VFS checks first and truncates
+        // with SETATTR, as for any file system.
         if self.writeback_cache {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -555,21 +560,6 @@ impl Filesystem for LaneFuse {
         let i = to_ino(ino);
         if let Err(e) = self.may_open(i, flags.0).and_then(|()| self.fs.open(i)) {
             return reply.error(self.errno("open", i, e));
-        }
-        // FUSE_ATOMIC_O_TRUNC: the truncation comes with the open, and like any
-        // truncate(2) it sets mtime and ctime even when the file was empty.
-        if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
-            let now = Timespec::now();
-            let set = SetAttr {
-                size: Some(0),
-                mtime: Some(now),
-                ctime: Some(now),
-                ..SetAttr::default()
-            };
-            if let Err(e) = self.fs.setattr(i, &set) {
-                let _ = self.fs.release(i);
-                return reply.error(self.errno("open", i, e));
-            }
         }
         reply.opened(FileHandle(0), FopenFlags::empty());
     }
