@@ -210,7 +210,7 @@ pub fn store_inode(
     {
         let mut w = b.write();
         if keep_dtime {
-            d.set_dtime(crate::disk::le32(&w, loc.off + DTIME_OFF));
+            d.set_dtime(crate::disk::le32(&w, loc.off + crate::disk::inode::I_DTIME));
         }
         if geo.csum {
             d.update_checksum(geo.seed, ino as u32);
@@ -221,8 +221,6 @@ pub fn store_inode(
     Ok(())
 }
 
-/// Offset of `i_dtime` in an inode.
-pub const DTIME_OFF: usize = 0x14;
 
 /// Load the block map of an inode: its extent tree, or its direct and indirect blocks
 /// (an inode without the extents flag), into an extent map.

@@ -14,6 +14,8 @@ pub struct Timespec {
 
 /// Inode flag: uses extents.
 pub const FL_EXTENTS: u32 = 0x80000;
+/// Offset of `i_dtime` (deletion time; an orphan's next link).
+pub const I_DTIME: usize = 0x14;
 /// Inode flag: hashed-indexed directory.
 pub const FL_INDEX: u32 = 0x1000;
 /// Inode flag: i_blocks is in file-system blocks, not sectors.
@@ -214,11 +216,11 @@ impl DiskInode {
     }
     /// Deletion time (or orphan-list link).
     pub fn dtime(&self) -> u32 {
-        le32(&self.raw, 0x14)
+        le32(&self.raw, I_DTIME)
     }
     /// Set deletion time.
     pub fn set_dtime(&mut self, v: u32) {
-        put32(&mut self.raw, 0x14, v)
+        put32(&mut self.raw, I_DTIME, v)
     }
     /// Hard link count.
     pub fn links(&self) -> u16 {
@@ -321,16 +323,16 @@ impl DiskInode {
     pub fn compute_checksum(&self, csum_seed: u32, ino: u32) -> u32 {
         let mut c = crc32c_raw(csum_seed, &ino.to_le_bytes());
         c = crc32c_raw(c, &self.generation().to_le_bytes());
-        let mut tmp = self.raw.clone();
-        put16(&mut tmp, 0x7C, 0);
+        // The checksum fields count as zeros (no copy of the inode is made).
+        let r = &self.raw;
+        c = crc32c_raw(c, &r[..0x7C]);
+        c = crc32c_raw(c, &[0, 0]);
         if self.fits(0x82, 2) {
-            put16(&mut tmp, 0x82, 0);
-        }
-        c = crc32c_raw(c, &tmp);
-        if self.fits(0x82, 2) {
-            c
+            c = crc32c_raw(c, &r[0x7E..0x82]);
+            c = crc32c_raw(c, &[0, 0]);
+            crc32c_raw(c, &r[0x84..])
         } else {
-            c & 0xFFFF
+            crc32c_raw(c, &r[0x7E..]) & 0xFFFF
         }
     }
     /// Stored checksum.
