@@ -221,7 +221,6 @@ pub fn store_inode(
     Ok(())
 }
 
-
 /// Load the block map of an inode: its extent tree, or its direct and indirect blocks
 /// (an inode without the extents flag), into an extent map.
 pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeState) -> Result<()> {
