@@ -31,8 +31,43 @@ use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::ops::Deref;
+use std::sync::Arc;
+
+// Under `cfg(shuttle)` (the model in `tests/shuttle_icache.rs`, run with
+// `RUSTFLAGS="--cfg shuttle"`) the blocking primitives and atomics here are shuttle's, so its
+// scheduler switches tasks at each of them and reports a deadlock; the bucket and global
+// locks are `crate::sync::Mutex`, shuttle's in that build too. `Arc` is std's in both
+// (shuttle's is a re-export: reference counts are no switch point). crossbeam-epoch stays:
+// shuttle runs every task on the one test thread, so all tasks share that thread's epoch
+// participant, and a pin taken while another task's pin is live just nests in it (pins are
+// counted, unpinned at zero in any order). The thread then stays pinned from the first of
+// the overlapping pins to the last, at the epoch of the first, so the epoch cannot advance
+// twice past any task's pin and nothing a pinned task loaded is freed under it: the same
+// guarantee each task would have had with a thread of its own. (`Bucket::read` and
+// `publish` make no shuttle call while pinned, so no switch happens inside a pin anyway.)
+#[cfg(shuttle)]
+use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+#[cfg(shuttle)]
+use shuttle::sync::{Condvar, Mutex as StdMutex};
+#[cfg(shuttle)]
+use shuttle::thread::yield_now;
+#[cfg(not(shuttle))]
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar};
+#[cfg(not(shuttle))]
+use std::sync::{Condvar, Mutex as StdMutex};
+#[cfg(not(shuttle))]
+use std::thread::yield_now;
+
+/// Under `cfg(shuttle)`, a scheduling point before each operation on an inode's use gate:
+/// the gate's atomics (`usegate.rs`, in `inode.rs`'s `CacheLink`) are std's in every build,
+/// so without it shuttle would run a table access and the gate operation after it as one
+/// step (a lookup's find and its use, say), and never schedule another task between them.
+/// A load of a fresh shuttle atomic is such a point and nothing more. Empty otherwise.
+#[inline(always)]
+fn gate_switch() {
+    #[cfg(shuttle)]
+    AtomicBool::new(false).load(Ordering::SeqCst);
+}
 
 /// A cached inode in use: holds one use of it, so it is not evicted meanwhile.
 pub struct IRef(Arc<Inode>);
@@ -54,6 +89,7 @@ impl Deref for IRef {
 
 impl Clone for IRef {
     fn clone(&self) -> IRef {
+        gate_switch();
         self.0.cache.gate.add_use();
         IRef(self.0.clone())
     }
@@ -61,12 +97,14 @@ impl Clone for IRef {
 
 impl Drop for IRef {
     fn drop(&mut self) {
+        gate_switch();
         self.0.cache.gate.unuse();
     }
 }
 
 /// Take a use of `i` unless it is being evicted.
 fn try_use(i: &Arc<Inode>) -> Option<IRef> {
+    gate_switch();
     if !i.cache.gate.try_use() {
         return None;
     }
@@ -78,14 +116,14 @@ fn try_use(i: &Arc<Inode>) -> Option<IRef> {
 
 /// An inode being set up (read from disk or created): lookups wait on it.
 pub struct Setup {
-    done: std::sync::Mutex<bool>,
+    done: StdMutex<bool>,
     cv: Condvar,
 }
 
 impl Setup {
     fn new() -> Arc<Setup> {
         Arc::new(Setup {
-            done: std::sync::Mutex::new(false),
+            done: StdMutex::new(false),
             cv: Condvar::new(),
         })
     }
@@ -408,6 +446,7 @@ impl ICache {
     /// Replace placeholder `slot` by the set-up `inode`; returns a use of it.
     fn publish(&self, ino: u64, slot: &Slot, inode: Inode) -> IRef {
         let a = Arc::new(inode);
+        gate_switch();
         let first = a.cache.gate.try_use();
         debug_assert!(first, "a new inode is not dead");
         let charge = a.mem_bytes() as u64;
@@ -430,7 +469,7 @@ impl ICache {
                 Slot::Ready(i) => match try_use(&i) {
                     Some(r) => return Some(r),
                     // Being evicted: it leaves the table shortly.
-                    None => std::thread::yield_now(),
+                    None => yield_now(),
                 },
                 Slot::New(s) => s.wait(),
             }
@@ -604,6 +643,7 @@ impl ICache {
         if c.referenced.swap(false, Ordering::Relaxed) {
             return false;
         }
+        gate_switch();
         if !c.gate.try_kill(|| i.evictable()) {
             return false;
         }

@@ -386,6 +386,11 @@ mod order {
         at: &'static Location<'static>,
     }
 
+    // Under `cfg(shuttle)` every shuttle task runs on the one test thread: the held list
+    // must be the task's (shuttle's thread-locals are per task), not the OS thread's.
+    #[cfg(shuttle)]
+    use shuttle::thread_local;
+
     thread_local! {
         static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
         static NEXT_ID: Cell<u64> = const { Cell::new(0) };
@@ -519,15 +524,134 @@ mod order {
     }
 }
 
-/// A mutual-exclusion lock of a named class (a `parking_lot::Mutex` underneath).
+/// The lock and condition variable under [`Mutex`] and [`Condvar`]: `parking_lot`'s.
+#[cfg(not(shuttle))]
+mod raw {
+    pub(super) use parking_lot::{Condvar, Mutex, MutexGuard};
+}
+
+/// Under `cfg(shuttle)` (the shuttle model of the inode cache, `tests/shuttle_icache.rs`,
+/// run with `RUSTFLAGS="--cfg shuttle"`), shuttle's mutex and condition variable behind
+/// `parking_lot`'s interface, so that shuttle's scheduler sees every acquisition, release
+/// and wait as a switch point and reports a deadlock. Locks of such a build work only
+/// inside a shuttle test. `RwLock` stays `parking_lot`'s: the model only try-locks one.
+#[cfg(shuttle)]
+mod raw {
+    use std::fmt;
+    use std::ops::{Deref, DerefMut};
+    use std::sync::{PoisonError, TryLockError};
+    use std::time::Duration;
+
+    /// shuttle's mutex; poisoning is ignored, as `parking_lot` has none.
+    pub(super) struct Mutex<T>(shuttle::sync::Mutex<T>);
+
+    /// shuttle's guard, in an `Option` so that a condition-variable wait, which takes the
+    /// guard by value, can take it out and put it back behind a `&mut`.
+    pub(super) struct MutexGuard<'a, T>(Option<shuttle::sync::MutexGuard<'a, T>>);
+
+    impl<T> Mutex<T> {
+        pub(super) const fn new(v: T) -> Mutex<T> {
+            Mutex(shuttle::sync::Mutex::new(v))
+        }
+
+        pub(super) fn lock(&self) -> MutexGuard<'_, T> {
+            MutexGuard(Some(self.0.lock().unwrap_or_else(PoisonError::into_inner)))
+        }
+
+        pub(super) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            match self.0.try_lock() {
+                Ok(g) => Some(MutexGuard(Some(g))),
+                Err(TryLockError::Poisoned(e)) => Some(MutexGuard(Some(e.into_inner()))),
+                Err(TryLockError::WouldBlock) => None,
+            }
+        }
+
+        /// shuttle's mutex cannot say; a try-lock (a switch point itself) answers.
+        pub(super) fn is_locked(&self) -> bool {
+            self.try_lock().is_none()
+        }
+
+        pub(super) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        pub(super) fn into_inner(self) -> T {
+            self.0.into_inner().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+
+    impl<T: fmt::Debug> fmt::Debug for Mutex<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            fmt::Debug::fmt(&self.0, f)
+        }
+    }
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.0.as_deref().expect("guard taken by a condvar wait")
+        }
+    }
+
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            self.0
+                .as_deref_mut()
+                .expect("guard taken by a condvar wait")
+        }
+    }
+
+    /// shuttle's condition variable. Its timed wait never times out, and it does not say
+    /// how many waiters a notification woke: `notify_one` answers false, `notify_all` 0.
+    #[derive(Debug, Default)]
+    pub(super) struct Condvar(shuttle::sync::Condvar);
+
+    impl Condvar {
+        pub(super) const fn new() -> Condvar {
+            Condvar(shuttle::sync::Condvar::new())
+        }
+
+        pub(super) fn wait<T>(&self, guard: &mut MutexGuard<'_, T>) {
+            let g = guard.0.take().expect("guard taken by a condvar wait");
+            guard.0 = Some(self.0.wait(g).unwrap_or_else(PoisonError::into_inner));
+        }
+
+        pub(super) fn wait_for<T>(
+            &self,
+            guard: &mut MutexGuard<'_, T>,
+            timeout: Duration,
+        ) -> shuttle::sync::WaitTimeoutResult {
+            let g = guard.0.take().expect("guard taken by a condvar wait");
+            let (g, timed_out) = self
+                .0
+                .wait_timeout(g, timeout)
+                .unwrap_or_else(PoisonError::into_inner);
+            guard.0 = Some(g);
+            timed_out
+        }
+
+        pub(super) fn notify_one(&self) -> bool {
+            self.0.notify_one();
+            false
+        }
+
+        pub(super) fn notify_all(&self) -> usize {
+            self.0.notify_all();
+            0
+        }
+    }
+}
+
+/// A mutual-exclusion lock of a named class (a `parking_lot::Mutex` underneath; shuttle's
+/// under `cfg(shuttle)`).
 pub struct Mutex<T> {
     class: &'static LockClass,
-    inner: parking_lot::Mutex<T>,
+    inner: raw::Mutex<T>,
 }
 
 /// Exclusive access to a [`Mutex`]'s value; unlocks on drop.
 pub struct MutexGuard<'a, T> {
-    inner: parking_lot::MutexGuard<'a, T>,
+    inner: raw::MutexGuard<'a, T>,
     hold: order::Hold,
 }
 
@@ -536,7 +660,7 @@ impl<T> Mutex<T> {
     pub const fn new(class: &'static LockClass, v: T) -> Mutex<T> {
         Mutex {
             class,
-            inner: parking_lot::Mutex::new(v),
+            inner: raw::Mutex::new(v),
         }
     }
 
@@ -741,13 +865,14 @@ impl<T: fmt::Debug> fmt::Debug for RwLockWriteGuard<'_, T> {
     }
 }
 
-/// A condition variable for a [`Mutex`] (a `parking_lot::Condvar` underneath).
+/// A condition variable for a [`Mutex`] (a `parking_lot::Condvar` underneath; shuttle's
+/// under `cfg(shuttle)`).
 ///
 /// The re-acquisition after a wait is not counted in the statistics. Debug builds panic if the
 /// waiting thread holds a lock ranked above the mutex, which it would keep while re-taking it.
 #[derive(Debug, Default)]
 pub struct Condvar {
-    inner: parking_lot::Condvar,
+    inner: raw::Condvar,
 }
 
 impl Condvar {
@@ -755,7 +880,7 @@ impl Condvar {
     #[must_use]
     pub const fn new() -> Condvar {
         Condvar {
-            inner: parking_lot::Condvar::new(),
+            inner: raw::Condvar::new(),
         }
     }
 
