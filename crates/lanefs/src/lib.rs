@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 
 pub mod alloc;
+pub mod bmap;
 pub mod buf;
 pub mod crashdev;
 pub mod dev;

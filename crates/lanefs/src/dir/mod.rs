@@ -10,7 +10,6 @@
 use crate::alloc::Allocator;
 use crate::buf::{Buf, BufCache};
 use crate::disk::dir::{self as dd, RawEntry, DX_ROOT_COUNT_OFF};
-use crate::disk::extent::Extent;
 use crate::disk::hash::dirhash;
 use crate::disk::inode::FL_INDEX;
 use crate::disk::seal::Seal;
@@ -349,25 +348,8 @@ impl DirCtx<'_> {
     /// Grow the directory by one block; returns its buffer (zeroed, not yet formatted).
     fn append_block(&self, h: &Handle, ino: u64, st: &mut InodeState) -> Result<Arc<Buf>> {
         let lblk = self.nblocks(st);
-        let ext = st
-            .ext
-            .as_mut()
-            .ok_or_else(|| Error::corrupt("directory", ino, "extents not loaded"))?;
-        let goal = ext
-            .goal_for(lblk)
-            .unwrap_or_else(|| self.al.geo.group_first(self.al.geo.group_of_inode(ino)));
-        let (p, _) = self.al.alloc_blocks(h, goal, 1)?;
-        ext.insert(Extent {
-            lblk,
-            len: 1,
-            pblk: p,
-            unwritten: false,
-        });
-        st.ext_dirty = true;
-        let bs = self.bs() as u64;
-        st.d.set_size(st.d.size() + bs);
-        let sectors = st.d.blocks_512(self.al.geo.bs) + bs / 512;
-        st.d.set_blocks_512(sectors, self.al.geo.bs);
+        let p = crate::bmap::map_one_block(&self.al, h, ino, st, lblk)?;
+        st.d.set_size(st.d.size() + self.bs() as u64);
         Ok(self.bufs.get_new(p))
     }
 

@@ -2,8 +2,7 @@
 
 use super::ops::flags;
 use super::{now, Fs, MAX_FILE_BLOCKS};
-use crate::alloc::blocks::DataRequest;
-use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
+use crate::bmap::{self, Prior};
 use crate::disk::inline;
 use crate::disk::inode::FL_EXTENTS;
 use crate::disk::superblock as sbm;
@@ -185,11 +184,12 @@ impl Fs {
         self.regular(&st)?;
         let (first, last) = (off / bs, (end - 1) / bs);
         // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
-        let prior = self.prior_blocks(&st, first, last);
-        if let Err(e) = self.allocate(&h, &i, &mut st, first, last + 1 - first, false) {
+        let prior = bmap::prior_blocks(&st, first, last);
+        if let Err(e) = bmap::map_blocks(&self.al, &h, &i, &mut st, first, last + 1 - first, false)
+        {
             // Out of space part way: give back what this write mapped, so the file is
             // as it was (no written blocks past its size), and persist that.
-            self.undo_map(&h, &i, &mut st, first, &prior)?;
+            bmap::undo(&self.al, &h, &mut st, first, &prior)?;
             self.store(&h, ino, &mut st)?;
             return Err(e);
         }
@@ -207,7 +207,7 @@ impl Fs {
             // (the blocks it mapped are freed, unwritten ones are unwritten again).
             if let Err(e) = self.store(&h, ino, &mut st) {
                 if matches!(e, Error::NoSpace) {
-                    self.undo_map(&h, &i, &mut st, first, &prior)?;
+                    bmap::undo(&self.al, &h, &mut st, first, &prior)?;
                     self.store(&h, ino, &mut st)?;
                 }
                 return Err(e);
@@ -249,71 +249,13 @@ impl Fs {
             return Ok(());
         }
         let n = (bytes.len() as u64).div_ceil(u64::from(self.bs));
-        self.allocate(h, i, st, 0, n, false)?;
+        bmap::map_blocks(&self.al, h, i, st, 0, n, false)?;
         h.add_ordered(i.arc());
         self.copy_in(i, st, 0, bytes, &vec![Prior::Hole; n as usize])?;
         if !i.is_open() {
             self.al.discard_pa(&mut st.pa);
         }
         Ok(())
-    }
-
-    /// Ranges of `[first, end)` mapped to nothing.
-    fn hole_ranges(&self, st: &InodeState, first: u64, end: u64) -> Vec<(u64, u64)> {
-        let Some(ext) = st.ext.as_ref() else {
-            return Vec::new();
-        };
-        let mut v = Vec::new();
-        let mut l = first;
-        while l < end {
-            match ext.map(l as u32) {
-                Mapping::Mapped(_, _, left) => l += u64::from(left),
-                Mapping::Hole(n) => {
-                    let e = (l + n).min(end);
-                    v.push((l, e));
-                    l = e;
-                }
-            }
-        }
-        v
-    }
-
-    /// Undo what a write did to the map of `[first, ..)`: blocks that were holes are
-    /// freed, blocks that were unwritten are unwritten again.
-    fn undo_map(
-        &self,
-        h: &Handle,
-        i: &Inode,
-        st: &mut InodeState,
-        first: u64,
-        prior: &[Prior],
-    ) -> Result<()> {
-        for (k, &p) in prior.iter().enumerate() {
-            let l = first + k as u64;
-            match p {
-                Prior::Hole => self.unmap(h, i, st, l, l + 1)?,
-                Prior::Unwritten => {
-                    if let Some(ext) = st.ext.as_mut() {
-                        ext.mark_unwritten(l as u32, 1);
-                    }
-                }
-                Prior::Written => {}
-            }
-        }
-        st.ext_dirty = true;
-        Ok(())
-    }
-
-    /// What each block of `[first, last]` was before a write maps it.
-    fn prior_blocks(&self, st: &InodeState, first: u64, last: u64) -> Vec<Prior> {
-        let ext = st.ext.as_ref();
-        (first..=last)
-            .map(|b| match ext.map(|e| e.map(b as u32)) {
-                Some(Mapping::Mapped(_, false, _)) => Prior::Written,
-                Some(Mapping::Mapped(_, true, _)) => Prior::Unwritten,
-                _ => Prior::Hole,
-            })
-            .collect()
     }
 
     /// Copy `data` into dirty pages (blocks already mapped and written).
@@ -363,72 +305,6 @@ impl Fs {
         }
         if pages.len() > PAGE_LIMIT {
             pages.write_back(&*self.dev, bs as usize)?;
-        }
-        Ok(())
-    }
-
-    /// Map every hole in `[first, first+count)` with new blocks (unwritten if asked).
-    fn allocate(
-        &self,
-        h: &Handle,
-        i: &Inode,
-        st: &mut InodeState,
-        first: u64,
-        count: u64,
-        unwritten: bool,
-    ) -> Result<()> {
-        let bs = self.bs;
-        let ino = i.ino;
-        let mut l = first;
-        let end = first + count;
-        while l < end {
-            let ext = st
-                .ext
-                .as_mut()
-                .ok_or_else(|| Error::Unsupported("no extents".into()))?;
-            let (hole, room) = match ext.map(l as u32) {
-                Mapping::Mapped(_, _, left) => {
-                    l += u64::from(left);
-                    continue;
-                }
-                Mapping::Hole(n) => (n.min(end - l), n),
-            };
-            let max = if unwritten {
-                MAX_UNWRITTEN_LEN
-            } else {
-                MAX_INIT_LEN
-            };
-            let want = hole.min(u64::from(max)) as u32;
-            let bsu = u64::from(bs);
-            let req = DataRequest {
-                ino,
-                lblk: l as u32,
-                want,
-                room: room.min(u64::from(max)) as u32,
-                // Continue the file's own extents; else the allocator's stream goal.
-                goal: ext.goal_for(l as u32),
-                own_goal: i.last_alloc.load(std::sync::atomic::Ordering::Relaxed),
-                size_blocks: (l + u64::from(want)).max(st.d.size().div_ceil(bsu)),
-                // As ext4: fallocate is not normalized.
-                normalize: !unwritten,
-            };
-            let (p, got) = self.al.alloc_data(h, &req, &mut st.pa)?;
-            i.last_alloc
-                .store(p + u64::from(got), std::sync::atomic::Ordering::Relaxed);
-            let ext = st
-                .ext
-                .as_mut()
-                .ok_or_else(|| Error::Unsupported("no extents".into()))?;
-            ext.insert(Extent {
-                lblk: l as u32,
-                len: got,
-                pblk: p,
-                unwritten,
-            });
-            st.ext_dirty = true;
-            let sectors = st.d.blocks_512(bs) + u64::from(got) * u64::from(bs / 512);
-            st.d.set_blocks_512(sectors, bs);
-            l += u64::from(got);
         }
         Ok(())
     }
@@ -488,8 +364,16 @@ impl Fs {
                 self.punch(&h, &i, &mut st, off, end)?;
             }
             let first = off / bs;
-            let holes = self.hole_ranges(&st, first, end.div_ceil(bs));
-            let alloc = self.allocate(&h, &i, &mut st, first, end.div_ceil(bs) - first, true);
+            let holes = bmap::holes(&st, first, end.div_ceil(bs));
+            let alloc = bmap::map_blocks(
+                &self.al,
+                &h,
+                &i,
+                &mut st,
+                first,
+                end.div_ceil(bs) - first,
+                true,
+            );
             // The tree first: if it needs a block the full disk cannot give, everything
             // this call mapped is freed again and the map is as it was.
             if let Err(e) = self.store(&h, ino, &mut st) {
@@ -534,7 +418,7 @@ impl Fs {
         self.unmap(h, i, st, a, b)
     }
 
-    /// Free the blocks of `[a, b)` and drop their pages.
+    /// Drop the pages of `[a, b)` and free its blocks.
     pub(super) fn unmap(
         &self,
         h: &Handle,
@@ -543,27 +427,9 @@ impl Fs {
         a: u64,
         b: u64,
     ) -> Result<()> {
-        if b <= a {
-            return Ok(());
-        }
-        let bs = self.bs;
-        // As ext4's truncate: what was reserved past the cut goes back first.
-        self.al.discard_pa(&mut st.pa);
-        i.pages.lock().drop_range(a, b);
-        let ext = st
-            .ext
-            .as_mut()
-            .ok_or_else(|| Error::Unsupported("no extents".into()))?;
-        let freed = ext.remove_range(a as u32, b);
-        let mut n = 0u64;
-        for (p, len) in freed {
-            self.al.free_blocks_range(h, p, u64::from(len), false)?;
-            n += u64::from(len);
-        }
-        if n > 0 {
-            st.ext_dirty = true;
-            let sectors = st.d.blocks_512(bs).saturating_sub(n * u64::from(bs / 512));
-            st.d.set_blocks_512(sectors, bs);
+        if b > a {
+            i.pages.lock().drop_range(a, b);
+            bmap::unmap_blocks(&self.al, h, st, a, b, false)?;
         }
         Ok(())
     }
@@ -798,15 +664,4 @@ impl Drop for Fs {
         }
         let _ = self.release_mmp();
     }
-}
-
-/// A block's state before a write mapped it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Prior {
-    /// Mapped and written: the write overwrites it.
-    Written,
-    /// Mapped unwritten (fallocated): reads as zeros until written.
-    Unwritten,
-    /// Not mapped.
-    Hole,
 }

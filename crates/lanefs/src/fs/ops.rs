@@ -1,6 +1,7 @@
 //! Namespace operations: lookup, create, link, unlink, rename, readdir, attributes.
 
 use super::{now, Fs, LINK_MAX};
+use crate::bmap;
 use crate::dir::Probe;
 use crate::disk::extent::{self, Node};
 use crate::disk::inode::{
@@ -448,25 +449,11 @@ impl Fs {
                 Ok(())
             }
             (FileType::Symlink, Some(t)) => {
-                let (p, _) = self.al.alloc_blocks(
-                    h,
-                    self.al.geo.group_first(self.al.geo.group_of_inode(ino)),
-                    1,
-                )?;
-                if let Some(ext) = st.ext.as_mut() {
-                    ext.insert(extent::Extent {
-                        lblk: 0,
-                        len: 1,
-                        pblk: p,
-                        unwritten: false,
-                    });
-                }
-                st.ext_dirty = true;
+                let p = bmap::map_one_block(&self.al, h, ino, st, 0)?;
                 let b = self.bufs.get_new(p);
                 b.write()[..t.len()].copy_from_slice(t);
                 h.dirty(&b);
                 st.d.set_size(t.len() as u64);
-                st.d.set_blocks_512(u64::from(self.bs / 512), self.bs);
                 Ok(())
             }
             _ => Ok(()),
@@ -668,10 +655,8 @@ impl Fs {
     /// Free every data, tree and xattr block of an inode.
     fn free_blocks_of(&self, h: &Handle, st: &mut InodeState, kind: FileType) -> Result<()> {
         let meta = kind != FileType::Regular;
-        if let Some(ext) = st.ext.as_mut() {
-            for (p, n) in ext.remove_range(0, 1 << 32) {
-                self.al.free_blocks_range(h, p, u64::from(n), meta)?;
-            }
+        if st.ext.is_some() {
+            bmap::unmap_blocks(&self.al, h, st, 0, 1 << 32, meta)?;
             st.ext_dirty = true;
             inode::store_tree(&self.al, &self.bufs, h, 0, st)?;
         }

@@ -1,0 +1,213 @@
+//! Block mapping, the inode layer's half of file data (ext4's `ext4_map_blocks` and
+//! `ext4_ext_remove_space`): find the holes of a logical range, build the allocation
+//! request for each (goal, size, normalisation), insert the extents, keep `i_blocks`
+//! exact, and undo a mapping a later step could not finish.
+//!
+//! Callers hold the inode's state lock and a journal handle. The page cache is not
+//! touched here: a caller that unmaps blocks drops their pages first (as ext4's
+//! truncate drops the page cache before it removes extents).
+
+use crate::alloc::blocks::DataRequest;
+use crate::alloc::Allocator;
+use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
+use crate::error::{Error, Result};
+use crate::extmap::{ExtentMap, Mapping};
+use crate::inode::{Inode, InodeState};
+use crate::journal::Handle;
+use std::sync::atomic::Ordering;
+
+/// A block's state before a write mapped it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prior {
+    /// Mapped and written: the write overwrites it.
+    Written,
+    /// Mapped unwritten (fallocated): reads as zeros until written.
+    Unwritten,
+    /// Not mapped.
+    Hole,
+}
+
+fn extents(st: &mut InodeState) -> Result<&mut ExtentMap> {
+    st.ext
+        .as_mut()
+        .ok_or_else(|| Error::Unsupported("no extents".into()))
+}
+
+/// What each block of `[first, last]` is before a write maps it.
+pub fn prior_blocks(st: &InodeState, first: u64, last: u64) -> Vec<Prior> {
+    let ext = st.ext.as_ref();
+    (first..=last)
+        .map(|b| match ext.map(|e| e.map(b as u32)) {
+            Some(Mapping::Mapped(_, false, _)) => Prior::Written,
+            Some(Mapping::Mapped(_, true, _)) => Prior::Unwritten,
+            _ => Prior::Hole,
+        })
+        .collect()
+}
+
+/// Ranges of `[first, end)` mapped to nothing.
+pub fn holes(st: &InodeState, first: u64, end: u64) -> Vec<(u64, u64)> {
+    let Some(ext) = st.ext.as_ref() else {
+        return Vec::new();
+    };
+    let mut v = Vec::new();
+    let mut l = first;
+    while l < end {
+        match ext.map(l as u32) {
+            Mapping::Mapped(_, _, left) => l += u64::from(left),
+            Mapping::Hole(n) => {
+                let e = (l + n).min(end);
+                v.push((l, e));
+                l = e;
+            }
+        }
+    }
+    v
+}
+
+/// Map every hole in `[first, first+count)` with new blocks (unwritten if asked):
+/// ext4_map_blocks with EXT4_GET_BLOCKS_CREATE. On an error part way, what was mapped
+/// stays mapped; the caller undoes it (`undo`) or keeps it (fallocate, as ext4).
+pub fn map_blocks(
+    al: &Allocator,
+    h: &Handle,
+    i: &Inode,
+    st: &mut InodeState,
+    first: u64,
+    count: u64,
+    unwritten: bool,
+) -> Result<()> {
+    let bs = al.geo.bs;
+    let bsu = u64::from(bs);
+    let max = if unwritten {
+        MAX_UNWRITTEN_LEN
+    } else {
+        MAX_INIT_LEN
+    };
+    let mut l = first;
+    let end = first + count;
+    while l < end {
+        let ext = extents(st)?;
+        let (hole, room) = match ext.map(l as u32) {
+            Mapping::Mapped(_, _, left) => {
+                l += u64::from(left);
+                continue;
+            }
+            Mapping::Hole(n) => (n.min(end - l), n),
+        };
+        let want = hole.min(u64::from(max)) as u32;
+        let req = DataRequest {
+            ino: i.ino,
+            lblk: l as u32,
+            want,
+            room: room.min(u64::from(max)) as u32,
+            // Continue the file's own extents; else the allocator's stream goal.
+            goal: ext.goal_for(l as u32),
+            own_goal: i.last_alloc.load(Ordering::Relaxed),
+            size_blocks: (l + u64::from(want)).max(st.d.size().div_ceil(bsu)),
+            // As ext4: fallocate is not normalized.
+            normalize: !unwritten,
+        };
+        let (p, got) = al.alloc_data(h, &req, &mut st.pa)?;
+        debug_assert!(got >= 1 && got <= want, "allocator gave {got} of {want}");
+        i.last_alloc.store(p + u64::from(got), Ordering::Relaxed);
+        extents(st)?.insert(Extent {
+            lblk: l as u32,
+            len: got,
+            pblk: p,
+            unwritten,
+        });
+        st.ext_dirty = true;
+        let sectors = st.d.blocks_512(bs) + u64::from(got) * u64::from(bs / 512);
+        st.d.set_blocks_512(sectors, bs);
+        l += u64::from(got);
+    }
+    Ok(())
+}
+
+/// Map logical block `lblk` (a hole) to one new metadata-like block: a directory's
+/// next block, a long symlink's target. The goal continues the inode's extents, else
+/// the start of its group. Returns the block.
+pub fn map_one_block(
+    al: &Allocator,
+    h: &Handle,
+    ino: u64,
+    st: &mut InodeState,
+    lblk: u32,
+) -> Result<u64> {
+    let geo = &al.geo;
+    let ext = extents(st)?;
+    debug_assert!(
+        matches!(ext.map(lblk), Mapping::Hole(_)),
+        "block {lblk} mapped"
+    );
+    let goal = ext
+        .goal_for(lblk)
+        .unwrap_or_else(|| geo.group_first(geo.group_of_inode(ino)));
+    let (p, _) = al.alloc_blocks(h, goal, 1)?;
+    ext.insert(Extent {
+        lblk,
+        len: 1,
+        pblk: p,
+        unwritten: false,
+    });
+    st.ext_dirty = true;
+    let sectors = st.d.blocks_512(geo.bs) + u64::from(geo.bs / 512);
+    st.d.set_blocks_512(sectors, geo.bs);
+    Ok(p)
+}
+
+/// Free the blocks of `[a, b)` (ext4_ext_remove_space); returns how many. What the
+/// inode had preallocated goes back first, as ext4's truncate does. `meta`: the blocks
+/// held metadata (a directory's), so their frees are journalled as such.
+pub fn unmap_blocks(
+    al: &Allocator,
+    h: &Handle,
+    st: &mut InodeState,
+    a: u64,
+    b: u64,
+    meta: bool,
+) -> Result<u64> {
+    if b <= a {
+        return Ok(0);
+    }
+    let bs = al.geo.bs;
+    al.discard_pa(&mut st.pa);
+    let freed = extents(st)?.remove_range(a as u32, b);
+    let mut n = 0u64;
+    for (p, len) in freed {
+        al.free_blocks_range(h, p, u64::from(len), meta)?;
+        n += u64::from(len);
+    }
+    if n > 0 {
+        st.ext_dirty = true;
+        // Saturating: a damaged image's i_blocks may undercount its extents.
+        let sectors = st.d.blocks_512(bs).saturating_sub(n * u64::from(bs / 512));
+        st.d.set_blocks_512(sectors, bs);
+    }
+    Ok(n)
+}
+
+/// Undo what a write did to the map of `[first, ..)`: blocks that were holes are
+/// freed, blocks that were unwritten are unwritten again. No page of the range may
+/// exist yet (the write copies its data only after the map is final).
+pub fn undo(
+    al: &Allocator,
+    h: &Handle,
+    st: &mut InodeState,
+    first: u64,
+    prior: &[Prior],
+) -> Result<()> {
+    for (k, &p) in prior.iter().enumerate() {
+        let l = first + k as u64;
+        match p {
+            Prior::Hole => {
+                unmap_blocks(al, h, st, l, l + 1, false)?;
+            }
+            Prior::Unwritten => extents(st)?.mark_unwritten(l as u32, 1),
+            Prior::Written => {}
+        }
+    }
+    st.ext_dirty = true;
+    Ok(())
+}
