@@ -348,7 +348,7 @@ impl DirCtx<'_> {
     /// Grow the directory by one block; returns its buffer (zeroed, not yet formatted).
     fn append_block(&self, h: &Handle, ino: u64, st: &mut InodeState) -> Result<Arc<Buf>> {
         let lblk = self.nblocks(st);
-        let p = crate::bmap::map_one_block(&self.al, h, ino, st, lblk)?;
+        let p = crate::bmap::map_one_block(self.al, h, ino, st, lblk)?;
         st.d.set_size(st.d.size() + self.bs() as u64);
         Ok(self.bufs.get_new(p))
     }
