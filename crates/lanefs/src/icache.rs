@@ -1,12 +1,12 @@
 //! The inode cache (seed 004): in-memory inodes by inode number.
 //!
 //! Three tables under one set of rules ([`IcachePolicy`]):
-//! - `bucket`: a fixed array of buckets sized from the memory limit. Each
-//!   bucket's chain is an immutable vector behind an atomic pointer: lookups pin the
-//!   epoch (crossbeam-epoch, the RCU of this design), load it and search it with no lock;
-//!   inserts and removals copy the short chain under the bucket's own lock (class
-//!   `icache_bucket`), publish the copy and retire the old one, freed once no pinned
-//!   reader can hold it.
+//! - `bucket`: a fixed array of buckets sized from the memory limit, each an intrusive
+//!   chain through links inside the entries themselves (`CacheLink::next`, the kernel's
+//!   `i_hash`), so inserting and removing allocate nothing. Lookups pin the epoch
+//!   (crossbeam-epoch, the RCU of this design) and walk the chain with no lock; inserts
+//!   and removals change one link under the bucket's own lock (class `icache_bucket`),
+//!   and an unlinked entry's memory is given back once no pinned reader can stand on it.
 //! - `global` (default, by measurement): one `HashMap` behind one lock (class
 //!   `icache_global`) for every lookup, insert and removal, as the VFS's
 //!   `inode_hash_lock` before Linux 6.11.
@@ -25,9 +25,9 @@
 //!   sweeper at a time; a lookup marks its inode referenced, which buys it one pass.
 
 use crate::inode::Inode;
-use crate::sync::{Mutex, ICACHE_BUCKET, ICACHE_GLOBAL};
+use crate::sync::{my_lane, Mutex, ICACHE_BUCKET, ICACHE_GLOBAL, LANES};
 use crate::types::{IcachePolicy, IcacheStats};
-use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared};
+use crossbeam_epoch as epoch;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::ops::Deref;
@@ -45,16 +45,16 @@ use std::sync::Arc;
 // twice past any task's pin and nothing a pinned task loaded is freed under it: the same
 // guarantee each task would have had with a thread of its own. (`Bucket::read` and
 // `publish` make no shuttle call while pinned, so no switch happens inside a pin anyway.)
+#[cfg(not(shuttle))]
+use parking_lot::{Condvar, Mutex as SetupMutex};
 #[cfg(shuttle)]
-use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use shuttle::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 #[cfg(shuttle)]
-use shuttle::sync::{Condvar, Mutex as StdMutex};
+use shuttle::sync::{Condvar, Mutex as SetupMutex};
 #[cfg(shuttle)]
 use shuttle::thread::yield_now;
 #[cfg(not(shuttle))]
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-#[cfg(not(shuttle))]
-use std::sync::{Condvar, Mutex as StdMutex};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(shuttle))]
 use std::thread::yield_now;
 
@@ -114,25 +114,46 @@ fn try_use(i: &Arc<Inode>) -> Option<IRef> {
     Some(IRef(i.clone()))
 }
 
-/// An inode being set up (read from disk or created): lookups wait on it.
+/// An inode being set up (read from disk or created): lookups wait on it. Finishing
+/// wakes nobody (no system call) unless someone waits: `parking_lot`'s condition
+/// variable knows (std's always calls futex wake).
 pub struct Setup {
-    done: StdMutex<bool>,
+    done: SetupMutex<bool>,
     cv: Condvar,
+    /// The number it holds, and its link in a `bucket` chain.
+    ino: u64,
+    next: Link,
 }
 
 impl Setup {
-    fn new() -> Arc<Setup> {
+    fn new(ino: u64) -> Arc<Setup> {
         Arc::new(Setup {
-            done: StdMutex::new(false),
+            done: SetupMutex::new(false),
             cv: Condvar::new(),
+            ino,
+            next: Link::new(),
         })
     }
+    #[cfg(not(shuttle))]
+    fn wait(&self) {
+        let mut d = self.done.lock();
+        while !*d {
+            self.cv.wait(&mut d);
+        }
+    }
+    #[cfg(not(shuttle))]
+    fn finish(&self) {
+        *self.done.lock() = true;
+        self.cv.notify_all();
+    }
+    #[cfg(shuttle)]
     fn wait(&self) {
         let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
         while !*d {
             d = self.cv.wait(d).unwrap_or_else(|e| e.into_inner());
         }
     }
+    #[cfg(shuttle)]
     fn finish(&self) {
         *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.cv.notify_all();
@@ -187,72 +208,261 @@ impl BuildHasher for InoHash {
     }
 }
 
-type Chain = Vec<(u64, Slot)>;
+/// A link of a `bucket` chain (the kernel's `hlist_bl_node` pointer): 0 at the end, else
+/// a pointer from `Arc::into_raw` of the next entry, an `Inode` (low bit clear) or a
+/// placeholder's `Setup` (low bit set; both are at least 8-aligned). The chain owns one
+/// strong count of every entry it links. Under `cfg(shuttle)` shuttle's atomic, so its
+/// scheduler can switch inside a walk.
+pub struct Link(AtomicUsize);
 
-/// One bucket of the `bucket` table: writers hold `lock`; readers only pin the epoch.
-struct Bucket {
-    lock: Mutex<()>,
-    /// Null when empty. Every chain stored here is never changed again: a writer
-    /// publishes a new one and retires the old through the epoch.
-    chain: Atomic<Chain>,
+/// The tag of a placeholder's link.
+const SETUP_TAG: usize = 1;
+
+impl Link {
+    /// The end of a chain.
+    pub fn new() -> Link {
+        Link(AtomicUsize::new(0))
+    }
+    fn get(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+    fn set(&self, v: usize) {
+        self.0.store(v, Ordering::Release);
+    }
 }
 
-// The one place in the engine with `unsafe`: epoch-protected loads and retirement of a
-// bucket's chain, each block stating why it is sound.
+impl Default for Link {
+    fn default() -> Link {
+        Link::new()
+    }
+}
+
+/// The chain's link value for `s`, taking one strong count for the chain.
+fn into_link(s: Slot) -> usize {
+    match s {
+        Slot::Ready(i) => Arc::into_raw(i) as usize,
+        Slot::New(x) => Arc::into_raw(x) as usize | SETUP_TAG,
+    }
+}
+
+/// The link value `s` has in a chain (no count taken).
+fn link_of(s: &Slot) -> usize {
+    match s {
+        Slot::Ready(i) => Arc::as_ptr(i) as usize,
+        Slot::New(x) => Arc::as_ptr(x) as usize | SETUP_TAG,
+    }
+}
+
+/// An entry of a chain, borrowed.
+#[derive(Clone, Copy)]
+enum Entry<'a> {
+    Ready(&'a Inode),
+    New(&'a Setup),
+}
+
+impl<'a> Entry<'a> {
+    fn ino(self) -> u64 {
+        match self {
+            Entry::Ready(i) => i.ino,
+            Entry::New(x) => x.ino,
+        }
+    }
+    fn next(self) -> &'a Link {
+        match self {
+            Entry::Ready(i) => &i.cache.next,
+            Entry::New(x) => &x.next,
+        }
+    }
+}
+
+/// One bucket of the `bucket` table: an intrusive chain through the entries' own links,
+/// so inserting and removing allocate nothing. Writers hold `lock`; readers pin the epoch
+/// and walk with no lock. A writer publishes a change with one release store of one link
+/// (a new entry's own link is set before it is linked; a replacement takes over its
+/// predecessor's successor first), and never changes the link of an entry it unlinked, so
+/// a reader standing on it walks on into the chain. An unlinked entry is never linked
+/// again, and the chain's count of it is dropped through the epoch, after every reader
+/// that could stand on it has unpinned.
+struct Bucket {
+    lock: Mutex<()>,
+    head: Link,
+}
+
+// The one place in the engine with `unsafe`: walking a bucket's chain under the epoch and
+// handing its entries' counts back, each block stating why it is sound.
 #[allow(unsafe_code)]
 impl Bucket {
     fn new() -> Bucket {
         Bucket {
             lock: Mutex::new(&ICACHE_BUCKET, ()),
-            chain: Atomic::null(),
+            head: Link::new(),
         }
     }
 
-    /// Run `f` on the current chain (empty when there is none), without a lock.
-    fn read<R>(&self, f: impl FnOnce(&[(u64, Slot)]) -> R) -> R {
-        let g = epoch::pin();
-        let p = self.chain.load(Ordering::Acquire, &g);
-        // SAFETY: `p` is null or a chain published by `publish`, never mutated after, and
-        // retired only through `defer_destroy`, which frees it after every thread pinned
-        // now (`g`) has unpinned: it outlives this borrow.
-        let chain = unsafe { p.as_ref() };
-        f(chain.map_or(&[][..], |c| &c[..]))
-    }
-
-    /// A copy of the chain (the caller holds `lock`).
-    fn copy(&self) -> Chain {
-        self.read(|c| c.to_vec())
-    }
-
-    /// Replace the chain by `new` (the caller holds `lock`); the old one is freed once no
-    /// reader can see it.
-    fn publish(&self, new: Chain) {
-        let g = epoch::pin();
-        let new = if new.is_empty() {
-            Shared::null()
+    /// The entry a non-zero link value points to.
+    ///
+    /// # Safety
+    /// `v` was read from this chain's links by a thread that is pinned (or holds the
+    /// bucket's lock) since before it read `v`, and the borrow ends before it unpins (or
+    /// lets the lock go).
+    unsafe fn entry<'a>(v: usize) -> Entry<'a> {
+        debug_assert!(v != 0, "the end of a chain is no entry");
+        if v & SETUP_TAG != 0 {
+            // SAFETY: the caller's contract: `v` came from `into_link` of an `Arc<Setup>`
+            // the chain (or a deferred drop that waits for this pin) still counts.
+            Entry::New(unsafe { &*((v & !SETUP_TAG) as *const Setup) })
         } else {
-            Owned::new(new).into_shared(&g)
-        };
-        let old = self.chain.swap(new, Ordering::AcqRel, &g);
-        if !old.is_null() {
-            // SAFETY: `old` was just unlinked (writers are serialized by `lock`), so no new
-            // reader can load it; readers that already did are pinned, and the epoch
-            // frees it only after they unpin.
-            unsafe { g.defer_destroy(old) };
+            // SAFETY: as above, for an `Arc<Inode>`.
+            Entry::Ready(unsafe { &*(v as *const Inode) })
         }
+    }
+
+    /// A counted `Slot` for a link value.
+    ///
+    /// # Safety
+    /// As [`Bucket::entry`].
+    unsafe fn slot(v: usize) -> Slot {
+        if v & SETUP_TAG != 0 {
+            let p = (v & !SETUP_TAG) as *const Setup;
+            // SAFETY: `p` is from `Arc::into_raw` and its count is held by the chain (or
+            // its deferred drop) until after the caller's pin: adding a count is sound.
+            unsafe {
+                Arc::increment_strong_count(p);
+                Slot::New(Arc::from_raw(p))
+            }
+        } else {
+            let p = v as *const Inode;
+            // SAFETY: as above, for an `Arc<Inode>`.
+            unsafe {
+                Arc::increment_strong_count(p);
+                Slot::Ready(Arc::from_raw(p))
+            }
+        }
+    }
+
+    /// The entry for `ino`, without a lock.
+    fn find(&self, ino: u64) -> Option<Slot> {
+        let _g = epoch::pin();
+        let mut v = self.head.get();
+        while v != 0 {
+            // SAFETY: `v` was read from the chain while pinned (`_g`), and is used before
+            // `_g` drops.
+            let e = unsafe { Self::entry(v) };
+            if e.ino() == ino {
+                // SAFETY: as above.
+                return Some(unsafe { Self::slot(v) });
+            }
+            v = e.next().get();
+        }
+        None
+    }
+
+    /// Run `f` on every entry, without a lock.
+    fn for_each(&self, f: &mut impl FnMut(&Slot)) {
+        let _g = epoch::pin();
+        let mut v = self.head.get();
+        while v != 0 {
+            // SAFETY: as in `find`.
+            let s = unsafe { Self::slot(v) };
+            f(&s);
+            // SAFETY: as in `find`.
+            v = unsafe { Self::entry(v) }.next().get();
+        }
+    }
+
+    /// A counted `Slot` for the linked entry `v` (lock held).
+    fn slot_locked(&self, v: usize) -> Slot {
+        debug_assert!(self.lock.is_locked(), "bucket changed without its lock");
+        // SAFETY: the lock is held, so no one else unlinks: `v`, read from this chain's
+        // links under the lock, stays linked and counted by the chain meanwhile.
+        unsafe { Self::slot(v) }
+    }
+
+    /// The link inside the linked entry `v` (lock held; the borrow must end before the
+    /// lock is let go, which every caller's guard outlives).
+    fn next_locked(&self, v: usize) -> &Link {
+        debug_assert!(self.lock.is_locked(), "bucket changed without its lock");
+        // SAFETY: as in `slot_locked`; the entry is not freed before it is unlinked and
+        // every pin taken meanwhile ends, which is after this lock is let go.
+        unsafe { Self::entry(v) }.next()
+    }
+
+    /// The link pointing to `ino`'s entry and the entry (lock held).
+    fn find_locked(&self, ino: u64) -> Option<(&Link, usize)> {
+        let mut pred = &self.head;
+        loop {
+            let v = pred.get();
+            if v == 0 {
+                return None;
+            }
+            // SAFETY: as in `slot_locked`.
+            if unsafe { Self::entry(v) }.ino() == ino {
+                return Some((pred, v));
+            }
+            pred = self.next_locked(v);
+        }
+    }
+
+    /// Link `s` at the head (lock held; no entry of its number is linked).
+    fn push_locked(&self, s: Slot) {
+        let v = into_link(s);
+        // `v` is counted by the chain from now on; its link is set before it is reachable.
+        self.next_locked(v).set(self.head.get());
+        self.head.set(v);
+    }
+
+    /// Put `s` where `old` (linked at `pred`) is, in one store (lock held); the chain's
+    /// count of `old` is dropped once no reader can stand on it.
+    fn replace_locked(&self, pred: &Link, old: usize, s: Slot) {
+        let v = into_link(s);
+        self.next_locked(v).set(self.next_locked(old).get());
+        pred.set(v);
+        Self::retire(old);
+    }
+
+    /// Unlink `old` (linked at `pred`; lock held); its count is dropped as in `replace`.
+    fn unlink_locked(&self, pred: &Link, old: usize) {
+        pred.set(self.next_locked(old).get());
+        Self::retire(old);
+    }
+
+    /// Drop the chain's count of the unlinked `v` after every current pin ends.
+    fn retire(v: usize) {
+        let g = epoch::pin();
+        // SAFETY: `v` is unlinked and never linked again, so only readers pinned now can
+        // reach it; the closure runs after all of them unpin, and owns the count the chain
+        // held (taken by `into_link`), which it gives back exactly once. The closure moves
+        // a plain integer, so it is `Send` whatever thread runs it.
+        unsafe {
+            g.defer_unchecked(move || {
+                if v & SETUP_TAG != 0 {
+                    drop(Arc::from_raw((v & !SETUP_TAG) as *const Setup));
+                } else {
+                    drop(Arc::from_raw(v as *const Inode));
+                }
+            })
+        };
     }
 }
 
 #[allow(unsafe_code)]
 impl Drop for Bucket {
     fn drop(&mut self) {
-        // SAFETY: `&mut self`: no reader or writer can reach this bucket any more, so the
-        // chain can be taken without protection.
-        unsafe {
-            let p = self.chain.load(Ordering::Relaxed, epoch::unprotected());
-            if !p.is_null() {
-                drop(p.into_owned());
+        // `&mut self`: no reader or writer can reach this bucket any more; every linked
+        // entry's count is the chain's, given back here.
+        let mut v = self.head.get();
+        while v != 0 {
+            // SAFETY: exclusive access; `v` is linked and counted.
+            let next = unsafe { Self::entry(v) }.next().get();
+            // SAFETY: the chain's count of `v`, given back once.
+            unsafe {
+                if v & SETUP_TAG != 0 {
+                    drop(Arc::from_raw((v & !SETUP_TAG) as *const Setup));
+                } else {
+                    drop(Arc::from_raw(v as *const Inode));
+                }
             }
+            v = next;
         }
     }
 }
@@ -268,12 +478,81 @@ const SIZING_BYTES: u64 = 1024;
 /// The sweep stops once the cache is below this share of its limit (in 1/8ths).
 const SWEEP_TARGET_EIGHTHS: u64 = 7;
 
+/// Bytes and inodes charged to the cache, counted in per-thread lanes and folded into the
+/// shared totals a batch at a time (the kernel's `percpu_counter`, as its `nr_inodes`): a
+/// create or a removal writes its own lane's cache line, not one that every thread
+/// writes. The folded totals are off by less than `LANES` batches; a batch is 1/256 of the
+/// limit (at most 256 KiB), so a limit check is off by at most 1/16 of the limit, and a
+/// tiny limit counts exactly.
+struct Charged {
+    total: ChargeLane,
+    lanes: Box<[ChargeLane]>,
+    batch: i64,
+}
+
+/// One lane's (or the folded) bytes and inodes, alone on its cache lines. Signed: a lane
+/// may give back more than it took (an inode charged on one thread, evicted on another).
+#[repr(align(128))]
+struct ChargeLane {
+    bytes: AtomicI64,
+    count: AtomicI64,
+}
+
+impl ChargeLane {
+    fn new() -> ChargeLane {
+        ChargeLane {
+            bytes: AtomicI64::new(0),
+            count: AtomicI64::new(0),
+        }
+    }
+}
+
+impl Charged {
+    fn new(limit: u64) -> Charged {
+        Charged {
+            total: ChargeLane::new(),
+            lanes: (0..LANES).map(|_| ChargeLane::new()).collect(),
+            batch: (limit / 256).clamp(1, 256 << 10) as i64,
+        }
+    }
+
+    /// Charge (or with negative numbers uncharge) `bytes` for `count` inodes.
+    fn add(&self, bytes: i64, count: i64) {
+        let l = &self.lanes[my_lane()];
+        let b = l.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        l.count.fetch_add(count, Ordering::Relaxed);
+        if b.abs() >= self.batch {
+            let b = l.bytes.swap(0, Ordering::Relaxed);
+            let c = l.count.swap(0, Ordering::Relaxed);
+            self.total.bytes.fetch_add(b, Ordering::Relaxed);
+            self.total.count.fetch_add(c, Ordering::Relaxed);
+        }
+    }
+
+    /// The folded bytes: what limit checks read (one load of a line rarely written).
+    fn approx_bytes(&self) -> u64 {
+        self.total.bytes.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Bytes and inodes, lanes included: exact when no charge is in flight.
+    fn exact(&self) -> (u64, u64) {
+        let (mut b, mut c) = (
+            self.total.bytes.load(Ordering::Relaxed),
+            self.total.count.load(Ordering::Relaxed),
+        );
+        for l in self.lanes.iter() {
+            b += l.bytes.load(Ordering::Relaxed);
+            c += l.count.load(Ordering::Relaxed);
+        }
+        (b.max(0) as u64, c.max(0) as u64)
+    }
+}
+
 /// The inode cache.
 pub struct ICache {
     table: Table,
     limit: u64,
-    bytes: AtomicU64,
-    count: AtomicU64,
+    charged: Charged,
     evictions: AtomicU64,
     sweeping: AtomicBool,
     hand: AtomicUsize,
@@ -297,8 +576,7 @@ impl ICache {
         ICache {
             table,
             limit,
-            bytes: AtomicU64::new(0),
-            count: AtomicU64::new(0),
+            charged: Charged::new(limit),
             evictions: AtomicU64::new(0),
             sweeping: AtomicBool::new(false),
             hand: AtomicUsize::new(0),
@@ -313,8 +591,7 @@ impl ICache {
     /// The entry for `ino`, read without a lock (bucket, papaya) or under the one lock.
     fn find(&self, ino: u64) -> Option<Slot> {
         match &self.table {
-            Table::Bucket(b) => Self::bucket(b, ino)
-                .read(|c| c.iter().find(|(k, _)| *k == ino).map(|(_, s)| s.clone())),
+            Table::Bucket(b) => Self::bucket(b, ino).find(ino),
             Table::Global(m) => m.lock().get(&ino).cloned(),
             Table::Papaya(m) => m.pin().get(&ino).cloned(),
         }
@@ -332,17 +609,20 @@ impl ICache {
             Table::Bucket(b) => {
                 let bk = Self::bucket(b, ino);
                 let _g = bk.lock.lock();
-                let mut chain = bk.copy();
-                let old = match chain.iter_mut().find(|(k, _)| *k == ino) {
-                    Some((_, s)) if !replace(s) => return Err(s.clone()),
-                    Some((_, s)) => Some(std::mem::replace(s, slot)),
+                match bk.find_locked(ino) {
                     None => {
-                        chain.push((ino, slot));
-                        None
+                        bk.push_locked(slot);
+                        Ok(None)
                     }
-                };
-                bk.publish(chain);
-                Ok(old)
+                    Some((pred, v)) => {
+                        let cur = bk.slot_locked(v);
+                        if !replace(&cur) {
+                            return Err(cur);
+                        }
+                        bk.replace_locked(pred, v, slot);
+                        Ok(Some(cur))
+                    }
+                }
             }
             Table::Global(m) => {
                 let mut m = m.lock();
@@ -385,7 +665,13 @@ impl ICache {
             Table::Bucket(b) => {
                 let bk = Self::bucket(b, ino);
                 let _g = bk.lock.lock();
-                Self::take_locked(bk, ino, which)
+                match bk.find_locked(ino) {
+                    Some((pred, v)) if v == link_of(which) => {
+                        bk.unlink_locked(pred, v);
+                        true
+                    }
+                    _ => false,
+                }
             }
             Table::Global(m) => {
                 let mut m = m.lock();
@@ -402,15 +688,6 @@ impl ICache {
         }
     }
 
-    fn take_locked(bk: &Bucket, ino: u64, which: &Slot) -> bool {
-        let chain = bk.copy();
-        if !chain.iter().any(|(k, s)| *k == ino && s.same(which)) {
-            return false;
-        }
-        bk.publish(chain.into_iter().filter(|(k, _)| *k != ino).collect());
-        true
-    }
-
     /// The cached inode `ino`, or the one `load` reads, inserted. Concurrent callers for
     /// one number wait for a single load.
     pub fn get<E>(
@@ -422,7 +699,7 @@ impl ICache {
             if let Some(r) = self.peek(ino) {
                 return Ok(r);
             }
-            let setup = Setup::new();
+            let setup = Setup::new(ino);
             let slot = Slot::New(setup.clone());
             // Another lookup or a create may have claimed the number meanwhile.
             if self.put(ino, slot.clone(), |_| false).is_ok() {
@@ -456,8 +733,7 @@ impl ICache {
             matches!(put, Ok(Some(Slot::New(_)))),
             "inode {ino}: placeholder lost"
         );
-        self.bytes.fetch_add(charge, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
+        self.charged.add(charge as i64, 1);
         IRef(a)
     }
 
@@ -481,7 +757,7 @@ impl ICache {
     /// A live cached inode with the number means the bitmap was wrong: an error.
     pub fn begin_new(&self, ino: u64) -> crate::error::Result<NewInode<'_>> {
         loop {
-            let setup = Setup::new();
+            let setup = Setup::new(ino);
             let slot = Slot::New(setup.clone());
             let dead_copy = |s: &Slot| matches!(s, Slot::Ready(i) if i.is_freed());
             match self.put(ino, slot.clone(), dead_copy) {
@@ -526,8 +802,7 @@ impl ICache {
     fn uncharge(&self, i: &Inode) {
         let c = i.cache.charge.swap(0, Ordering::Relaxed);
         if c > 0 {
-            self.bytes.fetch_sub(c, Ordering::Relaxed);
-            self.count.fetch_sub(1, Ordering::Relaxed);
+            self.charged.add(-(c as i64), -1);
         }
     }
 
@@ -546,7 +821,7 @@ impl ICache {
         match &self.table {
             Table::Bucket(b) => {
                 for bk in b.iter() {
-                    bk.read(|c| c.iter().for_each(|(_, s)| f(s)));
+                    bk.for_each(&mut f);
                 }
             }
             Table::Global(m) => m.lock().values().for_each(f),
@@ -557,9 +832,10 @@ impl ICache {
     /// How many inodes the cache holds, the bytes charged for them, the limit and the
     /// evictions so far.
     pub fn stats(&self) -> IcacheStats {
+        let (bytes, inodes) = self.charged.exact();
         IcacheStats {
-            inodes: self.count.load(Ordering::Relaxed),
-            bytes: self.bytes.load(Ordering::Relaxed),
+            inodes,
+            bytes,
             limit: self.limit,
             evictions: self.evictions.load(Ordering::Relaxed),
         }
@@ -567,8 +843,7 @@ impl ICache {
 
     /// Sweep if the cache is over its limit and nobody else is sweeping.
     fn maybe_sweep(&self) {
-        if self.bytes.load(Ordering::Relaxed) <= self.limit
-            || self.sweeping.swap(true, Ordering::Acquire)
+        if self.charged.approx_bytes() <= self.limit || self.sweeping.swap(true, Ordering::Acquire)
         {
             return;
         }
@@ -580,7 +855,7 @@ impl ICache {
     /// others that can go, until below 7/8 of the limit or two full turns.
     fn sweep(&self) {
         let target = self.limit / 8 * SWEEP_TARGET_EIGHTHS;
-        let below = || self.bytes.load(Ordering::Relaxed) <= target;
+        let below = || self.charged.approx_bytes() <= target;
         match &self.table {
             Table::Bucket(b) => {
                 let n = b.len();
@@ -590,15 +865,21 @@ impl ICache {
                     }
                     let i = self.hand.fetch_add(1, Ordering::Relaxed) % n;
                     let bk = &b[i];
-                    if bk.read(|c| c.is_empty()) {
+                    if bk.head.get() == 0 {
                         continue;
                     }
                     let _g = bk.lock.lock();
-                    let chain = bk.copy();
-                    let n = chain.len();
-                    let keep: Chain = chain.into_iter().filter(|(_, s)| !self.evict(s)).collect();
-                    if keep.len() != n {
-                        bk.publish(keep);
+                    let mut pred = &bk.head;
+                    loop {
+                        let v = pred.get();
+                        if v == 0 {
+                            break;
+                        }
+                        if self.evict(&bk.slot_locked(v)) {
+                            bk.unlink_locked(pred, v);
+                        } else {
+                            pred = bk.next_locked(v);
+                        }
                     }
                 }
             }

@@ -28,6 +28,8 @@ pub struct CacheLink {
     pub referenced: AtomicBool,
     /// Bytes the cache charged for it.
     pub charge: AtomicU64,
+    /// Its link in a `bucket` table's chain (the kernel's `i_hash`).
+    pub next: crate::icache::Link,
 }
 
 /// Mutable state of a cached inode.

@@ -159,6 +159,27 @@ impl LockClass {
     }
 }
 
+/// Lanes of per-thread state (the journal's join counters, the inode cache's counters),
+/// the user-space stand-in for per-CPU data.
+pub const LANES: usize = 16;
+
+/// This thread's lane (`< LANES`): threads are numbered round-robin on first use.
+pub fn my_lane() -> usize {
+    #[cfg(not(loom))]
+    {
+        use std::sync::atomic::{AtomicUsize as StdAtomic, Ordering::Relaxed};
+        static NEXT: StdAtomic = StdAtomic::new(0);
+        thread_local! {
+            static LANE: usize = NEXT.fetch_add(1, Relaxed) % LANES;
+        }
+        LANE.with(|l| *l)
+    }
+    #[cfg(loom)]
+    {
+        0
+    }
+}
+
 /// Cross-directory rename: serializes renames that move entries between directories, so
 /// the ancestor-first order of their directory locks cannot deadlock (Linux's
 /// `s_vfs_rename_mutex`). Same-directory renames and every other operation skip it.

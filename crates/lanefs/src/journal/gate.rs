@@ -17,7 +17,7 @@ use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering::Se
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 
 /// Join counters per transaction: threads are spread over them round-robin.
-pub const LANES: usize = 16;
+pub use crate::sync::{my_lane, LANES};
 
 /// What a join attempt did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,22 +103,5 @@ impl TxGate {
     /// Handles that joined through this gate since the last reset.
     pub fn started(&self) -> u64 {
         self.lanes.iter().map(|l| l.started.load(SeqCst)).sum()
-    }
-}
-
-/// This thread's lane: threads are numbered round-robin on first use.
-pub fn my_lane() -> usize {
-    #[cfg(not(loom))]
-    {
-        use std::sync::atomic::{AtomicUsize as StdAtomic, Ordering::Relaxed};
-        static NEXT: StdAtomic = StdAtomic::new(0);
-        thread_local! {
-            static LANE: usize = NEXT.fetch_add(1, Relaxed) % LANES;
-        }
-        LANE.with(|l| *l)
-    }
-    #[cfg(loom)]
-    {
-        0
     }
 }
