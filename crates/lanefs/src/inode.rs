@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// What the inode cache keeps in each inode (its use count and eviction mark, CLOCK bit
 /// and the bytes it charged); only `icache` changes it.
-#[derive(Default)]
 pub struct CacheLink {
     /// Uses held (`icache::IRef`s) and whether it is being evicted.
     pub gate: crate::usegate::UseGate,
@@ -30,6 +29,18 @@ pub struct CacheLink {
     pub charge: AtomicU64,
     /// Its link in a `bucket` table's chain (the kernel's `i_hash`).
     pub next: crate::icache::Link,
+}
+
+impl CacheLink {
+    /// Not cached yet: no use, not referenced, nothing charged, unlinked.
+    pub fn new(ino: u64) -> CacheLink {
+        CacheLink {
+            gate: crate::usegate::UseGate::new(),
+            referenced: AtomicBool::new(false),
+            charge: AtomicU64::new(0),
+            next: crate::icache::Link::new(ino),
+        }
+    }
 }
 
 /// Mutable state of a cached inode.
@@ -157,7 +168,7 @@ pub fn inode_from_state(ino: u64, st: InodeState) -> Inode {
         last_alloc: AtomicU64::new(0),
         last_group: AtomicU32::new(crate::ialloc::NO_GROUP),
         gone: AtomicBool::new(false),
-        cache: Default::default(),
+        cache: CacheLink::new(ino),
     }
 }
 
