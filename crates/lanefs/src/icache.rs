@@ -27,6 +27,7 @@
 use crate::inode::Inode;
 use crate::sync::{my_lane, Mutex, ICACHE_BUCKET, ICACHE_GLOBAL, LANES};
 use crate::types::{IcachePolicy, IcacheStats};
+pub use crate::usegate::Link;
 use crossbeam_epoch as epoch;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -206,36 +207,8 @@ impl BuildHasher for InoHash {
     }
 }
 
-/// A link of a `bucket` chain (the kernel's `hlist_bl_node` pointer): 0 at the end, else
-/// a pointer from `Arc::into_raw` of the next entry, an `Inode` (low bit clear) or a
-/// placeholder's `Setup` (low bit set; both are at least 8-aligned). The chain owns one
-/// strong count of every entry it links. Under `cfg(shuttle)` shuttle's atomic, so its
-/// scheduler can switch inside a walk.
-pub struct Link {
-    /// The inode number of the entry this link is in, beside the link so that a walk
-    /// reads one cache line per entry.
-    key: u64,
-    next: AtomicUsize,
-}
-
 /// The tag of a placeholder's link.
 const SETUP_TAG: usize = 1;
-
-impl Link {
-    /// The end of a chain, in the entry for inode `key`.
-    pub fn new(key: u64) -> Link {
-        Link {
-            key,
-            next: AtomicUsize::new(0),
-        }
-    }
-    fn get(&self) -> usize {
-        self.next.load(Ordering::Acquire)
-    }
-    fn set(&self, v: usize) {
-        self.next.store(v, Ordering::Release);
-    }
-}
 
 /// The chain's link value for `s`, taking one strong count for the chain.
 fn into_link(s: Slot) -> usize {
@@ -262,7 +235,7 @@ enum Entry<'a> {
 
 impl<'a> Entry<'a> {
     fn ino(self) -> u64 {
-        self.next().key
+        self.next().key()
     }
     fn next(self) -> &'a Link {
         match self {

@@ -28,7 +28,7 @@ pub struct CacheLink {
     /// Bytes the cache charged for it.
     pub charge: AtomicU64,
     /// Its link in a `bucket` table's chain (the kernel's `i_hash`).
-    pub next: crate::icache::Link,
+    pub next: crate::usegate::Link,
 }
 
 impl CacheLink {
@@ -38,7 +38,7 @@ impl CacheLink {
             gate: crate::usegate::UseGate::new(),
             referenced: AtomicBool::new(false),
             charge: AtomicU64::new(0),
-            next: crate::icache::Link::new(ino),
+            next: crate::usegate::Link::new(ino),
         }
     }
 }

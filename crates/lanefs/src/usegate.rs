@@ -1,3 +1,6 @@
+//! What the inode cache keeps in each inode besides counters: the use gate and the
+//! `bucket` chain's [`Link`].
+//!
 //! The handshake between a lookup that takes a use of a cached inode and the inode
 //! cache's sweep that evicts it (the kernel's `i_count` against `I_FREEING`), lock-free on both sides.
 //!
@@ -74,5 +77,42 @@ impl UseGate {
     /// Whether the inode was marked dead.
     pub fn is_dead(&self) -> bool {
         self.0.load(Ordering::Acquire) & DEAD != 0
+    }
+}
+
+#[cfg(shuttle)]
+use shuttle::sync::atomic::AtomicUsize as LinkAtomic;
+#[cfg(not(shuttle))]
+use std::sync::atomic::AtomicUsize as LinkAtomic;
+
+/// A link of a `bucket` chain (the kernel's `hlist_bl_node` pointer): 0 at the end, else
+/// a pointer from `Arc::into_raw` of the next entry, an `Inode` (low bit clear) or a
+/// placeholder's `Setup` (low bit set; both are at least 8-aligned). The chain owns one
+/// strong count of every entry it links. Under `cfg(shuttle)` shuttle's atomic, so its
+/// scheduler can switch inside a walk.
+pub struct Link {
+    /// The inode number of the entry this link is in, beside the link so that a walk
+    /// reads one cache line per entry.
+    key: u64,
+    next: LinkAtomic,
+}
+
+impl Link {
+    /// The end of a chain, in the entry for inode `key`.
+    pub fn new(key: u64) -> Link {
+        Link {
+            key,
+            next: LinkAtomic::new(0),
+        }
+    }
+    /// The inode number of the entry this link is in.
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+    pub(crate) fn get(&self) -> usize {
+        self.next.load(std::sync::atomic::Ordering::Acquire)
+    }
+    pub(crate) fn set(&self, v: usize) {
+        self.next.store(v, std::sync::atomic::Ordering::Release);
     }
 }
