@@ -403,15 +403,23 @@ impl Bucket {
         // reach it; the closure runs after all of them unpin, and owns the count the chain
         // held (taken by `into_link`), which it gives back exactly once. The closure moves
         // a plain integer, so it is `Send` whatever thread runs it.
+        unsafe { g.defer_unchecked(move || Self::release(v)) };
+    }
+
+    /// Give back the count a chain held of the entry `v` (taken by `into_link`).
+    ///
+    /// # Safety
+    /// `v` is unlinked (or its chain is being dropped), no reader can stand on it any
+    /// more, and its count is given back only this once.
+    unsafe fn release(v: usize) {
+        // SAFETY: the caller's contract; `v` came from `Arc::into_raw` of the tagged type.
         unsafe {
-            g.defer_unchecked(move || {
-                if v & SETUP_TAG != 0 {
-                    drop(Arc::from_raw((v & !SETUP_TAG) as *const Setup));
-                } else {
-                    drop(Arc::from_raw(v as *const Inode));
-                }
-            })
-        };
+            if v & SETUP_TAG != 0 {
+                drop(Arc::from_raw((v & !SETUP_TAG) as *const Setup));
+            } else {
+                drop(Arc::from_raw(v as *const Inode));
+            }
+        }
     }
 }
 
@@ -424,14 +432,8 @@ impl Drop for Bucket {
         while v != 0 {
             // SAFETY: exclusive access; `v` is linked and counted.
             let next = unsafe { Self::entry(v) }.next().get();
-            // SAFETY: the chain's count of `v`, given back once.
-            unsafe {
-                if v & SETUP_TAG != 0 {
-                    drop(Arc::from_raw((v & !SETUP_TAG) as *const Setup));
-                } else {
-                    drop(Arc::from_raw(v as *const Inode));
-                }
-            }
+            // SAFETY: exclusive access: no reader remains; the chain's count, given back once.
+            unsafe { Self::release(v) };
             v = next;
         }
     }
@@ -969,5 +971,41 @@ mod tests {
         let longest = per.iter().copied().max().unwrap_or(0);
         assert!(used > buckets.len() * 9 / 10, "{used} buckets used");
         assert!(longest <= 8, "a chain of {longest}");
+    }
+
+    /// A load that panics leaves no placeholder behind: the next lookup of the number
+    /// loads it again instead of waiting forever.
+    #[test]
+    fn panicking_load_leaves_no_placeholder() {
+        for policy in [
+            IcachePolicy::Bucket,
+            IcachePolicy::Global,
+            IcachePolicy::Papaya,
+        ] {
+            let c = Arc::new(ICache::new(policy, 1 << 20));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _ = c.get::<()>(12, || panic!("load failed"));
+            }));
+            assert!(r.is_err());
+            // On its own thread, so a lookup stuck on a stale placeholder fails the test
+            // instead of hanging it.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let c2 = c.clone();
+            std::thread::spawn(move || {
+                let r = c2.get::<()>(12, || {
+                    Ok(crate::inode::new_inode(
+                        12,
+                        crate::disk::inode::DiskInode::new(256),
+                    ))
+                });
+                let _ = tx.send(r.map(|i| i.ino));
+            });
+            let loaded = rx.recv_timeout(std::time::Duration::from_secs(10));
+            assert_eq!(
+                loaded,
+                Ok(Ok(12)),
+                "{policy:?}: lookup after a panicking load"
+            );
+        }
     }
 }
