@@ -23,6 +23,15 @@ pub trait BlockDevice: Send + Sync {
             _ => self.write_at(off, &bufs.concat()),
         }
     }
+    /// Read back to back from `off` into `bufs`, as one read of their total length (the
+    /// page cache's read-ahead into several folios; a file device scatters with `preadv`).
+    fn read_scatter_at(&self, mut off: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        for b in bufs.iter_mut() {
+            self.read_at(off, b)?;
+            off += b.len() as u64;
+        }
+        Ok(())
+    }
     /// Make every completed write durable.
     fn flush(&self) -> Result<()>;
     /// Size in bytes.
@@ -127,6 +136,16 @@ impl BlockDevice for FileDevice {
         }
         pwritev_all(&self.file, off, bufs).map_err(|e| Error::Io(format!("write at {off}: {e}")))
     }
+    fn read_scatter_at(&self, off: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        if off.checked_add(len).is_none_or(|end| end > self.size) {
+            return Err(Error::Io(format!(
+                "read of {len} bytes at {off} is beyond the device end ({})",
+                self.size
+            )));
+        }
+        preadv_all(&self.file, off, bufs).map_err(|e| Error::Io(format!("read at {off}: {e}")))
+    }
     fn flush(&self) -> Result<()> {
         self.file
             .sync_data()
@@ -159,6 +178,36 @@ fn pwritev_all(file: &File, mut off: u64, bufs: &[&[u8]]) -> std::io::Result<()>
         };
         off += n as u64;
         // Step past what was written, and past empty buffers.
+        let mut n = n;
+        while i < bufs.len() && n >= bufs[i].len() - done {
+            n -= bufs[i].len() - done;
+            i += 1;
+            done = 0;
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Read into `bufs` back to back from `off` with `preadv`, going on after short reads; the
+/// end of the file before the buffers are full is an error.
+fn preadv_all(file: &File, mut off: u64, bufs: &mut [&mut [u8]]) -> std::io::Result<()> {
+    use std::io::IoSliceMut;
+    let (mut i, mut done) = (0, 0);
+    while i < bufs.len() {
+        let end = bufs.len().min(i + IOV_MAX);
+        let mut iov: Vec<IoSliceMut<'_>> = bufs[i..end]
+            .iter_mut()
+            .enumerate()
+            .map(|(k, b)| IoSliceMut::new(if k == 0 { &mut b[done..] } else { b }))
+            .collect();
+        let n = match rustix::io::preadv(file, &mut iov, off) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        off += n as u64;
         let mut n = n;
         while i < bufs.len() && n >= bufs[i].len() - done {
             n -= bufs[i].len() - done;
@@ -284,6 +333,9 @@ impl BlockDevice for ErrorLatch {
     }
     fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
         self.note(self.inner.write_at(off, buf))
+    }
+    fn read_scatter_at(&self, off: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        self.inner.read_scatter_at(off, bufs)
     }
     fn write_gather_at(&self, off: u64, bufs: &[&[u8]]) -> Result<()> {
         self.note(self.inner.write_gather_at(off, bufs))

@@ -63,6 +63,13 @@ pub struct MountOptions {
     /// the machine's memory within 64 MiB..1 GiB): clean blocks are evicted past it, and
     /// the journal checkpoints when dirty ones pass half of it.
     pub bufcache_limit: u64,
+    /// Bytes of file data cached (`pagecache_limit=BYTES`; default an eighth of the
+    /// machine's memory within 64 MiB..2 GiB): clean folios are evicted past it, and
+    /// writers write back once dirty data passes a quarter of it.
+    pub pagecache_limit: u64,
+    /// Largest folio of the page cache, as log2 of its blocks (`folio_max_order=0..6`;
+    /// default 4, 64 KiB with 4 KiB blocks); 0 is the baseline of single-block pages.
+    pub folio_max_order: u8,
 }
 
 /// The inode cache's default memory limit.
@@ -82,6 +89,8 @@ impl Default for MountOptions {
             icache: IcachePolicy::Global,
             icache_limit: DEFAULT_ICACHE_LIMIT,
             bufcache_limit: crate::buf::default_bufcache_limit(),
+            pagecache_limit: crate::page::default_pagecache_limit(),
+            folio_max_order: crate::page::DEFAULT_MAX_ORDER,
         }
     }
 }
@@ -92,7 +101,7 @@ impl MountOptions {
     /// `mb_stream_goal=global|inode|slots`, `mb_optimize_scan=0|1`, `relatime`,
     /// `strictatime`, `noatime`, `atime` (= relatime), `nodiratime`, `diratime`,
     /// `ialloc=optimistic|locked`, `icache=bucket|global|papaya`, `icache_limit=BYTES`,
-    /// `bufcache_limit=BYTES`.
+    /// `bufcache_limit=BYTES`, `pagecache_limit=BYTES`, `folio_max_order=0..6`.
     pub const NAMES: &'static [&'static str] = &[
         "ro",
         "rw",
@@ -110,6 +119,8 @@ impl MountOptions {
         "icache",
         "icache_limit",
         "bufcache_limit",
+        "pagecache_limit",
+        "folio_max_order",
     ];
 
     /// Apply one option `key` or `key=value`. `Ok(false)` when `key` is not an engine
@@ -206,6 +217,24 @@ impl MountOptions {
                 self.bufcache_limit =
                     parse_size(v).map_err(|e| format!("option bufcache_limit={v}: {e}"))?;
             }
+            "pagecache_limit" => {
+                let v = need()?;
+                self.pagecache_limit =
+                    parse_size(v).map_err(|e| format!("option pagecache_limit={v}: {e}"))?;
+            }
+            "folio_max_order" => {
+                let v = need()?;
+                self.folio_max_order = v
+                    .parse()
+                    .ok()
+                    .filter(|&o| o <= crate::page::MAX_ORDER)
+                    .ok_or_else(|| {
+                        format!(
+                            "option folio_max_order={v}: expected 0 to {}",
+                            crate::page::MAX_ORDER
+                        )
+                    })?;
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -221,6 +250,8 @@ pub struct Fs {
     al: Arc<Allocator>,
     ial: Arc<InodeAllocator>,
     icache: ICache,
+    /// The page cache of file data.
+    pages: crate::page::PageCache,
     sb: Mutex<Superblock>,
     rename_lock: Mutex<()>,
     /// The orphan list in chain order (head first): unlinked inodes still open.
@@ -385,6 +416,12 @@ impl Fs {
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: Mutex::new(&ORPHAN, Vec::new()),
             icache: ICache::new(opts.icache, opts.icache_limit),
+            pages: crate::page::PageCache::new(
+                dev.clone(),
+                bs as usize,
+                opts.folio_max_order,
+                opts.pagecache_limit,
+            ),
             ial,
             dev,
             bufs,

@@ -1,7 +1,7 @@
 //! In-memory inodes: reading and storing them in their table, and their block maps.
 //!
 //! An `Inode` holds the on-disk bytes (so unknown fields and in-inode xattrs survive),
-//! the extent map once loaded, and its dirty data pages. Its state lock (class `inode`)
+//! the extent map once loaded, and its page cache mapping (`page::Mapping`). Its state lock (class `inode`)
 //! orders before journal handles. The cache that holds them is `icache`; inode numbers
 //! come from `ialloc`.
 
@@ -14,9 +14,10 @@ use crate::error::{Error, Result};
 use crate::extmap::ExtentMap;
 use crate::ialloc::InodeAllocator;
 use crate::journal::Handle;
-use crate::page::PageMap;
-use crate::sync::{Mutex, RwLock, INODE, PAGE};
+use crate::page::Mapping;
+use crate::sync::{RwLock, INODE};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// What the inode cache keeps in each inode (its use count and eviction mark, CLOCK bit
 /// and the bytes it charged); only `icache` changes it.
@@ -69,8 +70,8 @@ pub struct Inode {
     pub ino: u64,
     /// Metadata state.
     pub state: RwLock<InodeState>,
-    /// Dirty file data.
-    pub pages: Mutex<PageMap>,
+    /// Cached file data (the page cache's mapping of this file).
+    pub mapping: Arc<Mapping>,
     /// Open references (files opened, created, or held by the bench).
     pub open: AtomicU32,
     /// The transaction that last put this inode on its ordered-data list.
@@ -92,7 +93,7 @@ impl crate::journal::OrderedData for Inode {
         &self.ordered_tid
     }
     fn write_ordered(&self, dev: &dyn crate::dev::BlockDevice, bs: usize) -> Result<()> {
-        self.pages.lock().write_back(dev, bs)
+        self.mapping.write_back(dev, bs)
     }
 }
 
@@ -115,7 +116,7 @@ impl Inode {
     /// Bytes this inode holds, as the inode cache accounts them.
     pub fn mem_bytes(&self) -> usize {
         let heap = self.state.try_read().map_or(0, |st| st.heap_bytes());
-        std::mem::size_of::<Inode>() + heap
+        std::mem::size_of::<Inode>() + std::mem::size_of::<Mapping>() + heap
     }
 
     /// Whether the inode was released on disk.
@@ -123,10 +124,11 @@ impl Inode {
         self.gone.load(Ordering::Acquire)
     }
 
-    /// Whether the cache may drop this inode: not open, no dirty pages, no extent-map
+    /// Whether the cache may drop this inode: not open, no dirty data, no extent-map
     /// change the tree lacks, no preallocation (checked without waiting for any lock).
+    /// Its clean folios go with it.
     pub fn evictable(&self) -> bool {
-        if self.is_open() || !self.pages.try_lock().is_some_and(|p| p.is_empty()) {
+        if self.is_open() || self.mapping.has_dirty() {
             return false;
         }
         self.state
@@ -162,7 +164,7 @@ pub fn inode_from_state(ino: u64, st: InodeState) -> Inode {
     Inode {
         ino,
         state: RwLock::new(&INODE, st),
-        pages: Mutex::new(&PAGE, PageMap::default()),
+        mapping: Arc::new(Mapping::default()),
         open: AtomicU32::new(0),
         ordered_tid: AtomicU64::new(0),
         last_alloc: AtomicU64::new(0),

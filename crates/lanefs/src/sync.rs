@@ -23,8 +23,11 @@
 //! | 35 | [`STREAM_GOAL`] | the global stream goal (baseline allocator only) |
 //! | 38 | [`ORPHAN`] | the orphan list and journaled superblock updates |
 //! | 40 | [`GROUP`] | one allocation group's bitmaps and counters (one at a time) |
-//! | 45 | [`PAGE`] | one inode's page cache |
+//! | 44 | [`WRITEBACK`] | one inode's write-back (one writer per file; held across its IO) |
+//! | 45 | [`PAGE`] | one inode's page cache: its folio index (inserts, removals) and dirty set |
+//! | 47 | [`FOLIO`] | one folio's bytes; nestable: write-back holds a run's folios in file order |
 //! | 50 | [`BUFFER`] | one cached metadata block's bytes |
+//! | 52 | [`CLOCK`] | one shard of the page cache's eviction list (leaf but for try-locks) |
 //! | 55 | [`TX_LIST`] | a running transaction's buffer, revoke and ordered-inode lists |
 //! | 60 | [`BUF_SHARD`] | one shard of the metadata buffer cache map (leaf) |
 //! | 70 | [`SUPER`] | the in-memory superblock copy (leaf, rare) |
@@ -209,8 +212,18 @@ pub static ICACHE_GLOBAL: LockClass = LockClass::new("icache_global", 31, false)
 /// One allocation group's bitmaps and counters. At most one group lock held at a time, never
 /// across IO.
 pub static GROUP: LockClass = LockClass::new("group", 40, false);
-/// One inode's page cache.
+/// One inode's write-back: one writer of a file's dirty folios at a time, held across its
+/// IO (the kernel's `I_SYNC`).
+pub static WRITEBACK: LockClass = LockClass::new("writeback", 44, false);
+/// One inode's page cache: inserts into and removals from its folio index, and its set of
+/// dirty folios (the kernel's `xa_lock` of the mapping). Lookups take no lock.
 pub static PAGE: LockClass = LockClass::new("page", 45, false);
+/// One folio's bytes (the kernel's folio lock). Nestable: write-back holds the folios of
+/// one device write at once, taken in file order.
+pub static FOLIO: LockClass = LockClass::new("folio", 47, true);
+/// One shard of the page cache's CLOCK list: inserts, and the sweep that evicts (it only
+/// try-locks the folios and mappings it visits).
+pub static CLOCK: LockClass = LockClass::new("clock", 52, false);
 /// The bytes of one cached metadata block.
 pub static BUFFER: LockClass = LockClass::new("buffer", 50, false);
 /// A running transaction's lists (buffers, revokes, ordered inodes), sharded. Leaf-like.
@@ -222,7 +235,7 @@ pub static SUPER: LockClass = LockClass::new("super", 70, false);
 /// The bytes of a memory device (tests and benchmarks). Leaf lock.
 pub static MEM_DEVICE: LockClass = LockClass::new("mem_device", 80, false);
 
-static ALL_CLASSES: [&LockClass; 16] = [
+static ALL_CLASSES: [&LockClass; 19] = [
     &RENAME,
     &INODE,
     &JOURNAL_COMMIT,
@@ -233,8 +246,11 @@ static ALL_CLASSES: [&LockClass; 16] = [
     &ORPHAN,
     &IGROUP,
     &GROUP,
+    &WRITEBACK,
     &PAGE,
+    &FOLIO,
     &BUFFER,
+    &CLOCK,
     &TX_LIST,
     &BUF_SHARD,
     &SUPER,
@@ -961,7 +977,7 @@ mod tests {
     fn classes_are_in_lock_order() {
         // Goal: the declared order is the lock order, and names are unique.
         let classes = all_classes();
-        assert_eq!(classes.len(), 16);
+        assert_eq!(classes.len(), 19);
         for pair in classes.windows(2) {
             assert!(
                 pair[0].rank() < pair[1].rank(),
@@ -988,8 +1004,11 @@ mod tests {
         assert_eq!(
             &names[10..],
             &[
+                "writeback",
                 "page",
+                "folio",
                 "buffer",
+                "clock",
                 "tx_list",
                 "buf_shard",
                 "super",

@@ -11,8 +11,18 @@ use crate::extmap::{ExtentMap, Mapping};
 use crate::icache::IRef;
 use crate::inode::{Inode, InodeState};
 use crate::journal::Handle;
-use crate::page::PAGE_LIMIT;
+use crate::page::Run;
 use crate::types::*;
+
+/// Where block `lblk` of a file mapped by `ext` lives, for the page cache.
+fn run_at(ext: &ExtentMap, lblk: u64) -> Run {
+    match u32::try_from(lblk).map(|b| ext.map(b)) {
+        Ok(Mapping::Mapped(p, false, l)) => Run::Data(p, u64::from(l)),
+        Ok(Mapping::Mapped(_, true, l)) => Run::Zero(u64::from(l)),
+        Ok(Mapping::Hole(l)) => Run::Zero(l),
+        Err(_) => Run::Zero(1),
+    }
+}
 
 impl Fs {
     /// Refuse anything but a regular file.
@@ -31,9 +41,14 @@ impl Fs {
             .ok_or_else(|| Error::Unsupported("file without extents".into()))
     }
 
-    /// Read at `off` into `buf`; returns bytes read (0 at end of file).
+    /// Read at `off` into `buf`; returns bytes read (0 at end of file). Cached data is
+    /// copied without the inode's lock (the size as last stored, then the folios); a miss
+    /// reads through the page cache under the inode's shared lock.
     pub fn read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
         let i = self.iget(ino)?;
+        if let Some(n) = i.mapping.read_fast(self.bs as usize, off, buf) {
+            return Ok(n);
+        }
         let st = self.read_loaded(&i)?;
         self.regular_kind(&st)?;
         if inline::is_inline(&st.d) {
@@ -45,21 +60,10 @@ impl Fs {
             return Ok(0);
         }
         let n = (size - off).min(buf.len() as u64) as usize;
-        let bs = self.bs as u64;
-        let pages = i.pages.lock();
-        let mut done = 0usize;
-        while done < n {
-            let pos = off + done as u64;
-            let lblk = pos / bs;
-            let inb = (pos % bs) as usize;
-            if let Some(p) = pages.get(lblk) {
-                let k = (bs as usize - inb).min(n - done);
-                buf[done..done + k].copy_from_slice(&p.data[inb..inb + k]);
-                done += k;
-                continue;
-            }
-            done += self.read_run(ext, &pages, lblk, inb, &mut buf[done..n])?;
-        }
+        i.mapping
+            .read(&self.pages, off, &mut buf[..n], size, &|lblk| {
+                run_at(ext, lblk)
+            })?;
         Ok(n)
     }
 
@@ -117,34 +121,6 @@ impl Fs {
         Ok(Some(pos.min(size)))
     }
 
-    /// Read from the device (or zeros) a run of blocks without dirty pages.
-    fn read_run(
-        &self,
-        ext: &ExtentMap,
-        pages: &crate::page::PageMap,
-        lblk: u64,
-        inb: usize,
-        out: &mut [u8],
-    ) -> Result<usize> {
-        let bs = self.bs as u64;
-        let want_blocks = (inb as u64 + out.len() as u64).div_ceil(bs);
-        let (left, pblk) = match ext.map(lblk as u32) {
-            Mapping::Hole(l) => (l, None),
-            Mapping::Mapped(_, true, l) => (u64::from(l), None),
-            Mapping::Mapped(p, false, l) => (u64::from(l), Some(p)),
-        };
-        let mut blocks = left.min(want_blocks).max(1);
-        if let Some(next) = pages.next_from(lblk + 1) {
-            blocks = blocks.min(next - lblk);
-        }
-        let k = ((blocks * bs) as usize - inb).min(out.len());
-        match pblk {
-            None => out[..k].fill(0),
-            Some(p) => self.dev.read_at(p * bs + inb as u64, &mut out[..k])?,
-        }
-        Ok(k)
-    }
-
     /// Write `data` at `off`; returns bytes written.
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
         self.retry_nospace(|| self.write_once(ino, off, data))
@@ -174,11 +150,13 @@ impl Fs {
             return Err(Error::NotPermitted);
         }
         let h = self.journal.start();
+        let _change = i.mapping.change();
         if self.inline_candidate(&st) && self.write_inline(&h, &i, &mut st, off, data)? {
             let t = now();
             st.d.set_mtime(t);
             st.d.set_ctime(t);
             self.store(&h, ino, &mut st)?;
+            i.mapping.set_size(st.d.size());
             return Ok(data.len());
         }
         self.regular(&st)?;
@@ -229,6 +207,7 @@ impl Fs {
         st.d.set_mtime(t);
         st.d.set_ctime(t);
         self.store(&h, ino, &mut st)?;
+        i.mapping.set_size(st.d.size());
         Ok(data.len())
     }
 
@@ -258,7 +237,8 @@ impl Fs {
         Ok(())
     }
 
-    /// Copy `data` into dirty pages (blocks already mapped and written).
+    /// Copy `data` into the page cache, dirty (blocks already mapped and written); blocks
+    /// `prior` says held no data start from zeros instead of the device.
     fn copy_in(
         &self,
         i: &Inode,
@@ -269,44 +249,27 @@ impl Fs {
     ) -> Result<()> {
         let bs = self.bs as u64;
         let ext = self.regular(st)?;
-        let first = off / bs;
-        let mut pages = i.pages.lock();
-        let mut done = 0usize;
-        while done < data.len() {
-            let pos = off + done as u64;
-            let lblk = pos / bs;
-            let inb = (pos % bs) as usize;
-            let k = (bs as usize - inb).min(data.len() - done);
-            let Mapping::Mapped(p, _, _) = ext.map(lblk as u32) else {
+        let (first, last) = (off / bs, (off + data.len() as u64).saturating_sub(1) / bs);
+        for lblk in first..=last {
+            if !matches!(ext.map(lblk as u32), Mapping::Mapped(..)) {
                 return Err(Error::corrupt(
                     "extent map",
                     i.ino,
                     format!("block {lblk} unmapped after allocation"),
                 ));
+            }
+        }
+        let blk = |lblk: u64| {
+            let p = match ext.map(lblk as u32) {
+                Mapping::Mapped(p, _, _) => p,
+                _ => 0,
             };
-            let whole = inb == 0 && k == bs as usize;
-            // Blocks that held no data start from zeros, not the device.
-            let is_fresh = prior[(lblk - first) as usize] != Prior::Written;
-            let dev = &self.dev;
-            let page = pages.get_mut_or(
-                lblk,
-                p,
-                |b| {
-                    if whole || is_fresh {
-                        Ok(())
-                    } else {
-                        dev.read_at(p * bs, b)
-                    }
-                },
-                bs as usize,
-            )?;
-            page.data[inb..inb + k].copy_from_slice(&data[done..done + k]);
-            done += k;
-        }
-        if pages.len() > PAGE_LIMIT {
-            pages.write_back(&*self.dev, bs as usize)?;
-        }
-        Ok(())
+            let fresh = prior
+                .get(lblk.wrapping_sub(first) as usize)
+                .is_some_and(|&p| p != Prior::Written);
+            (p, fresh)
+        };
+        i.mapping.write(&self.pages, off, data, &blk)
     }
 
     /// Allocate or punch `[off, off+len)`.
@@ -330,6 +293,7 @@ impl Fs {
         self.regular_kind(&st)?;
         // As ext4_fallocate: an inline file moves to a block first.
         let h = self.journal.start();
+        let _change = i.mapping.change();
         if inline::is_inline(&st.d) {
             if flags::immutable(&st) {
                 return Err(Error::NotPermitted);
@@ -390,6 +354,7 @@ impl Fs {
             alloc?;
             if !mode.keep_size && end > st.d.size() {
                 st.d.set_size(end);
+                i.mapping.set_size(end);
             }
         }
         let t = now();
@@ -428,7 +393,7 @@ impl Fs {
         b: u64,
     ) -> Result<()> {
         if b > a {
-            i.pages.lock().drop_range(a, b);
+            i.mapping.drop_range(&self.pages, a, b);
             bmap::unmap_blocks(&self.al, h, st, a, b, false)?;
         }
         Ok(())
@@ -446,11 +411,8 @@ impl Fs {
         let Mapping::Mapped(p, false, _) = ext.map(lblk as u32) else {
             return Ok(());
         };
-        let mut pages = i.pages.lock();
-        let dev = &self.dev;
-        let page = pages.get_mut_or(lblk, p, |b| dev.read_at(p * bs, b), bs as usize)?;
-        page.data[(from % bs) as usize..((to - 1) % bs + 1) as usize].fill(0);
-        Ok(())
+        let zeros = vec![0u8; (to - from) as usize];
+        i.mapping.write(&self.pages, from, &zeros, &|_| (p, false))
     }
 
     /// Set the size: free blocks past a smaller size, zero the tail of the last block.
@@ -463,6 +425,7 @@ impl Fs {
     ) -> Result<()> {
         let bs = self.bs as u64;
         let old = st.d.size();
+        let _change = i.mapping.change();
         if inline::is_inline(&st.d) && self.truncate_inline(h, i, st, size)? {
             if size != old {
                 let t = now();
@@ -476,10 +439,10 @@ impl Fs {
             if !size.is_multiple_of(bs) {
                 self.zero_partial(i, st, size, keep * bs)?;
             }
-            i.pages.lock().drop_from(keep);
             self.unmap(h, i, st, keep, MAX_FILE_BLOCKS)?;
         }
         st.d.set_size(size);
+        i.mapping.set_size(size);
         if size != old {
             let t = now();
             st.d.set_mtime(t);
@@ -503,12 +466,11 @@ impl Fs {
         }
     }
 
-    /// Write every cached inode's dirty pages to the device (no flush).
+    /// Write every cached inode's dirty data to the device (no flush).
     pub(super) fn flush_pages(&self) -> Result<()> {
         for i in self.icache.all() {
-            let mut p = i.pages.lock();
-            if !p.is_empty() {
-                p.write_back(&*self.dev, self.bs as usize)?;
+            if i.mapping.has_dirty() {
+                i.mapping.write_back(&*self.dev, self.bs as usize)?;
             }
         }
         Ok(())
@@ -526,10 +488,7 @@ impl Fs {
         let tid = match self.icache.peek(ino) {
             Some(i) => {
                 let tid = i.state.read().tid;
-                let mut p = i.pages.lock();
-                if !p.is_empty() {
-                    p.write_back(&*self.dev, self.bs as usize)?;
-                }
+                i.mapping.write_back(&*self.dev, self.bs as usize)?;
                 tid
             }
             // Not cached: nothing dirty in memory, but its last change may be uncommitted.

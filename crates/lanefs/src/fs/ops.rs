@@ -638,7 +638,8 @@ impl Fs {
         let ino = i.ino;
         // Its dirty pages point at blocks freed here, which may be reused at once: they
         // must never be written (a commit's ordered list may still hold this inode).
-        i.pages.lock().drop_from(0);
+        i.mapping.drop_range(&self.pages, 0, u64::MAX);
+        i.mapping.set_size(0);
         let kind = kind_of(st);
         self.al.discard_pa(&mut st.pa);
         self.orphan_del(h, ino)?;
@@ -831,6 +832,21 @@ impl Fs {
     /// The metadata buffer cache's size and limit.
     pub fn bufcache_stats(&self) -> BufCacheStats {
         self.bufs.stats()
+    }
+
+    /// What the page cache of file data holds, its limit and its device reads.
+    pub fn pagecache_stats(&self) -> crate::page::PageCacheStats {
+        self.pages.stats()
+    }
+
+    /// Drop the clean cached data of `ino` (as `POSIX_FADV_DONTNEED`): the next reads go to
+    /// the device. Dirty data stays.
+    pub fn drop_cache(&self, ino: Ino) -> Result<()> {
+        if let Some(i) = self.icache.peek(ino) {
+            i.mapping.drop_clean();
+            self.pages.prune();
+        }
+        Ok(())
     }
 
     /// File-system counters.

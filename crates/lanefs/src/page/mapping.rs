@@ -1,0 +1,612 @@
+//! One file's cached data (the kernel's `address_space`): its folio index, its dirty
+//! folios, its read-ahead state and a mirror of its size for the lock-free read path.
+//!
+//! Who holds what:
+//! - a read hit takes no lock but the folio's read lock: an epoch pin, an index walk, the
+//!   copy ([`Mapping::read_hits`]);
+//! - a read miss runs under the inode's state lock (shared), so no write, truncation or
+//!   hole punch runs meanwhile: it reads the read-ahead window into new folios with one
+//!   device read per physically contiguous run, then inserts them under the mapping's lock
+//!   (class `page`), dropping any a racing reader inserted first;
+//! - writes, truncation and hole punching run under the inode's state lock (exclusive) and
+//!   the mapping's lock, then one folio's lock at a time;
+//! - write-back (`writeback`, one writer per file) takes the dirty set under the mapping's
+//!   lock, then holds the read locks of one device write's folios in file order;
+//! - the eviction sweep only try-locks the mapping and the folio.
+
+use super::folio::{mask, Folio, FolioData};
+use super::index::{FolioIndex, Locked, NODE_BYTES};
+use super::PageCache;
+use crate::error::{Error, Result};
+use crate::sync::{Mutex, PAGE, WRITEBACK};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// The size mirror before the file's size is known to the mapping.
+const SIZE_UNKNOWN: u64 = u64::MAX;
+
+/// Where a run of file blocks lives, from the file's block map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Run {
+    /// `len` blocks that read as zeros (a hole or unwritten extent).
+    Zero(u64),
+    /// `len` blocks stored from physical block `pblk` on.
+    Data(u64, u64),
+}
+
+/// Sequential read-ahead: the window and the folio order grow while reads continue where
+/// the last window ended (the kernel's `page_cache_ra_order`), and fall back to what was
+/// asked on any other miss.
+#[derive(Default, Debug, Clone, Copy)]
+pub struct Readahead {
+    /// The block after the last window.
+    next: u64,
+    /// Blocks in the last window (0: none).
+    size: u64,
+    /// Folio order of the last window.
+    order: u8,
+}
+
+impl Readahead {
+    /// The window for a miss at `idx` of a read wanting blocks up to `want_end`: its end
+    /// (before `eof`) and its largest folio order.
+    pub fn window(
+        &mut self,
+        idx: u64,
+        want_end: u64,
+        eof: u64,
+        max: u64,
+        max_order: u8,
+    ) -> (u64, u8) {
+        let req = want_end.saturating_sub(idx).max(1);
+        let (size, order) = if self.size > 0 && idx == self.next {
+            let size = (self.size * 2).max(req).min(max.max(req));
+            (size, (self.order + 2).min(max_order))
+        } else {
+            (req, (63 - req.leading_zeros()) as u8)
+        };
+        let order = order.min(max_order).min(63 - size.leading_zeros() as u8);
+        let end = (idx + size).min(eof.max(idx + 1));
+        *self = Readahead {
+            next: end,
+            size: end - idx,
+            order,
+        };
+        (end, order)
+    }
+}
+
+struct Inner {
+    /// Folios with dirty blocks, by first block.
+    dirty: BTreeMap<u64, Arc<Folio>>,
+    ra: Readahead,
+}
+
+/// One file's page cache.
+pub struct Mapping {
+    index: FolioIndex,
+    inner: Mutex<Inner>,
+    wb: Mutex<()>,
+    /// The file's size as of its last store (`SIZE_UNKNOWN` before), for reads that take no
+    /// inode lock.
+    size: AtomicU64,
+    /// Changes of the file's data made so far, twice, odd while one runs (a seqcount): a
+    /// read without the inode lock that sees it move tries again under the lock, so every
+    /// read sees a write whole or not at all.
+    seq: AtomicU64,
+}
+
+/// An open change of a file's data and size ([`Mapping::change`]).
+pub struct Change<'a>(Option<&'a AtomicU64>);
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.0 {
+            s.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+impl Default for Mapping {
+    fn default() -> Mapping {
+        Mapping {
+            index: FolioIndex::default(),
+            inner: Mutex::new(
+                &PAGE,
+                Inner {
+                    dirty: BTreeMap::new(),
+                    ra: Readahead::default(),
+                },
+            ),
+            wb: Mutex::new(&WRITEBACK, ()),
+            size: AtomicU64::new(SIZE_UNKNOWN),
+            seq: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The largest order `<= max` of a folio starting at `pos` that is aligned and ends by
+/// `end`.
+fn fit_order(pos: u64, end: u64, max: u8) -> u8 {
+    let mut o = max.min(pos.trailing_zeros().min(63) as u8);
+    while o > 0 && pos + (1 << o) > end {
+        o -= 1;
+    }
+    o
+}
+
+impl Mapping {
+    /// Open a change of the file's data or size: lock-free reads that overlap it retry
+    /// under the inode's lock. The inode's state lock is held exclusively (so changes are
+    /// never concurrent); a change inside another one is part of it.
+    pub fn change(&self) -> Change<'_> {
+        if self.seq.load(Ordering::Relaxed) & 1 == 1 {
+            return Change(None);
+        }
+        self.seq.fetch_add(1, Ordering::AcqRel);
+        std::sync::atomic::fence(Ordering::Release);
+        Change(Some(&self.seq))
+    }
+
+    /// Copy `buf.len()` cached bytes at `off` without the inode's lock, if the file is at
+    /// least that long and every block is cached and no change ran meanwhile; returns how
+    /// many bytes (`None`: take the locked path).
+    pub fn read_fast(&self, bs: usize, off: u64, buf: &mut [u8]) -> Option<usize> {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 == 1 {
+            return None;
+        }
+        let size = self.size()?;
+        if off >= size || buf.is_empty() {
+            return None;
+        }
+        let n = (size - off).min(buf.len() as u64) as usize;
+        if self.read_hits(bs, off, &mut buf[..n]) < n {
+            return None;
+        }
+        std::sync::atomic::fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s1).then_some(n)
+    }
+
+    /// Record the file's size (the inode's state lock held, after any change to it).
+    pub fn set_size(&self, size: u64) {
+        self.size.store(size, Ordering::Release);
+    }
+
+    /// The size recorded by [`Mapping::set_size`], if any.
+    pub fn size(&self) -> Option<u64> {
+        let s = self.size.load(Ordering::Acquire);
+        (s != SIZE_UNKNOWN).then_some(s)
+    }
+
+    /// Copy cached bytes from `off` into `buf` while they are cached; returns how many.
+    /// Takes no lock but each folio's read lock.
+    pub fn read_hits(&self, bs: usize, off: u64, buf: &mut [u8]) -> usize {
+        let g = crossbeam_epoch::pin();
+        let bs = bs as u64;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = off + done as u64;
+            let Some(f) = self.index.lookup(pos / bs, &g) else {
+                break;
+            };
+            let d = f.read();
+            if f.is_removed() {
+                // Split or evicted since the walk: look again.
+                continue;
+            }
+            let inb = (pos - f.index * bs) as usize;
+            let k = (d.bytes.len() - inb).min(buf.len() - done);
+            buf[done..done + k].copy_from_slice(&d.bytes[inb..inb + k]);
+            drop(d);
+            f.touch();
+            done += k;
+        }
+        done
+    }
+
+    /// Read `buf.len()` bytes at `off` (all inside the file of `size` bytes), filling misses
+    /// from the device through `map`. The inode's state lock is held (shared or not).
+    pub fn read(
+        self: &Arc<Self>,
+        pc: &PageCache,
+        off: u64,
+        buf: &mut [u8],
+        size: u64,
+        map: &dyn Fn(u64) -> Run,
+    ) -> Result<()> {
+        self.set_size(size);
+        let bs = pc.bs as u64;
+        let mut done = 0usize;
+        let want_end = (off + buf.len() as u64).div_ceil(bs);
+        while done < buf.len() {
+            done += self.read_hits(pc.bs, off + done as u64, &mut buf[done..]);
+            if done < buf.len() {
+                let pos = off + done as u64;
+                done += self.fill(pc, pos, &mut buf[done..], want_end, size.div_ceil(bs), map)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read the read-ahead window for a miss at byte `pos` into new folios and insert
+    /// them (the inode's state lock held, so the block map is stable); copies into `out`
+    /// what the new folios hold from `pos` on (so a read progresses even when the cache
+    /// evicts them at once) and returns how many bytes.
+    fn fill(
+        self: &Arc<Self>,
+        pc: &PageCache,
+        pos_byte: u64,
+        out: &mut [u8],
+        want_end: u64,
+        eof: u64,
+        map: &dyn Fn(u64) -> Run,
+    ) -> Result<usize> {
+        let bs = pc.bs as u64;
+        let idx = pos_byte / bs;
+        let (mut end, order) =
+            self.inner
+                .lock()
+                .ra
+                .window(idx, want_end, eof, pc.max_ra_blocks(), pc.max_order);
+        // Plan the folios: the first one as large as fits around `idx`, the rest aligned
+        // pieces of the window, stopping at the first cached block.
+        let g = crossbeam_epoch::pin();
+        let empty = |a: u64, n: u64| (a..a + n).all(|i| self.index.lookup(i, &g).is_none());
+        let mut plan: Vec<(u64, u8)> = Vec::new();
+        let mut first = (idx, 0u8);
+        for o in (1..=order).rev() {
+            let start = idx & !((1u64 << o) - 1);
+            if start + (1 << o) <= eof.max(1) && empty(start, 1 << o) {
+                first = (start, o);
+                break;
+            }
+        }
+        plan.push(first);
+        let mut pos = first.0 + (1 << first.1);
+        end = end.max(pos);
+        while pos < end {
+            if self.index.lookup(pos, &g).is_some() {
+                break;
+            }
+            let mut o = fit_order(pos, end, order);
+            while o > 0 && !empty(pos, 1 << o) {
+                o -= 1;
+            }
+            plan.push((pos, o));
+            pos += 1 << o;
+        }
+        drop(g);
+        let mut datas: Vec<FolioData> = plan
+            .iter()
+            .map(|&(_, o)| FolioData {
+                bytes: vec![0u8; (bs as usize) << o].into_boxed_slice(),
+                pblk: vec![0u64; 1 << o].into_boxed_slice(),
+            })
+            .collect();
+        // One device read per physically contiguous run.
+        let (lo, hi) = (plan[0].0, pos);
+        let mut l = lo;
+        while l < hi {
+            let (len, pblk) = match map(l) {
+                Run::Zero(n) => (n.max(1).min(hi - l), None),
+                Run::Data(p, n) => (n.max(1).min(hi - l), Some(p)),
+            };
+            if let Some(p) = pblk {
+                let mut slices: Vec<&mut [u8]> = Vec::new();
+                for (d, &(fs, o)) in datas.iter_mut().zip(&plan) {
+                    let fe = fs + (1 << o);
+                    if fe <= l || fs >= l + len {
+                        continue;
+                    }
+                    let a = l.max(fs);
+                    let b = (l + len).min(fe);
+                    for k in a..b {
+                        d.pblk[(k - fs) as usize] = p + (k - l);
+                    }
+                    slices.push(&mut d.bytes[((a - fs) * bs) as usize..((b - fs) * bs) as usize]);
+                }
+                pc.count_read(len * bs);
+                pc.dev.read_scatter_at(p * bs, &mut slices)?;
+            }
+            l += len;
+        }
+        // The caller's bytes, from the new folios (contiguous from the first).
+        let mut copied = 0usize;
+        for (d, &(start, _)) in datas.iter().zip(&plan) {
+            let at = pos_byte + copied as u64;
+            if copied == out.len() {
+                break;
+            }
+            let inb = (at - start * bs) as usize;
+            let k = (d.bytes.len() - inb).min(out.len() - copied);
+            out[copied..copied + k].copy_from_slice(&d.bytes[inb..inb + k]);
+            copied += k;
+        }
+        // Insert what no racing reader inserted first.
+        let inner = self.inner.lock();
+        let lk = Locked(std::marker::PhantomData);
+        for (d, (start, o)) in datas.into_iter().zip(plan) {
+            if !self.index.range_empty(start, 1 << o, &lk) {
+                continue;
+            }
+            let f = pc.new_folio(self, start, o, d);
+            let nodes = self.index.insert(f.clone(), &lk);
+            pc.charge(nodes as u64 * NODE_BYTES);
+            pc.track(f);
+        }
+        drop(inner);
+        pc.balance();
+        Ok(copied)
+    }
+
+    /// Write `data` at `off` into folios, dirtying them; `blk(lblk)` gives each block's
+    /// physical block and whether it holds no data yet (its old bytes are not read). The
+    /// inode's state lock is held exclusively and the blocks are mapped.
+    pub fn write(
+        self: &Arc<Self>,
+        pc: &PageCache,
+        off: u64,
+        data: &[u8],
+        blk: &dyn Fn(u64) -> (u64, bool),
+    ) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let _c = self.change();
+        let bs = pc.bs as u64;
+        let end = off + data.len() as u64;
+        let (first, last) = (off / bs, (end - 1) / bs);
+        let mut inner = self.inner.lock();
+        let lk = Locked(std::marker::PhantomData);
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = off + done as u64;
+            let idx = pos / bs;
+            let f = match self.index.get(idx, &lk) {
+                Some(f) => f,
+                None => {
+                    let mut o = fit_order(idx, last + 1, pc.max_order);
+                    while o > 0 && !self.index.range_empty(idx, 1 << o, &lk) {
+                        o -= 1;
+                    }
+                    let n = 1u64 << o;
+                    let mut d = FolioData {
+                        bytes: vec![0u8; (bs as usize) << o].into_boxed_slice(),
+                        pblk: (idx..idx + n).map(|b| blk(b).0).collect(),
+                    };
+                    // The edge blocks this write covers in part keep their other bytes.
+                    for b in [first, last] {
+                        let partial = (b == first && !off.is_multiple_of(bs))
+                            || (b == last && !end.is_multiple_of(bs));
+                        if partial && b >= idx && b < idx + n && !blk(b).1 {
+                            let k = ((b - idx) * bs) as usize;
+                            pc.count_read(bs);
+                            pc.dev
+                                .read_at(blk(b).0 * bs, &mut d.bytes[k..k + bs as usize])?;
+                        }
+                    }
+                    let f = pc.new_folio(self, idx, o, d);
+                    let nodes = self.index.insert(f.clone(), &lk);
+                    pc.charge(nodes as u64 * NODE_BYTES);
+                    pc.track(f.clone());
+                    f
+                }
+            };
+            let mut d = f.write();
+            debug_assert!(
+                !f.is_removed(),
+                "folio {} removed under the mapping lock",
+                f.index
+            );
+            let inb = (pos - f.index * bs) as usize;
+            let k = (d.bytes.len() - inb).min(data.len() - done);
+            d.bytes[inb..inb + k].copy_from_slice(&data[done..done + k]);
+            let (b0, b1) = (pos / bs, (pos + k as u64 - 1) / bs);
+            for b in b0..=b1 {
+                let p = blk(b).0;
+                debug_assert!(p != 0, "block {b} written unmapped");
+                d.pblk[(b - f.index) as usize] = p;
+            }
+            if f.mark_dirty(&d, mask(b0 - f.index, b1 - b0 + 1)) != 0 {
+                inner.dirty.entry(f.index).or_insert_with(|| f.clone());
+            }
+            drop(d);
+            done += k;
+        }
+        drop(inner);
+        if pc.dirty_over_limit() {
+            // Throttled: the writer writes its own file back (balance_dirty_pages).
+            self.write_back(&*pc.dev, pc.bs)?;
+        }
+        pc.balance();
+        Ok(())
+    }
+
+    /// Write every dirty block to the device, in runs of contiguous physical blocks, one
+    /// writer per file at a time. No flush.
+    pub fn write_back(&self, dev: &dyn crate::dev::BlockDevice, bs: usize) -> Result<()> {
+        let _wb = self.wb.lock();
+        let folios: Vec<Arc<Folio>> = self.inner.lock().dirty.values().cloned().collect();
+        if folios.is_empty() {
+            return Ok(());
+        }
+        // Folios whose read locks one batch holds (the lock checker tracks at most 64
+        // held locks per thread).
+        const BATCH: usize = 48;
+        for chunk in folios.chunks(BATCH) {
+            let guards: Vec<_> = chunk.iter().map(|f| f.read()).collect();
+            let masks: Vec<u64> = chunk.iter().map(|f| f.dirty_mask()).collect();
+            let mut runs: Vec<(u64, Vec<&[u8]>)> = Vec::new();
+            for ((f, d), &m) in chunk.iter().zip(&guards).zip(&masks) {
+                for b in 0..f.blocks() {
+                    if m & (1 << b) == 0 {
+                        continue;
+                    }
+                    let p = d.pblk[b as usize];
+                    if p == 0 {
+                        return Err(Error::Io(format!(
+                            "dirty block {} of a file has no physical block",
+                            f.index + b
+                        )));
+                    }
+                    let bytes = &d.bytes[b as usize * bs..(b as usize + 1) * bs];
+                    match runs.last_mut() {
+                        Some((start, v)) if *start + v.len() as u64 == p && v.len() < 1024 => {
+                            v.push(bytes)
+                        }
+                        _ => runs.push((p, vec![bytes])),
+                    }
+                }
+            }
+            for (start, v) in &runs {
+                dev.write_gather_at(start * bs as u64, v)?;
+            }
+            for (f, &m) in chunk.iter().zip(&masks) {
+                f.clear_dirty(m);
+            }
+            drop(guards);
+        }
+        let mut inner = self.inner.lock();
+        for f in &folios {
+            if f.dirty_mask() == 0 && inner.dirty.get(&f.index).is_some_and(|g| Arc::ptr_eq(g, f)) {
+                inner.dirty.remove(&f.index);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any block is dirty (a mapping being changed counts as dirty).
+    pub fn has_dirty(&self) -> bool {
+        self.inner.try_lock().is_none_or(|i| !i.dirty.is_empty())
+    }
+
+    /// Drop the cached blocks of `a..b` (truncate, punch hole, delete): folios inside go,
+    /// a large folio the range ends inside is split into aligned pieces and keeps the rest.
+    /// The inode's state lock is held exclusively.
+    pub fn drop_range(self: &Arc<Self>, pc: &PageCache, a: u64, b: u64) {
+        if a >= b {
+            return;
+        }
+        let _c = self.change();
+        let mut inner = self.inner.lock();
+        let lk = Locked(std::marker::PhantomData);
+        let g = crossbeam_epoch::pin();
+        for f in self.index.collect(a, b, &lk) {
+            let mut d = f.write();
+            let (fa, fb) = (f.index, f.index + f.blocks());
+            let dirty = f.clear_dirty(u64::MAX);
+            self.index.remove(&f, &g, &lk);
+            if inner.dirty.get(&fa).is_some_and(|x| Arc::ptr_eq(x, &f)) {
+                inner.dirty.remove(&fa);
+            }
+            for (ka, kb) in [(fa, a.min(fb)), (b.max(fa), fb)] {
+                let mut pos = ka;
+                while pos < kb {
+                    let o = fit_order(pos, kb, f.order);
+                    let n = 1u64 << o;
+                    let (s, e) = ((pos - fa) as usize, (pos - fa + n) as usize);
+                    let bsz = pc.bs;
+                    let piece = FolioData {
+                        bytes: d.bytes[s * bsz..e * bsz].to_vec().into_boxed_slice(),
+                        pblk: d.pblk[s..e].to_vec().into_boxed_slice(),
+                    };
+                    let p = pc.new_folio(self, pos, o, piece);
+                    let keep = (dirty >> s) & mask(0, n);
+                    if keep != 0 {
+                        let pd = p.write();
+                        p.mark_dirty(&pd, keep);
+                        drop(pd);
+                        inner.dirty.insert(pos, p.clone());
+                    }
+                    let nodes = self.index.insert(p.clone(), &lk);
+                    pc.charge(nodes as u64 * NODE_BYTES);
+                    pc.track(p);
+                    pos += n;
+                }
+            }
+            f.set_removed(&mut d);
+        }
+    }
+
+    /// Drop every clean folio nobody holds (the bench's cold reads; `drop_caches`).
+    pub fn drop_clean(&self) {
+        let Some(_inner) = self.inner.try_lock() else {
+            return;
+        };
+        let lk = Locked(std::marker::PhantomData);
+        let g = crossbeam_epoch::pin();
+        for f in self.index.collect(0, u64::MAX, &lk) {
+            if let Some(mut d) = f.try_write() {
+                if f.dirty_mask() == 0 {
+                    self.index.remove(&f, &g, &lk);
+                    f.set_removed(&mut d);
+                }
+            }
+        }
+    }
+
+    /// Evict `f` if it is clean and nobody holds it or its mapping (the sweep).
+    pub(crate) fn evict(&self, f: &Folio) -> bool {
+        let Some(_inner) = self.inner.try_lock() else {
+            return false;
+        };
+        let Some(mut d) = f.try_write() else {
+            return false;
+        };
+        if f.is_removed() || f.dirty_mask() != 0 {
+            return false;
+        }
+        let lk = Locked(std::marker::PhantomData);
+        let g = crossbeam_epoch::pin();
+        self.index.remove(f, &g, &lk);
+        f.set_removed(&mut d);
+        true
+    }
+
+    /// Folios cached (for tests and stats; walks the index).
+    pub fn folios(&self) -> Vec<Arc<Folio>> {
+        let _inner = self.inner.lock();
+        let lk = Locked(std::marker::PhantomData);
+        self.index.collect(0, u64::MAX, &lk)
+    }
+
+    /// A weak reference for the folios' back pointer.
+    pub(crate) fn weak(self: &Arc<Self>) -> Weak<Mapping> {
+        Arc::downgrade(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fit_order, Readahead};
+
+    #[test]
+    fn orders_fit_alignment_and_end() {
+        assert_eq!(fit_order(0, 100, 4), 4);
+        assert_eq!(fit_order(8, 100, 4), 3);
+        assert_eq!(fit_order(16, 20, 4), 2);
+        assert_eq!(fit_order(3, 100, 4), 0);
+    }
+
+    #[test]
+    fn readahead_grows_on_sequential_misses_and_resets_on_others() {
+        let mut ra = Readahead::default();
+        assert_eq!(ra.window(0, 16, 1 << 20, 512, 6), (16, 4));
+        assert_eq!(ra.window(16, 32, 1 << 20, 512, 6), (48, 5));
+        assert_eq!(ra.window(48, 64, 1 << 20, 512, 6), (112, 6));
+        let mut last = (0, 0);
+        let mut at = 112;
+        for _ in 0..10 {
+            last = ra.window(at, at + 16, 1 << 20, 512, 6);
+            at = last.0;
+        }
+        assert_eq!(ra.size, 512, "the window stops at its largest");
+        // A jump elsewhere reads only what was asked.
+        assert_eq!(ra.window(5000, 5016, 1 << 20, 512, 6), (5016, 4));
+        // The end of the file cuts the window.
+        assert_eq!(ra.window(5016, 5032, 5020, 512, 6).0, 5020);
+        let _ = last;
+    }
+}

@@ -1,0 +1,187 @@
+//! Goal: the page cache of folios (seed 002) keeps every read equal to the file's bytes
+//! whatever mixes of folio orders, evictions, splits and write-backs happen underneath.
+//! Method: one file per folio order (0, 2, 4, 6) under a page-cache limit far smaller than
+//! the files, so every pass evicts; threads write, truncate, punch holes and read
+//! overlapping ranges while a model of the bytes is kept beside the file. Changes and the
+//! model's update are one step (a test-level lock taken exclusively), reads share it, so
+//! readers race each other and the eviction sweeps their misses trigger. Then the file is
+//! read back after a remount and `e2fsck -fn` judges the image.
+
+mod common;
+
+use common::{assert_fsck_clean, mkfs_image, watchdog};
+use lanefs::{FallocMode, Fs, MountOptions, Owner, SetAttr, ROOT_INO};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+const FILE_MAX: u64 = 3 << 20;
+
+/// A small xorshift generator (deterministic per seed).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn mount(img: &std::path::Path, order: u8) -> Arc<Fs> {
+    let opts = MountOptions {
+        commit_interval: Duration::from_millis(5),
+        pagecache_limit: 256 << 10,
+        folio_max_order: order,
+        ..MountOptions::default()
+    };
+    Fs::mount_path(img, opts).expect("mount")
+}
+
+fn check_all(fs: &Fs, ino: u64, model: &[u8]) {
+    let mut got = vec![0u8; model.len() + 4096];
+    let mut done = 0;
+    loop {
+        let n = fs.read(ino, done as u64, &mut got[done..]).expect("read");
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    assert_eq!(done, model.len(), "file length");
+    if let Some(p) = (0..done).find(|&i| got[i] != model[i]) {
+        panic!("byte {p} reads {:#x}, model {:#x}", got[p], model[p]);
+    }
+}
+
+#[test]
+fn folios_of_every_order_match_a_model_under_eviction() {
+    let _w = watchdog("folios_of_every_order_match_a_model_under_eviction", 600);
+    let td = tempfile::tempdir().expect("tempdir");
+    let img = mkfs_image(td.path(), "pc.img", 64 << 20);
+    for order in [0u8, 2, 4, 6] {
+        let fs = mount(&img, order);
+        let name = format!("f{order}");
+        let ino = fs
+            .create(ROOT_INO, name.as_bytes(), 0o644, Owner::default())
+            .expect("create")
+            .ino;
+        let model = Arc::new(RwLock::new(Vec::<u8>::new()));
+        std::thread::scope(|s| {
+            for t in 0..3u64 {
+                let (fs, model) = (&fs, &model);
+                s.spawn(move || {
+                    let mut r = Rng(0x9E37_79B9 ^ ((t + 1) * 7919 + u64::from(order)));
+                    for step in 0..1500 {
+                        let k = r.below(100);
+                        if k < 45 {
+                            // Read an arbitrary range and compare it with the model.
+                            let m = model.read().unwrap();
+                            let off = r.below(m.len() as u64 + 8192);
+                            let len = 1 + r.below(200_000) as usize;
+                            let mut buf = vec![0u8; len];
+                            let n = fs.read(ino, off, &mut buf).expect("read");
+                            let want = m.len().saturating_sub(off as usize).min(len);
+                            assert_eq!(n, want, "read of {len} at {off} (order {order})");
+                            let o = off as usize;
+                            if let Some(p) = (0..n).find(|&i| buf[i] != m[o + i]) {
+                                panic!(
+                                    "order {order} step {step}: byte {} reads {:#x}, model {:#x}",
+                                    o + p,
+                                    buf[p],
+                                    m[o + p]
+                                );
+                            }
+                            continue;
+                        }
+                        let mut m = model.write().unwrap();
+                        if k < 80 {
+                            let off = r.below(FILE_MAX - 300_000);
+                            let len = 1 + r.below(300_000) as usize;
+                            let byte = (r.next() % 255) as u8 + 1;
+                            let data = vec![byte; len];
+                            fs.write(ino, off, &data).expect("write");
+                            let end = off as usize + len;
+                            if m.len() < end {
+                                m.resize(end, 0);
+                            }
+                            m[off as usize..end].copy_from_slice(&data);
+                        } else if k < 90 {
+                            let size = r.below(FILE_MAX);
+                            let set = SetAttr {
+                                size: Some(size),
+                                ..Default::default()
+                            };
+                            fs.setattr(ino, &set).expect("truncate");
+                            m.resize(size as usize, 0);
+                        } else if k < 97 {
+                            let off = r.below(m.len() as u64 + 1);
+                            let len = 1 + r.below(400_000);
+                            let mode = FallocMode {
+                                punch_hole: true,
+                                keep_size: true,
+                                ..Default::default()
+                            };
+                            fs.fallocate(ino, mode, off, len).expect("punch");
+                            let end = (off + len).min(m.len() as u64) as usize;
+                            m[off as usize..end].fill(0);
+                        } else {
+                            fs.fsync(ino, false).expect("fsync");
+                        }
+                    }
+                });
+            }
+        });
+        let model = model.read().unwrap().clone();
+        check_all(&fs, ino, &model);
+        let st = fs.pagecache_stats();
+        assert!(
+            st.bytes <= st.limit,
+            "order {order}: page cache holds {} bytes over a {}-byte limit",
+            st.bytes,
+            st.limit
+        );
+        fs.unmount().expect("unmount");
+        assert_fsck_clean(&img);
+        let fs = mount(&img, order);
+        check_all(&fs, ino, &model);
+        fs.unmount().expect("unmount");
+    }
+}
+
+#[test]
+fn cold_sequential_reads_go_to_the_device_in_large_runs() {
+    let td = tempfile::tempdir().expect("tempdir");
+    let img = mkfs_image(td.path(), "ra.img", 128 << 20);
+    let fs = Fs::mount_path(&img, MountOptions::default()).expect("mount");
+    let ino = fs
+        .create(ROOT_INO, b"big", 0o644, Owner::default())
+        .expect("create")
+        .ino;
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+    for k in 0..32u64 {
+        fs.write(ino, k << 20, &chunk).expect("write");
+    }
+    fs.fsync(ino, false).expect("fsync");
+    fs.drop_cache(ino).expect("drop cache");
+    let before = fs.pagecache_stats();
+    let mut buf = vec![0u8; 64 << 10];
+    for k in 0..(32u64 << 20) / (64 << 10) {
+        let n = fs.read(ino, k * (64 << 10), &mut buf).expect("read");
+        assert_eq!(n, buf.len());
+        assert_eq!(buf[..], chunk[(k as usize % 16) * (64 << 10)..][..64 << 10]);
+    }
+    let after = fs.pagecache_stats();
+    let (reads, bytes) = (
+        after.device_reads - before.device_reads,
+        after.device_read_bytes - before.device_read_bytes,
+    );
+    assert_eq!(bytes, 32 << 20, "every byte read once");
+    assert!(
+        bytes / reads >= 1 << 20,
+        "{reads} device reads for {bytes} bytes: read-ahead runs too small"
+    );
+    fs.unmount().expect("unmount");
+}
