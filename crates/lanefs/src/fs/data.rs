@@ -251,7 +251,9 @@ impl Fs {
         let ext = self.regular(st)?;
         let (first, last) = (off / bs, (off + data.len() as u64).saturating_sub(1) / bs);
         for lblk in first..=last {
-            if !matches!(ext.map(lblk as u32), Mapping::Mapped(..)) {
+            // Block 0 never holds file data (superblock or boot block): a map that says so
+            // is corrupt (a damaged bitmap can hand it out).
+            if !matches!(ext.map(lblk as u32), Mapping::Mapped(p, _, _) if p != 0) {
                 return Err(Error::corrupt(
                     "extent map",
                     i.ino,
