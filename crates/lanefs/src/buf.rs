@@ -36,14 +36,16 @@ pub fn bufcache_limit_for(ram: u64) -> u64 {
 /// The default limit for this machine (`MemTotal` of `/proc/meminfo`), or
 /// [`DEFAULT_BUFCACHE_LIMIT`] where that cannot be read.
 pub fn default_bufcache_limit() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(bufcache_limit_for(kib << 10))
-        })
-        .unwrap_or(DEFAULT_BUFCACHE_LIMIT)
+    machine_memory().map_or(DEFAULT_BUFCACHE_LIMIT, bufcache_limit_for)
+}
+
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), where it can be read;
+/// the caches' default limits are shares of it.
+pub fn machine_memory() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
 }
 
 /// One cached metadata block.

@@ -177,16 +177,28 @@ fn pwritev_all(file: &File, mut off: u64, bufs: &[&[u8]]) -> std::io::Result<()>
             Err(e) => return Err(e.into()),
         };
         off += n as u64;
-        // Step past what was written, and past empty buffers.
-        let mut n = n;
-        while i < bufs.len() && n >= bufs[i].len() - done {
-            n -= bufs[i].len() - done;
-            i += 1;
-            done = 0;
-        }
-        done += n;
+        (i, done) = step(bufs.len(), |k| bufs[k].len(), i, done, n);
     }
     Ok(())
+}
+
+/// Where a vectored transfer stands after `n` more bytes moved: the first of `count`
+/// buffers (lengths `len(k)`) not yet done, and how much of it is (empty buffers are
+/// stepped past).
+fn step(
+    count: usize,
+    len: impl Fn(usize) -> usize,
+    mut i: usize,
+    done: usize,
+    mut n: usize,
+) -> (usize, usize) {
+    let mut done = done;
+    while i < count && n >= len(i) - done {
+        n -= len(i) - done;
+        i += 1;
+        done = 0;
+    }
+    (i, done + n)
 }
 
 /// Read into `bufs` back to back from `off` with `preadv`, going on after short reads; the
@@ -208,13 +220,7 @@ fn preadv_all(file: &File, mut off: u64, bufs: &mut [&mut [u8]]) -> std::io::Res
             Err(e) => return Err(e.into()),
         };
         off += n as u64;
-        let mut n = n;
-        while i < bufs.len() && n >= bufs[i].len() - done {
-            n -= bufs[i].len() - done;
-            i += 1;
-            done = 0;
-        }
-        done += n;
+        (i, done) = step(bufs.len(), |k| bufs[k].len(), i, done, n);
     }
     Ok(())
 }

@@ -250,26 +250,26 @@ impl Fs {
         let bs = self.bs as u64;
         let ext = self.regular(st)?;
         let (first, last) = (off / bs, (off + data.len() as u64).saturating_sub(1) / bs);
+        // Each block's physical block, looked up once. Block 0 never holds file data
+        // (superblock or boot block): a map that says so is corrupt (a damaged bitmap can
+        // hand it out).
+        let mut pblks = Vec::with_capacity((last + 1 - first) as usize);
         for lblk in first..=last {
-            // Block 0 never holds file data (superblock or boot block): a map that says so
-            // is corrupt (a damaged bitmap can hand it out).
-            if !matches!(ext.map(lblk as u32), Mapping::Mapped(p, _, _) if p != 0) {
-                return Err(Error::corrupt(
-                    "extent map",
-                    i.ino,
-                    format!("block {lblk} unmapped after allocation"),
-                ));
+            match ext.map(lblk as u32) {
+                Mapping::Mapped(p, _, _) if p != 0 => pblks.push(p),
+                _ => {
+                    return Err(Error::corrupt(
+                        "extent map",
+                        i.ino,
+                        format!("block {lblk} unmapped after allocation"),
+                    ))
+                }
             }
         }
         let blk = |lblk: u64| {
-            let p = match ext.map(lblk as u32) {
-                Mapping::Mapped(p, _, _) => p,
-                _ => 0,
-            };
-            let fresh = prior
-                .get(lblk.wrapping_sub(first) as usize)
-                .is_some_and(|&p| p != Prior::Written);
-            (p, fresh)
+            let k = lblk.wrapping_sub(first) as usize;
+            let fresh = prior.get(k).is_some_and(|&p| p != Prior::Written);
+            (pblks.get(k).copied().unwrap_or(0), fresh)
         };
         i.mapping.write(&self.pages, off, data, &blk)
     }

@@ -89,11 +89,6 @@ impl Folio {
         1 << self.order
     }
 
-    /// Whether block `idx` of the file is inside it.
-    pub fn covers(&self, idx: u64) -> bool {
-        idx >= self.index && idx < self.index + self.blocks()
-    }
-
     /// Shared access to the bytes (readers, write-back).
     pub fn read(&self) -> RwLockReadGuard<'_, FolioData> {
         self.data.read()
@@ -161,11 +156,6 @@ impl Folio {
         let bytes = data.len() as u64 + pblk.len() as u64 * 8;
         self.bytes_charged.fetch_sub(bytes, Ordering::Relaxed);
         self.charge.uncharge(bytes);
-    }
-
-    /// Bytes it is charged for.
-    pub fn charged(&self) -> u64 {
-        self.bytes_charged.load(Ordering::Relaxed)
     }
 }
 

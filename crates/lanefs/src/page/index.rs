@@ -63,14 +63,12 @@ pub struct Locked<'a>(pub(crate) std::marker::PhantomData<&'a ()>);
 /// The folio index of one file.
 pub struct FolioIndex {
     root: AtomicUsize,
-    nodes: AtomicUsize,
 }
 
 impl Default for FolioIndex {
     fn default() -> FolioIndex {
         FolioIndex {
             root: AtomicUsize::new(0),
-            nodes: AtomicUsize::new(0),
         }
     }
 }
@@ -189,11 +187,6 @@ impl FolioIndex {
         out
     }
 
-    /// Nodes allocated.
-    pub fn nodes(&self) -> usize {
-        self.nodes.load(Ordering::Relaxed)
-    }
-
     /// Raise the root until it spans `idx`; returns nodes added.
     fn grow_to(&self, idx: u64) -> usize {
         let mut added = 0;
@@ -214,7 +207,6 @@ impl FolioIndex {
             root = up;
             added += 1;
         }
-        self.nodes.fetch_add(added, Ordering::Relaxed);
         added
     }
 
@@ -234,7 +226,6 @@ impl FolioIndex {
             // SAFETY: as above.
             n = unsafe { &*(c as *const Node) };
         }
-        self.nodes.fetch_add(added, Ordering::Relaxed);
         (n, added)
     }
 }

@@ -565,13 +565,6 @@ impl Mapping {
         true
     }
 
-    /// Folios cached (for tests and stats; walks the index).
-    pub fn folios(&self) -> Vec<Arc<Folio>> {
-        let _inner = self.inner.lock();
-        let lk = Locked(std::marker::PhantomData);
-        self.index.collect(0, u64::MAX, &lk)
-    }
-
     /// A weak reference for the folios' back pointer.
     pub(crate) fn weak(self: &Arc<Self>) -> Weak<Mapping> {
         Arc::downgrade(self)

@@ -48,14 +48,7 @@ pub fn pagecache_limit_for(ram: u64) -> u64 {
 /// The default limit for this machine (`MemTotal` of `/proc/meminfo`; 256 MiB where it
 /// cannot be read).
 pub fn default_pagecache_limit() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(pagecache_limit_for(kib << 10))
-        })
-        .unwrap_or(256 << 20)
+    crate::buf::machine_memory().map_or(256 << 20, pagecache_limit_for)
 }
 
 /// The cache's totals, shared with every folio (which gives back its memory on drop).
@@ -126,16 +119,6 @@ impl PageCache {
                 .collect(),
             next_shard: AtomicUsize::new(0),
         }
-    }
-
-    /// Block size.
-    pub fn block_size(&self) -> usize {
-        self.bs
-    }
-
-    /// The device file data lives on.
-    pub fn device(&self) -> &Arc<dyn BlockDevice> {
-        &self.dev
     }
 
     /// The cache's totals now.
