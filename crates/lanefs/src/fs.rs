@@ -910,4 +910,26 @@ mod tests {
         }
         assert!(o.apply("icache", None).is_err());
     }
+
+    #[test]
+    fn page_cache_options_parse_and_refuse_bad_values() {
+        let mut o = MountOptions::default();
+        assert_eq!(o.folio_max_order, crate::page::DEFAULT_MAX_ORDER);
+        assert_eq!(o.apply("folio_max_order", Some("0")), Ok(true));
+        assert_eq!(o.apply("pagecache_limit", Some("96M")), Ok(true));
+        assert_eq!((o.folio_max_order, o.pagecache_limit), (0, 96 << 20));
+        assert_eq!(o.apply("folio_max_order", Some("6")), Ok(true));
+        for (k, v) in [
+            ("folio_max_order", "7"),
+            ("folio_max_order", "big"),
+            ("pagecache_limit", "-1"),
+        ] {
+            let e = o.apply(k, Some(v)).expect_err(v);
+            assert!(
+                e.starts_with(&format!("option {k}={v}")) && !e.contains('\n'),
+                "{e}"
+            );
+        }
+        assert!(o.apply("folio_max_order", None).is_err());
+    }
 }
