@@ -26,7 +26,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Workloads a compare run does when none is named.
-pub const WORKLOADS: &[&str] = &["fallocate2", "mdtest", workloads::bufio::NAME];
+pub const WORKLOADS: &[&str] = &["fallocate2", "mdtest", workloads::bufio64k::NAME];
 /// Size of each image when none is given: room for every workload at a few threads.
 pub const IMAGE_SIZE: u64 = 1 << 30;
 

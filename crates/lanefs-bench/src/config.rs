@@ -70,6 +70,10 @@ pub struct BenchConfig {
     /// Files each thread of fsmark creates; `None` splits
     /// [`crate::workloads::fsmark::DEFAULT_TOTAL`] evenly between the threads.
     pub fsmark_files: Option<usize>,
+    /// Bytes of file data bufio moves in each shape (one shared file, or split between the
+    /// threads' files); `None` is [`crate::workloads::bufio::DEFAULT_SIZE`]. On the engine
+    /// it is capped at a quarter of the page cache's limit, so both shapes stay cached.
+    pub bufio_size: Option<u64>,
     /// Where the workloads run.
     pub target: TargetSpec,
     /// Mount-option variants, run interleaved (lanefs target only). Each workload runs the
@@ -99,6 +103,7 @@ impl Default for BenchConfig {
             warmup: 0.3,
             files: 2000,
             fsmark_files: None,
+            bufio_size: None,
             target: TargetSpec::default(),
             variants: vec![Variant::default()],
             lockstat: false,
@@ -116,6 +121,7 @@ pub const COMPARE_THREADS: &[usize] = &[1, 2];
 const MAX_REPS: usize = 1000;
 const MAX_SECONDS: f64 = 24.0 * 3600.0;
 const MAX_FILES: usize = 100_000_000;
+const MAX_BUFIO_SIZE: u64 = 1 << 40;
 
 impl BenchConfig {
     /// Check every field; the error names the field and what is wrong with it.
@@ -156,6 +162,15 @@ impl BenchConfig {
         if let Some(n) = self.fsmark_files.filter(|&n| n == 0 || n > MAX_FILES) {
             return Err(format!(
                 "fsmark files per thread {n} is outside 1..={MAX_FILES}"
+            ));
+        }
+        if let Some(n) = self
+            .bufio_size
+            .filter(|&n| !(crate::workloads::bufio::MIN_SIZE..=MAX_BUFIO_SIZE).contains(&n))
+        {
+            return Err(format!(
+                "bufio size {n} is outside {}..={MAX_BUFIO_SIZE} bytes",
+                crate::workloads::bufio::MIN_SIZE
             ));
         }
         self.validate_variants()?;

@@ -153,6 +153,10 @@ pub(crate) fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         bufcache_bytes: p.bufcache.map(|c| c.bytes),
         bufcache_limit: p.bufcache.map(|c| c.limit),
         peak_rss_bytes: p.peak_rss,
+        read_bytes_per_op: p.io.map(|io| io.read),
+        written_bytes_per_op: p.io.map(|io| io.written),
+        device_reads: p.device_reads.map(|d| d.reads),
+        device_read_bytes: p.device_reads.map(|d| d.bytes),
     }
 }
 
@@ -223,6 +227,7 @@ pub(crate) fn run_one(
         duration: cfg.duration()?,
         files: cfg.files,
         fsmark_files: cfg.fsmark_files,
+        bufio_size: cfg.bufio_size,
     };
     // The engine's memory is this process's: its peak is the run's when the reset worked.
     let rss_reset = matches!(target, Target::Lanefs { .. }) && rss::reset_peak();

@@ -7,11 +7,13 @@ use lanefs::sync::LockStat;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+mod pages;
+
 /// One phase of one run: what ran where, and how fast.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// Workload name ("fallocate2", "mdtest", "mdtest-shared", "fsmark", "stat", "fsync",
-    /// "bufio64k", "control").
+    /// "bufio64k", "bufio", "control").
     pub workload: String,
     /// Timed phase ("fallocate", "create", "remove", "lookup", "fsync", "write", "read",
     /// "loop").
@@ -98,7 +100,44 @@ pub struct Record {
     /// (`VmHWM`, reset before each run; engine targets).
     #[serde(default)]
     pub peak_rss_bytes: Option<u64>,
+    /// File bytes read per operation (bufio; for its memcpy control, bytes copied).
+    #[serde(default)]
+    pub read_bytes_per_op: Option<f64>,
+    /// File bytes written per operation (bufio).
+    #[serde(default)]
+    pub written_bytes_per_op: Option<f64>,
+    /// Device reads the engine's page cache made in the measured time.
+    #[serde(default)]
+    pub device_reads: Option<u64>,
+    /// Bytes those device reads read.
+    #[serde(default)]
+    pub device_read_bytes: Option<u64>,
 }
+
+impl Record {
+    /// Bytes read (or copied) per second, in GiB/s, where the record has file bytes per
+    /// operation.
+    pub fn read_gib_s(&self) -> Option<f64> {
+        self.read_bytes_per_op.map(|b| b * self.ops_per_sec / GIB)
+    }
+
+    /// Bytes written per second, in GiB/s, where the record has file bytes per operation.
+    pub fn written_gib_s(&self) -> Option<f64> {
+        self.written_bytes_per_op
+            .map(|b| b * self.ops_per_sec / GIB)
+    }
+
+    /// The average device read in KiB, where the record counts device reads and has some.
+    pub fn device_read_kib(&self) -> Option<f64> {
+        match (self.device_reads, self.device_read_bytes) {
+            (Some(n), Some(b)) if n > 0 => Some(b as f64 / n as f64 / 1024.0),
+            _ => None,
+        }
+    }
+}
+
+/// Bytes in a GiB.
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// Write `records` to `path` as a JSON array.
 pub fn write_json(records: &[Record], path: &Path) -> Result<(), String> {
@@ -715,16 +754,19 @@ fn render_fragmentation(s: &Series<'_>) -> Option<String> {
 /// carry the inode cache's figures (fsmark, stat) a second table gives the CPU time per
 /// operation. For the others (seed 000) a cell is the median ops/s per thread, followed,
 /// when the records carry them, by a table of extents per file and free-space
-/// fragmentation. Empty when no series qualifies.
+/// fragmentation. The page-cache workloads (seed 002: bufio) get one set of tables per
+/// target, with every phase, even of one variant (see `pages::render`). Empty when no
+/// series qualifies.
 pub fn render_vs_base(records: &[Record]) -> String {
     let mut out = String::new();
     for s in vs_base_series(records) {
-        if family_of(s.workload) == Some(Family::Inodes) {
-            out.push_str(&render_inodes_series(&s));
-        } else {
-            out.push_str(&render_blocks_series(&s));
+        match family_of(s.workload) {
+            Some(Family::Inodes) => out.push_str(&render_inodes_series(&s)),
+            Some(Family::Pages) => {}
+            _ => out.push_str(&render_blocks_series(&s)),
         }
     }
+    out.push_str(&pages::render(records));
     out
 }
 

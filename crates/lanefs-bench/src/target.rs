@@ -89,6 +89,26 @@ impl JournalCounters {
     }
 }
 
+/// Device reads a target made to fill its cache of file data, read by the timer at the
+/// edges of a measured phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceReads {
+    /// Read calls (each one contiguous run, or one scatter read of it).
+    pub reads: u64,
+    /// Bytes they read.
+    pub bytes: u64,
+}
+
+impl DeviceReads {
+    /// What happened between `earlier` and `self`.
+    pub fn since(self, earlier: DeviceReads) -> DeviceReads {
+        DeviceReads {
+            reads: self.reads.saturating_sub(earlier.reads),
+            bytes: self.bytes.saturating_sub(earlier.bytes),
+        }
+    }
+}
+
 /// A target's free space and how fragmented it is (what `e2freefrag` summarizes).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FreeSpace {
@@ -126,16 +146,23 @@ pub trait Backend: Send + Sync {
     /// Read into `buf` at `off`; returns the bytes read, fewer than `buf.len()` only at the
     /// end of the file.
     fn read(&self, h: &Handle, off: u64, buf: &mut [u8]) -> Result<usize, String>;
-    /// Drop the file's clean pages from the kernel's page cache (POSIX_FADV_DONTNEED), so
-    /// the next reads go to the file system; nothing where there is no kernel page cache
-    /// (the engine in-process).
-    fn drop_cache(&self, _h: &Handle) -> Result<(), String> {
-        Ok(())
-    }
+    /// Drop the file's clean cached pages (`POSIX_FADV_DONTNEED` on a directory target;
+    /// the engine's own page cache in-process), so the next reads go to the device.
+    fn drop_cache(&self, h: &Handle) -> Result<(), String>;
     /// Make the file durable: fsync, or fdatasync when `datasync`.
     fn fsync(&self, h: &Handle, datasync: bool) -> Result<(), String>;
     /// The journal's counters since mount, where the target exposes them (the engine).
     fn journal(&self) -> Option<JournalCounters> {
+        None
+    }
+    /// The device reads made for file data since mount, where the target counts them (the
+    /// engine's page cache).
+    fn device_reads(&self) -> Option<DeviceReads> {
+        None
+    }
+    /// The limit of the target's cache of file data in bytes, where it has its own (the
+    /// engine's `pagecache_limit`).
+    fn cache_limit(&self) -> Option<u64> {
         None
     }
     /// How many extents map the file, where the target can tell (the engine).
@@ -563,6 +590,22 @@ impl Backend for LanefsBackend {
             extents: f.free_extents,
             avg_extent_kib: f.avg_extent_blocks() * self.block_size as f64 / 1024.0,
         }))
+    }
+    fn drop_cache(&self, h: &Handle) -> Result<(), String> {
+        let ino = self.file_ino(h)?;
+        self.fs
+            .drop_cache(ino)
+            .map_err(|e| format!("drop the cached data of inode {ino}: {e}"))
+    }
+    fn device_reads(&self) -> Option<DeviceReads> {
+        let s = self.fs.pagecache_stats();
+        Some(DeviceReads {
+            reads: s.device_reads,
+            bytes: s.device_read_bytes,
+        })
+    }
+    fn cache_limit(&self) -> Option<u64> {
+        Some(self.fs.pagecache_stats().limit)
     }
     fn journal(&self) -> Option<JournalCounters> {
         let s = self.fs.journal_stats();

@@ -3,7 +3,7 @@
 //! the target's journal counters and its daemon's CPU time (the probe) where each measured
 //! phase starts and ends.
 
-use crate::target::{own_cpu, Backend, FreeSpace, JournalCounters};
+use crate::target::{own_cpu, Backend, DeviceReads, FreeSpace, JournalCounters};
 use lanefs::{BufCacheStats, IcacheStats};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -11,7 +11,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
 /// Result of one timed phase of one run.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PhaseResult {
     /// Phase name, e.g. "fallocate", "create", "remove".
     pub phase: &'static str,
@@ -44,6 +44,21 @@ pub struct PhaseResult {
     /// The process's peak resident set size during the run, setup included, in bytes
     /// (engine targets).
     pub peak_rss: Option<u64>,
+    /// File bytes one operation reads and writes on average, where the workload moves file
+    /// data at a fixed size per call (bufio), so bandwidth is ops/s times these.
+    pub io: Option<IoPerOp>,
+    /// The target's device reads for file data in the measured time (the engine's page
+    /// cache filling misses), so their average size shows the read-ahead's IO size.
+    pub device_reads: Option<DeviceReads>,
+}
+
+/// File bytes per operation (see [`PhaseResult::io`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IoPerOp {
+    /// Bytes read (or, for a memory-copy control, copied) per operation.
+    pub read: f64,
+    /// Bytes written per operation.
+    pub written: f64,
 }
 
 impl PhaseResult {
@@ -66,6 +81,7 @@ pub type Probe<'a> = Option<&'a dyn Backend>;
 #[derive(Clone, Copy)]
 struct Sample {
     journal: Option<JournalCounters>,
+    device_reads: Option<DeviceReads>,
     daemon_cpu: Option<Duration>,
     cpu: Option<Duration>,
 }
@@ -73,6 +89,7 @@ struct Sample {
 fn sample(probe: Probe<'_>) -> Sample {
     Sample {
         journal: probe.and_then(|b| b.journal()),
+        device_reads: probe.and_then(|b| b.device_reads()),
         daemon_cpu: probe.and_then(|b| b.daemon_cpu()),
         cpu: probe.and_then(|_| own_cpu()),
     }
@@ -82,6 +99,7 @@ fn sample(probe: Probe<'_>) -> Sample {
 #[derive(Clone, Copy, Default)]
 struct Delta {
     journal: Option<JournalCounters>,
+    device_reads: Option<DeviceReads>,
     daemon_cpu: Option<f64>,
     cpu: Option<f64>,
 }
@@ -93,6 +111,10 @@ fn delta(before: Sample, after: Sample) -> Delta {
     };
     Delta {
         journal: after.journal.zip(before.journal).map(|(a, b)| a.since(b)),
+        device_reads: after
+            .device_reads
+            .zip(before.device_reads)
+            .map(|(a, b)| a.since(b)),
         daemon_cpu: seconds(after.daemon_cpu, before.daemon_cpu),
         cpu: seconds(after.cpu, before.cpu),
     }
@@ -369,13 +391,10 @@ where
             seconds: secs,
             per_thread_ops_per_sec: per.iter().map(|&n| n as f64 / secs).collect(),
             journal: d.journal,
-            extents_per_file: None,
-            free_space: None,
             daemon_cpu: d.daemon_cpu,
             cpu: d.cpu,
-            icache: None,
-            bufcache: None,
-            peak_rss: None,
+            device_reads: d.device_reads,
+            ..PhaseResult::default()
         })
     })
 }
@@ -478,13 +497,10 @@ where
                     .map(|r| rate(r.0, (r.2 - r.1).as_secs_f64()))
                     .collect(),
                 journal: d.journal,
-                extents_per_file: None,
-                free_space: None,
                 daemon_cpu: d.daemon_cpu,
                 cpu: d.cpu,
-                icache: None,
-                bufcache: None,
-                peak_rss: None,
+                device_reads: d.device_reads,
+                ..PhaseResult::default()
             });
         }
         Ok(results)
@@ -548,6 +564,9 @@ mod tests {
             Err("unsupported".to_string())
         }
         fn read(&self, _: &Handle, _: u64, _: &mut [u8]) -> Result<usize, String> {
+            Err("unsupported".to_string())
+        }
+        fn drop_cache(&self, _: &Handle) -> Result<(), String> {
             Err("unsupported".to_string())
         }
         fn journal(&self) -> Option<JournalCounters> {

@@ -4,7 +4,7 @@
 //! A variant list (`--variants`) applies per workload: each workload runs the variants of
 //! its [`Family`], plus `default` and every raw spec, which apply to all. So `base` means
 //! the baseline of the workload it runs with: seed 000's for fallocate2, fsync and
-//! bufio64k, seed 001's for mdtest, mdtest-shared, fsmark and stat.
+//! bufio64k, seed 001's for mdtest, mdtest-shared, fsmark and stat, seed 002's for bufio.
 
 use lanefs::{IallocPolicy, IcachePolicy, MountOptions, StreamGoal};
 
@@ -17,6 +17,8 @@ pub enum Family {
     /// Workloads that create, remove and look up inodes (mdtest, mdtest-shared, fsmark,
     /// stat): seed 001's inode allocator and seed 004's inode cache variants.
     Inodes,
+    /// Workloads that move cached file data (bufio): seed 002's folio sizes.
+    Pages,
 }
 
 /// Name of the variant that mounts with `MountOptions::default()`, in every family.
@@ -24,7 +26,7 @@ pub const DEFAULT_VARIANT: &str = "default";
 
 impl Family {
     /// Every family, in the order messages list them.
-    pub const ALL: [Family; 2] = [Family::Blocks, Family::Inodes];
+    pub const ALL: [Family; 3] = [Family::Blocks, Family::Inodes, Family::Pages];
 
     /// The names of this family's variants (besides `default`), in the order of its
     /// seeds' tables, baseline first.
@@ -34,6 +36,7 @@ impl Family {
             Family::Inodes => &[
                 "base", "ialloc", "icache", "lanefs", "global", "bucket", "papaya",
             ],
+            Family::Pages => &["base", "order2", "order6"],
         }
     }
 
@@ -42,6 +45,7 @@ impl Family {
         match self {
             Family::Blocks => "seed 000's block allocator",
             Family::Inodes => "seed 001's inode allocator and seed 004's inode cache",
+            Family::Pages => "seed 002's page cache folios",
         }
     }
 
@@ -51,6 +55,7 @@ impl Family {
         match self {
             Family::Blocks => &["fallocate2", "fsync", "bufio64k"],
             Family::Inodes => &["mdtest", "mdtest-shared", "fsmark", "stat"],
+            Family::Pages => &["bufio"],
         }
     }
 
@@ -60,6 +65,7 @@ impl Family {
         match self {
             Family::Blocks => &["base"],
             Family::Inodes => &["base", "global"],
+            Family::Pages => &["base"],
         }
     }
 
@@ -68,6 +74,7 @@ impl Family {
         match self {
             Family::Blocks => blocks_options(name),
             Family::Inodes => inodes_options(name),
+            Family::Pages => pages_options(name),
         }
     }
 }
@@ -107,6 +114,21 @@ fn inodes_options(name: &str) -> Option<MountOptions> {
         "global" => o(ialloc, IcachePolicy::Global),
         "bucket" => o(ialloc, IcachePolicy::Bucket),
         "papaya" => o(ialloc, IcachePolicy::Papaya),
+        _ => return None,
+    })
+}
+
+/// Seed 002's variants: single-block pages (the baseline, `folio_max_order=0`), then
+/// larger folios than the default's (order 4, 64 KiB with 4 KiB blocks) on either side.
+fn pages_options(name: &str) -> Option<MountOptions> {
+    let o = |order: u8| MountOptions {
+        folio_max_order: order,
+        ..MountOptions::default()
+    };
+    Some(match name {
+        "base" => o(0),
+        "order2" => o(2),
+        "order6" => o(6),
         _ => return None,
     })
 }
@@ -158,6 +180,7 @@ impl Variant {
     /// | Inodes | `icache` | `ialloc=locked`, `icache=bucket` |
     /// | Inodes | `lanefs` | `ialloc=optimistic`, `icache=bucket` |
     /// | Inodes | `global`, `bucket`, `papaya` | `icache=` that, `ialloc` default |
+    /// | Pages | `base`, `order2`, `order6` | `folio_max_order=0`, `2`, `6` |
     ///
     /// Every other mount option keeps its default. An unknown name is an error listing
     /// the family's names.
@@ -342,6 +365,12 @@ fn options_text(opts: &MountOptions) -> String {
     if opts.icache_limit != d.icache_limit {
         on.push(format!("icache_limit={}", opts.icache_limit));
     }
+    if opts.folio_max_order != d.folio_max_order {
+        on.push(format!("folio_max_order={}", opts.folio_max_order));
+    }
+    if opts.pagecache_limit != d.pagecache_limit {
+        on.push(format!("pagecache_limit={}", opts.pagecache_limit));
+    }
     if on.is_empty() {
         "defaults".to_string()
     } else {
@@ -413,8 +442,17 @@ mod tests {
     fn names_resolve_per_family() {
         let base = Variant::named("base").expect("base");
         let families: Vec<Option<Family>> = base.iter().map(|v| v.family).collect();
-        assert_eq!(families, [Some(Family::Blocks), Some(Family::Inodes)]);
+        assert_eq!(
+            families,
+            [
+                Some(Family::Blocks),
+                Some(Family::Inodes),
+                Some(Family::Pages)
+            ]
+        );
         assert_ne!(base[0].opts, base[1].opts);
+        assert_eq!(base[2].opts.folio_max_order, 0);
+        assert_eq!(base[2].options_text(), "folio_max_order=0");
         assert_eq!(
             Variant::named("default").expect("default"),
             [Variant::default()]
@@ -447,6 +485,7 @@ mod tests {
                 err.contains("base, ialloc, icache, lanefs, global, bucket, papaya for mdtest"),
                 "{err}"
             );
+            assert!(err.contains("base, order2, order6 for bufio"), "{err}");
             assert!(err.contains("NAME:OPTIONS"), "{err}");
         }
         assert!(parse_variants("").is_err());
@@ -465,19 +504,20 @@ mod tests {
             [
                 ("base", Some(Family::Blocks)),
                 ("base", Some(Family::Inodes)),
+                ("base", Some(Family::Pages)),
                 ("x", None),
                 ("lanefs", Some(Family::Inodes)),
                 ("y", None),
             ]
         );
-        let x = &v[2].opts;
+        let x = &v[3].opts;
         assert_eq!(
             (x.ialloc, x.icache),
             (IallocPolicy::Locked, IcachePolicy::Global)
         );
-        assert_eq!(v[2].options_text(), "ialloc=locked");
-        assert_eq!(v[4].opts.icache, IcachePolicy::Papaya);
-        assert_eq!(v[4].opts.ialloc, IallocPolicy::Optimistic);
+        assert_eq!(v[3].options_text(), "ialloc=locked");
+        assert_eq!(v[5].opts.icache, IcachePolicy::Papaya);
+        assert_eq!(v[5].opts.ialloc, IallocPolicy::Optimistic);
         // Options without a value, sizes, and an empty spec (the defaults, renamed).
         let v = parse_variants("small:icache_limit=1M,noatime,plain:").expect("list");
         assert_eq!(v[0].opts.icache_limit, 1 << 20);

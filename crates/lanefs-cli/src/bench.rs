@@ -52,6 +52,12 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
         warmup: args.warmup.unwrap_or(defaults.warmup),
         files: args.files.unwrap_or(defaults.files),
         fsmark_files: args.fsmark_files.or(defaults.fsmark_files),
+        bufio_size: match &args.bufio_size {
+            Some(s) => {
+                Some(parse_size(s).map_err(|e| Failure::new("--bufio-size", Error::Msg(e)))?)
+            }
+            None => defaults.bufio_size,
+        },
         lockstat: args.lockstat,
         variants,
         json: args.json.clone(),

@@ -365,8 +365,10 @@ fn bench_help_and_unknown_variant() {
     let out = ok(lanefs(&["bench", "--help"]));
     let text = stdout(&out);
     for word in [
-        "bufio64k 1,2,4; every other (fallocate2, fsync, mdtest, mdtest-shared, fsmark, stat) \
-         1,2,4,8",
+        "bufio64k and bufio 1,2,4; every other (fallocate2, fsync, mdtest, mdtest-shared, \
+         fsmark, stat) 1,2,4,8",
+        "bufio (seed 002): base (folio_max_order=0), order2, order6",
+        "--bufio-size",
         "fallocate2, fsync, bufio64k (seed 000): base, trylock, linear, optimize_scan, slots",
         "ialloc (optimistic + global), icache (locked + bucket), lanefs (optimistic + bucket), \
          global, bucket, papaya",

@@ -7,6 +7,7 @@ use crate::variant::Family;
 use std::time::Duration;
 
 pub mod bufio;
+pub mod bufio64k;
 pub mod control;
 pub mod fallocate2;
 pub mod fsmark;
@@ -35,6 +36,8 @@ pub struct RunCtx<'a> {
     pub files: usize,
     /// Files per thread of fsmark, when given (`None`: its default total, split).
     pub fsmark_files: Option<usize>,
+    /// Bytes of file data per shape of bufio, when given (`None`: its default).
+    pub bufio_size: Option<u64>,
 }
 
 impl RunCtx<'_> {
@@ -72,6 +75,7 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &fsmark::Fsmark,
     &stat::Stat,
     &fsync::Fsync,
+    &bufio64k::Bufio64k,
     &bufio::Bufio,
 ];
 
