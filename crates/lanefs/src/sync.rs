@@ -561,17 +561,31 @@ mod order {
     }
 }
 
-/// The lock and condition variable under [`Mutex`] and [`Condvar`]: `parking_lot`'s.
+/// The locks and condition variable under [`Mutex`], [`RwLock`] and [`Condvar`]:
+/// `parking_lot`'s.
 #[cfg(not(shuttle))]
 mod raw {
-    pub(super) use parking_lot::{Condvar, Mutex, MutexGuard};
+    pub(super) use parking_lot::{
+        Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    };
 }
 
-/// Under `cfg(shuttle)` (the shuttle model of the inode cache, `tests/shuttle_icache.rs`,
-/// run with `RUSTFLAGS="--cfg shuttle"`), shuttle's mutex and condition variable behind
-/// `parking_lot`'s interface, so that shuttle's scheduler sees every acquisition, release
-/// and wait as a switch point and reports a deadlock. Locks of such a build work only
-/// inside a shuttle test. `RwLock` stays `parking_lot`'s: the model only try-locks one.
+/// The atomics of the structures the shuttle models check (the page cache's folio index,
+/// folio state and seqcount): std's, or under `cfg(shuttle)` shuttle's, so that its
+/// scheduler switches tasks at every access.
+pub mod atomic {
+    #[cfg(shuttle)]
+    pub use shuttle::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    #[cfg(not(shuttle))]
+    pub use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+}
+
+/// Under `cfg(shuttle)` (the shuttle models of the inode cache and the page cache,
+/// `tests/shuttle_icache.rs` and `tests/shuttle_pagecache.rs`, run with
+/// `RUSTFLAGS="--cfg shuttle"`), shuttle's mutex, reader-writer lock and condition variable
+/// behind `parking_lot`'s interface, so that shuttle's scheduler sees every acquisition,
+/// release and wait as a switch point and reports a deadlock. Locks of such a build work
+/// only inside a shuttle test.
 #[cfg(shuttle)]
 mod raw {
     use std::fmt;
@@ -635,6 +649,55 @@ mod raw {
             self.0
                 .as_deref_mut()
                 .expect("guard taken by a condvar wait")
+        }
+    }
+
+    /// shuttle's reader-writer lock; poisoning is ignored, as `parking_lot` has none.
+    pub(super) struct RwLock<T>(shuttle::sync::RwLock<T>);
+    pub(super) type RwLockReadGuard<'a, T> = shuttle::sync::RwLockReadGuard<'a, T>;
+    pub(super) type RwLockWriteGuard<'a, T> = shuttle::sync::RwLockWriteGuard<'a, T>;
+
+    impl<T> RwLock<T> {
+        pub(super) const fn new(v: T) -> RwLock<T> {
+            RwLock(shuttle::sync::RwLock::new(v))
+        }
+
+        pub(super) fn read(&self) -> RwLockReadGuard<'_, T> {
+            self.0.read().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        pub(super) fn write(&self) -> RwLockWriteGuard<'_, T> {
+            self.0.write().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        pub(super) fn try_read(&self) -> Option<RwLockReadGuard<'_, T>> {
+            match self.0.try_read() {
+                Ok(g) => Some(g),
+                Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            }
+        }
+
+        pub(super) fn try_write(&self) -> Option<RwLockWriteGuard<'_, T>> {
+            match self.0.try_write() {
+                Ok(g) => Some(g),
+                Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            }
+        }
+
+        pub(super) fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        pub(super) fn into_inner(self) -> T {
+            self.0.into_inner().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+
+    impl<T: fmt::Debug> fmt::Debug for RwLock<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            fmt::Debug::fmt(&self.0, f)
         }
     }
 
@@ -772,21 +835,22 @@ impl<T: fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
     }
 }
 
-/// A reader-writer lock of a named class (a `parking_lot::RwLock` underneath).
+/// A reader-writer lock of a named class (a `parking_lot::RwLock` underneath; shuttle's
+/// under `cfg(shuttle)`).
 pub struct RwLock<T> {
     class: &'static LockClass,
-    inner: parking_lot::RwLock<T>,
+    inner: raw::RwLock<T>,
 }
 
 /// Shared access to an [`RwLock`]'s value; releases on drop.
 pub struct RwLockReadGuard<'a, T> {
-    inner: parking_lot::RwLockReadGuard<'a, T>,
+    inner: raw::RwLockReadGuard<'a, T>,
     _hold: order::Hold,
 }
 
 /// Exclusive access to an [`RwLock`]'s value; releases on drop.
 pub struct RwLockWriteGuard<'a, T> {
-    inner: parking_lot::RwLockWriteGuard<'a, T>,
+    inner: raw::RwLockWriteGuard<'a, T>,
     _hold: order::Hold,
 }
 
@@ -795,7 +859,7 @@ impl<T> RwLock<T> {
     pub const fn new(class: &'static LockClass, v: T) -> RwLock<T> {
         RwLock {
             class,
-            inner: parking_lot::RwLock::new(v),
+            inner: raw::RwLock::new(v),
         }
     }
 

@@ -8,8 +8,8 @@
 //! blocks it covers (reading first the edge blocks it covers in part, when they hold
 //! data). So no folio is ever half-read, and there is no per-block uptodate state.
 
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, FOLIO};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Largest folio order: 64 blocks, so a folio's dirty blocks fit one 64-bit word.

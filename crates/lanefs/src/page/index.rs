@@ -14,11 +14,8 @@
 #![allow(unsafe_code)]
 
 use super::folio::Folio;
+use crate::sync::atomic::{AtomicUsize, Ordering};
 use crossbeam_epoch::Guard;
-#[cfg(shuttle)]
-use shuttle::sync::atomic::{AtomicUsize, Ordering};
-#[cfg(not(shuttle))]
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const BITS: u32 = 6;

@@ -18,9 +18,9 @@ use super::folio::{mask, Folio, FolioData};
 use super::index::{FolioIndex, Locked, NODE_BYTES};
 use super::PageCache;
 use crate::error::{Error, Result};
+use crate::sync::atomic::{fence, AtomicU64, Ordering};
 use crate::sync::{Mutex, PAGE, WRITEBACK};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// The size mirror before the file's size is known to the mapping.
@@ -145,7 +145,7 @@ impl Mapping {
             return Change(None);
         }
         self.seq.fetch_add(1, Ordering::AcqRel);
-        std::sync::atomic::fence(Ordering::Release);
+        fence(Ordering::Release);
         Change(Some(&self.seq))
     }
 
@@ -165,7 +165,7 @@ impl Mapping {
         if self.read_hits(bs, off, &mut buf[..n]) < n {
             return None;
         }
-        std::sync::atomic::fence(Ordering::Acquire);
+        fence(Ordering::Acquire);
         (self.seq.load(Ordering::Relaxed) == s1).then_some(n)
     }
 
