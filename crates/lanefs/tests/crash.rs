@@ -83,6 +83,8 @@ struct Shape {
     mkfs: &'static [&'static str],
     /// The mount's `bufcache_limit` (0: the default).
     bufcache_limit: u64,
+    /// The mount's `folio_max_order` and `pagecache_limit` (`None`: the defaults).
+    pages: Option<(u8, u64)>,
 }
 
 /// mkfs.ext4's defaults with 4 KiB blocks (metadata_csum, 64-bit journal tags, csum v3).
@@ -93,6 +95,7 @@ const EXT4_4K: Shape = Shape {
     extents: true,
     mkfs: &[],
     bufcache_limit: 0,
+    pages: None,
 };
 
 /// ext4 with 1 KiB blocks: the superblock in block 1, 1 KiB journal blocks.
@@ -103,6 +106,7 @@ const EXT4_1K: Shape = Shape {
     extents: true,
     mkfs: &["-t", "ext4", "-b", "1024", "-J", "size=4"],
     bufcache_limit: 0,
+    pages: None,
 };
 
 /// ext3: block-mapped files, a journal with 32-bit block tags and no checksums.
@@ -113,6 +117,7 @@ const EXT3: Shape = Shape {
     extents: false,
     mkfs: &["-t", "ext3", "-b", "4096", "-J", "size=4"],
     bufcache_limit: 0,
+    pages: None,
 };
 
 /// mkfs.ext4's defaults with 4 KiB blocks, mounted with a 256 KiB buffer cache: a
@@ -125,16 +130,31 @@ const SMALL_CACHE: Shape = Shape {
     extents: true,
     mkfs: &[],
     bufcache_limit: 256 << 10,
+    pages: None,
+};
+
+/// mkfs.ext4's defaults with 4 KiB blocks, mounted with folios up to order 6 (256 KiB) in
+/// a 1 MiB page cache: writes make dirty folios of every order, punches and truncations
+/// split them, the dirty limit (a quarter of the cache) throttles writers into writing back
+/// their own files, and clean folios are evicted all the time.
+const FOLIOS: Shape = Shape {
+    idx: 0,
+    name: "folios_",
+    bs: 4096,
+    extents: true,
+    mkfs: &[],
+    bufcache_limit: 0,
+    pages: Some((6, 1 << 20)),
 };
 
 thread_local! {
-    /// The shape this test thread runs on: (block size, extents, bufcache_limit).
-    static SHAPE: std::cell::Cell<(u64, bool, u64)> =
-        const { std::cell::Cell::new((4096, true, 0)) };
+    /// The shape this test thread runs on: (block size, extents, bufcache_limit, pages).
+    static SHAPE: std::cell::Cell<(u64, bool, u64, Option<(u8, u64)>)> =
+        const { std::cell::Cell::new((4096, true, 0, None)) };
 }
 
 fn set_shape(s: &Shape) {
-    SHAPE.with(|c| c.set((s.bs, s.extents, s.bufcache_limit)));
+    SHAPE.with(|c| c.set((s.bs, s.extents, s.bufcache_limit, s.pages)));
 }
 
 /// The block size of this thread's image.
@@ -247,9 +267,13 @@ fn opts() -> MountOptions {
         commit_interval: Duration::ZERO,
         ..MountOptions::default()
     };
-    let limit = SHAPE.with(|c| c.get().2);
+    let (_, _, limit, pages) = SHAPE.with(|c| c.get());
     if limit > 0 {
         o.bufcache_limit = limit;
+    }
+    if let Some((order, limit)) = pages {
+        o.folio_max_order = order;
+        o.pagecache_limit = limit;
     }
     o
 }
@@ -684,6 +708,7 @@ impl Driver<'_> {
 // ---------------------------------------------------------------------------------------
 // Workloads.
 
+#[derive(Clone, Copy)]
 struct Workload {
     name: &'static str,
     run: fn(&mut Driver, &mut StdRng) -> R<()>,
@@ -719,6 +744,55 @@ const ALL: [Workload; WORKLOADS as usize] = [
         run: wl_mix,
     },
 ];
+
+/// Large folios with dirty blocks of every order (run on [`FOLIOS`]): two files get writes
+/// of 1 to 64 blocks, most at offsets aligned to their size (whole large folios), some
+/// anywhere (partial edge blocks), overwrites inside cached folios, holes punched and
+/// truncations that end inside large folios (splitting dirty ones), fsyncs and two syncs.
+fn wl_folios(d: &mut Driver, rng: &mut StdRng) -> R<()> {
+    let files = [d.create(ROOT, b"fa")?, d.create(ROOT, b"fb")?];
+    d.fsync(ROOT, false)?;
+    let bs = bs();
+    for i in 0..48u64 {
+        let f = files[rng.gen_range(0..2)];
+        let size = d.m.content(f).len() as u64;
+        match rng.gen_range(0..20) {
+            0..=10 => {
+                let blocks = 1u64 << rng.gen_range(0..=6);
+                let (off, n) = if rng.gen_bool(0.7) {
+                    (rng.gen_range(0..6) * blocks * bs, (blocks * bs) as usize)
+                } else {
+                    let off = rng.gen_range(0..=size + bs);
+                    (off, (blocks * bs - rng.gen_range(1..bs)) as usize)
+                };
+                d.write(f, off, &pattern(mix(i, 11), off, n))?;
+            }
+            11..=12 if size > 0 => {
+                let mode = FallocMode {
+                    keep_size: true,
+                    punch_hole: true,
+                    zero_range: false,
+                };
+                let off = rng.gen_range(0..size);
+                d.fallocate(f, mode, off, rng.gen_range(1..20 * bs))?;
+            }
+            13 => d.truncate(f, rng.gen_range(0..=size))?,
+            14..=17 => d.fsync(f, rng.gen_bool(0.5))?,
+            18 if i % 3 == 0 => d.sync()?,
+            _ => {}
+        }
+        if i == 24 {
+            d.sync()?;
+        }
+    }
+    Ok(())
+}
+
+/// The workload of [`FOLIOS`]'s own tests.
+const FOLIOS_WL: Workload = Workload {
+    name: "folios",
+    run: wl_folios,
+};
 
 /// As the fallocate2 benchmark: create a file, fallocate a few blocks, unlink older files;
 /// some data, many fsyncs of files and of the directory, one early sync. The fsyncs log
@@ -1749,6 +1823,24 @@ fn crash_ext3_append_fsync() {
 #[test]
 fn crash_ext3_htree() {
     crash_workload(&ALL[5], &EXT3, 2);
+}
+
+/// Dirty folios of every order, split and evicted, with a crash at every point.
+#[test]
+fn crash_folios_folios() {
+    crash_workload(&FOLIOS_WL, &FOLIOS, 1);
+}
+
+/// The random mix with large folios in a 1 MiB page cache.
+#[test]
+fn crash_folios_mix() {
+    crash_workload(&ALL[6], &FOLIOS, 2);
+}
+
+/// The end of every sync of the folio workload and the mix, with large folios.
+#[test]
+fn crash_at_sync_points_folios() {
+    sync_points("crash_at_sync_points_folios", &FOLIOS, &[FOLIOS_WL, ALL[6]]);
 }
 
 /// The end of every sync of every workload, on 1 KiB blocks.
