@@ -256,9 +256,10 @@ pub struct Fs {
     rename_lock: Mutex<()>,
     /// The orphan list in chain order (head first): unlinked inodes still open.
     orphans: Mutex<Vec<Ino>>,
-    /// The commit timer's thread; `unmount` joins it, so the device is closed (and its
-    /// claim released) once the caller's last `Arc` goes.
-    timer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The background threads (the commit timer, the page cache's flusher); `unmount`
+    /// joins them, so the device is closed (and its claim released) once the caller's last
+    /// `Arc` goes.
+    timer: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     timer_stop: std::sync::atomic::AtomicBool,
     read_only: bool,
     /// When reads update access times (`Fs::touch_atime`).
@@ -433,7 +434,7 @@ impl Fs {
             ro_reason,
             latch,
             bs,
-            timer: std::sync::Mutex::new(None),
+            timer: std::sync::Mutex::new(Vec::new()),
             timer_stop: std::sync::atomic::AtomicBool::new(false),
         };
         let root = fs.iget(ROOT_INO).map_err(|e| match e {
@@ -452,6 +453,9 @@ impl Fs {
         let fs = Arc::new(fs);
         if !read_only && !opts.commit_interval.is_zero() {
             fs.start_timer(opts.commit_interval);
+        }
+        if !read_only {
+            fs.start_flusher();
         }
         Ok(fs)
     }
@@ -501,14 +505,48 @@ impl Fs {
                     }
                     if last.elapsed() >= every {
                         last = std::time::Instant::now();
-                        let _ = fs.flush_pages().and_then(|()| fs.journal.commit_running());
+                        // Data dirty for a commit interval goes out, then the commit.
+                        let _ = fs
+                            .pages
+                            .write_back_files(|| false)
+                            .and_then(|()| fs.journal.commit_running());
                     }
                 }
             });
         if let Ok(t) = t {
             let th = t.thread().clone();
             self.journal.set_kick(Box::new(move || th.unpark()));
-            *self.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+            self.timer.lock().unwrap_or_else(|e| e.into_inner()).push(t);
+        }
+    }
+
+    /// The page cache's background flusher (the kernel's per-device write-back worker):
+    /// woken by a writer when dirty data passes the background threshold, it writes dirty
+    /// files back, oldest first, until dirty data is under half of it. It takes no inode
+    /// lock, so a writer it races with only waits on a folio it is writing.
+    fn start_flusher(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let t = std::thread::Builder::new()
+            .name("lanefs-flush".into())
+            .spawn(move || loop {
+                std::thread::park();
+                let Some(fs) = weak.upgrade() else { return };
+                if fs.timer_stop.load(std::sync::atomic::Ordering::Acquire) {
+                    return;
+                }
+                if fs.is_read_only() || !fs.pages.over_background() {
+                    continue;
+                }
+                // An error leaves the data dirty: fsync and the commit timer retry it and
+                // report it.
+                let _ = fs
+                    .pages
+                    .write_back_files(|| fs.pages.under_background_goal());
+            });
+        if let Ok(t) = t {
+            let th = t.thread().clone();
+            self.pages.set_flusher(Box::new(move || th.unpark()));
+            self.timer.lock().unwrap_or_else(|e| e.into_inner()).push(t);
         }
     }
 

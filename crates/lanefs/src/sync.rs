@@ -25,6 +25,7 @@
 //! | 40 | [`GROUP`] | one allocation group's bitmaps and counters (one at a time) |
 //! | 44 | [`WRITEBACK`] | one inode's write-back (one writer per file; held across its IO) |
 //! | 45 | [`PAGE`] | one inode's page cache: its folio index (inserts, removals) and dirty set |
+//! | 46 | [`DIRTY_FILES`] | the page cache's list of files with dirty data |
 //! | 47 | [`FOLIO`] | one folio's bytes; nestable: write-back holds a run's folios in file order |
 //! | 50 | [`BUFFER`] | one cached metadata block's bytes |
 //! | 52 | [`CLOCK`] | one shard of the page cache's eviction list (leaf but for try-locks) |
@@ -218,6 +219,9 @@ pub static WRITEBACK: LockClass = LockClass::new("writeback", 44, false);
 /// One inode's page cache: inserts into and removals from its folio index, and its set of
 /// dirty folios (the kernel's `xa_lock` of the mapping). Lookups take no lock.
 pub static PAGE: LockClass = LockClass::new("page", 45, false);
+/// The page cache's list of files with dirty data (the kernel's `b_dirty`): a file joins
+/// it when it first gets dirty, and the background flusher and the commit timer take it.
+pub static DIRTY_FILES: LockClass = LockClass::new("dirty_files", 46, false);
 /// One folio's bytes (the kernel's folio lock). Nestable: write-back holds the folios of
 /// one device write at once, taken in file order.
 pub static FOLIO: LockClass = LockClass::new("folio", 47, true);
@@ -235,7 +239,7 @@ pub static SUPER: LockClass = LockClass::new("super", 70, false);
 /// The bytes of a memory device (tests and benchmarks). Leaf lock.
 pub static MEM_DEVICE: LockClass = LockClass::new("mem_device", 80, false);
 
-static ALL_CLASSES: [&LockClass; 19] = [
+static ALL_CLASSES: [&LockClass; 20] = [
     &RENAME,
     &INODE,
     &JOURNAL_COMMIT,
@@ -248,6 +252,7 @@ static ALL_CLASSES: [&LockClass; 19] = [
     &GROUP,
     &WRITEBACK,
     &PAGE,
+    &DIRTY_FILES,
     &FOLIO,
     &BUFFER,
     &CLOCK,
@@ -1041,7 +1046,7 @@ mod tests {
     fn classes_are_in_lock_order() {
         // Goal: the declared order is the lock order, and names are unique.
         let classes = all_classes();
-        assert_eq!(classes.len(), 19);
+        assert_eq!(classes.len(), 20);
         for pair in classes.windows(2) {
             assert!(
                 pair[0].rank() < pair[1].rank(),
@@ -1070,6 +1075,7 @@ mod tests {
             &[
                 "writeback",
                 "page",
+                "dirty_files",
                 "folio",
                 "buffer",
                 "clock",

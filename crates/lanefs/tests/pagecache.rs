@@ -185,3 +185,67 @@ fn cold_sequential_reads_go_to_the_device_in_large_runs() {
     );
     fs.unmount().expect("unmount");
 }
+
+/// Past the background threshold (an eighth of the limit) a writer wakes the flusher,
+/// which writes files back, oldest first, until dirty data is under half of it: with no
+/// fsync and no commit timer. What it wrote is on the device: after dropping the clean
+/// cache, the files read back from the image as written.
+#[test]
+fn the_flusher_writes_back_past_the_background_threshold() {
+    let td = tempfile::tempdir().expect("tempdir");
+    let img = mkfs_image(td.path(), "flush.img", 64 << 20);
+    let limit: u64 = 8 << 20;
+    let opts = MountOptions {
+        // No commit timer: only the flusher writes back.
+        commit_interval: Duration::ZERO,
+        pagecache_limit: limit,
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount_path(&img, opts).expect("mount");
+    let _dog = watchdog("the_flusher_writes_back_past_the_background_threshold", 120);
+    // Three files of 512 KiB: 1.5 MiB dirty, past limit / 8 (1 MiB) and under limit / 4
+    // (2 MiB), where writers would write back themselves.
+    let data = |k: u64| -> Vec<u8> { (0..512 << 10).map(|i| (i % 253) as u8 ^ k as u8).collect() };
+    let mut inos = Vec::new();
+    for k in 0..3u64 {
+        let ino = fs
+            .create(
+                ROOT_INO,
+                format!("f{k}").as_bytes(),
+                0o644,
+                Owner::default(),
+            )
+            .expect("create")
+            .ino;
+        for off in (0..512u64 << 10).step_by(64 << 10) {
+            let d = data(k);
+            fs.write(ino, off, &d[off as usize..][..64 << 10])
+                .expect("write");
+        }
+        inos.push(ino);
+    }
+    let start = std::time::Instant::now();
+    while fs.pagecache_stats().dirty_bytes > limit / 16 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "still {} dirty bytes after 60 s",
+            fs.pagecache_stats().dirty_bytes
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The oldest file went first: it is clean, so dropping the clean cache sends its
+    // reads to the device.
+    fs.drop_cache(inos[0]).expect("drop cache");
+    let before = fs.pagecache_stats().device_read_bytes;
+    check_all(&fs, inos[0], &data(0));
+    assert_eq!(
+        fs.pagecache_stats().device_read_bytes - before,
+        512 << 10,
+        "the first file was not read from the device"
+    );
+    for (k, &ino) in inos.iter().enumerate() {
+        check_all(&fs, ino, &data(k as u64));
+    }
+    fs.unmount().expect("unmount");
+    assert_fsck_clean(&img);
+}

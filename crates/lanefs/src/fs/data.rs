@@ -590,14 +590,14 @@ impl Fs {
         self.dev.flush()
     }
 
-    /// Stop the commit timer and wait for its thread to end (unless called on it), so it
-    /// holds no reference to the mount afterwards.
+    /// Stop the commit timer and the flusher and wait for their threads to end (unless
+    /// called on one of them), so they hold no reference to the mount afterwards.
     fn stop_timer(&self) {
         self.timer_stop
             .store(true, std::sync::atomic::Ordering::Release);
         self.journal.stop_kick();
-        let t = self.timer.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(t) = t {
+        let threads = std::mem::take(&mut *self.timer.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
             t.thread().unpark();
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();

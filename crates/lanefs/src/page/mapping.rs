@@ -18,7 +18,7 @@ use super::folio::{mask, Folio, FolioData};
 use super::index::{FolioIndex, Locked, NODE_BYTES};
 use super::PageCache;
 use crate::error::{Error, Result};
-use crate::sync::atomic::{fence, AtomicU64, Ordering};
+use crate::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Mutex, PAGE, WRITEBACK};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
@@ -95,6 +95,8 @@ pub struct Mapping {
     /// read without the inode lock that sees it move tries again under the lock, so every
     /// read sees a write whole or not at all.
     seq: AtomicU64,
+    /// On the page cache's list of dirty files.
+    pub(super) listed: AtomicBool,
 }
 
 /// An open change of a file's data and size ([`Mapping::change`]).
@@ -122,6 +124,7 @@ impl Default for Mapping {
             wb: Mutex::new(&WRITEBACK, ()),
             size: AtomicU64::new(SIZE_UNKNOWN),
             seq: AtomicU64::new(0),
+            listed: AtomicBool::new(false),
         }
     }
 }
@@ -361,6 +364,7 @@ impl Mapping {
         let mut inner = self.inner.lock();
         let lk = Locked(std::marker::PhantomData);
         let mut done = 0usize;
+        let mut dirtied = false;
         while done < data.len() {
             let pos = off + done as u64;
             let idx = pos / bs;
@@ -411,14 +415,20 @@ impl Mapping {
             }
             if f.mark_dirty(&d, mask(b0 - f.index, b1 - b0 + 1)) != 0 {
                 inner.dirty.entry(f.index).or_insert_with(|| f.clone());
+                dirtied = true;
             }
             drop(d);
             done += k;
         }
         drop(inner);
+        if dirtied {
+            pc.note_dirty(self);
+        }
         if pc.dirty_over_limit() {
             // Throttled: the writer writes its own file back (balance_dirty_pages).
             self.write_back(&*pc.dev, pc.bs)?;
+        } else if pc.over_background() {
+            pc.wake_flusher();
         }
         pc.balance();
         Ok(())

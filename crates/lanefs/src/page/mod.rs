@@ -12,8 +12,15 @@
 //! a store only when it was clear), never a list lock; a new folio joins its thread's
 //! shard; when the cache passes its limit, the thread that charged it sweeps shards in
 //! turn, giving referenced folios a second chance and evicting clean ones nobody holds,
-//! until it is back under seven eighths of the limit. Dirty data is bounded at a quarter
-//! of the limit: a writer past it writes its own file back before going on.
+//! until it is back under seven eighths of the limit.
+//!
+//! Write-back (the kernel's per-device flusher and `balance_dirty_pages`): a file joins the
+//! cache's list of dirty files when it first gets dirty. Past the background threshold (an
+//! eighth of the limit) a writer wakes the mount's flusher thread, which writes listed
+//! files back, one writer per file, until dirty data is under half that threshold; the
+//! commit timer writes every listed file back each commit interval, so no data stays dirty
+//! much longer than that. Dirty data is bounded at a quarter of the limit: a writer past it
+//! writes its own file back before going on (throttled, never failed).
 //!
 //! The page cache owns file-data IO: `fs` reads and writes file data only through it, and
 //! the journal writes a file's data before a commit through the `OrderedData` hook the
@@ -27,10 +34,11 @@ pub use folio::{Folio, MAX_ORDER};
 pub use mapping::{Mapping, Run};
 
 use crate::dev::BlockDevice;
-use crate::sync::{Mutex, CLOCK};
+use crate::error::Result;
+use crate::sync::{Mutex, CLOCK, DIRTY_FILES};
 use folio::{Charge, FolioData};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 /// Shards of the CLOCK list.
 const SHARDS: usize = 16;
@@ -102,6 +110,10 @@ pub struct PageCache {
     totals: Arc<Totals>,
     clock: Vec<Mutex<ClockShard>>,
     next_shard: AtomicUsize,
+    /// Files with dirty data, in the order they got dirty (each once: `Mapping::listed`).
+    dirty_files: Mutex<Vec<Weak<Mapping>>>,
+    /// Wakes the mount's flusher thread (none: no background write-back, as in tests).
+    flusher: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl PageCache {
@@ -118,6 +130,84 @@ impl PageCache {
                 .map(|_| Mutex::new(&CLOCK, ClockShard::default()))
                 .collect(),
             next_shard: AtomicUsize::new(0),
+            dirty_files: Mutex::new(&DIRTY_FILES, Vec::new()),
+            flusher: OnceLock::new(),
+        }
+    }
+
+    /// Set what wakes the background flusher (once; later calls are ignored).
+    pub fn set_flusher(&self, wake: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.flusher.set(wake);
+    }
+
+    /// Put `m` on the list of dirty files unless it is on it.
+    fn note_dirty(&self, m: &Arc<Mapping>) {
+        if !m.listed.swap(true, crate::sync::atomic::Ordering::AcqRel) {
+            self.dirty_files.lock().push(m.weak());
+        }
+    }
+
+    /// Files on the dirty list (some may have been cleaned since by fsync or a commit).
+    pub fn dirty_files(&self) -> usize {
+        self.dirty_files.lock().len()
+    }
+
+    /// Write back the listed dirty files in the order they got dirty, until `enough()`
+    /// says so after a file or the list is done; files not reached stay listed, and a
+    /// file dirtied again meanwhile is listed again. The first error stops it (that file
+    /// stays listed and dirty).
+    pub fn write_back_files(&self, enough: impl Fn() -> bool) -> Result<()> {
+        let files = std::mem::take(&mut *self.dirty_files.lock());
+        let mut rest = files.into_iter();
+        let mut out = Ok(());
+        for w in rest.by_ref() {
+            let Some(m) = w.upgrade() else {
+                continue;
+            };
+            m.listed
+                .store(false, crate::sync::atomic::Ordering::Release);
+            let r = m.write_back(&*self.dev, self.bs);
+            if r.is_err() || m.has_dirty() {
+                self.note_dirty(&m);
+            }
+            if let Err(e) = r {
+                out = Err(e);
+                break;
+            }
+            if enough() {
+                break;
+            }
+        }
+        let left: Vec<Weak<Mapping>> = rest.collect();
+        if !left.is_empty() {
+            let mut l = self.dirty_files.lock();
+            let newer = std::mem::replace(&mut *l, left);
+            l.extend(newer);
+        }
+        out
+    }
+
+    /// Dirty bytes now.
+    fn dirty_bytes(&self) -> u64 {
+        self.totals.dirty_blocks.load(Ordering::Relaxed).max(0) as u64 * self.bs as u64
+    }
+
+    /// Whether dirty data passes the background threshold (an eighth of the limit): the
+    /// flusher should run.
+    pub fn over_background(&self) -> bool {
+        self.dirty_bytes() > self.limit / 8
+    }
+
+    /// Whether the flusher has done enough: dirty data under half the background
+    /// threshold.
+    pub fn under_background_goal(&self) -> bool {
+        self.dirty_bytes() <= self.limit / 16
+    }
+
+    /// Wake the flusher, if there is one.
+    fn wake_flusher(&self) {
+        if let Some(w) = self.flusher.get() {
+            w();
         }
     }
 
@@ -126,7 +216,7 @@ impl PageCache {
         let t = &self.totals;
         PageCacheStats {
             bytes: t.bytes.load(Ordering::Relaxed),
-            dirty_bytes: t.dirty_blocks.load(Ordering::Relaxed).max(0) as u64 * self.bs as u64,
+            dirty_bytes: self.dirty_bytes(),
             limit: self.limit,
             max_order: self.max_order,
             device_reads: t.reads.load(Ordering::Relaxed),
@@ -171,8 +261,7 @@ impl PageCache {
 
     /// Whether dirty blocks pass a quarter of the limit (writers write back first).
     fn dirty_over_limit(&self) -> bool {
-        let dirty = self.totals.dirty_blocks.load(Ordering::Relaxed).max(0) as u64;
-        dirty * self.bs as u64 > self.limit / 4
+        self.dirty_bytes() > self.limit / 4
     }
 
     /// When the cache is over its limit, evict clean folios until it is back under seven
