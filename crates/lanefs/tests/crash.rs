@@ -147,10 +147,12 @@ const FOLIOS: Shape = Shape {
     pages: Some((6, 1 << 20)),
 };
 
+/// What a test thread's shape sets: (block size, extents, bufcache_limit, pages).
+type ShapeCell = std::cell::Cell<(u64, bool, u64, Option<(u8, u64)>)>;
+
 thread_local! {
-    /// The shape this test thread runs on: (block size, extents, bufcache_limit, pages).
-    static SHAPE: std::cell::Cell<(u64, bool, u64, Option<(u8, u64)>)> =
-        const { std::cell::Cell::new((4096, true, 0, None)) };
+    /// The shape this test thread runs on.
+    static SHAPE: ShapeCell = const { std::cell::Cell::new((4096, true, 0, None)) };
 }
 
 fn set_shape(s: &Shape) {
