@@ -144,6 +144,16 @@ mod tests {
         }
     }
 
+    /// `--bufio-size` takes a size with a unit; a bad one names the option.
+    #[test]
+    fn bufio_size_parses() {
+        let cfg = config(&bench_args(&["bufio", "--bufio-size", "64M"])).expect("config");
+        assert_eq!(cfg.bufio_size, Some(64 << 20));
+        assert_eq!(config(&bench_args(&[])).expect("config").bufio_size, None);
+        let err = config(&bench_args(&["--bufio-size", "12Q"])).expect_err("bad size");
+        assert_eq!(err.what, "--bufio-size");
+    }
+
     /// `--variants` takes the seeds' names, resolved per workload family: `base` is one
     /// variant per family. An unknown one names the option and the name.
     #[test]
@@ -160,12 +170,14 @@ mod tests {
             [
                 ("base", Some(Family::Blocks)),
                 ("base", Some(Family::Inodes)),
+                ("base", Some(Family::Pages)),
                 ("optimize_scan", Some(Family::Blocks)),
                 ("slots", Some(Family::Blocks)),
             ]
         );
         assert!(!cfg.variants[0].opts.mb_optimize_scan);
-        assert!(cfg.variants[3].opts.mb_optimize_scan);
+        assert_eq!(cfg.variants[2].opts.folio_max_order, 0);
+        assert!(cfg.variants[4].opts.mb_optimize_scan);
         assert_eq!(cfg.variants[1].opts.ialloc, lanefs::IallocPolicy::Locked);
         let err = config(&bench_args(&["--variants", "base,nope"])).expect_err("unknown");
         assert_eq!(err.what, "--variants");
