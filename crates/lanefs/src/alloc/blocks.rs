@@ -674,21 +674,32 @@ impl Allocator {
             let g = self.geo.group_of_block(b);
             let gend = self.geo.group_first(g) + u64::from(self.geo.group_len(g));
             let n = (start + len).min(gend) - b;
-            self.free_in_group(h, g, (b - self.geo.group_first(g)) as usize, n as usize)?;
+            let off = (b - self.geo.group_first(g)) as usize;
+            self.free_in_group(h, g, off, n as usize, metadata)?;
             b += n;
         }
         Ok(())
     }
 
-    fn free_in_group(&self, h: &Handle, g: u32, off: usize, n: usize) -> Result<()> {
+    fn free_in_group(
+        &self,
+        h: &Handle,
+        g: u32,
+        off: usize,
+        n: usize,
+        metadata: bool,
+    ) -> Result<()> {
         let grp = &self.groups[g as usize];
         let (mut guard, bm) = self.lock_group_wait(g)?;
         let st = &mut *guard;
         let tid = h.tid();
         let mut freed = 0;
         // Blocks this same (uncommitted) transaction allocated were never pointed to by
-        // committed metadata: they are allocatable again at once. The others wait for
-        // the commit in `busy_blocks`.
+        // committed metadata: data blocks are allocatable again at once. The others wait
+        // for the commit in `busy_blocks`, and so do freed metadata blocks: their revoke
+        // is in this transaction, and replay drops every copy of a block logged in a
+        // transaction that revokes it, so a reuse as metadata before the commit would be
+        // lost in a crash (jbd2 cancels such a revoke instead).
         let mut now: Vec<(u32, u32)> = Vec::new();
         let mut busy: Vec<(u32, u32)> = Vec::new();
         {
@@ -710,7 +721,11 @@ impl Allocator {
                 let runs = match fresh.as_mut().filter(|m| test_bit(m, i)) {
                     Some(m) => {
                         clear_bit(m, i);
-                        &mut now
+                        if metadata {
+                            &mut busy
+                        } else {
+                            &mut now
+                        }
                     }
                     None => &mut busy,
                 };
