@@ -1365,6 +1365,29 @@ fn read_all(fs: &Fs, ino: Ino, size: u64) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// Of the model's directories `cands` that inode `ino` may be, the first whose names
+/// the image's directory matches (each name known to it, each name it must have there);
+/// the first of them when none does (the walk then reports what differs).
+fn pick_dir(fs: &Fs, m: &Model, cands: &[NodeId], ino: Ino) -> Result<NodeId, String> {
+    if cands.len() < 2 {
+        return Ok(cands[0]);
+    }
+    let names: BTreeSet<Vec<u8>> = readdir_all(fs, ino)?.into_iter().map(|e| e.name).collect();
+    let matches = |c: NodeId| {
+        names.iter().all(|n| m.slots.contains_key(&(c, n.clone())))
+            && m.slots
+                .range((c, Vec::new())..(c + 1, Vec::new()))
+                .all(|((_, n), slot)| {
+                    names.contains(n) || !slot.allowed().iter().all(Option::is_some)
+                })
+    };
+    Ok(cands
+        .iter()
+        .copied()
+        .find(|&c| matches(c))
+        .unwrap_or(cands[0]))
+}
+
 /// Walk the mounted crash state and compare it with the model: every entry one of the
 /// states its name went through since the last acknowledgement, every file one of its
 /// contents since the last fsync.
@@ -1418,7 +1441,10 @@ fn check_tree(fs: &Fs, m: &Model) -> Result<u64, String> {
             }
             match e.kind {
                 FileType::Directory => {
-                    stack.push((cands[0], e.ino, format!("{p}/")));
+                    // Several directories may fit (a name removed and made again whose
+                    // inode number came back): walk the one whose names the image shows.
+                    let c = pick_dir(fs, m, &cands, e.ino)?;
+                    stack.push((c, e.ino, format!("{p}/")));
                 }
                 FileType::Regular => {
                     if a.nlink != 1 {
