@@ -26,9 +26,10 @@
 //! skipping its seqcount re-check (a torn read across folios, in the cached models), and
 //! `read_hits` copying from a folio that left its index (in every large-folio model).
 //!
-//! Out of scope: shuttle runs atomics as sequentially consistent, and crossbeam-epoch's
-//! pins (all shuttle tasks run on one OS thread, so they share one epoch participant) only
-//! delay reclamation here; the grace period itself is crossbeam's.
+//! Out of scope: shuttle runs atomics as sequentially consistent, and reclamation: under
+//! `cfg(shuttle)` the index keeps removed folios until it is dropped instead of deferring
+//! their drop to crossbeam-epoch (whose garbage would outlive the execution's shuttle
+//! objects), so the grace period itself is crossbeam's and not modelled.
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg shuttle" CARGO_TARGET_DIR=target/shuttle cargo test -p lanefs --release --test shuttle_pagecache`

@@ -48,10 +48,12 @@ pub const NODE_BYTES: u64 = std::mem::size_of::<Node>() as u64;
 
 /// The index's strong reference to a removed folio, dropped once no pinned reader can
 /// hold a pointer to it.
+#[cfg(not(shuttle))]
 struct Retired(*const Folio);
 // SAFETY: the pointer is an `Arc<Folio>` given up by the index (`Arc::into_raw`); it is
 // turned back into that Arc exactly once, on whichever thread runs the deferred drop, and
 // `Folio` is `Send + Sync`.
+#[cfg(not(shuttle))]
 unsafe impl Send for Retired {}
 
 /// Proof that the caller holds the mapping's lock (the locked state's address).
@@ -60,12 +62,19 @@ pub struct Locked<'a>(pub(crate) std::marker::PhantomData<&'a ()>);
 /// The folio index of one file.
 pub struct FolioIndex {
     root: AtomicUsize,
+    /// Under `cfg(shuttle)`, removed folios are kept here until the index is dropped
+    /// instead of going to the epoch: a shuttle execution must leave no crossbeam garbage
+    /// behind, whose drops would run after it, on shuttle objects it already freed.
+    #[cfg(shuttle)]
+    retired: std::sync::Mutex<Vec<Arc<Folio>>>,
 }
 
 impl Default for FolioIndex {
     fn default() -> FolioIndex {
         FolioIndex {
             root: AtomicUsize::new(0),
+            #[cfg(shuttle)]
+            retired: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -161,15 +170,29 @@ impl FolioIndex {
             );
             s.store(0, Ordering::Release);
         }
-        let r = Retired(me as *const Folio);
-        // SAFETY: the slots no longer lead to the folio, so only readers pinned before now
-        // may hold it; the deferred drop runs after all of them unpin. The index's strong
-        // count is given back exactly once (see `Retired`).
-        unsafe {
-            g.defer_unchecked(move || {
-                let r = r;
-                drop(Arc::from_raw(r.0));
-            });
+        #[cfg(shuttle)]
+        {
+            let _ = g;
+            // SAFETY: the index's strong count of the folio, given up by the slots just
+            // cleared, is taken back exactly once, into the list dropped with the index.
+            let f = unsafe { Arc::from_raw(me as *const Folio) };
+            self.retired
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(f);
+        }
+        #[cfg(not(shuttle))]
+        {
+            let r = Retired(me as *const Folio);
+            // SAFETY: the slots no longer lead to the folio, so only readers pinned before
+            // now may hold it; the deferred drop runs after all of them unpin. The index's
+            // strong count is given back exactly once (see `Retired`).
+            unsafe {
+                g.defer_unchecked(move || {
+                    let r = r;
+                    drop(Arc::from_raw(r.0));
+                });
+            }
         }
     }
 
