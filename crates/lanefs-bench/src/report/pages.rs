@@ -18,11 +18,16 @@ struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    fn cell(&self, phase: &str, variant: &str, threads: usize) -> impl Iterator<Item = &'a Record> {
-        let (phase, variant) = (phase.to_string(), variant.to_string());
+    /// The records of `phase` and `variant` at `threads`.
+    fn cell<'s>(
+        &'s self,
+        phase: &'s str,
+        variant: &'s str,
+        threads: usize,
+    ) -> impl Iterator<Item = &'a Record> + 's {
         self.recs
-            .clone()
-            .into_iter()
+            .iter()
+            .copied()
             .filter(move |r| r.phase == phase && r.variant == variant && r.threads == threads)
     }
 

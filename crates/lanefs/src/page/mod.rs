@@ -142,7 +142,10 @@ impl PageCache {
 
     /// Put `m` on the list of dirty files unless it is on it.
     fn note_dirty(&self, m: &Arc<Mapping>) {
-        if !m.listed.swap(true, crate::sync::atomic::Ordering::AcqRel) {
+        // A load first: a file already listed (the common case for a writer) costs no
+        // read-modify-write.
+        use crate::sync::atomic::Ordering as O;
+        if !m.listed.load(O::Acquire) && !m.listed.swap(true, O::AcqRel) {
             self.dirty_files.lock().push(m.weak());
         }
     }
