@@ -22,6 +22,7 @@ pub mod journal;
 pub mod mkfs;
 pub mod mmp;
 pub mod page;
+pub mod rtalloc;
 pub mod sync;
 pub mod types;
 pub mod usegate;

@@ -23,6 +23,7 @@
 //! | 35 | [`STREAM_GOAL`] | the global stream goal (baseline allocator only) |
 //! | 38 | [`ORPHAN`] | the orphan list and journaled superblock updates |
 //! | 40 | [`GROUP`] | one allocation group's bitmaps and counters (one at a time) |
+//! | 41 | [`RTGROUP`] | one realtime group's bitmap, summary and counters (one at a time) |
 //! | 44 | [`WRITEBACK`] | one inode's write-back (one writer per file; held across its IO) |
 //! | 45 | [`PAGE`] | one inode's page cache: its folio index (inserts, removals) and dirty set |
 //! | 46 | [`DIRTY_FILES`] | the page cache's list of files with dirty data |
@@ -213,6 +214,8 @@ pub static ICACHE_GLOBAL: LockClass = LockClass::new("icache_global", 31, false)
 /// One allocation group's bitmaps and counters. At most one group lock held at a time, never
 /// across IO.
 pub static GROUP: LockClass = LockClass::new("group", 40, false);
+/// One realtime group's bitmap, summary and counters (one at a time; seed 003).
+pub static RTGROUP: LockClass = LockClass::new("rtgroup", 41, false);
 /// One inode's write-back: one writer of a file's dirty folios at a time, held across its
 /// IO (the kernel's `I_SYNC`).
 pub static WRITEBACK: LockClass = LockClass::new("writeback", 44, false);
@@ -239,7 +242,7 @@ pub static SUPER: LockClass = LockClass::new("super", 70, false);
 /// The bytes of a memory device (tests and benchmarks). Leaf lock.
 pub static MEM_DEVICE: LockClass = LockClass::new("mem_device", 80, false);
 
-static ALL_CLASSES: [&LockClass; 20] = [
+static ALL_CLASSES: [&LockClass; 21] = [
     &RENAME,
     &INODE,
     &JOURNAL_COMMIT,
@@ -250,6 +253,7 @@ static ALL_CLASSES: [&LockClass; 20] = [
     &ORPHAN,
     &IGROUP,
     &GROUP,
+    &RTGROUP,
     &WRITEBACK,
     &PAGE,
     &DIRTY_FILES,
@@ -1046,7 +1050,7 @@ mod tests {
     fn classes_are_in_lock_order() {
         // Goal: the declared order is the lock order, and names are unique.
         let classes = all_classes();
-        assert_eq!(classes.len(), 20);
+        assert_eq!(classes.len(), 21);
         for pair in classes.windows(2) {
             assert!(
                 pair[0].rank() < pair[1].rank(),
