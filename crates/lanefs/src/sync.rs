@@ -1077,6 +1077,7 @@ mod tests {
         assert_eq!(
             &names[10..],
             &[
+                "rtgroup",
                 "writeback",
                 "page",
                 "dirty_files",
