@@ -234,3 +234,46 @@ fn busy_extents_wait_for_their_commit() {
     let h = j.start();
     assert!(a.free(&h, 50, 5).is_err());
 }
+
+/// Reads per allocation of both policies on a large fragmented group (a measurement, not
+/// a check: `cargo test --release -p lanefs --lib rtalloc::tests::fragmented_reads -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn fragmented_reads() {
+    // 1 GiB of 4 KiB extents... as 2^18 extents, 8 bitmap blocks of 4 KiB; groups of 2.
+    for (blocks, groups) in [(64u64, 0u32), (512, 0), (512, 64)] {
+        let geo = geometry_for(4096, blocks * 32768 * 4096, 1, groups).unwrap();
+        let mut rng = StdRng::seed_from_u64(3);
+        let free = random_free(&mut rng, geo.rextents, 0.5, 12);
+        let (plain, jp) = setup(geo, &free, RtAllocPolicy::Plain);
+        let (lean, jl) = setup(geo, &free, RtAllocPolicy::Lean);
+        let mut rng = StdRng::seed_from_u64(9);
+        for _ in 0..300 {
+            let hint = [1u64, 4, 16][rng.gen_range(0..3)];
+            let req = RtRequest {
+                goal: Some(rng.gen_range(1..geo.rextents)),
+                minlen: hint,
+                maxlen: hint * 4,
+                prod: hint,
+            };
+            let t = std::time::Instant::now();
+            let a = plain.allocate(&jp.start(), &req).unwrap();
+            let tp = t.elapsed();
+            let t = std::time::Instant::now();
+            let b = lean.allocate(&jl.start(), &req).unwrap();
+            let tl = t.elapsed();
+            let _ = (tp, tl);
+            assert_eq!(a, b);
+        }
+        let (p, l) = (plain.stats(), lean.stats());
+        assert_eq!(p.decisions, l.decisions);
+        eprintln!(
+            "{blocks} bitmap blocks, groups {groups}: plain {} bitmap + {} summary reads, lean {} + {} ({:.3}x)",
+            p.bitmap_reads,
+            p.summary_reads,
+            l.bitmap_reads,
+            l.summary_reads,
+            (l.bitmap_reads + l.summary_reads) as f64 / (p.bitmap_reads + p.summary_reads) as f64
+        );
+    }
+}
