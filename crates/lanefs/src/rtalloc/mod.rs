@@ -17,6 +17,7 @@
 //! [`RtStats`] counts bitmap and summary block fetches (deterministic) and folds every
 //! decision into a hash that must be equal under both policies.
 
+pub mod align;
 mod bitmap;
 mod search;
 
