@@ -51,10 +51,11 @@ pub fn widen(
     if a > off || e <= off {
         return None;
     }
-    let (alen, prod) = if a % align == 0 && (e - a) % align == 0 {
-        (e - a, align / rextsize)
+    let alen = e - a;
+    let prod = if a.is_multiple_of(align) && alen.is_multiple_of(align) {
+        align / rextsize
     } else {
-        (e - a, 1)
+        1
     };
     let maxlen = alen / rextsize;
     // At least the rt extents up to and including the first asked block.

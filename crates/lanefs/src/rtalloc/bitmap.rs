@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::GroupState;
 use crate::buf::Buf;
-use crate::disk::rtdev::{counter, set_counter, set_word, word, RtGeometry};
+use crate::disk::rtdev::{bit, counter, set_counter, set_word, word, RtGeometry};
 use crate::error::{Error, Result};
 use crate::journal::Handle;
 
@@ -113,25 +113,30 @@ impl<'a> Ctx<'a> {
         Ok((buf, off))
     }
 
+    /// All ones when extent `x` is free, zero when allocated: XOR a word with it and the
+    /// set bits are the extents in the other state. Fetches `x`'s block, which the
+    /// primitive calling it then walks from (no second read).
+    fn flip_at(&mut self, x: u64) -> Result<u64> {
+        let bits = 1u64 << self.blkbit_log();
+        let buf = self.bm_block(self.block_of(x))?;
+        let free = bit(&buf.read(), (x % bits) as usize);
+        Ok(if free { !0 } else { 0 })
+    }
+
     /// The last extent of the run (free or allocated, as `start` is) that holds `start`,
     /// looking no further than `limit` (XFS's `xfs_rtfind_forw`).
     pub(super) fn find_forw(&mut self, start: u64, limit: u64) -> Result<u64> {
         debug_assert!(start <= limit && limit < self.ext);
         self.begin();
         let bits = 1u64 << self.blkbit_log();
+        let flip = self.flip_at(start)?;
         let mut pos = start;
-        let mut want: Option<bool> = None;
         loop {
             let bb = self.block_of(pos);
             let stop = limit.min((bb + 1) * bits - 1);
             let buf = self.bm_block(bb)?;
             let d = buf.read();
             let base = bb * bits;
-            let w = want.get_or_insert_with(|| {
-                let i = (pos - base) as usize;
-                d[i / 8] & (1 << (i % 8)) != 0
-            });
-            let flip = if *w { !0u64 } else { 0 };
             let (mut i, last) = (pos - base, stop - base);
             while i <= last {
                 let wi = (i / 64) as usize;
@@ -159,18 +164,13 @@ impl<'a> Ctx<'a> {
         debug_assert!(start < self.ext);
         self.begin();
         let bits = 1u64 << self.blkbit_log();
+        let flip = self.flip_at(start)?;
         let mut pos = start;
-        let mut want: Option<bool> = None;
         loop {
             let bb = self.block_of(pos);
             let base = bb * bits;
             let buf = self.bm_block(bb)?;
             let d = buf.read();
-            let w = want.get_or_insert_with(|| {
-                let i = (pos - base) as usize;
-                d[i / 8] & (1 << (i % 8)) != 0
-            });
-            let flip = if *w { !0u64 } else { 0 };
             // Walk words down from pos to the block's first extent.
             let mut i = pos - base;
             loop {
