@@ -30,9 +30,10 @@ pub const RTDEV_INCOMPAT: u32 = 0x4000_0000;
 pub const RT_BITMAP_INO: u32 = 9;
 /// Reserved inode holding the rt summary (ext4's unused "replica" inode).
 pub const RT_SUMMARY_INO: u32 = 10;
-/// Inode flag of a realtime file (XFS's `XFS_DIFLAG_REALTIME`); in the bits ext4 reserves
-/// for lanefs's use (`EXT4_FL_USER_VISIBLE` leaves 0x4000_0000 free).
-pub const RT_FL: u32 = 0x4000_0000;
+/// Inode flag of a realtime file, and on a directory of one whose new children are
+/// realtime (XFS's `XFS_DIFLAG_REALTIME` and `RTINHERIT`): 0x0080_0000, a bit no ext4
+/// flag uses (0x0040_0000 was EOFBLOCKS, 0x0100_0000 is SNAPFILE; 0x4000_0000 is CASEFOLD).
+pub const RT_FL: u32 = 0x0080_0000;
 /// Byte offset in the superblock of [`RtSuper`] (the end of `s_reserved`, before the
 /// checksum at 0x3FC).
 pub const RT_SUPER_OFFSET: usize = 0x3C0;
