@@ -118,7 +118,6 @@ pub(crate) struct GroupState {
     rsum_cache: Vec<u8>,
     /// Extents freed by transactions that have not committed: (start, len, tid).
     busy: Vec<(u64, u64, u64)>,
-    free: u64,
     allocations: u64,
     frees: u64,
     bitmap_reads: u64,
@@ -136,7 +135,7 @@ pub struct RtAlloc {
     summary: Vec<u64>,
     lean: bool,
     groups: Vec<Mutex<GroupState>>,
-    /// Free extents per group, readable without the lock.
+    /// Free extents per group: written under the group's lock, read without it.
     free: Vec<AtomicU64>,
     rotor: AtomicU64,
 }
@@ -192,7 +191,6 @@ impl RtAlloc {
                 GroupState {
                     rsum_cache: vec![if lean { 0xFF } else { 0 }; geo.bmblocks_in(g) as usize],
                     busy: Vec::new(),
-                    free,
                     allocations: 0,
                     frees: 0,
                     bitmap_reads: 0,
@@ -273,41 +271,22 @@ impl RtAlloc {
         let mut guard = self.groups[g as usize].lock();
         let st = &mut *guard;
         let mut c = Ctx::new(self, g, st, h);
-        // As XFS: extent 0 of a group is no goal.
-        let mut found = match goal.filter(|&x| x > 0) {
-            Some(x) => c.extent_near(x, minlen, maxlen, prod)?,
-            None => None,
-        };
-        if found.is_none() {
-            found = c.extent_size(minlen, maxlen, prod)?;
-        }
-        let (bm, sm) = (c.bm_reads, c.sum_reads);
-        let Some((start, len)) = found else {
-            drop(c);
-            st.bitmap_reads += bm;
-            st.summary_reads += sm;
-            return Ok(None);
-        };
-        let tid = h.tid();
-        if c.st
-            .busy
-            .iter()
-            .any(|&(s, l, t)| t != tid && s < start + len && start < s + l)
-        {
-            drop(c);
-            st.bitmap_reads += bm;
-            st.summary_reads += sm;
-            return Ok(Some(RtOutcome::Busy));
-        }
-        c.allocate_range(start, len)?;
+        let r = c.allocate(goal, minlen, maxlen, prod);
         let (bm, sm) = (c.bm_reads, c.sum_reads);
         drop(c);
-        debug_assert!(st.free >= len);
-        st.free -= len;
-        self.free[g as usize].store(st.free, Ordering::Relaxed);
-        st.allocations += 1;
         st.bitmap_reads += bm;
         st.summary_reads += sm;
+        let (start, len) = match r? {
+            Some(Ok(found)) => found,
+            Some(Err(busy)) => return Ok(Some(busy)),
+            None => return Ok(None),
+        };
+        let free = &self.free[g as usize];
+        let left = free.load(Ordering::Relaxed);
+        debug_assert!(left >= len);
+        // Written only under the group's lock.
+        free.store(left - len, Ordering::Relaxed);
+        st.allocations += 1;
         let dev_start = u64::from(g) * self.geo.group_extents() + start;
         st.hash = mix(st.hash, dev_start, len);
         Ok(Some(RtOutcome::Got {
@@ -346,9 +325,9 @@ impl RtAlloc {
             c.free_range(local, n)?;
             drop(c);
             st.busy.push((local, n, h.tid()));
-            st.free += n;
             st.frees += 1;
-            self.free[g as usize].store(st.free, Ordering::Relaxed);
+            let free = &self.free[g as usize];
+            free.store(free.load(Ordering::Relaxed) + n, Ordering::Relaxed);
             x += n;
         }
         Ok(())
@@ -370,13 +349,13 @@ impl RtAlloc {
             extents: self.geo.rextents,
             ..RtStats::default()
         };
-        for m in &self.groups {
+        for (m, free) in self.groups.iter().zip(&self.free) {
             let st = m.lock();
+            s.free_extents += free.load(Ordering::Relaxed);
             s.allocations += st.allocations;
             s.frees += st.frees;
             s.bitmap_reads += st.bitmap_reads;
             s.summary_reads += st.summary_reads;
-            s.free_extents += st.free;
             s.decisions = mix(s.decisions, st.hash, st.allocations);
         }
         s
@@ -410,14 +389,12 @@ impl RtAlloc {
             let st = self.groups[g as usize].lock();
             let runs = self.free_runs(g)?;
             let free: u64 = runs.iter().map(|r| r.1).sum();
-            if free != st.free {
+            let counted = self.free[g as usize].load(Ordering::Relaxed);
+            if free != counted {
                 return Err(Error::corrupt(
                     "rt bitmap",
                     u64::from(g),
-                    format!(
-                        "group {g} has {free} free extents, the allocator counts {}",
-                        st.free
-                    ),
+                    format!("group {g} has {free} free extents, the allocator counts {counted}"),
                 ));
             }
             let bmb = self.geo.bmblocks_in(g) as usize;

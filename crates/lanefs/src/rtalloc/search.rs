@@ -227,6 +227,35 @@ impl Ctx<'_> {
         }
     }
 
+    /// One allocation in this group: near `goal` (a group extent above 0; XFS takes extent 0
+    /// for no goal), else by size. The extent is taken unless another transaction's free
+    /// left part of it busy (`Err(Busy)`: nothing changed).
+    pub(super) fn allocate(
+        &mut self,
+        goal: Option<u64>,
+        minlen: u64,
+        maxlen: u64,
+        prod: u64,
+    ) -> Result<Option<std::result::Result<(u64, u64), super::RtOutcome>>> {
+        let mut found = match goal.filter(|&x| x > 0) {
+            Some(x) => self.extent_near(x, minlen, maxlen, prod)?,
+            None => None,
+        };
+        if found.is_none() {
+            found = self.extent_size(minlen, maxlen, prod)?;
+        }
+        let Some((start, len)) = found else {
+            return Ok(None);
+        };
+        let tid = self.h.tid();
+        let busy = |&(s, l, t): &(u64, u64, u64)| t != tid && s < start + len && start < s + l;
+        if self.st.busy.iter().any(busy) {
+            return Ok(Some(Err(super::RtOutcome::Busy)));
+        }
+        self.allocate_range(start, len)?;
+        Ok(Some(Ok((start, len))))
+    }
+
     /// Try every bitmap block with a run at summary level `l` (XFS's
     /// `xfs_rtalloc_sumlevel`).
     fn sumlevel(&mut self, l: u32, minlen: u64, maxlen: u64, prod: u64) -> Result<Found> {
