@@ -10,10 +10,12 @@
 use crate::alloc::blocks::DataRequest;
 use crate::alloc::Allocator;
 use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
+use crate::disk::rtdev::is_rt_file;
 use crate::error::{Error, Result};
 use crate::extmap::{ExtentMap, Mapping};
 use crate::inode::{Inode, InodeState};
 use crate::journal::Handle;
+use crate::rtalloc::{align, RtAlloc, RtOutcome};
 use std::sync::atomic::Ordering;
 
 /// A block's state before a write mapped it.
@@ -77,6 +79,9 @@ pub fn map_blocks(
     count: u64,
     unwritten: bool,
 ) -> Result<()> {
+    if let Some(rt) = realtime(al, st) {
+        return map_rt(rt, h, st, first, count, unwritten, al.geo.bs);
+    }
     let bs = al.geo.bs;
     let bsu = u64::from(bs);
     let max = if unwritten {
@@ -172,6 +177,9 @@ pub fn unmap_blocks(
         return Ok(0);
     }
     let bs = al.geo.bs;
+    if let Some(rt) = realtime(al, st) {
+        return unmap_rt(rt, h, st, a, b, bs);
+    }
     al.discard_pa(&mut st.pa);
     let freed = extents(st)?.remove_range(a as u32, b);
     let mut n = 0u64;
@@ -210,4 +218,164 @@ pub fn undo(
     }
     st.ext_dirty = true;
     Ok(())
+}
+
+/// The realtime allocator, when `st` is a realtime file on an image with an rt device.
+fn realtime<'a>(al: &'a Allocator, st: &InodeState) -> Option<&'a RtAlloc> {
+    if !is_rt_file(st.d.mode(), st.d.flags()) {
+        return None;
+    }
+    al.rt.get().map(|rt| &**rt)
+}
+
+/// Add `blocks` (positive or negative) to the inode's `i_blocks`.
+fn count_blocks(st: &mut InodeState, blocks: i64, bs: u32) {
+    let per = i64::from(bs / 512);
+    let sectors = (st.d.blocks_512(bs) as i64)
+        .saturating_add(blocks * per)
+        .max(0);
+    st.d.set_blocks_512(sectors as u64, bs);
+}
+
+/// Insert `[lblk, lblk+len)` at `pblk`, cut into extents no longer than the format allows.
+fn insert_run(ext: &mut ExtentMap, lblk: u64, len: u64, pblk: u64, unwritten: bool) {
+    let max = u64::from(if unwritten {
+        MAX_UNWRITTEN_LEN
+    } else {
+        MAX_INIT_LEN
+    });
+    let mut k = 0;
+    while k < len {
+        let n = (len - k).min(max);
+        ext.insert(Extent {
+            lblk: (lblk + k) as u32,
+            len: n as u32,
+            pblk: pblk + k,
+            unwritten,
+        });
+        k += n;
+    }
+}
+
+/// `map_blocks` for a realtime file (XFS's `xfs_bmap_rtalloc`): each hole is widened to
+/// whole rt extents aligned to the extent size hint (`align::widen`), asked of the rt
+/// allocator near the end of the previous extent, and mapped; blocks outside the asked
+/// range are mapped unwritten. A realtime file's mapping is always made of whole rt
+/// extents whose file offset and device block agree modulo the rt extent size.
+fn map_rt(
+    rt: &RtAlloc,
+    h: &Handle,
+    st: &mut InodeState,
+    first: u64,
+    count: u64,
+    unwritten: bool,
+    bs: u32,
+) -> Result<()> {
+    let geo = *rt.geometry();
+    let rext = u64::from(geo.rextsize);
+    let hint = u64::from(st.d.extsize()).max(rext).div_ceil(rext) * rext;
+    // One call asks at most an unwritten extent's worth (in whole hints; the loop goes on).
+    let max_len = (u64::from(MAX_UNWRITTEN_LEN) / hint).max(1) * hint;
+    let end = first + count;
+    let mut l = first;
+    while l < end {
+        let ext = extents(st)?;
+        let hole = match ext.map(l as u32) {
+            Mapping::Mapped(_, _, left) => {
+                l += u64::from(left);
+                continue;
+            }
+            Mapping::Hole(n) => n,
+        };
+        let hole_start = ext.prev_end(l as u32);
+        let want = hole.min(end - l);
+        let w =
+            align::widen(l, want, hole_start, l + hole, hint, rext, max_len).ok_or_else(|| {
+                Error::corrupt(
+                    "extent map",
+                    0,
+                    format!("realtime hole at block {l} is not made of whole rt extents"),
+                )
+            })?;
+        let mut req = w.req;
+        // Continue the previous extent on the device when there is one (xfs_bmap_adjacent).
+        req.goal = ext
+            .goal_for(w.off as u32)
+            .map(|p| p / rext)
+            .filter(|&x| x > 0 && x < geo.rextents);
+        let (start, len) = match rt.allocate(h, &req)? {
+            RtOutcome::Got { start, len } => (start, len),
+            // Busy: the chosen space waits for a commit; `retry_nospace` commits and asks
+            // again, when the search makes the same choice.
+            RtOutcome::NoSpace | RtOutcome::Busy => return Err(Error::NoSpace),
+        };
+        let (off, blocks, pblk) = (w.off, len * rext, start * rext);
+        debug_assert!(
+            off <= l && off + blocks > l,
+            "rt allocation misses block {l}"
+        );
+        let ext = extents(st)?;
+        let asked_end = (l + want).min(off + blocks);
+        insert_run(ext, off, l - off, pblk, true);
+        insert_run(ext, l, asked_end - l, pblk + (l - off), unwritten);
+        insert_run(
+            ext,
+            asked_end,
+            off + blocks - asked_end,
+            pblk + (asked_end - off),
+            true,
+        );
+        st.ext_dirty = true;
+        count_blocks(st, blocks as i64, bs);
+        l = off + blocks;
+    }
+    Ok(())
+}
+
+/// `unmap_blocks` for a realtime file: the whole rt extents inside `[a, b)` are freed;
+/// the blocks of rt extents it covers only in part stay mapped, unwritten (they read as
+/// zeros), as XFS does when a punch or truncate splits an rt extent.
+fn unmap_rt(rt: &RtAlloc, h: &Handle, st: &mut InodeState, a: u64, b: u64, bs: u32) -> Result<u64> {
+    let rext = u64::from(rt.geometry().rextsize);
+    // Past the last block, the whole tail (delete and truncate pass 2^32 or more).
+    let fb = if b >= 1 << 32 { b } else { b - b % rext };
+    let fa = a.div_ceil(rext) * rext;
+    let ext = extents(st)?;
+    let mut edges = vec![(a, fa.min(b))];
+    if fb >= fa {
+        edges.push((fb.max(a), b));
+    }
+    for (x, y) in edges {
+        if y > x {
+            ext.mark_unwritten(x as u32, (y - x).min(u64::from(u32::MAX)) as u32);
+        }
+    }
+    let freed = if fb > fa {
+        ext.remove_range(fa.min(u64::from(u32::MAX)) as u32, fb)
+    } else {
+        Vec::new()
+    };
+    st.ext_dirty = true;
+    // Records of one rt extent may differ in written state: free physical runs whole.
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for (p, len) in freed {
+        match runs.last_mut() {
+            Some((q, n)) if *q + *n == p => *n += u64::from(len),
+            _ => runs.push((p, u64::from(len))),
+        }
+    }
+    let mut n = 0u64;
+    for (p, len) in runs {
+        if p % rext != 0 || len % rext != 0 {
+            return Err(Error::corrupt(
+                "extent map",
+                p,
+                format!("realtime extent of {len} blocks at {p} is not whole rt extents"),
+            ));
+        }
+        rt.free(h, p / rext, len / rext)?;
+        n += len;
+    }
+    count_blocks(st, -(n as i64), bs);
+    Ok(n)
 }

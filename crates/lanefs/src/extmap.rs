@@ -65,6 +65,14 @@ impl ExtentMap {
         let (_, e) = self.map.range(..lblk).next_back()?;
         Some(e.pblk + u64::from(lblk - e.lblk))
     }
+    /// Where the hole or extent at `lblk` begins after the extent before it: that
+    /// extent's end (0 when none is before).
+    pub fn prev_end(&self, lblk: u32) -> u64 {
+        self.map
+            .range(..lblk)
+            .next_back()
+            .map_or(0, |(_, e)| e.lend())
+    }
     /// Highest mapped logical block + 1.
     pub fn end(&self) -> u64 {
         self.map.values().next_back().map_or(0, |e| e.lend())

@@ -19,6 +19,7 @@ use crate::ialloc::InodeAllocator;
 use crate::icache::{ICache, IRef};
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::{self, Handle, Journal, LogArea, Replay};
+pub use crate::rtalloc::RtAllocPolicy;
 use crate::sync::{Mutex, RwLockReadGuard, ORPHAN, RENAME, SUPER};
 use crate::types::*;
 use std::path::Path;
@@ -28,6 +29,7 @@ mod inline;
 mod ops;
 mod orphan;
 mod rename;
+mod rt;
 mod xattr;
 use std::sync::Arc;
 
@@ -70,6 +72,12 @@ pub struct MountOptions {
     /// Largest folio of the page cache, as log2 of its blocks (`folio_max_order=0..6`;
     /// default 4, 64 KiB with 4 KiB blocks); 0 is the baseline of single-block pages.
     pub folio_max_order: u8,
+    /// The realtime data device of an image made with `lanefs mkfs --rtdev`
+    /// (`rtdev=PATH`): required by such an image, refused by any other.
+    pub rtdev: Option<std::path::PathBuf>,
+    /// The realtime allocator (`rt_alloc=lean|plain`; seed 003): `lean` (default) has the
+    /// 2023 series' changes, `plain` is Linux 6.4's algorithm; both decide alike.
+    pub rt_alloc: RtAllocPolicy,
 }
 
 /// The inode cache's default memory limit.
@@ -91,6 +99,8 @@ impl Default for MountOptions {
             bufcache_limit: crate::buf::default_bufcache_limit(),
             pagecache_limit: crate::page::default_pagecache_limit(),
             folio_max_order: crate::page::DEFAULT_MAX_ORDER,
+            rtdev: None,
+            rt_alloc: RtAllocPolicy::Lean,
         }
     }
 }
@@ -101,7 +111,8 @@ impl MountOptions {
     /// `mb_stream_goal=global|inode|slots`, `mb_optimize_scan=0|1`, `relatime`,
     /// `strictatime`, `noatime`, `atime` (= relatime), `nodiratime`, `diratime`,
     /// `ialloc=optimistic|locked`, `icache=bucket|global|papaya`, `icache_limit=BYTES`,
-    /// `bufcache_limit=BYTES`, `pagecache_limit=BYTES`, `folio_max_order=0..6`.
+    /// `bufcache_limit=BYTES`, `pagecache_limit=BYTES`, `folio_max_order=0..6`,
+    /// `rtdev=PATH`, `rt_alloc=lean|plain`.
     pub const NAMES: &'static [&'static str] = &[
         "ro",
         "rw",
@@ -121,6 +132,8 @@ impl MountOptions {
         "bufcache_limit",
         "pagecache_limit",
         "folio_max_order",
+        "rtdev",
+        "rt_alloc",
     ];
 
     /// Apply one option `key` or `key=value`. `Ok(false)` when `key` is not an engine
@@ -235,6 +248,18 @@ impl MountOptions {
                         )
                     })?;
             }
+            "rtdev" => {
+                let v = need()?;
+                if v.is_empty() {
+                    return Err("option rtdev= needs a path".into());
+                }
+                self.rtdev = Some(v.into());
+            }
+            "rt_alloc" => {
+                let v = need()?;
+                self.rt_alloc = RtAllocPolicy::parse(v)
+                    .ok_or_else(|| format!("option rt_alloc={v}: expected lean or plain"))?;
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -288,6 +313,8 @@ pub struct Fs {
     ea_inode: bool,
     /// The large_file feature is on (set by the first file past 2 GiB if it was not).
     large_file: std::sync::atomic::AtomicBool,
+    /// The realtime data device (an image made with `--rtdev`): realtime files' data.
+    rtdev: Option<Arc<dyn BlockDevice>>,
     bs: u32,
 }
 
@@ -307,19 +334,32 @@ impl Fs {
     /// Open the image or device at `path` and mount it.
     pub fn mount_path(path: &Path, opts: MountOptions) -> Result<Arc<Fs>> {
         let dev = FileDevice::open(path, opts.read_only)?;
-        Fs::mount_named(Arc::new(dev), opts, &path.display().to_string())
+        let rtdev = rt::open_rtdev(&opts)?;
+        Fs::mount_named(Arc::new(dev), rtdev, opts, &path.display().to_string())
     }
 
     /// Mount the file system on `dev`: replay the journal if it holds committed
     /// transactions (in memory only on a read-only mount), then release the inodes left
-    /// on the orphan list.
+    /// on the orphan list. The realtime device, if the image has one, is `opts.rtdev`.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
-        Fs::mount_named(dev, opts, "the device")
+        let rtdev = rt::open_rtdev(&opts)?;
+        Fs::mount_named(dev, rtdev, opts, "the device")
+    }
+
+    /// [`Fs::mount`] of an image whose realtime data device is `rtdev` (any device, as
+    /// tests use memory ones).
+    pub fn mount_rt(
+        dev: Arc<dyn BlockDevice>,
+        rtdev: Arc<dyn BlockDevice>,
+        opts: MountOptions,
+    ) -> Result<Arc<Fs>> {
+        Fs::mount_named(dev, Some(rtdev), opts, "the device")
     }
 
     /// [`Fs::mount`], naming the device `dev_name` in errors and in the MMP block.
     fn mount_named(
         dev: Arc<dyn BlockDevice>,
+        rtdev: Option<Arc<dyn BlockDevice>>,
         opts: MountOptions,
         dev_name: &str,
     ) -> Result<Arc<Fs>> {
@@ -327,6 +367,7 @@ impl Fs {
         let dev: Arc<dyn BlockDevice> = latch.clone();
         let sb = read_super(&*dev)?;
         let ro_reason = check_features(&sb)?;
+        let rt_geo = rt::check_rtdev(&sb, rtdev.as_deref())?;
         let read_only = ro_reason.is_some() || opts.read_only;
         let bs = sb.block_size();
         // Before anything is written (replay included), as ext4_fill_super does.
@@ -413,6 +454,7 @@ impl Fs {
             inline_data: sb.has_incompat(incompat::INLINE_DATA),
             ea_inode: sb.has_incompat(incompat::EA_INODE),
             large_file: std::sync::atomic::AtomicBool::new(sb.has_ro_compat(ro_compat::LARGE_FILE)),
+            rtdev: rtdev.clone(),
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: Mutex::new(&ORPHAN, Vec::new()),
@@ -445,6 +487,9 @@ impl Fs {
         })?;
         if FileType::from_mode(root.state.read().d.mode()) != Some(FileType::Directory) {
             return Err(Error::corrupt("inode", ROOT_INO, "root is not a directory"));
+        }
+        if let (Some(geo), Some(rd)) = (rt_geo, rtdev) {
+            fs.open_rt(geo, rd, opts.rt_alloc)?;
         }
         if !read_only {
             fs.mark_mounted()?;
@@ -610,6 +655,7 @@ impl Fs {
                 return Err(Error::NotFound);
             }
             let i = inode::new_inode(ino, d);
+            self.bind_device(&i);
             // Its last change may be in any uncommitted transaction: fsync commits them.
             i.state.write().tid = self.journal.running_tid();
             Ok(i)

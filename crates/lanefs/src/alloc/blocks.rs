@@ -850,6 +850,9 @@ impl Allocator {
             }
             self.publish(g.no, st);
         }
+        if let Some(rt) = self.rt.get() {
+            rt.committed(tid);
+        }
     }
 }
 

@@ -194,6 +194,8 @@ pub struct Allocator {
     pa_count: AtomicUsize,
     /// Next preallocation identity.
     next_pa: AtomicU64,
+    /// The realtime device's allocator, on an image that has one (set once at mount).
+    pub rt: OnceLock<Arc<crate::rtalloc::RtAlloc>>,
 }
 
 impl Allocator {
@@ -250,6 +252,7 @@ impl Allocator {
             lists,
             pa_count: AtomicUsize::new(0),
             next_pa: AtomicU64::new(1),
+            rt: OnceLock::new(),
         }
     }
 
@@ -308,6 +311,7 @@ impl Allocator {
         self.groups
             .iter()
             .any(|g| g.has_busy.load(Ordering::Acquire))
+            || self.rt.get().is_some_and(|rt| rt.has_busy())
     }
 
     /// Total free blocks (sum of the per-group counters).

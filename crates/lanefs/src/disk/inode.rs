@@ -390,9 +390,19 @@ impl DiskInode {
     pub fn file_acl_hi(&self) -> u16 {
         le16(&self.raw, 0x76)
     }
-    /// The obsolete fragment address (i_faddr), which must be zero.
+    /// The obsolete fragment address (i_faddr), which must be zero in ext4. On an image
+    /// with a realtime device it is the extent size hint ([`DiskInode::extsize`]).
     pub fn faddr(&self) -> u32 {
         le32(&self.raw, 0x70)
+    }
+    /// The extent size hint in blocks of a realtime file or directory (0: none), kept in
+    /// i_faddr on images with a realtime device (`disk::rtdev`), as XFS's `di_extsize`.
+    pub fn extsize(&self) -> u32 {
+        le32(&self.raw, 0x70)
+    }
+    /// Set the extent size hint ([`DiskInode::extsize`]).
+    pub fn set_extsize(&mut self, blocks: u32) {
+        put32(&mut self.raw, 0x70, blocks);
     }
     /// Low 32 bits of i_version (osd1's l_i_version); an ea_inode keeps the low half of
     /// its reference count here.

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 
 /// The INCOMPAT bit of an image with a realtime data device (lanefs's own; unknown to the
 /// kernel and e2fsprogs, which therefore refuse the image).
-pub const RTDEV_INCOMPAT: u32 = 0x4000_0000;
+pub const RTDEV_INCOMPAT: u32 = super::superblock::incompat::RTDEV;
 /// Reserved inode holding the rt bitmap (ext4's unused "exclude" inode).
 pub const RT_BITMAP_INO: u32 = 9;
 /// Reserved inode holding the rt summary (ext4's unused "replica" inode).
@@ -34,6 +34,12 @@ pub const RT_SUMMARY_INO: u32 = 10;
 /// realtime (XFS's `XFS_DIFLAG_REALTIME` and `RTINHERIT`): 0x0080_0000, a bit no ext4
 /// flag uses (0x0040_0000 was EOFBLOCKS, 0x0100_0000 is SNAPFILE; 0x4000_0000 is CASEFOLD).
 pub const RT_FL: u32 = 0x0080_0000;
+/// Whether an inode of `mode` and `flags` is a realtime regular file: its data lives on
+/// the rt device (on a directory, [`RT_FL`] only passes on to new children).
+pub fn is_rt_file(mode: u16, flags: u32) -> bool {
+    flags & RT_FL != 0 && mode & 0o170000 == 0o100000
+}
+
 /// Byte offset in the superblock of [`RtSuper`] (the end of `s_reserved`, before the
 /// checksum at 0x3FC).
 pub const RT_SUPER_OFFSET: usize = 0x3C0;

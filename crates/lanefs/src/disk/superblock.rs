@@ -82,6 +82,9 @@ pub mod incompat {
     pub const ENCRYPT: u32 = 0x10000;
     /// casefold
     pub const CASEFOLD: u32 = 0x20000;
+    /// lanefs's realtime data device (`disk::rtdev`): no other tool knows it, so the
+    /// kernel and e2fsck refuse the image rather than misread it.
+    pub const RTDEV: u32 = 0x4000_0000;
     /// What lanefs reads and writes.
     pub const SUPPORTED: u32 = FILETYPE
         | RECOVER
@@ -92,7 +95,8 @@ pub mod incompat {
         | FLEX_BG
         | EA_INODE
         | CSUM_SEED
-        | INLINE_DATA;
+        | INLINE_DATA
+        | RTDEV;
     /// Names for messages.
     pub const NAMES: &[(u32, &str)] = &[
         (COMPRESSION, "compression"),
@@ -111,6 +115,7 @@ pub mod incompat {
         (INLINE_DATA, "inline_data"),
         (ENCRYPT, "encrypt"),
         (CASEFOLD, "casefold"),
+        (RTDEV, "lanefs_rtdev"),
     ];
 }
 

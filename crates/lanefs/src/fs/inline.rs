@@ -25,6 +25,7 @@ impl Fs {
             && st.d.size() == 0
             && st.ext.as_ref().is_some_and(ExtentMap::is_empty)
             && st.d.file_acl() == 0
+            && !super::rt::is_rt_file(&st.d)
     }
 
     /// Bytes an inline file of `st` may hold.

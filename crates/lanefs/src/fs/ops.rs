@@ -358,6 +358,7 @@ impl Fs {
             kind,
             target.is_some_and(|t| t.len() >= 60),
         );
+        self.inherit_rt(&dst, kind, &mut cst);
         let res = self
             .fill_new(&h, ino, &mut cst, dir, kind, target)
             .and_then(|_| self.store_new_acls(&h, ino, &mut cst, acls))
@@ -381,6 +382,7 @@ impl Fs {
         self.store(&h, ino, &mut cst)?;
         let attr = self.attr(ino, &cst.d);
         let new = inode::inode_from_state(ino, cst);
+        self.bind_device(&new);
         if kind == FileType::Regular {
             // Open before the directory lock goes: once the name is visible, an unlink
             // must find the file open (else it frees the inode under its creator).
@@ -389,7 +391,7 @@ impl Fs {
         Ok((attr, claim.finish(new)))
     }
 
-    fn init_inode(
+    pub(super) fn init_inode(
         &self,
         ino: Ino,
         mode: u16,

@@ -108,7 +108,11 @@ impl Fs {
         *self.orphans.lock() = chain.clone();
         for ino in chain {
             let i = self.icache.get(ino, || {
-                inode::read_disk_inode(&self.ial, &self.bufs, ino).map(|d| inode::new_inode(ino, d))
+                inode::read_disk_inode(&self.ial, &self.bufs, ino).map(|d| {
+                    let i = inode::new_inode(ino, d);
+                    self.bind_device(&i);
+                    i
+                })
             })?;
             let mut st = i.state.write();
             self.load(&i, &mut st)?;

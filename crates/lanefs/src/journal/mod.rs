@@ -146,6 +146,10 @@ pub struct Journal {
     /// A running transaction past this many buffers is committed at the next handle start.
     max_tx: usize,
     on_commit: std::sync::OnceLock<Box<dyn Fn(u64) + Send + Sync>>,
+    /// A second device holding ordered data (the realtime data device): flushed with the
+    /// log device, so data written before a commit is durable before its commit block
+    /// (jbd2 flushes `j_fs_dev` before the commit block of an external log).
+    data_dev: std::sync::OnceLock<Arc<dyn BlockDevice>>,
     /// Called once a transaction's handles have all ended, before its buffers are
     /// copied: the allocator brings checksums and descriptors up to date then.
     before_commit: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
@@ -228,6 +232,7 @@ impl Journal {
             aborted: AtomicBool::new(false),
             max_tx,
             on_commit: std::sync::OnceLock::new(),
+            data_dev: std::sync::OnceLock::new(),
             before_commit: std::sync::OnceLock::new(),
             kick: std::sync::OnceLock::new(),
             kicked: AtomicBool::new(false),
@@ -240,6 +245,12 @@ impl Journal {
     /// Call `f(tid)` after each commit (releases the frees the transaction made).
     pub fn set_on_commit(&self, f: Box<dyn Fn(u64) + Send + Sync>) {
         let _ = self.on_commit.set(f);
+    }
+
+    /// Flush `dev` too wherever the journal flushes (set once, at mount): ordered data on
+    /// a second device is then durable before the commit that maps it.
+    pub fn set_data_dev(&self, dev: Arc<dyn BlockDevice>) {
+        let _ = self.data_dev.set(dev);
     }
 
     /// Install the hook run before each commit copies its buffers (set once, at mount).
@@ -402,6 +413,9 @@ impl Journal {
 
     fn flush(&self) -> Result<()> {
         let n = self.flushes_begun.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some(d) = self.data_dev.get() {
+            d.flush()?;
+        }
         self.dev.flush()?;
         self.flushes_done.fetch_max(n, Ordering::SeqCst);
         Ok(())

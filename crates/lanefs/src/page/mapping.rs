@@ -97,6 +97,10 @@ pub struct Mapping {
     seq: AtomicU64,
     /// On the page cache's list of dirty files.
     pub(super) listed: AtomicBool,
+    /// The device holding this file's blocks when it is not the cache's own (a realtime
+    /// file's data device); changed only while the file has no blocks. A plain lock held
+    /// for a clone, outside the lock order: IO takes a copy.
+    dev: std::sync::RwLock<Option<Arc<dyn crate::dev::BlockDevice>>>,
 }
 
 /// An open change of a file's data and size ([`Mapping::change`]).
@@ -107,6 +111,19 @@ impl Drop for Change<'_> {
         if let Some(s) = self.0 {
             s.fetch_add(1, Ordering::Release);
         }
+    }
+}
+
+impl Mapping {
+    /// Keep this file's blocks on `dev` (a realtime file's data device), or on the
+    /// cache's device (`None`). Only while the file maps no block and caches no page.
+    pub fn set_device(&self, dev: Option<Arc<dyn crate::dev::BlockDevice>>) {
+        *self.dev.write().unwrap_or_else(|e| e.into_inner()) = dev;
+    }
+
+    /// The device of this file's blocks when it is not the cache's.
+    pub fn own_device(&self) -> Option<Arc<dyn crate::dev::BlockDevice>> {
+        self.dev.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -125,6 +142,7 @@ impl Default for Mapping {
             size: AtomicU64::new(SIZE_UNKNOWN),
             seq: AtomicU64::new(0),
             listed: AtomicBool::new(false),
+            dev: std::sync::RwLock::new(None),
         }
     }
 }
@@ -311,7 +329,10 @@ impl Mapping {
                     slices.push(&mut d.bytes[((a - fs) * bs) as usize..((b - fs) * bs) as usize]);
                 }
                 pc.count_read(len * bs);
-                pc.dev.read_scatter_at(p * bs, &mut slices)?;
+                let own = self.own_device();
+                own.as_deref()
+                    .unwrap_or(&*pc.dev)
+                    .read_scatter_at(p * bs, &mut slices)?;
             }
             l += len;
         }
@@ -387,7 +408,9 @@ impl Mapping {
                         if partial && b >= idx && b < idx + n && !blk(b).1 {
                             let k = ((b - idx) * bs) as usize;
                             pc.count_read(bs);
-                            pc.dev
+                            let own = self.own_device();
+                            own.as_deref()
+                                .unwrap_or(&*pc.dev)
                                 .read_at(blk(b).0 * bs, &mut d.bytes[k..k + bs as usize])?;
                         }
                     }
@@ -437,6 +460,8 @@ impl Mapping {
     /// Write every dirty block to the device, in runs of contiguous physical blocks, one
     /// writer per file at a time. No flush.
     pub fn write_back(&self, dev: &dyn crate::dev::BlockDevice, bs: usize) -> Result<()> {
+        let own = self.own_device();
+        let dev = own.as_deref().unwrap_or(dev);
         let _wb = self.wb.lock();
         let folios: Vec<Arc<Folio>> = self.inner.lock().dirty.values().cloned().collect();
         if folios.is_empty() {

@@ -21,7 +21,7 @@ pub mod align;
 mod bitmap;
 mod search;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::buf::BufCache;
@@ -137,6 +137,9 @@ pub struct RtAlloc {
     groups: Vec<Mutex<GroupState>>,
     /// Free extents per group: written under the group's lock, read without it.
     free: Vec<AtomicU64>,
+    /// Whether a group may hold busy extents (set under its lock, read without it), so a
+    /// commit skips the groups it has nothing to release in.
+    has_busy: Vec<AtomicBool>,
     rotor: AtomicU64,
 }
 
@@ -181,11 +184,13 @@ impl RtAlloc {
             lean,
             groups: Vec::new(),
             free: Vec::new(),
+            has_busy: Vec::new(),
             rotor: AtomicU64::new(0),
         };
         for g in 0..geo.groups() {
             let free = a.count_free(g)?;
             a.free.push(AtomicU64::new(free));
+            a.has_busy.push(AtomicBool::new(false));
             a.groups.push(Mutex::new(
                 &RTGROUP,
                 GroupState {
@@ -325,6 +330,7 @@ impl RtAlloc {
             c.free_range(local, n)?;
             drop(c);
             st.busy.push((local, n, h.tid()));
+            self.has_busy[g as usize].store(true, Ordering::Release);
             st.frees += 1;
             let free = &self.free[g as usize];
             free.store(free.load(Ordering::Relaxed) + n, Ordering::Relaxed);
@@ -335,12 +341,22 @@ impl RtAlloc {
 
     /// Transaction `tid` committed: the extents it freed may be handed out.
     pub fn committed(&self, tid: u64) {
-        for m in &self.groups {
+        for (m, flag) in self.groups.iter().zip(&self.has_busy) {
+            if !flag.load(Ordering::Acquire) {
+                continue;
+            }
             let mut st = m.lock();
-            if !st.busy.is_empty() {
-                st.busy.retain(|&(_, _, t)| t > tid);
+            st.busy.retain(|&(_, _, t)| t > tid);
+            if st.busy.is_empty() {
+                flag.store(false, Ordering::Release);
             }
         }
+    }
+
+    /// Whether some freed extents wait for their transaction to commit (an allocation
+    /// that found no space may then succeed after a commit).
+    pub fn has_busy(&self) -> bool {
+        self.has_busy.iter().any(|f| f.load(Ordering::Acquire))
     }
 
     /// Sums of every group's counters.
