@@ -251,3 +251,83 @@ fn a_missing_or_wrong_data_device_is_refused() {
     let e = Fs::mount_path(&plain, opts(&rt2)).err().unwrap();
     assert!(e.to_string().contains("no realtime device"), "{e}");
 }
+
+/// The image blocks holding the rt bitmap's first block (its home and any copy in the
+/// journal): a 16 MiB device of 4 KiB extents has 4096 extents, 512 bytes of bitmap, all
+/// free but the first few.
+fn find_bitmap_blocks(img: &Path) -> Vec<usize> {
+    let data = std::fs::read(img).unwrap();
+    let found: Vec<usize> = data
+        .chunks(4096)
+        .enumerate()
+        .filter(|(_, b)| {
+            b[0] != 0xFF
+                && b[0] & 1 == 0
+                && b[1..512].iter().all(|&x| x == 0xFF)
+                && b[512..].iter().all(|&x| x == 0)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!found.is_empty(), "no bitmap block");
+    found
+}
+
+#[test]
+fn fsck_finds_an_rt_bitmap_that_lies() {
+    let td = tempfile::tempdir().unwrap();
+    let (img, rt) = make(td.path(), 16 << 20, 1, 0);
+    let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
+    let f = fs
+        .create(ROOT_INO, b"f", 0o644, Owner::default())
+        .unwrap()
+        .ino;
+    fs.set_realtime(f, true).unwrap();
+    fs.write(f, 0, &[1u8; 8192]).unwrap();
+    fs.release(f).unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&img);
+    let mut data = std::fs::read(&img).unwrap();
+    // Mark the file's two extents (1 and 2) free.
+    for blk in find_bitmap_blocks(&img) {
+        data[blk * 4096] |= 0b110;
+    }
+    std::fs::write(&img, &data).unwrap();
+    let dev = FileDevice::open(&img, true).unwrap();
+    let r = check(&dev, &FsckOptions::default()).unwrap();
+    let codes: Vec<&str> = r.problems.iter().map(|p| p.code).collect();
+    assert!(codes.contains(&"RT_BITMAP_MISMATCH"), "{:?}", r.problems);
+    let msg = &r
+        .problems
+        .iter()
+        .find(|p| p.code == "RT_BITMAP_MISMATCH")
+        .unwrap()
+        .message;
+    assert!(msg.contains("+1-2"), "{msg}");
+}
+
+#[test]
+fn e2fsck_refuses_an_image_with_an_rt_device() {
+    if std::process::Command::new("e2fsck")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIP e2fsck_refuses_an_image_with_an_rt_device: no e2fsck");
+        assert!(
+            std::env::var("LANEFS_REQUIRE_PRIVILEGED").is_err(),
+            "e2fsck missing"
+        );
+        return;
+    }
+    let td = tempfile::tempdir().unwrap();
+    let (img, _rt) = make(td.path(), 16 << 20, 1, 0);
+    let out = std::process::Command::new("e2fsck")
+        .arg("-fn")
+        .arg(&img)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "e2fsck accepted it: {text}");
+    assert!(text.contains("unsupported feature"), "{text}");
+}

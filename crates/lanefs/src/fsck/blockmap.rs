@@ -13,6 +13,7 @@ impl Checker<'_> {
             ino,
             seed: inode.csum_seed(self.geo.seed, ino),
             collect,
+            rt: self.is_rt(inode),
             ..Walk::default()
         };
         if inode.flags() & FL_EXTENTS != 0 {
@@ -41,7 +42,11 @@ impl Checker<'_> {
 
     /// Record `len` data blocks at logical `lblk`, physical `pblk` (already range-checked).
     pub(super) fn map_data(&mut self, w: &mut Walk, lblk: u64, pblk: u64, len: u64, init: bool) {
-        if w.ino == BADBLOCKS_INO {
+        if w.rt {
+            if let Some(rt) = self.rt.as_mut() {
+                rt.claims.push((pblk, len, w.ino));
+            }
+        } else if w.ino == BADBLOCKS_INO {
             for b in pblk..pblk + len {
                 if !self.claims.is_used(b) {
                     self.claims.claim(b, 1, Owner::Inode(w.ino));
@@ -167,8 +172,17 @@ impl Checker<'_> {
             );
             return;
         }
-        if !self.geo.in_fs(e.pblk, len) {
-            self.bad_block(w, "extent at block", e.pblk);
+        let in_range = match (&self.rt, w.rt) {
+            (Some(rt), true) => rt.in_device(e.pblk, len),
+            _ => self.geo.in_fs(e.pblk, len),
+        };
+        if !in_range {
+            let what = if w.rt {
+                "extent at rt device block"
+            } else {
+                "extent at block"
+            };
+            self.bad_block(w, what, e.pblk);
             return;
         }
         self.map_data(w, u64::from(e.lblk), e.pblk, len, !e.unwritten);

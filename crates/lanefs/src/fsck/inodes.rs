@@ -528,7 +528,8 @@ impl Checker<'_> {
     /// Fields e2fsck requires to be zero (its "process_bad_inode" checks).
     pub(super) fn check_zero_fields(&mut self, ino: u32, inode: &DiskInode) {
         let mut bad = Vec::new();
-        if inode.faddr() != 0 {
+        // On an rt image, i_faddr holds the extent size hint.
+        if inode.faddr() != 0 && self.rt.is_none() {
             bad.push(format!("i_faddr is {}", inode.faddr()));
         }
         if !self.sb.has_incompat(incompat::BIT64) && inode.file_acl_hi() != 0 {
@@ -758,9 +759,11 @@ impl Checker<'_> {
             return Ok(());
         }
         let xattr = self.reserved_xattr_block(ino, inode)?;
-        let w = self.walk_blocks(ino, inode, journal)?;
+        let rt_meta = self.rt.is_some() && matches!(ino, 9 | 10);
+        let w = self.walk_blocks(ino, inode, journal || rt_meta)?;
         self.check_iblocks(ino, inode, w.blocks + xattr);
         self.check_size(ino, inode, FT_REG, &w);
+        self.rt_keep_runs(ino, &w);
         if journal {
             self.check_journal_sb(ino, inode, &w)?;
         }

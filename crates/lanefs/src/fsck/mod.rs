@@ -48,6 +48,7 @@ mod geo;
 mod inodes;
 mod links;
 mod pass0;
+mod rt;
 mod xattr;
 
 use claims::*;
@@ -298,6 +299,8 @@ struct Walk {
     aborted: bool,
     /// Runs that overlapped blocks already claimed.
     conflicts: u32,
+    /// A realtime file: its data extents are rt-device blocks (`rt.rs`).
+    rt: bool,
 }
 
 /// A directory found in pass 1, checked in pass 2.
@@ -376,6 +379,8 @@ struct Checker<'a> {
     /// Directory blocks pass 2 may still parse, and whether it ran out.
     dir_budget: u64,
     dir_budget_spent: bool,
+    /// The realtime device's claims and files (an image with `lanefs_rtdev`).
+    rt: Option<rt::RtFsck>,
 }
 
 /// Check the ext4 image on `dev` without modifying it.
@@ -415,6 +420,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<FsckReport> {
         Ok(())
     })?;
     c.timed("bitmaps", Checker::pass_bitmaps)?;
+    c.timed("realtime", Checker::pass_rt)?;
     Ok(c.finish())
 }
 
@@ -536,11 +542,20 @@ impl<'a> Checker<'a> {
         let geo_blocks = geo.blocks;
         let busted = |t: u32| t != 0 && t < sb.inodes_count();
         let low_dtime_check = !(busted(sb.wtime()) || busted(sb.mtime()) || busted(sb.mkfs_time()));
+        let mut out = Sink::default();
+        let rt = match rt::RtFsck::for_image(&sb) {
+            Some(Ok(r)) => Some(r),
+            Some(Err(why)) => {
+                out.add("RT_GEOMETRY_BAD", why);
+                None
+            }
+            None => None,
+        };
         Checker {
             dev,
             sb,
             geo,
-            out: Sink::default(),
+            out,
             verbose,
             groups: Vec::new(),
             claims,
@@ -558,6 +573,7 @@ impl<'a> Checker<'a> {
             low_dtime_check,
             dir_budget: 2 * geo_blocks,
             dir_budget_spent: false,
+            rt,
         }
     }
 

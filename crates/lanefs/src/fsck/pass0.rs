@@ -198,6 +198,7 @@ impl Checker<'_> {
                 self.special.insert(ino);
             }
         }
+        self.rt_special();
     }
 
     // Pass 0: group descriptors and fixed metadata.
