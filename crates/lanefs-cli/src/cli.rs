@@ -12,6 +12,10 @@ pub struct Cli {
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
+    /// The realtime data device of an image made with `mkfs --rtdev` (any command that
+    /// opens the image needs it; for mkfs, the device to give the image).
+    #[arg(long, global = true, value_name = "DATA")]
+    pub rtdev: Option<PathBuf>,
 }
 
 /// Every command.
@@ -33,6 +37,9 @@ pub enum Command {
     Mkdir(MkdirArgs),
     /// Remove files or directories inside an image.
     Rm(RmArgs),
+    /// Make files or directories realtime (data on the --rtdev device; a directory passes
+    /// it on to new children), or not, and set their extent size hint; prints the state.
+    Realtime(RealtimeArgs),
     /// Copy files into or out of an image (IMAGE:/PATH names a path inside an image).
     Cp(CpArgs),
     /// Run the benchmark workloads.
@@ -55,6 +62,7 @@ impl Command {
             Command::Cat(_) => "cat",
             Command::Mkdir(_) => "mkdir",
             Command::Rm(_) => "rm",
+            Command::Realtime(_) => "realtime",
             Command::Cp(_) => "cp",
             Command::Bench(_) => "bench",
             Command::Mount(_) => "mount",
@@ -109,6 +117,17 @@ pub struct MkfsArgs {
     /// Overwrite an image that already holds an ext4 file system.
     #[arg(short = 'F', long, visible_short_alias = 'f')]
     pub force: bool,
+    /// Realtime extent size in file-system blocks (with --rtdev; default 1).
+    #[arg(long, value_name = "BLOCKS", requires = "rtdev")]
+    pub rtextsize: Option<u32>,
+    /// Bitmap blocks per realtime group, each allocated under its own lock (with
+    /// --rtdev; default: 8 groups at most, 0 = one group).
+    #[arg(long, value_name = "BLOCKS", requires = "rtdev")]
+    pub rtgroup_blocks: Option<u32>,
+    /// Size of the realtime data device file, e.g. 1T; creates or resizes it (sparse).
+    /// Without it an existing file or device keeps its size.
+    #[arg(long, value_name = "SIZE", requires = "rtdev")]
+    pub rtsize: Option<String>,
 }
 
 /// Options of `fsck`.
@@ -169,6 +188,23 @@ pub struct RmArgs {
     #[arg(short, long)]
     pub force: bool,
     /// IMAGE:/PATH of each entry to remove.
+    #[arg(required = true)]
+    pub targets: Vec<OsString>,
+}
+
+/// Options of `realtime`.
+#[derive(Debug, Args)]
+pub struct RealtimeArgs {
+    /// Clear the realtime flag instead of setting it.
+    #[arg(long)]
+    pub off: bool,
+    /// Leave the flag as it is (only show it, or only set --extsize).
+    #[arg(long, conflicts_with = "off")]
+    pub keep: bool,
+    /// Extent size hint in blocks (a multiple of the rt extent size; 0: none).
+    #[arg(long, value_name = "BLOCKS")]
+    pub extsize: Option<u32>,
+    /// IMAGE:/PATH of each file or directory (a file must have no data yet).
     #[arg(required = true)]
     pub targets: Vec<OsString>,
 }
@@ -273,7 +309,7 @@ pub struct MountArgs {
     /// entry_timeout=SECS, max_write=BYTES, commit=SECS, errors=remount-ro|panic,
     /// fsname=NAME (or source=NAME), the VFS flags (nosuid, nodev, noexec, noatime, sync,
     /// dirsync, ...) and the engine's mb_trylock=0|1, mb_stream_goal=global|inode|slots,
-    /// mb_optimize_scan=0|1.
+    /// mb_optimize_scan=0|1, rtdev=DATA, rt_alloc=lean|plain.
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
     /// Stay in the foreground and log to stderr.

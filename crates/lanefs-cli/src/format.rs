@@ -137,16 +137,78 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         }
         return Err(Failure::new(args.image.display(), e));
     }
-    let line = format!(
+    let mut line = format!(
         "formatted {} as {} ({})\n",
         args.image.display(),
         args.fs_type.as_deref().unwrap_or("ext4"),
         human(dev.size())
     );
+    drop(dev);
+    if let Some(rt) = crate::session::rtdev() {
+        line += &attach_rt(args, &rt)?;
+    }
     std::io::stdout()
         .write_all(line.as_bytes())
         .ctx("standard output")?;
     Ok(0)
+}
+
+/// Most rt groups `mkfs --rtdev` makes by default: enough for the threads of a small
+/// machine to allocate under different locks, few enough that each holds long free runs.
+const DEFAULT_RT_GROUPS: u64 = 8;
+
+/// The block size of the image at `path`, from its superblock.
+fn image_block_size(path: &Path) -> CmdResult<u32> {
+    use lanefs::disk::superblock::{Superblock, SB_OFFSET, SB_SIZE};
+    let what = path.display();
+    let dev = FileDevice::open(path, true).ctx(&what)?;
+    let mut raw = vec![0u8; SB_SIZE];
+    dev.read_at(SB_OFFSET, &mut raw).ctx(&what)?;
+    Ok(Superblock::decode(&raw, dev.size())
+        .ctx(&what)?
+        .block_size())
+}
+
+/// Give the just-formatted image its realtime data device (`--rtdev`).
+fn attach_rt(args: &MkfsArgs, rt: &Path) -> CmdResult<String> {
+    let what = rt.display();
+    if let Some(s) = &args.rtsize {
+        let size = parse_size(s).map_err(|e| Failure::new("--rtsize", Error::Msg(e)))?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(rt)
+            .ctx(&what)?;
+        f.set_len(size).ctx(&what)?;
+    } else if !rt.exists() {
+        return Err(Failure::new(
+            what,
+            Error::msg("does not exist: give --rtsize to create it"),
+        ));
+    }
+    let rextsize = args.rtextsize.unwrap_or(1);
+    let groups = match args.rtgroup_blocks {
+        Some(n) => n,
+        None => {
+            // Whole bitmap blocks per group, at most DEFAULT_RT_GROUPS groups.
+            let rt_bytes = FileDevice::open(rt, true).ctx(&what)?.size();
+            let bs = u64::from(image_block_size(&args.image)?);
+            let extents = rt_bytes / (bs * u64::from(rextsize.max(1)));
+            let bmblocks = extents.div_ceil(bs * 8);
+            u32::try_from(bmblocks.div_ceil(DEFAULT_RT_GROUPS)).unwrap_or(u32::MAX)
+        }
+    };
+    let geo = lanefs::Fs::format_rt(&args.image, rt, rextsize, groups)
+        .map_err(|e| Failure::new(args.image.display(), e))?;
+    Ok(format!(
+        "realtime device {}: {} extents of {} bytes in {} group(s) ({})\n",
+        rt.display(),
+        geo.rextents,
+        geo.extent_bytes(),
+        geo.groups(),
+        human(geo.device_bytes())
+    ))
 }
 
 /// Checker options from the command line.

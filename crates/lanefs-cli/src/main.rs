@@ -55,6 +55,7 @@ fn dispatch(command: &Command) -> CmdResult<i32> {
         Command::Cat(a) => browse::cat(a),
         Command::Mkdir(a) => modify::mkdir(a),
         Command::Rm(a) => modify::rm(a),
+        Command::Realtime(a) => modify::realtime(a),
         Command::Cp(a) => copy::cp(a),
         Command::Bench(a) => bench::bench(a),
         Command::Mount(a) => mount::mount(a),
@@ -68,6 +69,7 @@ fn main() {
     let cli = Cli::parse_from(mount::helper_args(std::env::args_os().collect()));
     let name = cli.command.name();
     let _ = COMMAND.set(name);
+    session::set_rtdev(cli.rtdev.clone());
     let code = match std::panic::catch_unwind(|| dispatch(&cli.command)) {
         Ok(Ok(code)) => code,
         Ok(Err(failure)) => {

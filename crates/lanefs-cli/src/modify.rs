@@ -1,6 +1,6 @@
 //! `mkdir` and `rm`: changing the tree inside an image.
 
-use crate::cli::{MkdirArgs, RmArgs};
+use crate::cli::{MkdirArgs, RealtimeArgs, RmArgs};
 use crate::error::{CmdResult, Context, Error, Failure};
 use crate::hostsys::{egid, euid};
 use crate::imgpath::{components, parse_image_arg, resolve, resolve_dest, Dest, ImageArg};
@@ -43,6 +43,33 @@ fn for_each_in_image(
     with_fs(Path::new(&image), false, |fs| {
         args.iter().try_for_each(|a| each(fs, a))
     })?;
+    Ok(0)
+}
+
+/// `lanefs realtime`: set (or clear) the realtime flag and the extent size hint, then
+/// print each target's state.
+pub fn realtime(args: &RealtimeArgs) -> CmdResult<i32> {
+    let mut out = String::new();
+    for_each_in_image(&args.targets, |fs, arg| {
+        let ino = resolve(fs, &arg.path, true).ctx(arg.display())?.attr.ino;
+        if !args.keep {
+            fs.set_realtime(ino, !args.off).ctx(arg.display())?;
+        }
+        if let Some(n) = args.extsize {
+            fs.set_extsize(ino, n).ctx(arg.display())?;
+        }
+        let (rt, hint) = fs.realtime(ino).ctx(arg.display())?;
+        out += &format!(
+            "{}: realtime {}, extent size hint {hint} blocks\n",
+            arg.display(),
+            if rt { "on" } else { "off" }
+        );
+        Ok(())
+    })?;
+    use std::io::Write;
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .ctx("standard output")?;
     Ok(0)
 }
 

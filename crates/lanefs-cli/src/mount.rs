@@ -25,6 +25,13 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
         cfg.parse(o)
             .map_err(|e| Failure::new("-o", Error::msg(e)))?;
     }
+    // The daemon leaves the working directory: name the data device absolutely.
+    if cfg.engine.rtdev.is_none() {
+        cfg.engine.rtdev = crate::session::rtdev();
+    }
+    if let Some(p) = cfg.engine.rtdev.take() {
+        cfg.engine.rtdev = Some(p.canonicalize().ctx(p.display())?);
+    }
     let image = a.image.canonicalize().ctx(a.image.display())?;
     let mp = preflight(&a.mountpoint).map_err(|e| Failure::new("", Error::msg(e)))?;
     if a.foreground {

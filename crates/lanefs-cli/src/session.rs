@@ -2,16 +2,29 @@
 
 use crate::error::{CmdResult, Context, Failure};
 use lanefs::{DirEntry, Fs, Ino, MountOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Entries `readdir` returns per call.
 const READDIR_BATCH: usize = 256;
 
+/// The realtime data device named by `--rtdev`, for every command of this process.
+static RTDEV: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+
+/// Record `--rtdev` (once, before the command runs).
+pub fn set_rtdev(p: Option<PathBuf>) {
+    let _ = RTDEV.set(p);
+}
+
+/// The `--rtdev` given, if any.
+pub fn rtdev() -> Option<PathBuf> {
+    RTDEV.get().cloned().flatten()
+}
+
 /// Mount options for a command.
-#[allow(clippy::needless_update)]
 fn mount_options(read_only: bool) -> MountOptions {
     MountOptions {
         read_only,
+        rtdev: rtdev(),
         ..MountOptions::default()
     }
 }

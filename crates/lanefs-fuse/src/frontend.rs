@@ -54,6 +54,16 @@ const XFLAG_MAP: [(u32, u32); 7] = [
     (fl::FL_PROJINHERIT, 0x200),
 ];
 
+/// FS_XFLAG_REALTIME: a file's data is on the realtime device (XFS's flag).
+const XFLAG_REALTIME: u32 = 0x1;
+/// FS_XFLAG_RTINHERIT: a directory's new children are realtime.
+const XFLAG_RTINHERIT: u32 = 0x100;
+/// FS_XFLAG_EXTSIZE and EXTSZINHERIT: the extent size hint of a file, of a directory.
+const XFLAG_EXTSIZE: u32 = 0x800;
+const XFLAG_EXTSZINHERIT: u32 = 0x1000;
+/// The realtime xflags, which map to lanefs's realtime flag and hint, not ext4 flags.
+const XFLAG_RT_ALL: u32 = XFLAG_REALTIME | XFLAG_RTINHERIT | XFLAG_EXTSIZE | XFLAG_EXTSZINHERIT;
+
 /// The FS_XFLAG_* bits of ext4 inode flags `f`.
 fn xflags_of(f: u32) -> u32 {
     XFLAG_MAP
@@ -328,6 +338,70 @@ fn owner(req: &Request, umask: u32) -> Owner {
         uid: req.uid(),
         gid: req.gid(),
         umask: (umask & 0o777) as u16,
+    }
+}
+
+impl LaneFuse {
+    /// `struct fsxattr` of `i`: the ext4 flags as xflags, and the realtime flag and extent
+    /// size hint as XFS names them (REALTIME on a file, RTINHERIT on a directory; the hint
+    /// in bytes).
+    fn fsx_get(&self, i: Ino) -> lanefs::Result<[u8; FSXATTR_SIZE]> {
+        let f = self.fs.get_flags(i)?;
+        let mut x = xflags_of(f);
+        let mut extsize = 0u32;
+        if self.fs.rt_geometry().is_some() {
+            let (rt, hint) = self.fs.realtime(i)?;
+            let dir = self.fs.getattr(i)?.kind == FileType::Directory;
+            if rt {
+                x |= if dir { XFLAG_RTINHERIT } else { XFLAG_REALTIME };
+            }
+            if hint > 0 {
+                x |= if dir {
+                    XFLAG_EXTSZINHERIT
+                } else {
+                    XFLAG_EXTSIZE
+                };
+                extsize = hint.saturating_mul(self.fs.block_size());
+            }
+        }
+        let mut b = [0u8; FSXATTR_SIZE];
+        b[..4].copy_from_slice(&x.to_ne_bytes());
+        b[4..8].copy_from_slice(&extsize.to_ne_bytes());
+        Ok(b)
+    }
+
+    /// Apply the realtime part of an FS_IOC_FSSETXATTR: the flag and the hint (bytes),
+    /// each only when it changes (the kernel sends back what FSGETXATTR gave).
+    fn fsx_set_rt(&self, i: Ino, x: u32, extsize: u32) -> lanefs::Result<()> {
+        let want_rt = x & (XFLAG_REALTIME | XFLAG_RTINHERIT) != 0;
+        let hint_flag = x & (XFLAG_EXTSIZE | XFLAG_EXTSZINHERIT) != 0;
+        if self.fs.rt_geometry().is_none() {
+            if want_rt || hint_flag || extsize != 0 {
+                return Err(lanefs::Error::NotSupported(
+                    "the image has no realtime device".into(),
+                ));
+            }
+            return Ok(());
+        }
+        let bs = self.fs.block_size();
+        if extsize % bs != 0 {
+            return Err(lanefs::Error::Invalid(format!(
+                "extent size hint {extsize} bytes is not a multiple of the block size"
+            )));
+        }
+        let (rt, hint) = self.fs.realtime(i)?;
+        let new_hint = if hint_flag || extsize != 0 {
+            extsize / bs
+        } else {
+            0
+        };
+        if want_rt != rt {
+            self.fs.set_realtime(i, want_rt)?;
+        }
+        if new_hint != hint {
+            self.fs.set_extsize(i, new_hint)?;
+        }
+        Ok(())
     }
 }
 
@@ -768,12 +842,8 @@ impl Filesystem for LaneFuse {
                 }
             }
             // The kernel reads these first even for FS_IOC_SETFLAGS (vfs_fileattr_set).
-            FS_IOC_FSGETXATTR => match self.fs.get_flags(i) {
-                Ok(f) => {
-                    let mut b = [0u8; FSXATTR_SIZE];
-                    b[..4].copy_from_slice(&xflags_of(f).to_ne_bytes());
-                    reply.ioctl(0, &b[..b.len().min(out_size as usize)])
-                }
+            FS_IOC_FSGETXATTR => match self.fsx_get(i) {
+                Ok(b) => reply.ioctl(0, &b[..b.len().min(out_size as usize)]),
                 Err(e) => reply.error(self.errno("fsgetxattr", i, e)),
             },
             FS_IOC_FSSETXATTR => {
@@ -781,13 +851,16 @@ impl Filesystem for LaneFuse {
                     return reply.error(Errno::EINVAL);
                 };
                 let word = |k: usize| u32::from_ne_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
-                // Extent size hints, project ids and xflags without an ext4 flag: not here.
-                if word(4) != 0 || word(12) != 0 || word(0) & !xflags_of(u32::MAX) != 0 {
+                // Project ids and xflags without an ext4 or realtime meaning: not here.
+                let known = xflags_of(u32::MAX) | XFLAG_RT_ALL;
+                if word(12) != 0 || word(0) & !known != 0 {
                     return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
                 }
-                let r = self.fs.get_flags(i).and_then(|old| {
-                    self.fs
-                        .set_flags(i, (old & !flags_of(u32::MAX)) | flags_of(word(0)))
+                let r = self.fsx_set_rt(i, word(0), word(4)).and_then(|()| {
+                    self.fs.get_flags(i).and_then(|old| {
+                        self.fs
+                            .set_flags(i, (old & !flags_of(u32::MAX)) | flags_of(word(0)))
+                    })
                 });
                 match r {
                     Ok(_) => reply.ioctl(0, &[]),

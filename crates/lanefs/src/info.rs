@@ -41,7 +41,120 @@ pub fn report(dev: &dyn BlockDevice) -> Result<String> {
     write_superblock(&mut out, &sb, &geo, &problems);
     write_groups(&mut out, &geo, &descs);
     write_histogram(&mut out, &geo, &hist);
+    write_rt(&mut out, dev, &sb, &geo, &descs)?;
     Ok(out)
+}
+
+/// The blocks of a small file's first `n` logical blocks, from its inode's extent tree
+/// (read raw; `None` when one is unmapped or the tree is unreadable).
+fn file_blocks(
+    dev: &dyn BlockDevice,
+    geo: &Geometry,
+    descs: &[GroupDesc],
+    ino: u32,
+    n: u64,
+) -> Result<Option<Vec<u64>>> {
+    use crate::disk::extent::{decode_node, Node};
+    let (g, k) = ((ino - 1) / geo.ipg, (ino - 1) % geo.ipg);
+    let Some(d) = descs.get(g as usize) else {
+        return Ok(None);
+    };
+    let isz = u64::from(geo.inode_size);
+    let bs = u64::from(geo.bs);
+    let at = d.inode_table() * bs + u64::from(k) * isz;
+    let mut raw = vec![0u8; isz as usize];
+    dev.read_at(at, &mut raw)?;
+    let inode = crate::disk::inode::DiskInode::from_bytes(&raw);
+    let mut out = vec![None; n as usize];
+    let mut stack = vec![(inode.iblock().to_vec(), 0u64)];
+    while let Some((buf, at)) = stack.pop() {
+        match decode_node(&buf, at) {
+            Ok(Node::Leaf(v)) => {
+                for e in v {
+                    for i in 0..u64::from(e.len) {
+                        if let Some(slot) = out.get_mut((u64::from(e.lblk) + i) as usize) {
+                            *slot = Some(e.pblk + i);
+                        }
+                    }
+                }
+            }
+            Ok(Node::Index(_, v)) => {
+                for ix in v {
+                    if !geo.in_fs(ix.child, 1) || stack.len() > 64 {
+                        return Ok(None);
+                    }
+                    let mut b = vec![0u8; bs as usize];
+                    dev.read_at(ix.child * bs, &mut b)?;
+                    stack.push((b, ix.child));
+                }
+            }
+            Err(_) => return Ok(None),
+        }
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// The realtime device's geometry and free-space histogram, from the summary file (an
+/// image made with `lanefs mkfs --rtdev`; the data device is not needed).
+fn write_rt(
+    out: &mut String,
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    geo: &Geometry,
+    descs: &[GroupDesc],
+) -> Result<()> {
+    use crate::disk::rtdev::{self, RtGeometry, RtSuper, RT_SUMMARY_INO};
+    if !sb.has_incompat(rtdev::RTDEV_INCOMPAT) {
+        return Ok(());
+    }
+    let Ok(Some(s)) = RtSuper::decode(&sb.raw[..]) else {
+        let _ = writeln!(out, "\nRealtime device: geometry missing or invalid");
+        return Ok(());
+    };
+    let rg = RtGeometry::new(sb.block_size(), &s);
+    let ext_bytes = rg.extent_bytes();
+    let _ = writeln!(
+        out,
+        "\nRealtime device: {} extents of {} ({} bytes), {} group(s) of {} bitmap block(s)",
+        rg.rextents,
+        size_label(ext_bytes),
+        rg.device_bytes(),
+        rg.groups(),
+        rg.group_bmblocks
+    );
+    let Some(blocks) = file_blocks(dev, geo, descs, RT_SUMMARY_INO, rg.summary_blocks())? else {
+        let _ = writeln!(out, "Realtime summary: unreadable (run lanefs fsck)");
+        return Ok(());
+    };
+    let bs = u64::from(geo.bs);
+    let mut data = Vec::with_capacity(blocks.len());
+    for b in blocks {
+        let mut buf = vec![0u8; bs as usize];
+        dev.read_at(b * bs, &mut buf)?;
+        data.push(buf);
+    }
+    let mut hist = vec![0u64; rg.levels() as usize];
+    for g in 0..rg.groups() {
+        for log in 0..rg.levels_in(g) {
+            for bb in 0..rg.bmblocks_in(g) {
+                let (f, off) = rg.summary_at(g, log, bb);
+                hist[log as usize] += u64::from(rtdev::counter(&data[f as usize], off));
+            }
+        }
+    }
+    let runs: u64 = hist.iter().sum();
+    let _ = writeln!(out, "Realtime free runs: {runs} (by the summary)");
+    let _ = writeln!(out, "\nHISTOGRAM OF FREE REALTIME RUNS:");
+    let _ = writeln!(out, "Run Size Range    :      Free runs");
+    for (log, &n) in hist.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        let lo = size_label(ext_bytes << log);
+        let hi = size_label(ext_bytes << (log + 1));
+        let _ = writeln!(out, "{lo:>5}...{hi:>5}-  :  {n:>13}");
+    }
+    Ok(())
 }
 
 fn uuid_string(u: &[u8; 16]) -> String {
