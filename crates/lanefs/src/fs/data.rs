@@ -505,6 +505,10 @@ impl Fs {
         if self.journal.flushed_since(mark) {
             return Ok(());
         }
+        // The file's data may be on the realtime device: flush it too.
+        if let Some(rt) = &self.rtdev {
+            rt.flush()?;
+        }
         self.dev.flush()
     }
 

@@ -228,8 +228,11 @@ impl Ctx<'_> {
     }
 
     /// One allocation in this group: near `goal` (a group extent above 0; XFS takes extent 0
-    /// for no goal), else by size. The extent is taken unless another transaction's free
-    /// left part of it busy (`Err(Busy)`: nothing changed).
+    /// for no goal), else by size. The extent is taken unless part of it is busy, freed by
+    /// a transaction that has not committed, this one included (`Err(Busy)`: nothing
+    /// changed): until that commit the extent may still hold a committed file's data, which
+    /// new data written there before the commit would destroy if the power went (the rule
+    /// ext4's and XFS's busy extents keep for data).
     pub(super) fn allocate(
         &mut self,
         goal: Option<u64>,
@@ -247,8 +250,7 @@ impl Ctx<'_> {
         let Some((start, len)) = found else {
             return Ok(None);
         };
-        let tid = self.h.tid();
-        let busy = |&(s, l, t): &(u64, u64, u64)| t != tid && s < start + len && start < s + l;
+        let busy = |&(s, l, _): &(u64, u64, u64)| s < start + len && start < s + l;
         if self.st.busy.iter().any(busy) {
             return Ok(Some(Err(super::RtOutcome::Busy)));
         }

@@ -124,7 +124,7 @@ fn run_both(seed: u64, geo: RtGeometry, ops: usize) -> (RtStats, RtStats) {
                 held.push((start, len));
             }
         }
-        // Same-transaction frees are reusable; commit so nothing stays busy.
+        // Commit so nothing stays busy.
         jp.commit_running().unwrap();
         jl.commit_running().unwrap();
         plain.committed(u64::MAX);
@@ -206,17 +206,15 @@ fn busy_extents_wait_for_their_commit() {
     j.commit_running().unwrap();
     let h = j.start();
     a.free(&h, 1, 100).unwrap();
-    // The same transaction may reuse them.
+    // Not even the freeing transaction may reuse them: they hold committed data until it
+    // commits.
     let req = RtRequest {
         goal: Some(1),
         minlen: 10,
         maxlen: 10,
         prod: 1,
     };
-    assert_eq!(
-        a.allocate(&h, &req).unwrap(),
-        RtOutcome::Got { start: 1, len: 10 }
-    );
+    assert_eq!(a.allocate(&h, &req).unwrap(), RtOutcome::Busy);
     let tid = h.tid();
     drop(h);
     j.commit_running().unwrap();
@@ -226,7 +224,7 @@ fn busy_extents_wait_for_their_commit() {
     a.committed(tid);
     assert_eq!(
         a.allocate(&h, &req).unwrap(),
-        RtOutcome::Got { start: 11, len: 10 }
+        RtOutcome::Got { start: 1, len: 10 }
     );
     drop(h);
     a.check().unwrap();
