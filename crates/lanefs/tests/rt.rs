@@ -385,6 +385,15 @@ fn crash_run(
                 }
                 3 => {
                     let size = rng.below(40 * 4096);
+                    let (new, tail) = (size as usize, size.div_ceil(4096) as usize * 4096);
+                    if new < models[k].len() && new < tail {
+                        // Truncating zeroes the rest of the new last block, a data write
+                        // that (as in ext4's ordered mode) may reach the device before the
+                        // new size does.
+                        let end = tail.min(models[k].len());
+                        models[k][new..end].fill(0);
+                        files[k].1.push(models[k].clone());
+                    }
                     models[k].resize(size as usize, 0);
                     files[k].1.push(models[k].clone());
                     fs.setattr(
