@@ -384,7 +384,7 @@ impl LaneFuse {
             return Ok(());
         }
         let bs = self.fs.block_size();
-        if extsize % bs != 0 {
+        if !extsize.is_multiple_of(bs) {
             return Err(lanefs::Error::Invalid(format!(
                 "extent size hint {extsize} bytes is not a multiple of the block size"
             )));
