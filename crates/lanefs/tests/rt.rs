@@ -524,3 +524,75 @@ fn rt_crash_states_replay_to_what_was_acknowledged() {
     }
     eprintln!("rt crash: {states} states, seed {seed} (LANEFS_CRASH_SEED)");
 }
+
+/// Threads writing and deleting realtime files at once (in different rt groups and the
+/// same ones) leave the bitmap and summary exact and every file's data intact.
+#[test]
+fn concurrent_rt_writers_keep_the_allocator_exact() {
+    let td = tempfile::tempdir().unwrap();
+    // 1 KiB blocks: 64 MiB is 65536 rt extents, 8 bitmap blocks, 4 groups of 2.
+    let img = td.path().join("img");
+    let rt = td.path().join("rt");
+    let dev = FileDevice::create(&img, 64 << 20).unwrap();
+    format(
+        &dev,
+        &MkfsOptions {
+            block_size: Some(1024),
+            ..MkfsOptions::default()
+        },
+    )
+    .unwrap();
+    drop(dev);
+    drop(FileDevice::create(&rt, 64 << 20).unwrap());
+    let geo = Fs::format_rt(&img, &rt, 1, 2).unwrap();
+    assert!(geo.groups() >= 4, "{} groups", geo.groups());
+    let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
+    let dir = fs
+        .mkdir(ROOT_INO, b"rt", 0o755, Owner::default())
+        .unwrap()
+        .ino;
+    fs.set_realtime(dir, true).unwrap();
+    let free0 = fs.rt_stats().unwrap().free_extents;
+    std::thread::scope(|s| {
+        for t in 0..3u8 {
+            let fs = &fs;
+            s.spawn(move || {
+                let mut rng = Rng(u64::from(t) * 7919 + 13);
+                for i in 0..40u32 {
+                    let name = format!("t{t}.{i}").into_bytes();
+                    let ino = fs.create(dir, &name, 0o644, Owner::default()).unwrap().ino;
+                    let len = 1 + rng.below(40_000) as usize;
+                    let data = vec![t.wrapping_mul(31).wrapping_add(i as u8) | 1; len];
+                    fs.write(ino, 0, &data).unwrap();
+                    assert!(read_all(fs, ino, len) == data);
+                    fs.release(ino).unwrap();
+                    if i % 3 == 0 {
+                        fs.unlink(dir, &name).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    fs.sync().unwrap();
+    fs.rt_check().unwrap();
+    for t in 0..3u8 {
+        for i in 0..40u32 {
+            let name = format!("t{t}.{i}").into_bytes();
+            match fs.lookup(dir, &name) {
+                Ok(a) => {
+                    assert!(i % 3 != 0);
+                    let got = read_all(&fs, a.ino, a.size as usize);
+                    let want = t.wrapping_mul(31).wrapping_add(i as u8) | 1;
+                    assert!(got.iter().all(|&b| b == want), "t{t}.{i}");
+                    fs.unlink(dir, &name).unwrap();
+                }
+                Err(_) => assert!(i % 3 == 0),
+            }
+        }
+    }
+    fs.sync().unwrap();
+    fs.rt_check().unwrap();
+    assert_eq!(fs.rt_stats().unwrap().free_extents, free0);
+    fs.unmount().unwrap();
+    fsck_clean(&img);
+}
