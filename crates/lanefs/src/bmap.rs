@@ -314,6 +314,12 @@ fn map_rt(
             off <= l && off + blocks > l,
             "rt allocation misses block {l}"
         );
+        // A realtime mapping is whole rt extents, file offset and device block alike.
+        debug_assert!(
+            off.is_multiple_of(rext) && start > 0 && len >= w.req.minlen && len <= w.req.maxlen,
+            "rt mapping at {off} of {len} extents from {start} for {:?}",
+            w.req
+        );
         let ext = extents(st)?;
         let asked_end = (l + want).min(off + blocks);
         insert_run(ext, off, l - off, pblk, true);
