@@ -551,7 +551,7 @@ pub fn run(cfg: &BenchConfig, size: u64, out: &mut dyn Write) -> Result<Vec<Reco
                         target: m.name,
                         ..o
                     };
-                    let (recs, _) = run_one(cfg, w, target, n, &o, false)?;
+                    let (recs, _) = run_one(cfg, w, target, None, n, &o, false)?;
                     settle(&m.dir)?;
                     for r in recs {
                         progress(out, cfg.reps, &r)?;

@@ -74,6 +74,9 @@ pub struct BenchConfig {
     /// threads' files); `None` is [`crate::workloads::bufio::DEFAULT_SIZE`]. On the engine
     /// it is capped at a quarter of the page cache's limit, so both shapes stay cached.
     pub bufio_size: Option<u64>,
+    /// The shape of rtfrag's fragmented realtime device and of its requests (the default
+    /// is issue 14's: 1 TiB, about 200,000 holes).
+    pub rtfrag: crate::workloads::rtfrag::Params,
     /// Where the workloads run.
     pub target: TargetSpec,
     /// Mount-option variants, run interleaved (lanefs target only). Each workload runs the
@@ -104,6 +107,7 @@ impl Default for BenchConfig {
             files: 2000,
             fsmark_files: None,
             bufio_size: None,
+            rtfrag: crate::workloads::rtfrag::Params::default(),
             target: TargetSpec::default(),
             variants: vec![Variant::default()],
             lockstat: false,
@@ -172,6 +176,13 @@ impl BenchConfig {
                 "bufio size {n} is outside {}..={MAX_BUFIO_SIZE} bytes",
                 crate::workloads::bufio::MIN_SIZE
             ));
+        }
+        if self
+            .workloads
+            .iter()
+            .any(|w| w == crate::workloads::rtfrag::NAME)
+        {
+            self.rtfrag.validate()?;
         }
         self.validate_variants()?;
         self.validate_target()
@@ -258,13 +269,29 @@ impl BenchConfig {
                 }
             }
             // The image size is checked by the compare run, which knows what it needs.
-            TargetSpec::Compare { .. } => match &self.lanefs_exe {
-                None => return Err("no lanefs executable given for --compare".to_string()),
-                Some(exe) if !exe.is_file() => {
-                    return Err(format!("lanefs executable {} is not a file", exe.display()))
+            TargetSpec::Compare { .. } => {
+                let engine_only: Vec<&str> = self
+                    .workloads
+                    .iter()
+                    .filter_map(|w| crate::workloads::find(w))
+                    .filter(|w| w.engine_only())
+                    .map(|w| w.name())
+                    .collect();
+                if !engine_only.is_empty() {
+                    return Err(format!(
+                        "{} runs on the engine in-process only (its image has a realtime \
+                         device no kernel mounts); --compare cannot run it",
+                        engine_only.join(", ")
+                    ));
                 }
-                Some(_) => {}
-            },
+                match &self.lanefs_exe {
+                    None => return Err("no lanefs executable given for --compare".to_string()),
+                    Some(exe) if !exe.is_file() => {
+                        return Err(format!("lanefs executable {} is not a file", exe.display()))
+                    }
+                    Some(_) => {}
+                }
+            }
         }
         Ok(())
     }

@@ -33,7 +33,7 @@ pub mod workloads;
 
 pub use config::{BenchConfig, TargetSpec, DEFAULT_IMAGE_SIZE, PATH_VARIANT};
 pub use report::{read_json, render_table, render_vs_base, write_json, Record, BASE_VARIANT};
-pub use target::Target;
+pub use target::{Target, Template};
 pub use variant::{parse_variants, Family, Variant, DEFAULT_VARIANT};
 
 use lanefs::sync::LockStat;
@@ -157,6 +157,21 @@ pub(crate) fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         written_bytes_per_op: p.io.map(|io| io.written),
         device_reads: p.device_reads.map(|d| d.reads),
         device_read_bytes: p.device_reads.map(|d| d.bytes),
+        rt_allocations: p.rt.map(|w| w.allocations),
+        rt_frees: p.rt.map(|w| w.frees),
+        rt_bitmap_reads: p.rt.map(|w| w.bitmap_reads),
+        rt_summary_reads: p.rt.map(|w| w.summary_reads),
+        rt_bitmap_reads_per_alloc: p
+            .rt
+            .filter(|w| w.allocations > 0)
+            .map(|w| w.bitmap_reads as f64 / w.allocations as f64),
+        rt_summary_reads_per_alloc: p
+            .rt
+            .filter(|w| w.allocations > 0)
+            .map(|w| w.summary_reads as f64 / w.allocations as f64),
+        rt_decisions: p.rt.map(|w| format!("{:016x}", w.decisions)),
+        rt_free_extents: p.rt.map(|w| w.free_extents),
+        instructions_per_op: p.instructions_per_op,
     }
 }
 
@@ -209,12 +224,13 @@ pub(crate) fn run_one(
     cfg: &BenchConfig,
     w: &dyn Workload,
     target: &Target,
+    template: Option<&Template>,
     threads: usize,
     origin: &Origin<'_>,
     lockstat: bool,
 ) -> Result<(Vec<Record>, Option<Vec<LockStat>>), String> {
     let inst = target
-        .prepare()
+        .prepare_from(template)
         .map_err(|e| format!("{} on {}: {e}", w.name(), target.label()))?;
     let location = inst.backend().location();
     if lockstat {
@@ -228,6 +244,7 @@ pub(crate) fn run_one(
         files: cfg.files,
         fsmark_files: cfg.fsmark_files,
         bufio_size: cfg.bufio_size,
+        rtfrag: &cfg.rtfrag,
     };
     // The engine's memory is this process's: its peak is the run's when the reset worked.
     let rss_reset = matches!(target, Target::Lanefs { .. }) && rss::reset_peak();
@@ -304,6 +321,119 @@ fn fsmark_text(cfg: &BenchConfig) -> String {
     }
 }
 
+/// rtfrag's shape, for the header line (empty when rtfrag does not run).
+fn rtfrag_text(cfg: &BenchConfig, chosen: &[&dyn Workload]) -> String {
+    if !chosen.iter().any(|w| w.name() == workloads::rtfrag::NAME) {
+        return String::new();
+    }
+    format!(", {}", cfg.rtfrag.text())
+}
+
+/// The templates of the chosen workloads that need one on this target, each built once
+/// (untimed) and announced with the time it took.
+fn build_templates(
+    cfg: &BenchConfig,
+    chosen: &[&dyn Workload],
+    out: &mut dyn Write,
+) -> Result<Vec<(&'static str, Template)>, String> {
+    let TargetSpec::Lanefs { block_size, .. } = cfg.target else {
+        return Ok(Vec::new());
+    };
+    let mut built = Vec::new();
+    for &w in chosen {
+        let t0 = std::time::Instant::now();
+        let Some(t) = w.template(cfg, block_size) else {
+            continue;
+        };
+        let t = t.map_err(|e| format!("{}: preparing its image: {e}", w.name()))?;
+        say!(
+            out,
+            "{}: prepared its image in {:.1} s (untimed; every run starts from a copy): {}",
+            w.name(),
+            t0.elapsed().as_secs_f64(),
+            t.about
+        )?;
+        built.push((w.name(), t));
+    }
+    Ok(built)
+}
+
+/// After the timed runs, rtfrag's instructions per allocation: each of its variants once
+/// at one thread under callgrind (see [`workloads::rtfrag::count_instructions`]), the
+/// figures put into the 1-thread records of that variant. Says why when it cannot.
+fn rtfrag_instructions(
+    cfg: &BenchConfig,
+    chosen: &[&dyn Workload],
+    templates: &[(&'static str, Template)],
+    records: &mut [Record],
+    out: &mut dyn Write,
+) -> Result<(), String> {
+    use workloads::rtfrag;
+    let Some(&w) = chosen.iter().find(|w| w.name() == rtfrag::NAME) else {
+        return Ok(());
+    };
+    let Some((_, template)) = templates.iter().find(|(n, _)| *n == rtfrag::NAME) else {
+        return Ok(());
+    };
+    let why_not = if cfg.rtfrag.callgrind_exe.is_none() {
+        Some("no lanefs executable to run under valgrind (the library was called directly)")
+    } else if !cfg.threads_for(rtfrag::NAME).contains(&1) {
+        Some("they are counted at 1 thread, which this run does not measure")
+    } else if !rtfrag::valgrind_available() {
+        Some("no valgrind/perf counters (valgrind is not installed; the bench reads no perf counters)")
+    } else {
+        None
+    };
+    let Some(exe) = cfg
+        .rtfrag
+        .callgrind_exe
+        .as_deref()
+        .filter(|_| why_not.is_none())
+    else {
+        return say!(
+            out,
+            "{}: instructions per allocation not measured: {}",
+            rtfrag::NAME,
+            why_not.unwrap_or_default()
+        );
+    };
+    for target in targets(cfg, w) {
+        let Target::Lanefs { variant, opts, .. } = &target else {
+            continue;
+        };
+        let policy = opts.rt_alloc;
+        match rtfrag::count_instructions(exe, template, policy, &cfg.rtfrag) {
+            Ok((counts, secs)) => {
+                let text: Vec<String> = counts
+                    .iter()
+                    .map(|(p, x)| format!("{p} {}", report::fmt_rate(*x)))
+                    .collect();
+                say!(
+                    out,
+                    "{}: instructions per operation under callgrind, {variant} (rt_alloc={}, 1 \
+                     thread, the first 1/{} of each phase's calls, {secs:.0} s): {}",
+                    rtfrag::NAME,
+                    policy.name(),
+                    cfg.rtfrag.callgrind_divisor,
+                    text.join(", ")
+                )?;
+                for r in records.iter_mut().filter(|r| {
+                    r.workload == rtfrag::NAME && r.variant == *variant && r.threads == 1
+                }) {
+                    r.instructions_per_op =
+                        counts.iter().find(|(p, _)| *p == r.phase).map(|(_, x)| *x);
+                }
+            }
+            Err(e) => say!(
+                out,
+                "{}: instructions per allocation of {variant} not measured: {e}",
+                rtfrag::NAME
+            )?,
+        }
+    }
+    Ok(())
+}
+
 /// Run the benchmark `cfg` describes: for every repetition, every thread count of the sweep,
 /// the control loop and then every workload that runs at that count (see
 /// [`BenchConfig::threads_for`]) with every variant interleaved, each run on a fresh
@@ -315,7 +445,7 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
         return compare::run(cfg, size, out);
     }
     let (warmup, duration) = (cfg.warmup_duration()?, cfg.duration()?);
-    let chosen: Vec<&dyn Workload> = cfg
+    let mut chosen: Vec<&dyn Workload> = cfg
         .workloads
         .iter()
         .filter_map(|n| workloads::find(n))
@@ -324,6 +454,22 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
         .first()
         .and_then(|&w| targets(cfg, w).first().map(Target::label))
         .unwrap_or_default();
+    if !matches!(cfg.target, TargetSpec::Lanefs { .. }) {
+        let (skip, keep): (Vec<&dyn Workload>, Vec<&dyn Workload>) =
+            chosen.into_iter().partition(|w| w.engine_only());
+        for w in &skip {
+            say!(
+                out,
+                "{} runs on the engine in-process only (its image has a realtime device); \
+                 skipping it on {label}",
+                w.name()
+            )?;
+        }
+        if keep.is_empty() {
+            return Err(format!("nothing to run on {label}"));
+        }
+        chosen = keep;
+    }
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let lockstat = cfg.lockstat && matches!(cfg.target, TargetSpec::Lanefs { .. });
     if cfg.lockstat && !lockstat {
@@ -333,19 +479,22 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
         )?;
     }
     let _lockstat_on = LockstatOn::new(lockstat);
+    let names: Vec<&str> = chosen.iter().map(|w| w.name()).collect();
     say!(
         out,
         "lanefs bench on {label}{}: {} x threads {} x {} reps, {} s per timed run ({} s warm-up), \
-         {} files per thread{}, {cpus} CPUs",
+         {} files per thread{}{}, {cpus} CPUs",
         variants_text(cfg),
-        cfg.workloads.join("+"),
+        names.join("+"),
         threads_text(cfg),
         cfg.reps,
         cfg.seconds,
         cfg.warmup,
         cfg.files,
         fsmark_text(cfg),
+        rtfrag_text(cfg, &chosen),
     )?;
+    let templates = build_templates(cfg, &chosen, out)?;
     let mut records = Vec::new();
     for rep in 1..=cfg.reps {
         for threads in cfg.sweep() {
@@ -367,13 +516,17 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
                 if !cfg.threads_for(w.name()).contains(&threads) {
                     continue;
                 }
+                let template = templates
+                    .iter()
+                    .find(|(n, _)| *n == w.name())
+                    .map(|(_, t)| t);
                 for target in &targets(cfg, w) {
                     let o = Origin {
                         workload: w.name(),
                         variant: target.variant(),
                         ..o
                     };
-                    let (recs, locks) = run_one(cfg, w, target, threads, &o, lockstat)?;
+                    let (recs, locks) = run_one(cfg, w, target, template, threads, &o, lockstat)?;
                     for r in recs {
                         progress(out, cfg.reps, &r)?;
                         records.push(r);
@@ -395,6 +548,7 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
             }
         }
     }
+    rtfrag_instructions(cfg, &chosen, &templates, &mut records, out)?;
     say!(out, "\n{}", render_table(&records))?;
     if let Some(path) = &cfg.json {
         write_json(&records, path)?;

@@ -8,15 +8,16 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 mod pages;
+mod rtfrag;
 
 /// One phase of one run: what ran where, and how fast.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// Workload name ("fallocate2", "mdtest", "mdtest-shared", "fsmark", "stat", "fsync",
-    /// "bufio64k", "bufio", "control").
+    /// "bufio64k", "bufio", "rtfrag", "control").
     pub workload: String,
     /// Timed phase ("fallocate", "create", "remove", "lookup", "fsync", "write", "read",
-    /// "loop").
+    /// "loop"; bufio's and rtfrag's own: "alloc", "alloc-hint", "free", "realloc").
     pub phase: String,
     /// "lanefs" or "path:<dir>".
     pub target: String,
@@ -112,6 +113,35 @@ pub struct Record {
     /// Bytes those device reads read.
     #[serde(default)]
     pub device_read_bytes: Option<u64>,
+    /// Realtime allocations in the measured time (rtfrag on the engine; `None` elsewhere).
+    #[serde(default)]
+    pub rt_allocations: Option<u64>,
+    /// Realtime frees in the measured time (one per freed run).
+    #[serde(default)]
+    pub rt_frees: Option<u64>,
+    /// Realtime bitmap blocks the allocations fetched in the measured time.
+    #[serde(default)]
+    pub rt_bitmap_reads: Option<u64>,
+    /// Realtime summary blocks the allocations fetched in the measured time.
+    #[serde(default)]
+    pub rt_summary_reads: Option<u64>,
+    /// `rt_bitmap_reads / rt_allocations` (`None` without allocations).
+    #[serde(default)]
+    pub rt_bitmap_reads_per_alloc: Option<f64>,
+    /// `rt_summary_reads / rt_allocations` (`None` without allocations).
+    #[serde(default)]
+    pub rt_summary_reads_per_alloc: Option<f64>,
+    /// The hash of every realtime allocation decision since mount, at the phase's end, as
+    /// 16 hex digits (equal for every allocator policy given the same state and requests).
+    #[serde(default)]
+    pub rt_decisions: Option<String>,
+    /// Free realtime extents at the phase's end.
+    #[serde(default)]
+    pub rt_free_extents: Option<u64>,
+    /// Instructions per operation of the phase, counted under `valgrind --tool=callgrind`
+    /// in a run of its own (rtfrag, where valgrind is installed; `None` when not measured).
+    #[serde(default)]
+    pub instructions_per_op: Option<f64>,
 }
 
 impl Record {
@@ -244,24 +274,7 @@ fn control_efficiency(groups: &[Group<'_>], target: &str, threads: usize) -> Opt
     efficiency(groups, c)
 }
 
-/// A count with thousands separators, rounded to an integer.
-pub fn fmt_rate(v: f64) -> String {
-    if !v.is_finite() {
-        return v.to_string();
-    }
-    let digits = format!("{:.0}", v.abs());
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if v < 0.0 && digits != "0" {
-        out.insert(0, '-');
-    }
-    out
-}
+pub use crate::timing::fmt_rate;
 
 fn fmt_eff(e: Option<f64>) -> String {
     e.map_or_else(|| "-".to_string(), |e| format!("{e:.2}"))
@@ -755,18 +768,20 @@ fn render_fragmentation(s: &Series<'_>) -> Option<String> {
 /// operation. For the others (seed 000) a cell is the median ops/s per thread, followed,
 /// when the records carry them, by a table of extents per file and free-space
 /// fragmentation. The page-cache workloads (seed 002: bufio) get one set of tables per
-/// target, with every phase, even of one variant (see `pages::render`). Empty when no
-/// series qualifies.
+/// target, with every phase, even of one variant (see `pages::render`), and so does the
+/// realtime allocator's (seed 003: rtfrag, with issue 14's goals; see `rtfrag::render`).
+/// Empty when no series qualifies.
 pub fn render_vs_base(records: &[Record]) -> String {
     let mut out = String::new();
     for s in vs_base_series(records) {
         match family_of(s.workload) {
             Some(Family::Inodes) => out.push_str(&render_inodes_series(&s)),
-            Some(Family::Pages) => {}
+            Some(Family::Pages | Family::Realtime) => {}
             _ => out.push_str(&render_blocks_series(&s)),
         }
     }
     out.push_str(&pages::render(records));
+    out.push_str(&rtfrag::render(records));
     out
 }
 

@@ -2,6 +2,7 @@
 //! syscalls) or on the engine in-process. Workloads see only [`Backend`].
 
 use crate::engine;
+use lanefs::rtalloc::RtStats;
 use lanefs::{
     BlockDevice, BufCacheStats, FallocMode, FileDevice, Fs, IcacheStats, Ino, MountOptions, Owner,
     SetAttr,
@@ -190,6 +191,38 @@ pub trait Backend: Send + Sync {
     /// the target is served by a daemon whose pid is known (a FUSE mount).
     fn daemon_cpu(&self) -> Option<Duration> {
         None
+    }
+    /// Make directory `d` realtime (files and directories made in it keep their data on
+    /// the realtime device) with an extent size hint of `hint` blocks (0: none), where the
+    /// target has a realtime device (the engine on an image made with one).
+    fn set_realtime(&self, _d: &Dir, _hint: u32) -> Result<(), String> {
+        Err(format!("{} has no realtime device", self.location()))
+    }
+    /// Free `[off, off+len)` of the file and keep its size (`FALLOC_FL_PUNCH_HOLE`), where
+    /// the workloads need it (the engine).
+    fn punch(&self, _h: &Handle, off: u64, len: u64) -> Result<(), String> {
+        Err(format!(
+            "punching {len} bytes at {off}: not done on {}",
+            self.location()
+        ))
+    }
+    /// Make everything durable, so nothing waits for a commit any more (the engine's
+    /// `Fs::sync`), where the workloads need it.
+    fn sync(&self) -> Result<(), String> {
+        Err(format!("sync: not done on {}", self.location()))
+    }
+    /// The realtime allocator's counters since mount, where the target has one.
+    fn rt_stats(&self) -> Option<RtStats> {
+        None
+    }
+    /// The file system's block size in bytes, where the bench can read it (the engine).
+    fn block_size(&self) -> Option<u64> {
+        None
+    }
+    /// Check the realtime allocator's bitmap, summary and free counts against each other
+    /// (nothing to check without one).
+    fn rt_check(&self) -> Result<(), String> {
+        Ok(())
     }
 }
 
@@ -446,6 +479,8 @@ impl Backend for PathBackend {
 pub struct LanefsBackend {
     fs: Arc<Fs>,
     image: PathBuf,
+    /// The realtime data device, when the run's image has one (a [`Template`]'s copy).
+    rtdev: Option<PathBuf>,
     base: Dir,
     /// File-system block size, which is also the journal's.
     block_size: u64,
@@ -614,6 +649,45 @@ impl Backend for LanefsBackend {
             log_bytes: s.log_blocks.saturating_mul(self.block_size),
         })
     }
+    fn set_realtime(&self, d: &Dir, hint: u32) -> Result<(), String> {
+        let ino = self.ino(d)?;
+        self.fs
+            .set_realtime(ino, true)
+            .map_err(|e| format!("make inode {ino} realtime: {e}"))?;
+        if hint > 0 {
+            self.fs
+                .set_extsize(ino, hint)
+                .map_err(|e| format!("extent size hint {hint} on inode {ino}: {e}"))?;
+        }
+        Ok(())
+    }
+    fn punch(&self, h: &Handle, off: u64, len: u64) -> Result<(), String> {
+        let ino = self.file_ino(h)?;
+        let mode = FallocMode {
+            punch_hole: true,
+            keep_size: true,
+            ..FallocMode::default()
+        };
+        self.fs
+            .fallocate(ino, mode, off, len)
+            .map_err(|e| format!("punch {len} bytes at {off} of inode {ino}: {e}"))
+    }
+    fn sync(&self) -> Result<(), String> {
+        self.fs
+            .sync()
+            .map_err(|e| format!("sync {}: {e}", self.image.display()))
+    }
+    fn rt_stats(&self) -> Option<RtStats> {
+        self.fs.rt_stats()
+    }
+    fn block_size(&self) -> Option<u64> {
+        Some(self.block_size)
+    }
+    fn rt_check(&self) -> Result<(), String> {
+        self.fs
+            .rt_check()
+            .map_err(|e| format!("realtime allocator of {}: {e}", self.image.display()))
+    }
 }
 
 /// One run's target: a directory, or the engine with one variant's mount options.
@@ -669,6 +743,13 @@ impl Target {
 
     /// Make a fresh place to run in: a new subdirectory, or a new formatted and mounted image.
     pub fn prepare(&self) -> Result<Instance, String> {
+        self.prepare_from(None)
+    }
+
+    /// [`Target::prepare`], with the engine's image a copy of `template` (and its
+    /// realtime device) instead of a fresh mkfs, when one is given. The image size and
+    /// block size are then the template's; path targets ignore it.
+    pub fn prepare_from(&self, template: Option<&Template>) -> Result<Instance, String> {
         let seq = RUN_SEQ.fetch_add(1, Ordering::Relaxed);
         match self {
             Target::Path(dir) => fresh_subdir(dir, seq, self.label(), None),
@@ -690,11 +771,17 @@ impl Target {
                         (tmp.path().join(format!("run-{seq}.img")), Some(tmp))
                     }
                 };
-                match mount_fresh(&image, *size, *block_size, opts) {
+                let rtdev = template.map(|_| rtdev_path(&image));
+                let mounted = match (template, &rtdev) {
+                    (Some(t), Some(rt)) => t.mount_copy(&image, rt, opts),
+                    _ => mount_fresh(&image, *size, *block_size, opts),
+                };
+                match mounted {
                     Ok((fs, block_size)) => {
                         let backend = LanefsBackend {
                             fs,
                             image,
+                            rtdev,
                             base: Dir::Ino(lanefs::ROOT_INO),
                             block_size,
                         };
@@ -702,6 +789,9 @@ impl Target {
                     }
                     Err(e) => {
                         let _ = std::fs::remove_file(&image);
+                        if let Some(rt) = &rtdev {
+                            let _ = std::fs::remove_file(rt);
+                        }
                         Err(e)
                     }
                 }
@@ -753,6 +843,139 @@ fn mount_fresh(
     Ok((fs, block_size))
 }
 
+/// Where a run's copy of a [`Template`] keeps its realtime device: beside its image.
+fn rtdev_path(image: &Path) -> PathBuf {
+    let mut p = image.as_os_str().to_owned();
+    p.push(".rtdev");
+    PathBuf::from(p)
+}
+
+/// An engine image every run of a workload starts from instead of a fresh mkfs: an image
+/// with a realtime data device, prepared once per bench run (untimed; seed 003's
+/// fragmented device, see `workloads::rtfrag`). Each run gets a copy of the image (only
+/// its nonzero parts are written, so the copy stays sparse) and a fresh sparse data
+/// device holding a copy of the template device's header. Nothing a run does writes file
+/// data to the device outside that header's place, so the copy is the whole device.
+pub struct Template {
+    /// Holds the template's files; removed when the template drops.
+    _dir: tempfile::TempDir,
+    image: PathBuf,
+    /// The data device's first bytes (its header), as the template's device holds them.
+    rt_header: Vec<u8>,
+    /// Size of the (sparse) data device.
+    rt_bytes: u64,
+    /// What the template holds, for the run's header line.
+    pub about: String,
+}
+
+/// Bytes of the data device copied from the template (its header and more).
+const RT_HEADER_COPY: u64 = 1 << 20;
+
+/// Bytes per read of the sparse copy.
+const COPY_CHUNK: usize = 1 << 20;
+
+impl Template {
+    /// A template of the unmounted `image` and its data device `rtdev`, both in `dir`.
+    pub fn new(
+        dir: tempfile::TempDir,
+        image: PathBuf,
+        rtdev: &Path,
+        about: String,
+    ) -> Result<Template, String> {
+        let f = File::open(rtdev).map_err(|e| format!("open {}: {e}", rtdev.display()))?;
+        let rt_bytes = f
+            .metadata()
+            .map_err(|e| format!("stat {}: {e}", rtdev.display()))?
+            .len();
+        let mut rt_header = vec![0u8; rt_bytes.min(RT_HEADER_COPY) as usize];
+        f.read_exact_at(&mut rt_header, 0)
+            .map_err(|e| format!("read the header of {}: {e}", rtdev.display()))?;
+        Ok(Template {
+            _dir: dir,
+            image,
+            rt_header,
+            rt_bytes,
+            about,
+        })
+    }
+
+    /// Copy the template to `image` and `rtdev` (both created or truncated).
+    pub fn copy_to(&self, image: &Path, rtdev: &Path) -> Result<(), String> {
+        copy_sparse(&self.image, image)?;
+        drop(
+            FileDevice::create(rtdev, self.rt_bytes)
+                .map_err(|e| format!("creating realtime device {}: {e}", rtdev.display()))?,
+        );
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(rtdev)
+            .map_err(|e| format!("open {}: {e}", rtdev.display()))?;
+        f.write_all_at(&self.rt_header, 0)
+            .map_err(|e| format!("write the header of {}: {e}", rtdev.display()))
+    }
+
+    /// Copy the template to `image` and `rtdev` and mount them with `opts` (and
+    /// `rtdev=`); returns the mount and its block size.
+    fn mount_copy(
+        &self,
+        image: &Path,
+        rtdev: &Path,
+        opts: &MountOptions,
+    ) -> Result<(Arc<Fs>, u64), String> {
+        self.copy_to(image, rtdev)?;
+        mount_rt(image, rtdev, opts)
+    }
+}
+
+/// Mount `image` with its realtime device `rtdev` and `opts`; returns the mount and its
+/// block size.
+fn mount_rt(image: &Path, rtdev: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, u64), String> {
+    let opts = MountOptions {
+        rtdev: Some(rtdev.to_path_buf()),
+        ..opts.clone()
+    };
+    let fs = Fs::mount_path(image, opts).map_err(|e| {
+        format!(
+            "mounting {} with realtime device {}: {e}",
+            image.display(),
+            rtdev.display()
+        )
+    })?;
+    match fs.statfs() {
+        Ok(st) => Ok((fs, u64::from(st.block_size))),
+        Err(e) => {
+            let _ = fs.unmount();
+            Err(format!("statfs of {}: {e}", image.display()))
+        }
+    }
+}
+
+/// Copy file `src` to a new file `dst` of the same size, writing only its nonzero
+/// chunks: the copy of a sparse image stays sparse.
+pub fn copy_sparse(src: &Path, dst: &Path) -> Result<(), String> {
+    let from = File::open(src).map_err(|e| format!("open {}: {e}", src.display()))?;
+    let len = from
+        .metadata()
+        .map_err(|e| format!("stat {}: {e}", src.display()))?
+        .len();
+    let to = File::create(dst).map_err(|e| format!("create {}: {e}", dst.display()))?;
+    to.set_len(len)
+        .map_err(|e| format!("size {} to {len}: {e}", dst.display()))?;
+    let mut buf = vec![0u8; COPY_CHUNK];
+    let mut off = 0u64;
+    while off < len {
+        let n = (len - off).min(COPY_CHUNK as u64) as usize;
+        from.read_exact_at(&mut buf[..n], off)
+            .map_err(|e| format!("read {} at {off}: {e}", src.display()))?;
+        if buf[..n].iter().any(|&b| b != 0) {
+            to.write_all_at(&buf[..n], off)
+                .map_err(|e| format!("write {} at {off}: {e}", dst.display()))?;
+        }
+        off += n as u64;
+    }
+    Ok(())
+}
+
 /// A prepared run: the backend plus what `finish` must clean up.
 pub enum Instance {
     /// A fresh subdirectory, removed by `finish`.
@@ -772,6 +995,27 @@ pub enum Instance {
 }
 
 impl Instance {
+    /// The engine on the existing `image` and its realtime device `rtdev` (a copy of a
+    /// [`Template`], see [`Template::copy_to`]), mounted with `opts`; `finish` unmounts it
+    /// and deletes both files.
+    pub fn lanefs_rt(
+        image: PathBuf,
+        rtdev: PathBuf,
+        opts: &MountOptions,
+    ) -> Result<Instance, String> {
+        let (fs, block_size) = mount_rt(&image, &rtdev, opts)?;
+        Ok(Instance::Lanefs {
+            backend: LanefsBackend {
+                fs,
+                image,
+                rtdev: Some(rtdev),
+                base: Dir::Ino(lanefs::ROOT_INO),
+                block_size,
+            },
+            _tmp: None,
+        })
+    }
+
     /// The operations of this run.
     pub fn backend(&self) -> &dyn Backend {
         match self {
@@ -789,14 +1033,20 @@ impl Instance {
                     .map_err(|e| format!("removing {}: {e}", dir.display()))
             }
             Instance::Lanefs { backend, _tmp } => {
-                let LanefsBackend { fs, image, .. } = backend;
+                let LanefsBackend {
+                    fs, image, rtdev, ..
+                } = backend;
                 let unmounted = fs
                     .unmount()
                     .map_err(|e| format!("unmounting {}: {e}", image.display()));
                 let removed = std::fs::remove_file(&image)
                     .map_err(|e| format!("removing image {}: {e}", image.display()));
+                let removed_rt = rtdev.map_or(Ok(()), |rt| {
+                    std::fs::remove_file(&rt)
+                        .map_err(|e| format!("removing realtime device {}: {e}", rt.display()))
+                });
                 drop(_tmp);
-                unmounted.and(removed)
+                unmounted.and(removed).and(removed_rt)
             }
         }
     }

@@ -4,6 +4,7 @@
 //! phase starts and ends.
 
 use crate::target::{own_cpu, Backend, DeviceReads, FreeSpace, JournalCounters};
+use lanefs::rtalloc::RtStats;
 use lanefs::{BufCacheStats, IcacheStats};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -50,6 +51,43 @@ pub struct PhaseResult {
     /// The target's device reads for file data in the measured time (the engine's page
     /// cache filling misses), so their average size shows the read-ahead's IO size.
     pub device_reads: Option<DeviceReads>,
+    /// The realtime allocator's work in the measured time, where the target has one (the
+    /// engine on an image with a realtime device).
+    pub rt: Option<RtWork>,
+    /// Instructions per operation, where a workload counted them (rtfrag under callgrind).
+    pub instructions_per_op: Option<f64>,
+}
+
+/// What the realtime allocator did in a measured phase (from `Fs::rt_stats` at its
+/// edges): the counts are differences, the hash and free extents the values at its end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RtWork {
+    /// Allocations made.
+    pub allocations: u64,
+    /// Frees made (calls of the allocator's free, one per freed run).
+    pub frees: u64,
+    /// Bitmap blocks the allocations fetched.
+    pub bitmap_reads: u64,
+    /// Summary blocks the allocations fetched.
+    pub summary_reads: u64,
+    /// The hash of every allocation decision since mount, at the phase's end.
+    pub decisions: u64,
+    /// Free rt extents at the phase's end.
+    pub free_extents: u64,
+}
+
+impl RtWork {
+    /// The work between counters `before` and `after`.
+    pub fn between(before: RtStats, after: RtStats) -> RtWork {
+        RtWork {
+            allocations: after.allocations.saturating_sub(before.allocations),
+            frees: after.frees.saturating_sub(before.frees),
+            bitmap_reads: after.bitmap_reads.saturating_sub(before.bitmap_reads),
+            summary_reads: after.summary_reads.saturating_sub(before.summary_reads),
+            decisions: after.decisions,
+            free_extents: after.free_extents,
+        }
+    }
 }
 
 /// File bytes per operation (see [`PhaseResult::io`]).
@@ -84,10 +122,12 @@ struct Sample {
     device_reads: Option<DeviceReads>,
     daemon_cpu: Option<Duration>,
     cpu: Option<Duration>,
+    rt: Option<RtStats>,
 }
 
 fn sample(probe: Probe<'_>) -> Sample {
     Sample {
+        rt: probe.and_then(|b| b.rt_stats()),
         journal: probe.and_then(|b| b.journal()),
         device_reads: probe.and_then(|b| b.device_reads()),
         daemon_cpu: probe.and_then(|b| b.daemon_cpu()),
@@ -102,6 +142,7 @@ struct Delta {
     device_reads: Option<DeviceReads>,
     daemon_cpu: Option<f64>,
     cpu: Option<f64>,
+    rt: Option<RtWork>,
 }
 
 /// The journal activity, the daemon's and this process's CPU seconds between two samples.
@@ -117,6 +158,7 @@ fn delta(before: Sample, after: Sample) -> Delta {
             .map(|(a, b)| a.since(b)),
         daemon_cpu: seconds(after.daemon_cpu, before.daemon_cpu),
         cpu: seconds(after.cpu, before.cpu),
+        rt: after.rt.zip(before.rt).map(|(a, b)| RtWork::between(b, a)),
     }
 }
 
@@ -394,6 +436,7 @@ where
             daemon_cpu: d.daemon_cpu,
             cpu: d.cpu,
             device_reads: d.device_reads,
+            rt: d.rt,
             ..PhaseResult::default()
         })
     })
@@ -500,6 +543,7 @@ where
                 daemon_cpu: d.daemon_cpu,
                 cpu: d.cpu,
                 device_reads: d.device_reads,
+                rt: d.rt,
                 ..PhaseResult::default()
             });
         }
@@ -513,6 +557,25 @@ fn rate(ops: u64, secs: f64) -> f64 {
     } else {
         0.0
     }
+}
+
+/// A count with thousands separators, rounded to an integer.
+pub fn fmt_rate(v: f64) -> String {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    let digits = format!("{:.0}", v.abs());
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if v < 0.0 && digits != "0" {
+        out.insert(0, '-');
+    }
+    out
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 //! its [`Family`], plus `default` and every raw spec, which apply to all. So `base` means
 //! the baseline of the workload it runs with: seed 000's for fallocate2, fsync and
 //! bufio64k, seed 001's for mdtest, mdtest-shared, fsmark and stat, seed 002's for bufio.
+//! Seed 003's realtime allocator (rtfrag) has `plain` as its baseline.
 
+use lanefs::fs::RtAllocPolicy;
 use lanefs::{IallocPolicy, IcachePolicy, MountOptions, StreamGoal};
 
 /// Which seeds' variants a workload takes (each workload names its own: `Workload::family`).
@@ -19,6 +21,9 @@ pub enum Family {
     Inodes,
     /// Workloads that move cached file data (bufio): seed 002's folio sizes.
     Pages,
+    /// Workloads that allocate on a realtime device (rtfrag): seed 003's realtime
+    /// allocator.
+    Realtime,
 }
 
 /// Name of the variant that mounts with `MountOptions::default()`, in every family.
@@ -26,7 +31,12 @@ pub const DEFAULT_VARIANT: &str = "default";
 
 impl Family {
     /// Every family, in the order messages list them.
-    pub const ALL: [Family; 3] = [Family::Blocks, Family::Inodes, Family::Pages];
+    pub const ALL: [Family; 4] = [
+        Family::Blocks,
+        Family::Inodes,
+        Family::Pages,
+        Family::Realtime,
+    ];
 
     /// The names of this family's variants (besides `default`), in the order of its
     /// seeds' tables, baseline first.
@@ -37,6 +47,7 @@ impl Family {
                 "base", "ialloc", "icache", "lanefs", "global", "bucket", "papaya",
             ],
             Family::Pages => &["base", "order2", "order6"],
+            Family::Realtime => &["plain", "lean"],
         }
     }
 
@@ -46,6 +57,7 @@ impl Family {
             Family::Blocks => "seed 000's block allocator",
             Family::Inodes => "seed 001's inode allocator and seed 004's inode cache",
             Family::Pages => "seed 002's page cache folios",
+            Family::Realtime => "seed 003's realtime allocator",
         }
     }
 
@@ -56,16 +68,19 @@ impl Family {
             Family::Blocks => &["fallocate2", "fsync", "bufio64k"],
             Family::Inodes => &["mdtest", "mdtest-shared", "fsmark", "stat"],
             Family::Pages => &["bufio"],
+            Family::Realtime => &["rtfrag"],
         }
     }
 
     /// The variants a seed table compares the others with, in order of preference:
-    /// `base`, and for the inode family `global` (seed 004's table without seed 001's).
+    /// `base`, for the inode family `global` (seed 004's table without seed 001's), and
+    /// for the realtime family `plain` (Linux 6.4's allocator).
     pub fn baselines(self) -> &'static [&'static str] {
         match self {
             Family::Blocks => &["base"],
             Family::Inodes => &["base", "global"],
             Family::Pages => &["base"],
+            Family::Realtime => &["plain"],
         }
     }
 
@@ -75,6 +90,7 @@ impl Family {
             Family::Blocks => blocks_options(name),
             Family::Inodes => inodes_options(name),
             Family::Pages => pages_options(name),
+            Family::Realtime => realtime_options(name),
         }
     }
 }
@@ -133,6 +149,20 @@ fn pages_options(name: &str) -> Option<MountOptions> {
     })
 }
 
+/// Seed 003's variants: Linux 6.4's realtime allocator (the baseline) and the 2023
+/// series' (the default, named too so that a list can say it).
+fn realtime_options(name: &str) -> Option<MountOptions> {
+    let o = |rt_alloc: RtAllocPolicy| MountOptions {
+        rt_alloc,
+        ..MountOptions::default()
+    };
+    Some(match name {
+        "plain" => o(RtAllocPolicy::Plain),
+        "lean" => o(RtAllocPolicy::Lean),
+        _ => return None,
+    })
+}
+
 /// One set of mount options to measure, under a name shown in reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Variant {
@@ -181,6 +211,7 @@ impl Variant {
     /// | Inodes | `lanefs` | `ialloc=optimistic`, `icache=bucket` |
     /// | Inodes | `global`, `bucket`, `papaya` | `icache=` that, `ialloc` default |
     /// | Pages | `base`, `order2`, `order6` | `folio_max_order=0`, `2`, `6` |
+    /// | Realtime | `plain`, `lean` | `rt_alloc=plain`, `rt_alloc=lean` (the default) |
     ///
     /// Every other mount option keeps its default. An unknown name is an error listing
     /// the family's names.
@@ -371,6 +402,9 @@ fn options_text(opts: &MountOptions) -> String {
     if opts.pagecache_limit != d.pagecache_limit {
         on.push(format!("pagecache_limit={}", opts.pagecache_limit));
     }
+    if opts.rt_alloc != d.rt_alloc {
+        on.push(format!("rt_alloc={}", opts.rt_alloc.name()));
+    }
     if on.is_empty() {
         "defaults".to_string()
     } else {
@@ -437,6 +471,25 @@ mod tests {
         assert_eq!(Family::Inodes.variant_names().len(), want.len());
     }
 
+    /// Seed 003's names set the realtime allocator: `plain` is Linux 6.4's, `lean` the
+    /// default's; both apply to the realtime family only.
+    #[test]
+    fn realtime_variants_set_rt_alloc() {
+        let plain = Variant::named("plain").expect("plain");
+        assert_eq!(plain.len(), 1);
+        let plain = &plain[0];
+        assert_eq!(plain.family, Some(Family::Realtime));
+        assert_eq!(plain.opts.rt_alloc, RtAllocPolicy::Plain);
+        assert_eq!(plain.options_text(), "rt_alloc=plain");
+        assert!(plain.applies_to(Family::Realtime) && !plain.applies_to(Family::Blocks));
+        let lean = Variant::named_in(Family::Realtime, "lean").expect("lean");
+        assert_eq!(lean.opts, MountOptions::default());
+        assert_eq!(lean.options_text(), "defaults");
+        assert_eq!(Family::Realtime.baselines(), ["plain"]);
+        let err = Variant::named_in(Family::Realtime, "base").expect_err("no base");
+        assert!(err.contains("realtime allocator"), "{err}");
+    }
+
     /// `base` is one variant per family; `default` one for all; a family's own name one.
     #[test]
     fn names_resolve_per_family() {
@@ -486,6 +539,7 @@ mod tests {
                 "{err}"
             );
             assert!(err.contains("base, order2, order6 for bufio"), "{err}");
+            assert!(err.contains("plain, lean for rtfrag"), "{err}");
             assert!(err.contains("NAME:OPTIONS"), "{err}");
         }
         assert!(parse_variants("").is_err());

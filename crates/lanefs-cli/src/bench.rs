@@ -58,6 +58,11 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
             }
             None => defaults.bufio_size,
         },
+        // rtfrag counts instructions by running this binary under callgrind.
+        rtfrag: lanefs_bench::workloads::rtfrag::Params {
+            callgrind_exe: std::env::current_exe().ok(),
+            ..defaults.rtfrag
+        },
         lockstat: args.lockstat,
         variants,
         json: args.json.clone(),
@@ -88,8 +93,15 @@ fn target(args: &BenchArgs) -> CmdResult<TargetSpec> {
     })
 }
 
-/// `lanefs bench`.
+/// `lanefs bench`; or, with `LANEFS_BENCH_RTFRAG_CALLGRIND` set (by the bench itself, which
+/// runs this binary under callgrind to count rtfrag's instructions), that child's work.
 pub fn bench(args: &BenchArgs) -> CmdResult<i32> {
+    use lanefs_bench::workloads::rtfrag;
+    if let Some(spec) = std::env::var_os(rtfrag::CHILD_ENV) {
+        rtfrag::callgrind_child(std::path::Path::new(&spec))
+            .map_err(|e| Failure::new("rtfrag callgrind child", Error::Msg(e)))?;
+        return Ok(0);
+    }
     let cfg = config(args)?;
     let mut out = std::io::stdout().lock();
     lanefs_bench::run(&cfg, &mut out).map_err(|e| Failure::new("", Error::Msg(e)))?;
@@ -117,6 +129,18 @@ mod tests {
     fn help_states_the_defaults() {
         let cfg = config(&bench_args(&[])).expect("config");
         let d = BenchConfig::default();
+        // The one difference: rtfrag may run this binary under callgrind.
+        assert_eq!(
+            cfg.rtfrag.callgrind_exe,
+            Some(std::env::current_exe().expect("current exe"))
+        );
+        let cfg = BenchConfig {
+            rtfrag: lanefs_bench::workloads::rtfrag::Params {
+                callgrind_exe: None,
+                ..cfg.rtfrag
+            },
+            ..cfg
+        };
         assert_eq!(cfg, d);
         let mut cmd = Cli::command();
         let help = cmd

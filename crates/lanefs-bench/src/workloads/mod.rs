@@ -1,7 +1,7 @@
 //! The workloads, one module each. To add one: write a module with a type implementing
 //! [`Workload`] and add it to [`REGISTRY`].
 
-use crate::target::Backend;
+use crate::target::{Backend, Template};
 use crate::timing::{PhaseResult, Timed};
 use crate::variant::Family;
 use std::time::Duration;
@@ -13,6 +13,7 @@ pub mod fallocate2;
 pub mod fsmark;
 pub mod fsync;
 pub mod mdtest;
+pub mod rtfrag;
 pub mod stat;
 
 /// Thread counts a workload sweeps when the run does not name any (`--threads`).
@@ -38,6 +39,8 @@ pub struct RunCtx<'a> {
     pub fsmark_files: Option<usize>,
     /// Bytes of file data per shape of bufio, when given (`None`: its default).
     pub bufio_size: Option<u64>,
+    /// The shape of rtfrag's device and requests.
+    pub rtfrag: &'a rtfrag::Params,
 }
 
 impl RunCtx<'_> {
@@ -62,6 +65,21 @@ pub trait Workload: Sync {
     fn default_threads(&self) -> &'static [usize] {
         DEFAULT_THREADS
     }
+    /// Whether it runs on the engine only: a path target skips it with one line, and a
+    /// compare run refuses it.
+    fn engine_only(&self) -> bool {
+        false
+    }
+    /// The image every engine run of it starts from when that is not a fresh mkfs of the
+    /// target's size: built once per bench run before its first run, untimed. `None`
+    /// (the default): a fresh mkfs.
+    fn template(
+        &self,
+        _cfg: &crate::BenchConfig,
+        _block_size: u32,
+    ) -> Option<Result<Template, String>> {
+        None
+    }
     /// Run once on `ctx` with `ctx.threads` threads.
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String>;
 }
@@ -77,6 +95,7 @@ pub static REGISTRY: &[&dyn Workload] = &[
     &fsync::Fsync,
     &bufio64k::Bufio64k,
     &bufio::Bufio,
+    &rtfrag::Rtfrag,
 ];
 
 /// Thread `thread`'s `n` file names for workload `workload`: `file.WORKLOAD.THREAD.N`.
