@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::extmap::{ExtentMap, Mapping};
 use crate::inode::{Inode, InodeState};
 use crate::journal::Handle;
-use crate::rtalloc::{align, RtAlloc, RtOutcome};
+use crate::rtalloc::{align, RtAlloc, RtOutcome, RtRequest};
 use std::sync::atomic::Ordering;
 
 /// A block's state before a write mapped it.
@@ -297,13 +297,22 @@ fn map_rt(
                     format!("realtime hole at block {l} is not made of whole rt extents"),
                 )
             })?;
-        let mut req = w.req;
         // Continue the previous extent on the device when there is one (xfs_bmap_adjacent).
-        req.goal = ext
+        let goal = ext
             .goal_for(w.off as u32)
             .map(|p| p / rext)
             .filter(|&x| x > 0 && x < geo.rextents);
-        let (start, len) = match rt.allocate(h, &req)? {
+        let mut w = w;
+        let mut outcome = rt.allocate(h, &RtRequest { goal, ..w.req })?;
+        if outcome == RtOutcome::NoSpace && hint > rext {
+            // No hint-sized free run anywhere: map without the hint rather than fail
+            // (xfs_bmap_rtalloc retries unaligned on ENOSPC).
+            if let Some(plain) = align::widen(l, want, hole_start, l + hole, rext, rext, max_len) {
+                w = plain;
+                outcome = rt.allocate(h, &RtRequest { goal, ..w.req })?;
+            }
+        }
+        let (start, len) = match outcome {
             RtOutcome::Got { start, len } => (start, len),
             // Busy: the chosen space waits for a commit; `retry_nospace` commits and asks
             // again, when the search makes the same choice.
