@@ -226,13 +226,14 @@ pub struct CpArgs {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Workloads to run: fallocate2, mdtest, mdtest-shared, fsmark, stat, fsync, bufio64k,
-    /// bufio (all when none is named; with --compare: fallocate2, mdtest, bufio64k).
-    /// mdtest-shared is mdtest with every thread in one directory; fsmark creates files
-    /// until the inode cache evicts; stat looks cached files up; bufio is cached 64 KiB
-    /// reads and write mixes beside a memcpy control, and cold reads.
+    /// bufio, rtfrag (all when none is named; with --compare: fallocate2, mdtest,
+    /// bufio64k). mdtest-shared is mdtest with every thread in one directory; fsmark
+    /// creates files until the inode cache evicts; stat looks cached files up; bufio is
+    /// cached 64 KiB reads and write mixes beside a memcpy control, and cold reads; rtfrag
+    /// allocates on a fragmented 1 TiB realtime device (engine only).
     pub workloads: Vec<String>,
-    /// Thread counts to sweep, e.g. 1,2,4 (default: each workload's own: bufio64k and bufio
-    /// 1,2,4; every other (fallocate2, fsync, mdtest, mdtest-shared, fsmark, stat) 1,2,4,8; with
+    /// Thread counts to sweep, e.g. 1,2,4 (default: each workload's own: rtfrag 1,2;
+    /// bufio64k and bufio 1,2,4; every other (fallocate2, fsync, mdtest, mdtest-shared, fsmark, stat) 1,2,4,8; with
     /// --compare: 1,2).
     #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
@@ -282,7 +283,7 @@ pub struct BenchArgs {
     /// trylock, linear, optimize_scan, slots. mdtest, mdtest-shared, fsmark, stat (seeds
     /// 001 and 004): base (ialloc=locked,icache=global), ialloc (optimistic + global),
     /// icache (locked + bucket), lanefs (optimistic + bucket), global, bucket, papaya
-    /// (icache= that). bufio (seed 002): base (folio_max_order=0), order2, order6. default and NAME:OPTIONS apply to every workload; NAME:OPTIONS
+    /// (icache= that). bufio (seed 002): base (folio_max_order=0), order2, order6. rtfrag (seed 003): plain (rt_alloc=plain), lean. default and NAME:OPTIONS apply to every workload; NAME:OPTIONS
     /// mounts with engine options as in mount -o, and the items after it up to the next
     /// variant name or NAME: are its options, e.g. 'x:ialloc=locked,icache=global'. A
     /// name no chosen workload takes is an error. With base (or global) and another, a
