@@ -178,7 +178,22 @@ impl Fs {
             && st.d.flags() & crate::disk::inode::FL_INLINE_DATA == 0
     }
 
-    /// Make `ino` realtime or not (XFS's `FS_XFLAG_REALTIME`, and on a directory
+    /// Whether `what` (the realtime flag or the hint) may change on `st`: a directory
+    /// always, a regular file while it has no data blocks (as XFS requires); its kind.
+    fn rt_changeable(st: &InodeState, what: &str) -> Result<FileType> {
+        match FileType::from_mode(st.d.mode()) {
+            Some(FileType::Directory) => Ok(FileType::Directory),
+            Some(FileType::Regular) if Self::no_data_yet(st) => Ok(FileType::Regular),
+            Some(FileType::Regular) => Err(Error::Invalid(format!(
+                "a file's {what} changes only while it has no data blocks"
+            ))),
+            _ => Err(Error::Invalid(format!(
+                "only regular files and directories have a {what}"
+            ))),
+        }
+    }
+
+    //// Make `ino` realtime or not (XFS's `FS_XFLAG_REALTIME`, and on a directory
     /// `RTINHERIT`). A regular file must have no data blocks yet, as XFS requires.
     pub fn set_realtime(&self, ino: Ino, on: bool) -> Result<Attr> {
         self.check_rw()?;
@@ -186,27 +201,13 @@ impl Fs {
         let i = self.iget(ino)?;
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
-        let kind = FileType::from_mode(st.d.mode());
-        match kind {
-            Some(FileType::Directory) => {}
-            Some(FileType::Regular) if Self::no_data_yet(&st) => {}
-            Some(FileType::Regular) => {
-                return Err(Error::Invalid(
-                    "a file's realtime flag changes only while it has no data blocks".into(),
-                ))
-            }
-            _ => {
-                return Err(Error::Invalid(
-                    "only regular files and directories can be realtime".into(),
-                ))
-            }
-        }
+        let kind = Self::rt_changeable(&st, "realtime flag")?;
         let flags = if on {
             st.d.flags() | RT_FL
         } else {
             st.d.flags() & !RT_FL
         };
-        if kind == Some(FileType::Regular) {
+        if kind == FileType::Regular {
             let _change = i.mapping.change();
             i.mapping.drop_range(&self.pages, 0, 1 << 32);
             i.mapping
@@ -234,20 +235,7 @@ impl Fs {
         let i = self.iget(ino)?;
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
-        match FileType::from_mode(st.d.mode()) {
-            Some(FileType::Directory) => {}
-            Some(FileType::Regular) if Self::no_data_yet(&st) => {}
-            Some(FileType::Regular) => {
-                return Err(Error::Invalid(
-                    "a file's extent size hint changes only while it has no data blocks".into(),
-                ))
-            }
-            _ => {
-                return Err(Error::Invalid(
-                    "only regular files and directories have extent size hints".into(),
-                ))
-            }
-        }
+        Self::rt_changeable(&st, "extent size hint")?;
         let h = self.journal.start();
         st.d.set_extsize(blocks);
         st.d.set_ctime(now());
