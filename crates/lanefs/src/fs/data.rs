@@ -14,6 +14,9 @@ use crate::journal::Handle;
 use crate::page::Run;
 use crate::types::*;
 
+/// Commits `retry_nospace` makes before an ENOSPC stands.
+const RETRY_NOSPACE: u32 = 16;
+
 /// Where block `lblk` of a file mapped by `ext` lives, for the page cache.
 fn run_at(ext: &ExtentMap, lblk: u64) -> Run {
     match u32::try_from(lblk).map(|b| ext.map(b)) {
@@ -454,12 +457,15 @@ impl Fs {
     }
 
     /// Run `f`; on ENOSPC while frees wait for their commit, commit and try again (as
-    /// ext4's `ext4_should_retry_alloc`), so ENOSPC means the space is really gone.
+    /// ext4's `ext4_should_retry_alloc`), so ENOSPC means the space is really gone. Other
+    /// threads may free more meanwhile (a realtime allocation that lands on an extent
+    /// freed since the last commit must wait for the next one), hence more tries than
+    /// ext4's 3; once nothing is pending a commit frees nothing more and the loop ends.
     pub(super) fn retry_nospace<T>(&self, f: impl Fn() -> Result<T>) -> Result<T> {
         let mut tries = 0;
         loop {
             match f() {
-                Err(Error::NoSpace) if tries < 3 && self.al.has_pending_frees() => {
+                Err(Error::NoSpace) if tries < RETRY_NOSPACE && self.al.has_pending_frees() => {
                     tries += 1;
                     self.journal.commit_running()?;
                 }

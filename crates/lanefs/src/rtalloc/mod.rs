@@ -249,14 +249,23 @@ impl RtAlloc {
             _ => (self.rotor.fetch_add(1, Ordering::Relaxed) % ngroups, None),
         };
         let mut g = first;
+        // A group whose choice is busy (freed, not yet committed) is passed over like a
+        // full one; only when no group has space is the caller told to commit and retry.
+        let mut busy = false;
         loop {
-            if let Some(o) = self.allocate_in(h, g as u32, goal, req.minlen, req.maxlen, prod)? {
-                return Ok(o);
+            match self.allocate_in(h, g as u32, goal, req.minlen, req.maxlen, prod)? {
+                Some(RtOutcome::Busy) => busy = true,
+                Some(o) => return Ok(o),
+                None => {}
             }
             goal = None;
             g = (g + 1) % ngroups;
             if g == first {
-                return Ok(RtOutcome::NoSpace);
+                return Ok(if busy {
+                    RtOutcome::Busy
+                } else {
+                    RtOutcome::NoSpace
+                });
             }
         }
     }
