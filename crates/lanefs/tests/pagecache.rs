@@ -9,26 +9,12 @@
 
 mod common;
 
-use common::{assert_fsck_clean, mkfs_image, watchdog};
+use common::{assert_fsck_clean, mkfs_image, watchdog, Rng};
 use lanefs::{FallocMode, Fs, MountOptions, Owner, SetAttr, ROOT_INO};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 const FILE_MAX: u64 = 3 << 20;
-
-/// A small xorshift generator (deterministic per seed).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 fn mount(img: &std::path::Path, order: u8) -> Arc<Fs> {
     let opts = MountOptions {

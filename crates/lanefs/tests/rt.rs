@@ -5,36 +5,49 @@
 //! Method: random operations against an in-memory model on rt files with and without
 //! extent size hints, over a few rt extent sizes, checking after every step.
 
+mod common;
+
+use common::Rng;
 use lanefs::fsck::{check, FsckOptions};
 use lanefs::mkfs::{format, MkfsOptions};
 use lanefs::{Error, FallocMode, FileDevice, Fs, Ino, MountOptions, Owner, SetAttr, ROOT_INO};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// An image and its data device in `td`; rt extents of `rext` blocks, groups of `gbm`
 /// bitmap blocks.
 fn make(td: &Path, rt_bytes: u64, rext: u32, gbm: u32) -> (PathBuf, PathBuf) {
+    make_with(td, 32 << 20, Some(4096), rt_bytes, rext, gbm)
+}
+
+/// [`make`] with the image's size and block size.
+fn make_with(
+    td: &Path,
+    img_bytes: u64,
+    block_size: Option<u32>,
+    rt_bytes: u64,
+    rext: u32,
+    gbm: u32,
+) -> (PathBuf, PathBuf) {
     let img = td.join("img");
     let rt = td.join("rt");
-    let dev = FileDevice::create(&img, 32 << 20).unwrap();
-    format(&dev, &MkfsOptions::default()).unwrap();
+    let dev = FileDevice::create(&img, img_bytes).unwrap();
+    let mkfs = MkfsOptions {
+        block_size,
+        ..MkfsOptions::default()
+    };
+    format(&dev, &mkfs).unwrap();
     drop(dev);
     drop(FileDevice::create(&rt, rt_bytes).unwrap());
     Fs::format_rt(&img, &rt, rext, gbm).unwrap();
     (img, rt)
+}
+
+/// A new realtime file `name` in `dir`, open.
+fn rt_file(fs: &Fs, dir: Ino, name: &[u8]) -> Ino {
+    let f = fs.create(dir, name, 0o644, Owner::default()).unwrap().ino;
+    fs.set_realtime(f, true).unwrap();
+    f
 }
 
 fn opts(rt: &Path) -> MountOptions {
@@ -190,8 +203,7 @@ fn rt_files_match_a_model_with_one_block_extents() {
 
 #[test]
 fn rt_files_match_a_model_with_four_block_extents_in_groups() {
-    // 64 MiB of 16 KiB extents is 4096 extents: one bitmap block, so groups of 1 are
-    // the whole device; use 1 KiB-extent-sized groups via the smaller shape below too.
+    // 64 MiB of 16 KiB extents is 4096 extents, one bitmap block: one group of 1.
     run_model(4, 1, 7);
 }
 
@@ -200,11 +212,7 @@ fn rt_data_lives_on_the_data_device() {
     let td = tempfile::tempdir().unwrap();
     let (img, rt) = make(td.path(), 16 << 20, 1, 0);
     let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
-    let f = fs
-        .create(ROOT_INO, b"f", 0o644, Owner::default())
-        .unwrap()
-        .ino;
-    fs.set_realtime(f, true).unwrap();
+    let f = rt_file(&fs, ROOT_INO, b"f");
     let pattern: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
     fs.write(f, 0, &pattern).unwrap();
     fs.release(f).unwrap();
@@ -278,11 +286,7 @@ fn fsck_finds_an_rt_bitmap_that_lies() {
     let td = tempfile::tempdir().unwrap();
     let (img, rt) = make(td.path(), 16 << 20, 1, 0);
     let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
-    let f = fs
-        .create(ROOT_INO, b"f", 0o644, Owner::default())
-        .unwrap()
-        .ino;
-    fs.set_realtime(f, true).unwrap();
+    let f = rt_file(&fs, ROOT_INO, b"f");
     fs.write(f, 0, &[1u8; 8192]).unwrap();
     fs.release(f).unwrap();
     fs.unmount().unwrap();
@@ -531,22 +535,10 @@ fn rt_crash_states_replay_to_what_was_acknowledged() {
 fn concurrent_rt_writers_keep_the_allocator_exact() {
     let td = tempfile::tempdir().unwrap();
     // 1 KiB blocks: 64 MiB is 65536 rt extents, 8 bitmap blocks, 4 groups of 2.
-    let img = td.path().join("img");
-    let rt = td.path().join("rt");
-    let dev = FileDevice::create(&img, 64 << 20).unwrap();
-    format(
-        &dev,
-        &MkfsOptions {
-            block_size: Some(1024),
-            ..MkfsOptions::default()
-        },
-    )
-    .unwrap();
-    drop(dev);
-    drop(FileDevice::create(&rt, 64 << 20).unwrap());
-    let geo = Fs::format_rt(&img, &rt, 1, 2).unwrap();
-    assert!(geo.groups() >= 4, "{} groups", geo.groups());
+    let (img, rt) = make_with(td.path(), 64 << 20, Some(1024), 64 << 20, 1, 2);
     let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
+    let groups = fs.rt_geometry().unwrap().groups();
+    assert!(groups >= 4, "{groups} groups");
     let dir = fs
         .mkdir(ROOT_INO, b"rt", 0o755, Owner::default())
         .unwrap()
@@ -605,11 +597,7 @@ fn a_hint_longer_than_any_free_run_falls_back() {
     let (img, rt) = make(td.path(), 16 << 20, 1, 0);
     let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
     let free = fs.rt_stats().unwrap().free_extents;
-    let fill = fs
-        .create(ROOT_INO, b"fill", 0o644, Owner::default())
-        .unwrap()
-        .ino;
-    fs.set_realtime(fill, true).unwrap();
+    let fill = rt_file(&fs, ROOT_INO, b"fill");
     fs.fallocate(fill, FallocMode::default(), 0, free * 4096)
         .unwrap();
     assert_eq!(fs.rt_stats().unwrap().free_extents, 0);
@@ -622,11 +610,7 @@ fn a_hint_longer_than_any_free_run_falls_back() {
         fs.fallocate(fill, punch, k * 8 * 4096, 4096).unwrap();
     }
     fs.sync().unwrap();
-    let f = fs
-        .create(ROOT_INO, b"hinted", 0o644, Owner::default())
-        .unwrap()
-        .ino;
-    fs.set_realtime(f, true).unwrap();
+    let f = rt_file(&fs, ROOT_INO, b"hinted");
     fs.set_extsize(f, 16).unwrap();
     fs.write(f, 0, &[7u8; 3 * 4096]).unwrap();
     assert_eq!(read_all(&fs, f, 3 * 4096), vec![7u8; 3 * 4096]);

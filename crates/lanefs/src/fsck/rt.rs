@@ -73,19 +73,25 @@ impl Checker<'_> {
         }
     }
 
-    /// Read `n` blocks of an rt metadata file from its runs (`None`: a block unmapped).
+    /// Read `n` blocks of an rt metadata file from its runs, one read per run (`None`: a
+    /// block unmapped).
     fn rt_file(&mut self, k: usize, n: u64) -> Result<Option<Vec<Vec<u8>>>> {
-        let runs = self
-            .rt
-            .as_ref()
-            .map(|r| r.files[k].clone())
-            .unwrap_or_default();
+        let Some(rt) = self.rt.as_ref() else {
+            return Ok(None);
+        };
+        let runs = &rt.files[k];
+        let bs = self.geo.block_bytes() as usize;
         let mut out = Vec::with_capacity(n as usize);
-        for f in 0..n {
-            let Some(r) = runs.iter().find(|r| f >= r.lblk && f < r.lblk + r.len) else {
+        let mut f = 0;
+        while f < n {
+            let Some(p) = Self::lookup(runs, f) else {
                 return Ok(None);
             };
-            out.push(self.read_block(r.pblk + (f - r.lblk))?);
+            let r = &runs[runs.partition_point(|r| r.lblk + r.len <= f)];
+            let len = (r.lblk + r.len - f).min(n - f);
+            let data = read_blocks(self.dev, &self.geo, p, len)?;
+            out.extend(data.chunks(bs).map(<[u8]>::to_vec));
+            f += len;
         }
         Ok(Some(out))
     }

@@ -11,6 +11,23 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// A small xorshift generator (deterministic per seed).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// A value below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
 /// Whether a test that needs tools or privileges must fail instead of skipping.
 pub fn required() -> bool {
     std::env::var("LANEFS_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
