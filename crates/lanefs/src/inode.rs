@@ -260,7 +260,14 @@ pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeSta
     } else {
         let seed = st.d.csum_seed(al.geo.seed, ino as u32);
         let root = extent::decode_node(st.d.iblock(), ino)?;
-        walk(al, bufs, seed, root, ino, &mut out, &mut tree, 0)?;
+        // A realtime file's data extents are data-device blocks; its tree is in the image.
+        let data_end = match al.rt.get() {
+            Some(rt) if crate::disk::rtdev::is_rt_file(st.d.mode(), st.d.flags()) => {
+                rt.geometry().rextents * u64::from(rt.geometry().rextsize)
+            }
+            _ => al.geo.blocks,
+        };
+        walk(al, bufs, seed, root, ino, data_end, &mut out, &mut tree, 0)?;
         for w in out.windows(2) {
             if w[0].lend() > u64::from(w[1].lblk) {
                 return Err(Error::corrupt("extent tree", ino, "overlapping extents"));
@@ -309,6 +316,7 @@ fn walk(
     seed: u32,
     node: Node,
     ino: u64,
+    data_end: u64,
     out: &mut Vec<Extent>,
     tree: &mut Vec<u64>,
     level: u16,
@@ -319,7 +327,7 @@ fn walk(
     match node {
         Node::Leaf(v) => {
             for e in &v {
-                if e.pblk + u64::from(e.len) > al.geo.blocks || e.pblk == 0 {
+                if e.pblk + u64::from(e.len) > data_end || e.pblk == 0 {
                     return Err(Error::corrupt(
                         "extent",
                         ino,
@@ -353,7 +361,7 @@ fn walk(
                 }
                 drop(data);
                 tree.push(ix.child);
-                walk(al, bufs, seed, child, ino, out, tree, level + 1)?;
+                walk(al, bufs, seed, child, ino, data_end, out, tree, level + 1)?;
             }
         }
     }

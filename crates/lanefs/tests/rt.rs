@@ -620,3 +620,24 @@ fn a_hint_longer_than_any_free_run_falls_back() {
     fs.unmount().unwrap();
     fsck_clean(&img);
 }
+
+/// A realtime file's extents may lie past the image's last block (the data device is
+/// larger): they load again after a remount, and fsck takes them as rt blocks.
+#[test]
+fn rt_extents_past_the_image_end_reload() {
+    let td = tempfile::tempdir().unwrap();
+    // 16 MiB image of 4 KiB blocks (4096 blocks); 64 MiB data device (16384 blocks).
+    let (img, rt) = make_with(td.path(), 16 << 20, Some(4096), 64 << 20, 1, 0);
+    let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
+    let f = rt_file(&fs, ROOT_INO, b"big");
+    let data: Vec<u8> = (0..(40u32 << 20)).map(|i| (i / 4096) as u8 | 1).collect();
+    fs.write(f, 0, &data).unwrap();
+    fs.release(f).unwrap();
+    fs.unmount().unwrap();
+    let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
+    let f = fs.lookup(ROOT_INO, b"big").unwrap().ino;
+    assert!(read_all(&fs, f, data.len()) == data);
+    fs.rt_check().unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&img);
+}
