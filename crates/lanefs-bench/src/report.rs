@@ -276,6 +276,14 @@ fn control_efficiency(groups: &[Group<'_>], target: &str, threads: usize) -> Opt
 
 pub use crate::timing::fmt_rate;
 
+/// Add `x` to `v` unless it is there (the variants, phases and thread counts of a run, in
+/// the order they first appear).
+pub(crate) fn push_unique<T: PartialEq>(v: &mut Vec<T>, x: T) {
+    if !v.contains(&x) {
+        v.push(x);
+    }
+}
+
 fn fmt_eff(e: Option<f64>) -> String {
     e.map_or_else(|| "-".to_string(), |e| format!("{e:.2}"))
 }
@@ -627,12 +635,8 @@ fn vs_base_series(records: &[Record]) -> Vec<Series<'_>> {
                 &mut all[last]
             }
         };
-        if !s.variants.contains(&r.variant.as_str()) {
-            s.variants.push(&r.variant);
-        }
-        if !s.threads.contains(&r.threads) {
-            s.threads.push(r.threads);
-        }
+        push_unique(&mut s.variants, &r.variant);
+        push_unique(&mut s.threads, r.threads);
         s.recs.push(r);
     }
     for s in &mut all {

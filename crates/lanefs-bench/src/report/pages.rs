@@ -3,6 +3,7 @@
 //! memory-copy control of the same run, and the cold reads' device IO size.
 
 use super::{comparison_table, fmt_change, summary, Record, BASE_VARIANT};
+use crate::report::push_unique;
 use crate::variant::Family;
 use crate::workloads::bufio;
 
@@ -111,15 +112,9 @@ fn runs(records: &[Record]) -> Vec<Run<'_>> {
             }
         };
         let s = &mut all[i];
-        if !s.phases.contains(&r.phase.as_str()) {
-            s.phases.push(&r.phase);
-        }
-        if !s.variants.contains(&r.variant.as_str()) {
-            s.variants.push(&r.variant);
-        }
-        if !s.threads.contains(&r.threads) {
-            s.threads.push(r.threads);
-        }
+        push_unique(&mut s.phases, &r.phase);
+        push_unique(&mut s.variants, &r.variant);
+        push_unique(&mut s.threads, r.threads);
         s.recs.push(r);
     }
     for s in &mut all {

@@ -5,6 +5,7 @@
 //! repetition; then issue 14's goals, each marked met or missed.
 
 use super::{comparison_table, fmt_amount, fmt_rate, summary, Record};
+use crate::report::push_unique;
 use crate::variant::Family;
 use crate::workloads::rtfrag;
 
@@ -98,12 +99,8 @@ fn runs(records: &[Record]) -> Vec<Run<'_>> {
             }
         };
         let s = &mut all[i];
-        if !s.variants.contains(&r.variant.as_str()) {
-            s.variants.push(&r.variant);
-        }
-        if !s.threads.contains(&r.threads) {
-            s.threads.push(r.threads);
-        }
+        push_unique(&mut s.variants, &r.variant);
+        push_unique(&mut s.threads, r.threads);
         s.recs.push(r);
     }
     for s in &mut all {
