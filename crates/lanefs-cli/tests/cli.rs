@@ -848,3 +848,72 @@ fn cp_interop_with_the_kernel() {
     assert_same_tree(&tree, &out);
     assert_clean(&image2);
 }
+
+/// `mkfs --rtdev`, `--rtdev` on the other commands, `realtime`, and `info`/`fsck` of an
+/// image with a realtime device; a missing device or a bad hint is one clear line.
+#[test]
+fn realtime_device_through_the_commands() {
+    let td = tempdir();
+    let img = td.path().join("rt.img");
+    let data = td.path().join("rt.data");
+    let out = ok(lanefs(&[
+        "mkfs",
+        &s(&img),
+        "--size",
+        "64M",
+        "--rtdev",
+        &s(&data),
+        "--rtsize",
+        "256M",
+        "--rtextsize",
+        "2",
+    ]));
+    assert!(stdout(&out).contains("realtime device"), "{}", stdout(&out));
+    assert_eq!(fs::metadata(&data).unwrap().len(), 256 << 20);
+    let rt = ["--rtdev", &s(&data)];
+    // Without the data device: refused in one line that says how.
+    let line = one_line_failure(&lanefs(&["ls", &s(&img)]));
+    assert!(line.contains("--rtdev"), "{line}");
+    ok(lanefs(&[&rt[..], &["mkdir", &at(&img, "/v")]].concat()));
+    let out = ok(lanefs(
+        &[&rt[..], &["realtime", "--extsize", "8", &at(&img, "/v")]].concat(),
+    ));
+    assert!(
+        stdout(&out).contains("realtime on, extent size hint 8 blocks"),
+        "{}",
+        stdout(&out)
+    );
+    // A hint that is not whole rt extents.
+    let line = one_line_failure(&lanefs(
+        &[&rt[..], &["realtime", "--extsize", "3", &at(&img, "/v")]].concat(),
+    ));
+    assert!(line.contains("extent size hint 3"), "{line}");
+    let src = td.path().join("src");
+    let bytes = random_bytes(300_000, 7);
+    write_file(&src, &bytes, 0o644);
+    ok(lanefs(
+        &[&rt[..], &["cp", &s(&src), &at(&img, "/v/f")]].concat(),
+    ));
+    let out = ok(lanefs(&[&rt[..], &["cat", &at(&img, "/v/f")]].concat()));
+    assert!(out.stdout == bytes, "cat differs");
+    let out = ok(lanefs(
+        &[&rt[..], &["realtime", "--keep", &at(&img, "/v/f")]].concat(),
+    ));
+    assert!(
+        stdout(&out).contains("realtime on, extent size hint 8 blocks"),
+        "the file inherits: {}",
+        stdout(&out)
+    );
+    // The data is on the data device, not in the image.
+    let on_device = fs::read(&data).unwrap();
+    assert!(on_device.windows(4096).any(|w| w == &bytes[..4096]));
+    let info = stdout(&ok(lanefs(&["info", &s(&img)])));
+    assert!(info.contains("Realtime device"), "{info}");
+    assert!(info.contains("HISTOGRAM OF FREE REALTIME RUNS"), "{info}");
+    let out = lanefs(&["fsck", &s(&img)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    // --rtextsize needs --rtdev.
+    assert!(!lanefs(&["mkfs", &s(&img), "-F", "--rtextsize", "2"])
+        .status
+        .success());
+}
