@@ -13,7 +13,7 @@
 //! daemons logged is shown beside it.
 
 use crate::config::{BenchConfig, COMPARE_THREADS};
-use crate::report::{fmt_rate, summary, Record};
+use crate::report::{fmt_rate, push_unique, summary, Record};
 use crate::target::Target;
 use crate::workloads::{self, control, Workload};
 use crate::{record, run_one, Origin};
@@ -30,14 +30,7 @@ pub const WORKLOADS: &[&str] = &["fallocate2", "mdtest", workloads::bufio64k::NA
 /// Size of each image when none is given: room for every workload at a few threads.
 pub const IMAGE_SIZE: u64 = 1 << 30;
 
-/// Target names in records and tables, in the order the runs interleave.
-pub const LANEFS: &str = "lanefs-fuse";
-/// fuse2fs (e2fsprogs' FUSE driver), the baseline of the ratios.
-pub const FUSE2FS: &str = "fuse2fs";
-/// The kernel's ext4 on a loop device.
-pub const KERNEL: &str = "kernel-ext4";
-/// Target name of the control loop's records.
-pub const CONTROL_TARGET: &str = "-";
+pub use crate::report::{CONTROL_TARGET, FUSE2FS, KERNEL, LANEFS};
 
 /// Bytes per inode the images are made with (`mkfs.ext4 -i`).
 const BYTES_PER_INODE: u64 = 16384;
@@ -442,7 +435,11 @@ fn fsck_clean(name: &str, image: &Path) -> Result<(), String> {
         .map_err(|e| format!("{name}'s image is not clean after the run: {e}"))
 }
 
-fn progress(out: &mut dyn Write, reps: usize, r: &Record) -> Result<(), String> {
+fn progress(cfg: &BenchConfig, out: &mut dyn Write, r: &Record) -> Result<(), String> {
+    if !cfg.run_lines {
+        return Ok(());
+    }
+    let reps = cfg.reps;
     let cpu = r
         .daemon_cpu_us_per_op
         .map(|us| format!("; daemon {us:.1} us/op"))
@@ -465,8 +462,14 @@ fn progress(out: &mut dyn Write, reps: usize, r: &Record) -> Result<(), String> 
 
 /// Run a compare run (`cfg.target` is [`crate::TargetSpec::Compare`]): make and mount the
 /// three images, run every workload at every thread count on each, interleaved, take every
-/// mount down, check the images with `e2fsck -fn`, print the table and write `cfg.json`.
-pub fn run(cfg: &BenchConfig, size: u64, out: &mut dyn Write) -> Result<Vec<Record>, String> {
+/// mount down, check the images with `e2fsck -fn` and print the table; `obs` hears of
+/// every timed run.
+pub fn run(
+    cfg: &BenchConfig,
+    size: u64,
+    out: &mut dyn Write,
+    obs: &mut dyn crate::Observer,
+) -> Result<Vec<Record>, String> {
     let gaps = missing();
     if !gaps.is_empty() {
         return Err(format!(
@@ -527,12 +530,21 @@ pub fn run(cfg: &BenchConfig, size: u64, out: &mut dyn Write) -> Result<Vec<Reco
         ),
     )?;
     let targets: Vec<Target> = mounts.0.iter().map(Mounted::target).collect();
+    obs.plan(cfg.reps * threads.len() * (1 + chosen.len() * targets.len()));
     let mut records = Vec::new();
     for rep in 1..=cfg.reps {
         for &n in &threads {
             let oversubscribed = n > cpus;
+            obs.start(&crate::Step {
+                workload: control::NAME,
+                variant: CONTROL_TARGET,
+                threads: n,
+                rep,
+                reps: cfg.reps,
+            });
             let ctl = control::run(n, warmup, duration)
                 .map_err(|e| format!("control loop at {n} threads: {e}"))?;
+            obs.finish();
             let o = Origin {
                 workload: control::NAME,
                 target: CONTROL_TARGET,
@@ -542,7 +554,7 @@ pub fn run(cfg: &BenchConfig, size: u64, out: &mut dyn Write) -> Result<Vec<Reco
                 oversubscribed,
             };
             let r = record(&o, ctl);
-            progress(out, cfg.reps, &r)?;
+            progress(cfg, out, &r)?;
             records.push(r);
             for &w in &chosen {
                 for (target, m) in targets.iter().zip(&mounts.0) {
@@ -551,10 +563,18 @@ pub fn run(cfg: &BenchConfig, size: u64, out: &mut dyn Write) -> Result<Vec<Reco
                         target: m.name,
                         ..o
                     };
+                    obs.start(&crate::Step {
+                        workload: w.name(),
+                        variant: m.name,
+                        threads: n,
+                        rep,
+                        reps: cfg.reps,
+                    });
                     let (recs, _) = run_one(cfg, w, target, None, n, &o, false)?;
                     settle(&m.dir)?;
+                    obs.finish();
                     for r in recs {
-                        progress(out, cfg.reps, &r)?;
+                        progress(cfg, out, &r)?;
                         records.push(r);
                     }
                 }
@@ -569,7 +589,9 @@ pub fn run(cfg: &BenchConfig, size: u64, out: &mut dyn Write) -> Result<Vec<Reco
         .iter()
         .filter_map(|m| fsck_clean(m.name, &m.image).err())
         .collect();
-    say(out, &format!("\n{}", render(&records)))?;
+    if cfg.verbose {
+        say(out, &format!("\n{}", render(&records)))?;
+    }
     for said in daemon_logs(&mounts) {
         say(out, &said)?;
     }
@@ -577,13 +599,6 @@ pub fn run(cfg: &BenchConfig, size: u64, out: &mut dyn Write) -> Result<Vec<Reco
         return Err(e.clone());
     }
     say(out, "e2fsck -fn: all three images clean after the run")?;
-    if let Some(path) = &cfg.json {
-        crate::write_json(&records, path)?;
-        say(
-            out,
-            &format!("wrote {} records to {}", records.len(), path.display()),
-        )?;
-    }
     Ok(records)
 }
 
@@ -623,12 +638,6 @@ fn fmt_x(v: Option<f64>) -> String {
 /// `a / b` when both are there and `b` is positive.
 fn div(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     a.zip(b).filter(|&(_, b)| b > 0.0).map(|(a, b)| a / b)
-}
-
-fn push_unique<T: PartialEq>(v: &mut Vec<T>, x: T) {
-    if !v.contains(&x) {
-        v.push(x);
-    }
 }
 
 /// The compare table of `records`: one row per workload phase, target and thread count,
@@ -733,6 +742,22 @@ pub fn render(records: &[Record]) -> String {
         out.push_str(&render_goals(records, &series));
     }
     out
+}
+
+/// The goals table of [`render`] alone (the compact output's), when `records` have 1 and 2
+/// threads; empty otherwise.
+pub fn goals(records: &[Record]) -> String {
+    let mut series: Vec<(&str, &str)> = Vec::new();
+    let mut threads: Vec<usize> = Vec::new();
+    for r in records.iter().filter(|r| r.workload != control::NAME) {
+        push_unique(&mut series, (r.workload.as_str(), r.phase.as_str()));
+        push_unique(&mut threads, r.threads);
+    }
+    if threads.contains(&1) && threads.contains(&2) {
+        render_goals(records, &series)
+    } else {
+        String::new()
+    }
 }
 
 /// The goals at 2 threads: lanefs against fuse2fs, and whether lanefs's total

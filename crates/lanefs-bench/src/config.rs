@@ -54,9 +54,9 @@ impl Default for TargetSpec {
 pub struct BenchConfig {
     /// Workload names, in the order they run (see [`crate::workload_names`]).
     pub workloads: Vec<String>,
-    /// Thread counts to sweep for every workload; `None` sweeps each workload's own
-    /// ([`crate::workloads::Workload::default_threads`]: bufio64k 1, 2, 4; every other
-    /// 1, 2, 4, 8); a compare run sweeps [`COMPARE_THREADS`].
+    /// Thread counts to sweep for every workload; `None` sweeps
+    /// [`crate::workloads::default_threads`] (powers of two up to the CPUs: 1 and 2 on a
+    /// 2-CPU machine); a compare run sweeps [`COMPARE_THREADS`].
     pub threads: Option<Vec<usize>>,
     /// Repetitions of the whole sweep; reports show the median with min and max.
     pub reps: usize,
@@ -80,14 +80,27 @@ pub struct BenchConfig {
     /// Where the workloads run.
     pub target: TargetSpec,
     /// Mount-option variants, run interleaved (lanefs target only). Each workload runs the
-    /// ones that apply to its family ([`BenchConfig::variants_for`]). The default variant
-    /// mounts with `MountOptions::default()`: journal on (mkfs images have one), commit
-    /// every 5 s as ext4's `commit=5`.
+    /// ones that apply to its family ([`BenchConfig::variants_for`]); empty (the default)
+    /// runs each workload with its seed's variants
+    /// ([`crate::workloads::Workload::seed_variants`]). The `default` variant mounts with
+    /// `MountOptions::default()`: journal on (mkfs images have one), commit every 5 s as
+    /// ext4's `commit=5`.
     pub variants: Vec<Variant>,
     /// Collect and print lock statistics for lanefs runs.
     pub lockstat: bool,
     /// Write all records as a JSON array to this file.
     pub json: Option<PathBuf>,
+    /// Write one SVG chart per workload into this directory (created if missing).
+    pub svg: Option<PathBuf>,
+    /// Write a Markdown report (every table, the charts when `svg` is set, the machine, the
+    /// commit, what each variant means) to this file.
+    pub report: Option<PathBuf>,
+    /// Print a line for every timed run as it ends (the command line turns this off when
+    /// it shows a progress bar instead).
+    pub run_lines: bool,
+    /// Print the full tables (every field of every run) and the lock statistics, not only
+    /// the compact per-workload tables.
+    pub verbose: bool,
     /// The `lanefs` executable a [`TargetSpec::Compare`] run mounts with (`lanefs mount
     /// -f`); the command line passes its own (`std::env::current_exe`).
     pub lanefs_exe: Option<PathBuf>,
@@ -102,17 +115,49 @@ impl Default for BenchConfig {
                 .collect(),
             threads: None,
             reps: 3,
-            seconds: 2.0,
-            warmup: 0.3,
+            seconds: 0.3,
+            warmup: 0.05,
             files: 2000,
             fsmark_files: None,
             bufio_size: None,
             rtfrag: crate::workloads::rtfrag::Params::default(),
             target: TargetSpec::default(),
-            variants: vec![Variant::default()],
+            variants: Vec::new(),
             lockstat: false,
             json: None,
+            svg: None,
+            report: None,
+            run_lines: true,
+            verbose: false,
             lanefs_exe: None,
+        }
+    }
+}
+
+impl BenchConfig {
+    /// `lanefs bench --quick`: every workload with its seed's variants once, in well under
+    /// 30 seconds on a 2-CPU machine: one repetition of short runs (0.2 s after 0.05 s of
+    /// warm-up), 500 files per thread, 10,000 fsmark files per thread, 32 MiB of bufio
+    /// data, a tenth of rtfrag's holes and requests on a 64 GiB device, no callgrind. For a
+    /// look at the shape, not for numbers to quote.
+    pub fn quick() -> BenchConfig {
+        let d = BenchConfig::default();
+        BenchConfig {
+            reps: 1,
+            seconds: 0.2,
+            warmup: 0.05,
+            files: 500,
+            fsmark_files: Some(10_000),
+            bufio_size: Some(32 << 20),
+            rtfrag: crate::workloads::rtfrag::Params {
+                rt_bytes: d.rtfrag.rt_bytes / 16,
+                fill_files: d.rtfrag.fill_files / 10,
+                allocs: d.rtfrag.allocs / 10,
+                hint_allocs: d.rtfrag.hint_allocs / 10,
+                frees: d.rtfrag.frees / 10,
+                ..d.rtfrag.clone()
+            },
+            ..d
         }
     }
 }
@@ -191,9 +236,6 @@ impl BenchConfig {
     /// Every variant has a name and applies to some chosen workload, every chosen workload
     /// gets at least one variant, and no workload gets two variants of one name.
     fn validate_variants(&self) -> Result<(), String> {
-        if self.variants.is_empty() {
-            return Err("no variant given".to_string());
-        }
         if let Some(i) = self.variants.iter().position(|v| v.name.is_empty()) {
             return Err(format!("variant {} has an empty name", i + 1));
         }
@@ -224,11 +266,8 @@ impl BenchConfig {
             }
         }
         for w in &chosen {
-            let names: Vec<&str> = self
-                .variants_for(w.name())
-                .iter()
-                .map(|v| v.name.as_str())
-                .collect();
+            let variants = self.variants_for(w.name());
+            let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
             if names.is_empty() {
                 return Err(format!(
                     "no variant given applies to {} (it takes {DEFAULT_VARIANT}, {} or \
@@ -297,14 +336,23 @@ impl BenchConfig {
     }
 
     /// The variants workload `name` runs with, in the order given: those of its family,
-    /// `default` and raw specs. Empty for an unknown workload.
-    pub fn variants_for(&self, name: &str) -> Vec<&Variant> {
+    /// `default` and raw specs; with none given, its seed's
+    /// ([`crate::workloads::Workload::seed_variants`]). Empty for an unknown workload.
+    pub fn variants_for(&self, name: &str) -> Vec<Variant> {
         let Some(w) = crate::workloads::find(name) else {
             return Vec::new();
         };
+        if self.variants.is_empty() {
+            return w
+                .seed_variants()
+                .iter()
+                .filter_map(|n| Variant::named_in(w.family(), n).ok())
+                .collect();
+        }
         self.variants
             .iter()
             .filter(|v| v.applies_to(w.family()))
+            .cloned()
             .collect()
     }
 
@@ -312,7 +360,7 @@ impl BenchConfig {
     pub fn threads_for(&self, name: &str) -> Vec<usize> {
         match (&self.threads, crate::workloads::find(name)) {
             (Some(t), _) => t.clone(),
-            (None, Some(w)) => w.default_threads().to_vec(),
+            (None, Some(_)) => crate::workloads::default_threads(),
             (None, None) => Vec::new(),
         }
     }

@@ -48,20 +48,20 @@ pub(crate) fn format_rt(
 
 /// Turn the engine's lock statistics on or off.
 pub(crate) fn lockstat_enable(on: bool) {
-    lanefs::sync::set_lockstat(on);
+    lanefs::internals::sync::set_lockstat(on);
 }
 
 /// Zero the engine's lock statistics.
 pub(crate) fn lockstat_reset() {
-    lanefs::sync::lockstat_reset();
+    lanefs::internals::sync::lockstat_reset();
 }
 
 /// The engine's lock statistics since the last reset, one entry per class.
-pub(crate) fn lockstat_snapshot() -> Vec<lanefs::sync::LockStat> {
-    lanefs::sync::lockstat_snapshot()
+pub(crate) fn lockstat_snapshot() -> Vec<lanefs::internals::sync::LockStat> {
+    lanefs::internals::sync::lockstat_snapshot()
 }
 
 /// `stats` as the engine's lock statistics table (every class, most wait first).
-pub(crate) fn lockstat_table(stats: &[lanefs::sync::LockStat]) -> String {
-    lanefs::sync::lockstat_table(stats)
+pub(crate) fn lockstat_table(stats: &[lanefs::internals::sync::LockStat]) -> String {
+    lanefs::internals::sync::lockstat_table(stats)
 }

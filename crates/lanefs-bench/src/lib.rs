@@ -24,6 +24,9 @@
 pub mod compare;
 pub mod config;
 mod engine;
+pub mod machine;
+pub mod markdown;
+mod outputs;
 pub mod report;
 pub mod rss;
 pub mod target;
@@ -36,7 +39,7 @@ pub use report::{read_json, render_table, render_vs_base, write_json, Record, BA
 pub use target::{Target, Template};
 pub use variant::{parse_variants, Family, Variant, DEFAULT_VARIANT};
 
-use lanefs::sync::LockStat;
+use lanefs::internals::sync::LockStat;
 use std::io::Write;
 use timing::PhaseResult;
 use workloads::{control, RunCtx, Workload};
@@ -90,8 +93,8 @@ fn targets(cfg: &BenchConfig, w: &dyn Workload) -> Vec<Target> {
                 image: image.clone(),
                 size: *size,
                 block_size: *block_size,
-                variant: v.name.clone(),
-                opts: v.opts.clone(),
+                variant: v.name,
+                opts: v.opts,
             })
             .collect(),
     }
@@ -172,10 +175,47 @@ pub(crate) fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         rt_decisions: p.rt.map(|w| format!("{:016x}", w.decisions)),
         rt_free_extents: p.rt.map(|w| w.free_extents),
         instructions_per_op: p.instructions_per_op,
+        lock_top_class: None,
+        lock_top_wait_ns: None,
+        lock_top_contended: None,
     }
 }
 
-fn progress(out: &mut dyn Write, reps: usize, r: &Record) -> Result<(), String> {
+/// One timed run as an [`Observer`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    /// Workload name (or "control").
+    pub workload: &'a str,
+    /// Variant (or target, for a compare run).
+    pub variant: &'a str,
+    /// Worker threads.
+    pub threads: usize,
+    /// Repetition, from 1.
+    pub rep: usize,
+    /// Repetitions in all.
+    pub reps: usize,
+}
+
+/// What a run tells a progress display as it goes. Every method has an empty default.
+pub trait Observer {
+    /// The run will make `total` timed runs (control loops included).
+    fn plan(&mut self, _total: usize) {}
+    /// A timed run starts.
+    fn start(&mut self, _step: &Step<'_>) {}
+    /// The timed run started last has finished.
+    fn finish(&mut self) {}
+}
+
+/// An observer that shows nothing ([`run`]'s).
+pub struct NoProgress;
+
+impl Observer for NoProgress {}
+
+fn progress(cfg: &BenchConfig, out: &mut dyn Write, r: &Record) -> Result<(), String> {
+    if !cfg.run_lines {
+        return Ok(());
+    }
+    let reps = cfg.reps;
     let per: Vec<String> = r
         .per_thread_ops_per_sec
         .iter()
@@ -254,55 +294,52 @@ pub(crate) fn run_one(
     let finished = inst.finish();
     let phases = result.map_err(|e| format!("{} on {location}: {e}", w.name()))?;
     finished.map_err(|e| format!("{} on {location}: {e}", w.name()))?;
+    let top = locks.as_deref().and_then(|l| {
+        l.iter()
+            .filter(|s| s.contended > 0)
+            .max_by_key(|s| s.wait_total_ns)
+    });
     let records = phases
         .into_iter()
-        .map(|p| record(origin, timing::PhaseResult { peak_rss, ..p }))
+        .map(|p| {
+            let mut r = record(origin, timing::PhaseResult { peak_rss, ..p });
+            if let Some(t) = top {
+                r.lock_top_class = Some(t.name.to_string());
+                r.lock_top_wait_ns = Some(t.wait_total_ns);
+                r.lock_top_contended = Some(t.contended);
+            }
+            r
+        })
         .collect();
     Ok((records, locks))
 }
 
-/// The thread counts of the header line: the given ones, or each workload's own.
+/// The thread counts of the header line: the given ones, or the default sweep (every
+/// workload runs the same).
 fn threads_text(cfg: &BenchConfig) -> String {
-    match &cfg.threads {
-        Some(t) => format!("{t:?}"),
-        None => {
-            let each: Vec<String> = cfg
-                .workloads
-                .iter()
-                .map(|w| format!("{w} {:?}", cfg.threads_for(w)))
-                .collect();
-            format!("({})", each.join(", "))
-        }
-    }
+    format!("{:?}", cfg.sweep())
 }
 
-/// The engine variants, the workloads each applies to and its options where they differ
+/// The engine variants, the workloads each runs with and its options where they differ
 /// from the defaults, for the header line.
 fn variants_text(cfg: &BenchConfig) -> String {
     if !matches!(cfg.target, TargetSpec::Lanefs { .. }) {
         return String::new();
     }
-    let each: Vec<String> = cfg
-        .variants
-        .iter()
-        .filter_map(|v| {
-            let runs: Vec<&str> = cfg
-                .workloads
-                .iter()
-                .filter(|w| cfg.variants_for(w).iter().any(|u| std::ptr::eq(*u, v)))
-                .map(String::as_str)
-                .collect();
-            // `base` of a family none of the chosen workloads is in.
-            if runs.is_empty() {
-                return None;
+    // (name, options, workloads) in the order variants first appear.
+    let mut each: Vec<(String, String, Vec<&str>)> = Vec::new();
+    for w in &cfg.workloads {
+        for v in cfg.variants_for(w) {
+            let opts = v.options_text();
+            match each.iter_mut().find(|(n, o, _)| *n == v.name && *o == opts) {
+                Some((_, _, runs)) => runs.push(w),
+                None => each.push((v.name, opts, vec![w])),
             }
-            Some(format!(
-                "{} [{}: {}]",
-                v.name,
-                runs.join(" "),
-                v.options_text()
-            ))
-        })
+        }
+    }
+    let each: Vec<String> = each
+        .into_iter()
+        .map(|(name, opts, runs)| format!("{name} [{}: {opts}]", runs.join(" ")))
         .collect();
     format!(", variants {}", each.join(" "))
 }
@@ -358,11 +395,27 @@ fn build_templates(
     Ok(built)
 }
 
+/// Why rtfrag's instructions per allocation cannot be counted in this run, or `None` when
+/// they can.
+fn callgrind_why_not(cfg: &BenchConfig) -> Option<&'static str> {
+    use workloads::rtfrag;
+    if cfg.rtfrag.callgrind_exe.is_none() {
+        Some("no lanefs executable to run under valgrind (the library was called directly)")
+    } else if !cfg.threads_for(rtfrag::NAME).contains(&1) {
+        Some("they are counted at 1 thread, which this run does not measure")
+    } else if !rtfrag::valgrind_available() {
+        Some("no valgrind/perf counters (valgrind is not installed; the bench reads no perf counters)")
+    } else {
+        None
+    }
+}
+
 /// After the timed runs, rtfrag's instructions per allocation: each of its variants once
 /// at one thread under callgrind (see [`workloads::rtfrag::count_instructions`]), the
 /// figures put into the 1-thread records of that variant. Says why when it cannot.
 fn rtfrag_instructions(
     cfg: &BenchConfig,
+    obs: &mut dyn Observer,
     chosen: &[&dyn Workload],
     templates: &[(&'static str, Template)],
     records: &mut [Record],
@@ -375,15 +428,7 @@ fn rtfrag_instructions(
     let Some((_, template)) = templates.iter().find(|(n, _)| *n == rtfrag::NAME) else {
         return Ok(());
     };
-    let why_not = if cfg.rtfrag.callgrind_exe.is_none() {
-        Some("no lanefs executable to run under valgrind (the library was called directly)")
-    } else if !cfg.threads_for(rtfrag::NAME).contains(&1) {
-        Some("they are counted at 1 thread, which this run does not measure")
-    } else if !rtfrag::valgrind_available() {
-        Some("no valgrind/perf counters (valgrind is not installed; the bench reads no perf counters)")
-    } else {
-        None
-    };
+    let why_not = callgrind_why_not(cfg);
     let Some(exe) = cfg
         .rtfrag
         .callgrind_exe
@@ -402,7 +447,16 @@ fn rtfrag_instructions(
             continue;
         };
         let policy = opts.rt_alloc;
-        match rtfrag::count_instructions(exe, template, policy, &cfg.rtfrag) {
+        obs.start(&Step {
+            workload: "rtfrag under callgrind",
+            variant,
+            threads: 1,
+            rep: 1,
+            reps: 1,
+        });
+        let counted = rtfrag::count_instructions(exe, template, policy, &cfg.rtfrag);
+        obs.finish();
+        match counted {
             Ok((counts, secs)) => {
                 let text: Vec<String> = counts
                     .iter()
@@ -437,13 +491,35 @@ fn rtfrag_instructions(
 /// Run the benchmark `cfg` describes: for every repetition, every thread count of the sweep,
 /// the control loop and then every workload that runs at that count (see
 /// [`BenchConfig::threads_for`]) with every variant interleaved, each run on a fresh
-/// directory or freshly formatted image. Prints progress and the final table to `out`,
-/// writes `cfg.json` if set, and returns every record.
+/// directory or freshly formatted image. Prints a line per run (when `cfg.run_lines`) and
+/// the tables to `out`, writes `cfg.json`, `cfg.svg` and `cfg.report` if set, and returns
+/// every record.
 pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String> {
+    run_with(cfg, out, &mut NoProgress)
+}
+
+/// [`run`], telling `obs` about every timed run as it starts and finishes (the command
+/// line's progress bar).
+pub fn run_with(
+    cfg: &BenchConfig,
+    out: &mut dyn Write,
+    obs: &mut dyn Observer,
+) -> Result<Vec<Record>, String> {
     cfg.validate()?;
-    if let TargetSpec::Compare { size } = cfg.target {
-        return compare::run(cfg, size, out);
-    }
+    let records = match cfg.target {
+        TargetSpec::Compare { size } => compare::run(cfg, size, out, obs)?,
+        _ => run_sweep(cfg, out, obs)?,
+    };
+    outputs::write(cfg, &records, out)?;
+    Ok(records)
+}
+
+/// The timed runs of an engine or path target, in sweep order.
+fn run_sweep(
+    cfg: &BenchConfig,
+    out: &mut dyn Write,
+    obs: &mut dyn Observer,
+) -> Result<Vec<Record>, String> {
     let (warmup, duration) = (cfg.warmup_duration()?, cfg.duration()?);
     let mut chosen: Vec<&dyn Workload> = cfg
         .workloads
@@ -480,11 +556,17 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
     }
     let _lockstat_on = LockstatOn::new(lockstat);
     let names: Vec<&str> = chosen.iter().map(|w| w.name()).collect();
+    let engine = matches!(cfg.target, TargetSpec::Lanefs { .. });
+    let variants = if cfg.verbose || !cfg.variants.is_empty() || !engine {
+        variants_text(cfg)
+    } else {
+        ", each workload with its seed's variants (--verbose or --report lists their options)"
+            .to_string()
+    };
     say!(
         out,
-        "lanefs bench on {label}{}: {} x threads {} x {} reps, {} s per timed run ({} s warm-up), \
-         {} files per thread{}{}, {cpus} CPUs",
-        variants_text(cfg),
+        "lanefs bench on {label}{variants}: {} x threads {} x {} reps, {} s per timed run ({} s \
+         warm-up), {} files per thread{}{}, {cpus} CPUs",
         names.join("+"),
         threads_text(cfg),
         cfg.reps,
@@ -495,12 +577,36 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
         rtfrag_text(cfg, &chosen),
     )?;
     let templates = build_templates(cfg, &chosen, out)?;
+    let per_rep: usize = cfg
+        .sweep()
+        .iter()
+        .map(|&t| {
+            1 + chosen
+                .iter()
+                .filter(|w| cfg.threads_for(w.name()).contains(&t))
+                .map(|&w| targets(cfg, w).len())
+                .sum::<usize>()
+        })
+        .sum();
+    let callgrind_runs = chosen
+        .iter()
+        .find(|w| w.name() == workloads::rtfrag::NAME && callgrind_why_not(cfg).is_none())
+        .map_or(0, |&w| targets(cfg, w).len());
+    obs.plan(per_rep * cfg.reps + callgrind_runs);
     let mut records = Vec::new();
     for rep in 1..=cfg.reps {
         for threads in cfg.sweep() {
             let oversubscribed = threads > cpus;
+            obs.start(&Step {
+                workload: control::NAME,
+                variant: PATH_VARIANT,
+                threads,
+                rep,
+                reps: cfg.reps,
+            });
             let ctl = control::run(threads, warmup, duration)
                 .map_err(|e| format!("control loop at {threads} threads: {e}"))?;
+            obs.finish();
             let o = Origin {
                 workload: control::NAME,
                 target: &label,
@@ -510,7 +616,7 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
                 oversubscribed,
             };
             let r = record(&o, ctl);
-            progress(out, cfg.reps, &r)?;
+            progress(cfg, out, &r)?;
             records.push(r);
             for &w in &chosen {
                 if !cfg.threads_for(w.name()).contains(&threads) {
@@ -526,9 +632,17 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
                         variant: target.variant(),
                         ..o
                     };
+                    obs.start(&Step {
+                        workload: w.name(),
+                        variant: o.variant,
+                        threads,
+                        rep,
+                        reps: cfg.reps,
+                    });
                     let (recs, locks) = run_one(cfg, w, target, template, threads, &o, lockstat)?;
+                    obs.finish();
                     for r in recs {
-                        progress(out, cfg.reps, &r)?;
+                        progress(cfg, out, &r)?;
                         records.push(r);
                     }
                     if let Some(stats) = locks {
@@ -548,11 +662,6 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<Record>, String
             }
         }
     }
-    rtfrag_instructions(cfg, &chosen, &templates, &mut records, out)?;
-    say!(out, "\n{}", render_table(&records))?;
-    if let Some(path) = &cfg.json {
-        write_json(&records, path)?;
-        say!(out, "wrote {} records to {}", records.len(), path.display())?;
-    }
+    rtfrag_instructions(cfg, obs, &chosen, &templates, &mut records, out)?;
     Ok(records)
 }

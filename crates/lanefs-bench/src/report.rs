@@ -3,12 +3,24 @@
 use crate::variant::Family;
 use crate::workloads::control;
 use comfy_table::{presets, CellAlignment, Table};
-use lanefs::sync::LockStat;
+use lanefs::internals::sync::LockStat;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+pub mod chart;
+pub mod compact;
 mod pages;
-mod rtfrag;
+pub(crate) mod rtfrag;
+
+/// A compare run's target names in records and tables (`lanefs bench --compare`), in
+/// the order its runs interleave: lanefs's FUSE mount.
+pub const LANEFS: &str = "lanefs-fuse";
+/// fuse2fs (e2fsprogs' FUSE driver), the baseline of a compare run's ratios.
+pub const FUSE2FS: &str = "fuse2fs";
+/// The kernel's ext4 on a loop device.
+pub const KERNEL: &str = "kernel-ext4";
+/// Target name of a compare run's control loop records.
+pub const CONTROL_TARGET: &str = "-";
 
 /// One phase of one run: what ran where, and how fast.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -142,9 +154,25 @@ pub struct Record {
     /// in a run of its own (rtfrag, where valgrind is installed; `None` when not measured).
     #[serde(default)]
     pub instructions_per_op: Option<f64>,
+    /// The engine's lock class that waited longest in the run (`--lockstat` only; every
+    /// phase of a run carries its run's), as `perf lock contention` ranks them.
+    #[serde(default)]
+    pub lock_top_class: Option<String>,
+    /// That class's total wait in the run, all threads, in nanoseconds.
+    #[serde(default)]
+    pub lock_top_wait_ns: Option<u64>,
+    /// That class's acquisitions that had to wait, in the run.
+    #[serde(default)]
+    pub lock_top_contended: Option<u64>,
 }
 
 impl Record {
+    /// Bytes moved per second (read + written) in GiB/s, where the record counts file bytes
+    /// per operation (bufio, bufio64k).
+    pub fn bandwidth_gib_s(&self) -> Option<f64> {
+        Some(self.read_gib_s()? + self.written_gib_s().unwrap_or(0.0))
+    }
+
     /// Bytes read (or copied) per second, in GiB/s, where the record has file bytes per
     /// operation.
     pub fn read_gib_s(&self) -> Option<f64> {
@@ -539,7 +567,8 @@ const ICACHE_LEGEND: &str = "cached inodes, B/inode, cached = the engine's inode
 pub const BASE_VARIANT: &str = "base";
 
 /// Where the numbers come from, for the legends of the comparison tables.
-const TARGET_LEGEND: &str = "lanefs = the engine in-process (function calls, no kernel); \
+pub(crate) const TARGET_LEGEND: &str =
+    "lanefs = the engine in-process (function calls, no kernel); \
      path:<dir> (--path) = real syscalls into the kernel's file system";
 
 /// Legend of the free-space columns.
@@ -648,14 +677,14 @@ fn vs_base_series(records: &[Record]) -> Vec<Series<'_>> {
 }
 
 /// The family of workload `name`, when it is a registered workload.
-fn family_of(name: &str) -> Option<Family> {
+pub(crate) fn family_of(name: &str) -> Option<Family> {
     crate::workloads::find(name).map(|w| w.family())
 }
 
 /// The variant of `variants` a seed table compares the others with: the first of the
 /// workload family's baselines that ran (`base`; for the inode workloads `base`, else
 /// `global`), or [`BASE_VARIANT`] for a workload of no family.
-fn baseline<'a>(workload: &str, variants: &[&'a str]) -> Option<&'a str> {
+pub(crate) fn baseline<'a>(workload: &str, variants: &[&'a str]) -> Option<&'a str> {
     let wanted = family_of(workload).map_or(&[BASE_VARIANT][..], Family::baselines);
     wanted
         .iter()
@@ -664,7 +693,7 @@ fn baseline<'a>(workload: &str, variants: &[&'a str]) -> Option<&'a str> {
 
 /// A change of `v` against `base` as the seed prints it: "+74.2%", "-3.0%"; `None`
 /// when `base` is not a positive rate.
-fn fmt_change(v: f64, base: f64) -> Option<String> {
+pub(crate) fn fmt_change(v: f64, base: f64) -> Option<String> {
     if !(base > 0.0 && v.is_finite() && base.is_finite()) {
         return None;
     }
@@ -915,8 +944,8 @@ pub fn journal_lock_share(stats: &[LockStat]) -> String {
         "{contended} of {contended_all} contended acquisitions ({}), wait {} of {} ({}); \
          journal classes: {}",
         fmt_share(contended, contended_all),
-        lanefs::sync::format_ns(wait),
-        lanefs::sync::format_ns(wait_all),
+        lanefs::internals::sync::format_ns(wait),
+        lanefs::internals::sync::format_ns(wait_all),
         fmt_share(wait, wait_all),
         if names.is_empty() {
             "none".to_string()

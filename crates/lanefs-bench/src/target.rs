@@ -2,7 +2,7 @@
 //! syscalls) or on the engine in-process. Workloads see only [`Backend`].
 
 use crate::engine;
-use lanefs::rtalloc::RtStats;
+use lanefs::RtStats;
 use lanefs::{
     BlockDevice, BufCacheStats, FallocMode, FileDevice, Fs, IcacheStats, Ino, MountOptions, Owner,
     SetAttr,

@@ -4,7 +4,7 @@
 //! phase starts and ends.
 
 use crate::target::{own_cpu, Backend, DeviceReads, FreeSpace, JournalCounters};
-use lanefs::rtalloc::RtStats;
+use lanefs::RtStats;
 use lanefs::{BufCacheStats, IcacheStats};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};

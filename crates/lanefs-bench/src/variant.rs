@@ -7,7 +7,7 @@
 //! bufio64k, seed 001's for mdtest, mdtest-shared, fsmark and stat, seed 002's for bufio.
 //! Seed 003's realtime allocator (rtfrag) has `plain` as its baseline.
 
-use lanefs::fs::RtAllocPolicy;
+use lanefs::RtAllocPolicy;
 use lanefs::{IallocPolicy, IcachePolicy, MountOptions, StreamGoal};
 
 /// Which seeds' variants a workload takes (each workload names its own: `Workload::family`).

@@ -13,6 +13,8 @@ fn tiny(target: TargetSpec) -> BenchConfig {
         seconds: 0.2,
         warmup: 0.05,
         target,
+        variants: vec![lanefs_bench::Variant::default()],
+        verbose: true,
         ..BenchConfig::default()
     }
 }

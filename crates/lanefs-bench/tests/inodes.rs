@@ -21,6 +21,8 @@ fn tiny(target: TargetSpec) -> BenchConfig {
         files: FILES,
         fsmark_files: Some(FSMARK_FILES),
         target,
+        variants: vec![lanefs_bench::Variant::default()],
+        verbose: true,
         ..BenchConfig::default()
     }
 }

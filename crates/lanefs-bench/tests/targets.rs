@@ -13,6 +13,8 @@ fn tiny(target: TargetSpec) -> BenchConfig {
         warmup: 0.05,
         files: 50,
         target,
+        variants: vec![lanefs_bench::Variant::default()],
+        verbose: true,
         ..BenchConfig::default()
     }
 }
@@ -196,10 +198,13 @@ fn bad_config_is_an_error() {
         ),
         (
             BenchConfig {
-                variants: vec![],
+                variants: vec![lanefs_bench::Variant::new(
+                    "",
+                    lanefs::MountOptions::default(),
+                )],
                 ..ok.clone()
             },
-            "variant",
+            "empty name",
         ),
         (
             BenchConfig {
@@ -262,11 +267,23 @@ fn lanefs_target_runs_both_workloads() {
 }
 
 /// The default variant mounts like `mount -t ext4` with no options: journal on, commit=5.
+/// A default run gives each workload its seed's variants, the baseline first.
 #[test]
 fn default_variant_mounts_with_default_options() {
     let cfg = BenchConfig::default();
-    assert_eq!(cfg.variants.len(), 1);
-    let v = &cfg.variants[0];
+    assert!(cfg.variants.is_empty());
+    let names =
+        |w: &str| -> Vec<String> { cfg.variants_for(w).into_iter().map(|v| v.name).collect() };
+    assert_eq!(
+        names("fallocate2"),
+        ["base", "linear", "optimize_scan", "slots"]
+    );
+    assert_eq!(names("mdtest"), ["base", "ialloc", "icache", "lanefs"]);
+    assert_eq!(names("fsmark"), ["global", "bucket", "papaya"]);
+    assert_eq!(names("bufio"), ["base", "default"]);
+    assert_eq!(names("rtfrag"), ["plain", "default"]);
+    let fsync = cfg.variants_for("fsync");
+    let v = &fsync[1];
     assert_eq!(v.name, "default");
     assert_eq!(v.opts, lanefs::MountOptions::default());
     assert!(!v.opts.read_only);

@@ -5,10 +5,15 @@ use crate::cli::BenchArgs;
 use crate::error::{CmdResult, Error, Failure};
 use crate::size::parse_size;
 use lanefs_bench::{compare, BenchConfig, TargetSpec, DEFAULT_IMAGE_SIZE};
+use std::io::IsTerminal;
 
 /// The run the command line asks for; everything not given keeps its default.
 pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
-    let defaults = BenchConfig::default();
+    let defaults = if args.quick {
+        BenchConfig::quick()
+    } else {
+        BenchConfig::default()
+    };
     let workloads = match (args.workloads.is_empty(), args.compare) {
         (false, _) => args.workloads.clone(),
         (true, false) => lanefs_bench::workload_names()
@@ -58,14 +63,19 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
             }
             None => defaults.bufio_size,
         },
-        // rtfrag counts instructions by running this binary under callgrind.
+        // rtfrag counts instructions by running this binary under callgrind (not in a
+        // quick run: it takes longer than the rest).
         rtfrag: lanefs_bench::workloads::rtfrag::Params {
-            callgrind_exe: std::env::current_exe().ok(),
+            callgrind_exe: std::env::current_exe().ok().filter(|_| !args.quick),
             ..defaults.rtfrag
         },
         lockstat: args.lockstat,
         variants,
         json: args.json.clone(),
+        svg: args.svg.clone(),
+        report: args.report.clone(),
+        run_lines: defaults.run_lines,
+        verbose: args.verbose,
         target: target(args)?,
         lanefs_exe,
     })
@@ -102,9 +112,25 @@ pub fn bench(args: &BenchArgs) -> CmdResult<i32> {
             .map_err(|e| Failure::new("rtfrag callgrind child", Error::Msg(e)))?;
         return Ok(0);
     }
-    let cfg = config(args)?;
-    let mut out = std::io::stdout().lock();
-    lanefs_bench::run(&cfg, &mut out).map_err(|e| Failure::new("", Error::Msg(e)))?;
+    let mut cfg = config(args)?;
+    let bar = if args.verbose {
+        None
+    } else {
+        crate::progress::BenchBar::new()
+    };
+    // A line per run with --verbose, or when nobody watches a terminal (a log, a pipe).
+    cfg.run_lines = args.verbose || !std::io::stdout().is_terminal() || bar.is_none();
+    let result = match &bar {
+        Some(bar) => {
+            let mut out = bar.writer(std::io::stdout().lock());
+            let mut obs = bar;
+            let result = lanefs_bench::run_with(&cfg, &mut out, &mut obs);
+            bar.finish();
+            result
+        }
+        None => lanefs_bench::run(&cfg, &mut std::io::stdout().lock()),
+    };
+    result.map_err(|e| Failure::new("", Error::Msg(e)))?;
     Ok(0)
 }
 
@@ -158,7 +184,8 @@ mod tests {
             format!("(default: {})", d.warmup),
             format!("(default: {})", d.files),
             "(default: 4G)".to_string(),
-            "(default: default)".to_string(),
+            "(default: each workload its seed's".to_string(),
+            "(default: powers of two up to the CPUs".to_string(),
             format!(
                 "(default: {} in total",
                 lanefs_bench::workloads::fsmark::DEFAULT_TOTAL

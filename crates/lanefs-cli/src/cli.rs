@@ -232,24 +232,23 @@ pub struct BenchArgs {
     /// cached 64 KiB reads and write mixes beside a memcpy control, and cold reads; rtfrag
     /// allocates on a fragmented 1 TiB realtime device (engine only).
     pub workloads: Vec<String>,
-    /// Thread counts to sweep, e.g. 1,2,4 (default: each workload's own: rtfrag 1,2;
-    /// bufio64k and bufio 1,2,4; every other (fallocate2, fsync, mdtest, mdtest-shared, fsmark, stat) 1,2,4,8; with
-    /// --compare: 1,2).
+    /// Thread counts to sweep, e.g. 1,2,4 (default: powers of two up to the CPUs, at most
+    /// 8: 1,2 on a 2-CPU machine; with --compare: 1,2).
     #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
     /// Repetitions of the whole sweep; tables show the median (default: 3).
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Measured seconds per duration-timed run (default: 2).
+    /// Measured seconds per duration-timed run (default: 0.3).
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Warm-up seconds before each duration-timed run (default: 0.3).
+    /// Warm-up seconds before each duration-timed run (default: 0.05).
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Files per thread for mdtest, mdtest-shared and stat (default: 2000).
     #[arg(long)]
     pub files: Option<usize>,
-    /// Files each thread of fsmark creates (default: 250000 in total, split evenly
+    /// Files each thread of fsmark creates (default: 150000 in total, split evenly
     /// between the threads).
     #[arg(long, value_name = "N")]
     pub fsmark_files: Option<usize>,
@@ -273,21 +272,42 @@ pub struct BenchArgs {
     /// Also write all records as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write one SVG chart per workload into this directory: ops/s against threads, a line
+    /// per variant, the control loop as the ceiling.
+    #[arg(long, value_name = "DIR")]
+    pub svg: Option<PathBuf>,
+    /// Write a Markdown report to this file: the machine, the commit, what each variant
+    /// means, every table, and the charts (with --svg).
+    #[arg(long, value_name = "FILE.md")]
+    pub report: Option<PathBuf>,
+    /// A line per run instead of the progress bar, and the full tables with every field
+    /// after the compact ones.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// A quick look at every workload and seed variant in under 30 s: one repetition of
+    /// 0.2 s runs, smaller fsmark, bufio and rtfrag shapes, no callgrind (given options
+    /// still apply).
+    #[arg(long)]
+    pub quick: bool,
     /// Collect and print lock statistics (engine only), one table per workload, variant
     /// and thread count.
     #[arg(long)]
     pub lockstat: bool,
     /// Mount-option variants to compare in one run, engine only, comma separated and
-    /// repeatable (default: default). Each workload runs the variants of its family, and
-    /// base is that family's baseline. fallocate2, fsync, bufio64k (seed 000): base,
-    /// trylock, linear, optimize_scan, slots. mdtest, mdtest-shared, fsmark, stat (seeds
-    /// 001 and 004): base (ialloc=locked,icache=global), ialloc (optimistic + global),
-    /// icache (locked + bucket), lanefs (optimistic + bucket), global, bucket, papaya
-    /// (icache= that). bufio (seed 002): base (folio_max_order=0), order2, order6. rtfrag (seed 003): plain (rt_alloc=plain), lean. default and NAME:OPTIONS apply to every workload; NAME:OPTIONS
-    /// mounts with engine options as in mount -o, and the items after it up to the next
-    /// variant name or NAME: are its options, e.g. 'x:ialloc=locked,icache=global'. A
-    /// name no chosen workload takes is an error. With base (or global) and another, a
-    /// summary compares each with it per thread count.
+    /// repeatable (default: each workload its seed's: fallocate2 base,linear,optimize_scan,
+    /// slots; fsync, bufio64k base,default; mdtest, mdtest-shared base,ialloc,icache,lanefs;
+    /// fsmark, stat global,bucket,papaya; bufio base,default; rtfrag plain,default). Each
+    /// workload runs the variants of its family, and base is that family's baseline.
+    /// fallocate2, fsync, bufio64k (seed 000): base, trylock, linear, optimize_scan, slots.
+    /// mdtest, mdtest-shared, fsmark, stat (seeds 001 and 004): base
+    /// (ialloc=locked,icache=global), ialloc (optimistic + global), icache (locked +
+    /// bucket), lanefs (optimistic + bucket), global, bucket, papaya (icache= that). bufio
+    /// (seed 002): base (folio_max_order=0), order2, order6. rtfrag (seed 003): plain
+    /// (rt_alloc=plain), lean. default and NAME:OPTIONS apply to every workload;
+    /// NAME:OPTIONS mounts with engine options as in mount -o, and the items after it up to
+    /// the next variant name or NAME: are its options, e.g. 'x:ialloc=locked,icache=global'.
+    /// A name no chosen workload takes is an error. With base (or global) and another, the
+    /// tables compare each with it per thread count.
     #[arg(long, value_name = "LIST")]
     pub variants: Vec<String>,
     /// Run on three mounts of alike mkfs.ext4 images, interleaved, in one table: lanefs

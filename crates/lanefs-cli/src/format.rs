@@ -159,7 +159,7 @@ const DEFAULT_RT_GROUPS: u64 = 8;
 
 /// The block size of the image at `path`, from its superblock.
 fn image_block_size(path: &Path) -> CmdResult<u32> {
-    use lanefs::disk::superblock::{Superblock, SB_OFFSET, SB_SIZE};
+    use lanefs::internals::disk::superblock::{Superblock, SB_OFFSET, SB_SIZE};
     let what = path.display();
     let dev = FileDevice::open(path, true).ctx(&what)?;
     let mut raw = vec![0u8; SB_SIZE];

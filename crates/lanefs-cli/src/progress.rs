@@ -54,3 +54,77 @@ impl Progress {
         }
     }
 }
+
+/// `lanefs bench`'s progress bar: one step per timed run, naming the workload, variant,
+/// thread count and repetition running now, with the time left at the pace so far.
+pub struct BenchBar {
+    bar: ProgressBar,
+}
+
+impl BenchBar {
+    /// A bar on standard error, if it is a terminal.
+    pub fn new() -> Option<BenchBar> {
+        if !Progress::wanted() {
+            return None;
+        }
+        let bar = ProgressBar::new(0);
+        let template = "{bar:30} {pos}/{len} runs, {elapsed} gone, ~{eta} left: {msg}";
+        if let Ok(style) = ProgressStyle::with_template(template) {
+            bar.set_style(style);
+        }
+        Some(BenchBar { bar })
+    }
+
+    /// A writer for the run's text that lifts the bar while a line is printed.
+    pub fn writer<'a, W: std::io::Write>(&'a self, inner: W) -> BarWriter<'a, W> {
+        BarWriter {
+            bar: &self.bar,
+            inner,
+        }
+    }
+
+    /// Remove the bar.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl lanefs_bench::Observer for &BenchBar {
+    fn plan(&mut self, total: usize) {
+        self.bar.set_length(total as u64);
+    }
+
+    fn start(&mut self, step: &lanefs_bench::Step<'_>) {
+        let threads = if step.threads == 1 {
+            "thread"
+        } else {
+            "threads"
+        };
+        self.bar.set_message(format!(
+            "{} [{}] {} {threads}, rep {}/{}",
+            step.workload, step.variant, step.threads, step.rep, step.reps
+        ));
+    }
+
+    fn finish(&mut self) {
+        self.bar.inc(1);
+    }
+}
+
+/// Standard output with the bar lifted around every write (see [`BenchBar::writer`]).
+pub struct BarWriter<'a, W> {
+    bar: &'a ProgressBar,
+    inner: W,
+}
+
+impl<W: std::io::Write> std::io::Write for BarWriter<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let inner = &mut self.inner;
+        self.bar.suspend(|| inner.write(buf))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let inner = &mut self.inner;
+        self.bar.suspend(|| inner.flush())
+    }
+}

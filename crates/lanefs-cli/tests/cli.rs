@@ -365,8 +365,11 @@ fn bench_help_and_unknown_variant() {
     let out = ok(lanefs(&["bench", "--help"]));
     let text = stdout(&out);
     for word in [
-        "bufio64k and bufio 1,2,4; every other (fallocate2, fsync, mdtest, mdtest-shared, \
-         fsmark, stat) 1,2,4,8",
+        "powers of two up to the CPUs, at most 8: 1,2 on a 2-CPU machine",
+        "fsmark, stat global,bucket,papaya",
+        "--quick",
+        "--svg",
+        "--report",
         "bufio (seed 002): base (folio_max_order=0), order2, order6",
         "--bufio-size",
         "fallocate2, fsync, bufio64k (seed 000): base, trylock, linear, optimize_scan, slots",
@@ -418,6 +421,7 @@ fn bench_inode_workloads_with_variants() {
         "64M",
         "--variants",
         "base,lanefs,x:ialloc=locked,icache=papaya",
+        "--verbose",
         "--json",
     ];
     let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
@@ -739,6 +743,7 @@ fn bench_fsync_shows_journal_columns() {
         "--size",
         "64M",
         "--lockstat",
+        "--verbose",
         "--image",
     ];
     let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();

@@ -16,7 +16,7 @@ use fuser::{
     ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
-use lanefs::disk::inode as fl;
+use lanefs::internals::disk::inode as fl;
 use lanefs::{
     Attr, Error, FallocMode, FileType, Fs, Ino, Owner, RenameMode, SetAttr, Timespec, XattrFlags,
     ROOT_INO,

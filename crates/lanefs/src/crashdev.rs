@@ -1,40 +1,4 @@
-//! A memory device for crash testing: it remembers which writes are durable and can build
-//! the images a power cut could leave behind.
-//!
-//! The model is the usual one for a disk with a volatile write cache (as in dm-log-writes or
-//! CrashMonkey): a write is durable once a later [`BlockDevice::flush`] has returned. Writes
-//! issued since the last flush are *pending*: after a power cut any subset of them may have
-//! reached the medium, in any order, and the last one may be torn (only some of its 512-byte
-//! sectors written). Reads always see the latest data, as the kernel's page cache would.
-//!
-//! [`CrashDevice::durable`], [`CrashDevice::with_writes`] and [`CrashDevice::torn`] build
-//! those images from the pending list. [`CrashDevice::power_cut`] (or an armed
-//! [`CrashDevice::cut_after_writes`], [`CrashDevice::cut_after_flushes`] or
-//! [`CrashDevice::cut_at_flush`]) makes every
-//! later write and flush fail with [`Error::Io`] and change nothing, so a test can stop an
-//! engine in the middle of a commit and then look at what the device holds.
-//!
-//! # Example
-//!
-//! ```
-//! use lanefs::crashdev::CrashDevice;
-//! use lanefs::BlockDevice;
-//!
-//! let dev = CrashDevice::new(4096);
-//! dev.write_at(0, &[1; 512])?;
-//! dev.flush()?;
-//! dev.write_at(512, &[2; 1024])?; // pending: not durable yet
-//! dev.write_at(0, &[3; 512])?;
-//! assert_eq!(dev.pending_len(), 2);
-//! assert_eq!(dev.durable()[..1024], [[1u8; 512], [0; 512]].concat()[..]);
-//! // Only the second pending write reached the medium:
-//! assert_eq!(dev.with_writes(&[1])[..512], [3u8; 512]);
-//! // The first one torn after one sector:
-//! assert_eq!(dev.torn(&[0], 1)[512..1536], [[2u8; 512], [0; 512]].concat()[..]);
-//! dev.power_cut();
-//! assert!(dev.write_at(0, &[9; 512]).is_err());
-//! # Ok::<(), lanefs::Error>(())
-//! ```
+//! The crash-recording memory device, [`CrashDevice`].
 
 use crate::dev::BlockDevice;
 use crate::error::{Error, Result};
@@ -71,8 +35,42 @@ struct State {
     cut_at_flush: Option<u64>,
 }
 
-/// A memory device that records pending (unflushed) writes and can cut its power.
-/// See the [module documentation](self).
+/// A memory device for crash testing: it remembers which writes are durable and can build
+/// the images a power cut could leave behind.
+///
+/// The model is the usual one for a disk with a volatile write cache (as in dm-log-writes or
+/// CrashMonkey): a write is durable once a later [`BlockDevice::flush`] has returned. Writes
+/// issued since the last flush are *pending*: after a power cut any subset of them may have
+/// reached the medium, in any order, and the last one may be torn (only some of its 512-byte
+/// sectors written). Reads always see the latest data, as the kernel's page cache would.
+///
+/// [`CrashDevice::durable`], [`CrashDevice::with_writes`] and [`CrashDevice::torn`] build
+/// those images from the pending list. [`CrashDevice::power_cut`] (or an armed
+/// [`CrashDevice::cut_after_writes`], [`CrashDevice::cut_after_flushes`] or
+/// [`CrashDevice::cut_at_flush`]) makes every
+/// later write and flush fail with [`Error::Io`] and change nothing, so a test can stop an
+/// engine in the middle of a commit and then look at what the device holds.
+///
+/// # Example
+///
+/// ```
+/// use lanefs::{BlockDevice, CrashDevice};
+///
+/// let dev = CrashDevice::new(4096);
+/// dev.write_at(0, &[1; 512])?;
+/// dev.flush()?;
+/// dev.write_at(512, &[2; 1024])?; // pending: not durable yet
+/// dev.write_at(0, &[3; 512])?;
+/// assert_eq!(dev.pending_len(), 2);
+/// assert_eq!(dev.durable()[..1024], [[1u8; 512], [0; 512]].concat()[..]);
+/// // Only the second pending write reached the medium:
+/// assert_eq!(dev.with_writes(&[1])[..512], [3u8; 512]);
+/// // The first one torn after one sector:
+/// assert_eq!(dev.torn(&[0], 1)[512..1536], [[2u8; 512], [0; 512]].concat()[..]);
+/// dev.power_cut();
+/// assert!(dev.write_at(0, &[9; 512]).is_err());
+/// # Ok::<(), lanefs::Error>(())
+/// ```
 pub struct CrashDevice {
     state: Mutex<State>,
 }

@@ -8,6 +8,49 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 /// A byte-addressed device. Implementations must be usable from many threads.
+///
+/// lanefs reads and writes through it at byte offsets (whole blocks, except the
+/// superblock) and calls [`flush`](BlockDevice::flush) where ext4 issues a cache flush:
+/// before and after a journal commit block, and at sync. A write is assumed durable only
+/// once a later flush has returned ([`CrashDevice`](crate::CrashDevice) models the rest).
+///
+/// [`FileDevice`] and [`MemDevice`] implement it; so can anything else that stores bytes:
+///
+/// ```
+/// use lanefs::{BlockDevice, Error, MemDevice, Result};
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// /// A device that counts the flushes it passes on.
+/// struct Counting {
+///     inner: MemDevice,
+///     flushes: AtomicU64,
+/// }
+///
+/// impl BlockDevice for Counting {
+///     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+///         self.inner.read_at(off, buf)
+///     }
+///     fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
+///         self.inner.write_at(off, buf)
+///     }
+///     fn flush(&self) -> Result<()> {
+///         self.flushes.fetch_add(1, Ordering::Relaxed);
+///         self.inner.flush()
+///     }
+///     fn size(&self) -> u64 {
+///         self.inner.size()
+///     }
+/// }
+///
+/// let dev = Counting { inner: MemDevice::new(1 << 20), flushes: AtomicU64::new(0) };
+/// dev.write_at(4096, b"block")?;
+/// dev.flush()?;
+/// let mut back = [0u8; 5];
+/// dev.read_at(4096, &mut back)?;
+/// assert_eq!((&back, dev.flushes.load(Ordering::Relaxed)), (b"block", 1));
+/// assert!(matches!(dev.read_at(1 << 20, &mut back), Err(Error::Io(_))));
+/// # Ok::<(), Error>(())
+/// ```
 pub trait BlockDevice: Send + Sync {
     /// Read exactly `buf.len()` bytes at `off`.
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()>;
@@ -38,8 +81,24 @@ pub trait BlockDevice: Send + Sync {
     fn size(&self) -> u64;
 }
 
-/// An image file or a block device opened by path, claimed for as long as it is open
-/// (see `exclusive`: one writer, never while the kernel has it mounted).
+/// An image file or a block device opened by path, claimed for as long as it is open:
+/// one writer at a time (an `flock` on an image file, `O_EXCL` on a block device or on
+/// the loop device the kernel has attached to the image), any number of readers while
+/// no one writes, and no writer while the kernel has the image mounted. A claim that
+/// conflicts fails at once with [`Error::Busy`] naming who holds the image.
+///
+/// ```
+/// use lanefs::{Error, FileDevice};
+///
+/// let tmp = tempfile::tempdir().unwrap();
+/// let img = tmp.path().join("disk.img");
+/// let dev = FileDevice::create(&img, 16 << 20)?; // a sparse 16 MiB file, claimed
+/// assert!(matches!(FileDevice::open(&img, false), Err(Error::Busy(_))));
+/// drop(dev);
+/// let again = FileDevice::open(&img, true)?; // read-only: shared with other readers
+/// # drop(again);
+/// # Ok::<(), Error>(())
+/// ```
 pub struct FileDevice {
     file: File,
     size: u64,
@@ -47,7 +106,8 @@ pub struct FileDevice {
 }
 
 impl FileDevice {
-    /// Open an existing image or device, read-write unless `read_only`.
+    /// Open an existing image or device, read-write unless `read_only`, and claim it
+    /// (exclusive to write, shared to read; [`Error::Busy`] when another holds it).
     pub fn open(path: &Path, read_only: bool) -> Result<FileDevice> {
         let file = OpenOptions::new()
             .read(true)
@@ -225,7 +285,21 @@ fn preadv_all(file: &File, mut off: u64, bufs: &mut [&mut [u8]]) -> std::io::Res
     Ok(())
 }
 
-/// A device in memory, for tests and benchmarks.
+/// A device in memory, for tests, benchmarks and examples. Flushing does nothing; a
+/// read or write past its end fails with [`Error::Io`].
+///
+/// ```
+/// use lanefs::{mkfs, Fs, MemDevice, MountOptions};
+/// use std::sync::Arc;
+///
+/// let dev = Arc::new(MemDevice::new(32 << 20));
+/// mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+/// let fs = Fs::mount(dev.clone(), MountOptions::default())?;
+/// fs.unmount()?;
+/// let image: Vec<u8> = dev.snapshot(); // the bytes an image file would hold
+/// assert_eq!(image[1080..1082], [0x53, 0xEF]); // the ext4 superblock's magic
+/// # Ok::<(), lanefs::Error>(())
+/// ```
 pub struct MemDevice {
     data: RwLock<Vec<u8>>,
 }

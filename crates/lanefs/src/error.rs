@@ -6,6 +6,18 @@ use std::fmt;
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// An engine error: what failed and where, with one errno.
+///
+/// A frontend returns [`Error::errno`] to its caller; its `Display` is one line, naming
+/// the structure and block or inode for corruption.
+///
+/// ```
+/// use lanefs::Error;
+///
+/// assert_eq!(Error::NotFound.errno(), 2); // ENOENT
+/// let e = Error::corrupt("directory block", 1234, "bad checksum");
+/// assert_eq!(e.errno(), 117); // EUCLEAN, as ext4 reports corruption
+/// assert_eq!(e.to_string(), "corrupt directory block at 1234: bad checksum");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     /// No such file or directory.

@@ -30,10 +30,46 @@ mod ops;
 mod orphan;
 mod rename;
 mod rt;
+pub use rt::MAX_EXTSIZE;
 mod xattr;
 use std::sync::Arc;
 
-/// Mount options: which mechanism or baseline each part runs.
+/// Mount options: which mechanism or baseline each part runs, the caches' limits, and
+/// ext4's `ro`, `commit=` and atime options.
+///
+/// `MountOptions::default()` runs every mechanism (see the crate docs for what each one
+/// is); set fields directly, or by the names `mount -o` uses with [`MountOptions::apply`]:
+///
+/// ```
+/// use lanefs::{IcachePolicy, MountOptions, StreamGoal};
+/// use std::time::Duration;
+///
+/// // A read-mostly mount with a bigger inode cache and commits every second.
+/// let opts = MountOptions {
+///     commit_interval: Duration::from_secs(1),
+///     icache: IcachePolicy::Bucket,
+///     icache_limit: 256 << 20,
+///     ..MountOptions::default()
+/// };
+///
+/// // The same from option strings, as `lanefs mount -o` passes them.
+/// let mut parsed = MountOptions::default();
+/// for opt in "commit=1,icache=bucket,icache_limit=256M".split(',') {
+///     let (key, value) = match opt.split_once('=') {
+///         Some((k, v)) => (k, Some(v)),
+///         None => (opt, None),
+///     };
+///     assert_eq!(parsed.apply(key, value), Ok(true));
+/// }
+/// assert_eq!(parsed, opts);
+///
+/// // A baseline, to measure seed 000's stream goal against.
+/// let mut base = MountOptions::default();
+/// base.apply("mb_stream_goal", Some("global")).unwrap();
+/// assert_eq!(base.mb_stream_goal, StreamGoal::Global);
+/// assert!(base.apply("mb_stream_goal", Some("fastest")).is_err());
+/// assert_eq!(base.apply("allow_other", None), Ok(false)); // not the engine's
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
     /// Mount read-only.
@@ -267,6 +303,48 @@ impl MountOptions {
 }
 
 /// A mounted ext4 file system, shared by any number of threads (`Arc<Fs>`).
+///
+/// Operations are the VFS's, one call each, on inode numbers: [`lookup`](Fs::lookup)
+/// turns a name in a directory into an [`Attr`] whose `ino` the other calls take. Each
+/// changes the file system in one journal transaction, so a crash shows it whole or not
+/// at all; [`fsync`](Fs::fsync), [`sync`](Fs::sync) and [`unmount`](Fs::unmount) make
+/// changes durable. No lock is shared by the whole file system on the data path:
+/// operations on different inodes meet only on the lock of one allocation group, cache
+/// bucket or block, and those on one inode take its lock (shared for reads that miss the
+/// page cache; cached reads take none).
+///
+/// ```
+/// use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+/// use std::sync::Arc;
+///
+/// let dev = Arc::new(MemDevice::new(32 << 20));
+/// mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+/// let fs: Arc<Fs> = Fs::mount(dev, MountOptions::default())?;
+///
+/// // Four threads, each filling its own directory.
+/// let workers: Vec<_> = (0..4)
+///     .map(|t| {
+///         let fs = fs.clone();
+///         std::thread::spawn(move || -> lanefs::Result<()> {
+///             let o = Owner::default();
+///             let dir = fs.mkdir(ROOT_INO, format!("t{t}").as_bytes(), 0o755, o)?;
+///             for i in 0..50 {
+///                 let f = fs.create(dir.ino, format!("f{i}").as_bytes(), 0o644, o)?;
+///                 fs.write(f.ino, 0, &[t as u8; 1000])?;
+///                 fs.release(f.ino)?;
+///             }
+///             Ok(())
+///         })
+///     })
+///     .collect();
+/// for w in workers {
+///     w.join().unwrap()?;
+/// }
+/// let t2 = fs.lookup(ROOT_INO, b"t2")?;
+/// assert_eq!(fs.readdir(t2.ino, 0, 100)?.len(), 52); // with "." and ".."
+/// fs.unmount()?;
+/// # Ok::<(), lanefs::Error>(())
+/// ```
 pub struct Fs {
     dev: Arc<dyn BlockDevice>,
     latch: Arc<ErrorLatch>,
@@ -331,7 +409,24 @@ fn now() -> Timespec {
 }
 
 impl Fs {
-    /// Open the image or device at `path` and mount it.
+    /// Open the image or device at `path` and mount it, as [`Fs::mount`] does. The image
+    /// is claimed for as long as the mount lives ([`FileDevice::open`]): a second
+    /// read-write mount of it, from this process or another, fails with [`Error::Busy`].
+    ///
+    /// ```
+    /// use lanefs::{mkfs, Error, FileDevice, Fs, MountOptions};
+    ///
+    /// let tmp = tempfile::tempdir().unwrap();
+    /// let img = tmp.path().join("disk.img");
+    /// mkfs::format(&FileDevice::create(&img, 32 << 20)?, &mkfs::MkfsOptions::default())?;
+    ///
+    /// let fs = Fs::mount_path(&img, MountOptions::default())?;
+    /// let again = Fs::mount_path(&img, MountOptions::default());
+    /// assert!(matches!(again, Err(Error::Busy(_))));
+    /// fs.unmount()?;
+    /// drop(Fs::mount_path(&img, MountOptions::default())?); // free again
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn mount_path(path: &Path, opts: MountOptions) -> Result<Arc<Fs>> {
         let dev = FileDevice::open(path, opts.read_only)?;
         let rtdev = rt::open_rtdev(&opts)?;
@@ -341,6 +436,33 @@ impl Fs {
     /// Mount the file system on `dev`: replay the journal if it holds committed
     /// transactions (in memory only on a read-only mount), then release the inodes left
     /// on the orphan list. The realtime device, if the image has one, is `opts.rtdev`.
+    ///
+    /// Fails with [`Error::Unsupported`] for images lanefs cannot read (naming the
+    /// features), [`Error::Corrupt`] for a damaged superblock, descriptor, journal or root,
+    /// and mounts read-only, saying why in [`Fs::read_only_reason`], images it reads but
+    /// does not write.
+    ///
+    /// ```
+    /// use lanefs::{mkfs, CrashDevice, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// use std::sync::Arc;
+    ///
+    /// let dev = Arc::new(CrashDevice::new(32 << 20));
+    /// mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// let fs = Fs::mount(dev.clone(), MountOptions::default())?;
+    /// let f = fs.create(ROOT_INO, b"a", 0o644, Owner::default())?;
+    /// fs.write(f.ino, 0, b"abc")?;
+    /// fs.fsync(f.ino, false)?;
+    /// dev.power_cut(); // every later write fails: the machine is gone
+    /// drop(fs);
+    ///
+    /// // What the device had made durable: the file is in the journal, not yet home.
+    /// let after = Arc::new(MemDevice::from_vec(dev.durable()));
+    /// let fs = Fs::mount(after, MountOptions::default())?; // replays it
+    /// assert_eq!(fs.lookup(ROOT_INO, b"a")?.size, 3);
+    /// assert_eq!(fs.read_only_reason(), None);
+    /// fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
         let rtdev = rt::open_rtdev(&opts)?;
         Fs::mount_named(dev, rtdev, opts, "the device")

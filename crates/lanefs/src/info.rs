@@ -26,10 +26,12 @@ const GROUP_BATCH: u32 = 1024;
 ///
 /// Fails only if the superblock is unusable or the device cannot be read.
 ///
-/// ```no_run
-/// use lanefs::{info, FileDevice};
-/// let dev = FileDevice::open(std::path::Path::new("fs.img"), true)?;
-/// print!("{}", info::report(&dev)?);
+/// ```
+/// use lanefs::{info, mkfs, MemDevice};
+/// let dev = MemDevice::new(32 << 20);
+/// mkfs::format(&dev, &mkfs::MkfsOptions::default())?;
+/// let text = info::report(&dev)?;
+/// assert!(text.lines().any(|l| l.starts_with("Block size:") && l.ends_with("4096")));
 /// # Ok::<(), lanefs::Error>(())
 /// ```
 pub fn report(dev: &dyn BlockDevice) -> Result<String> {
@@ -182,7 +184,7 @@ fn hash_name(v: u8) -> String {
 }
 
 /// All feature names, space separated, in dumpe2fs order (compat, incompat, ro_compat).
-pub fn features_string(sb: &Superblock) -> String {
+pub(crate) fn features_string(sb: &Superblock) -> String {
     [
         feature_names(sb.feature_compat(), compat::NAMES),
         feature_names(sb.feature_incompat(), incompat::NAMES),

@@ -42,7 +42,7 @@
 //! # Example
 //!
 //! ```
-//! use lanefs::sync::{lockstat_snapshot, set_lockstat, Mutex, BUFFER, GROUP};
+//! use lanefs::internals::sync::{lockstat_snapshot, set_lockstat, Mutex, BUFFER, GROUP};
 //!
 //! let group = Mutex::new(&GROUP, 0u32);
 //! let block = Mutex::new(&BUFFER, [0u8; 16]);
@@ -65,10 +65,19 @@ use std::time::{Duration, Instant};
 /// Global switch for lock statistics, read with one relaxed load per acquisition.
 static LOCKSTAT: AtomicBool = AtomicBool::new(false);
 
-/// The statistics counters of one class, all updated with relaxed atomics.
+/// One lane's acquisition count, alone on its cache lines (and the adjacent line x86
+/// prefetches in pairs), so counting uncontended acquisitions from many threads does not
+/// bounce one line between CPUs (a shared counter cost 30 % of the throughput of an
+/// uncontended lookup at 2 threads).
+#[repr(align(128))]
+#[derive(Debug)]
+struct LaneCount(AtomicU64);
+
+/// The statistics counters of one class, all updated with relaxed atomics: acquisitions per
+/// lane ([`my_lane`]), the rest (touched only on contention) shared.
 #[derive(Debug)]
 struct Counters {
-    acquisitions: AtomicU64,
+    acquisitions: [LaneCount; LANES],
     contended: AtomicU64,
     wait_total_ns: AtomicU64,
     wait_max_ns: AtomicU64,
@@ -103,7 +112,7 @@ impl LockClass {
             rank,
             nestable,
             counters: Counters {
-                acquisitions: AtomicU64::new(0),
+                acquisitions: [const { LaneCount(AtomicU64::new(0)) }; LANES],
                 contended: AtomicU64::new(0),
                 wait_total_ns: AtomicU64::new(0),
                 wait_max_ns: AtomicU64::new(0),
@@ -132,7 +141,7 @@ impl LockClass {
         let c = &self.counters;
         LockStat {
             name: self.name,
-            acquisitions: c.acquisitions.load(Relaxed),
+            acquisitions: c.acquisitions.iter().map(|l| l.0.load(Relaxed)).sum(),
             contended: c.contended.load(Relaxed),
             wait_total_ns: c.wait_total_ns.load(Relaxed),
             wait_max_ns: c.wait_max_ns.load(Relaxed),
@@ -141,14 +150,18 @@ impl LockClass {
 
     fn reset(&self) {
         let c = &self.counters;
-        c.acquisitions.store(0, Relaxed);
+        for l in &c.acquisitions {
+            l.0.store(0, Relaxed);
+        }
         c.contended.store(0, Relaxed);
         c.wait_total_ns.store(0, Relaxed);
         c.wait_max_ns.store(0, Relaxed);
     }
 
     fn count_acquired(&self) {
-        self.counters.acquisitions.fetch_add(1, Relaxed);
+        self.counters.acquisitions[my_lane()]
+            .0
+            .fetch_add(1, Relaxed);
     }
 
     fn count_contended(&self) {
@@ -313,7 +326,7 @@ pub fn lockstat_snapshot() -> Vec<LockStat> {
 /// A plain-text table of `stats` with aligned columns, most total wait first.
 ///
 /// ```
-/// use lanefs::sync::{lockstat_snapshot, lockstat_table};
+/// use lanefs::internals::sync::{lockstat_snapshot, lockstat_table};
 ///
 /// let table = lockstat_table(&lockstat_snapshot());
 /// assert!(table.starts_with("class"));

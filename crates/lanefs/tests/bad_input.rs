@@ -15,12 +15,12 @@
 
 mod common;
 
-use lanefs::disk::dir::{self as dd, DX_ROOT_COUNT_OFF};
-use lanefs::disk::extent::{self, Node};
-use lanefs::disk::group::{bitmap_csum, GroupDesc};
-use lanefs::disk::inode::DiskInode;
-use lanefs::disk::superblock::Superblock;
-use lanefs::disk::{le16, le32, put16, put32};
+use lanefs::internals::disk::dir::{self as dd, DX_ROOT_COUNT_OFF};
+use lanefs::internals::disk::extent::{self, Node};
+use lanefs::internals::disk::group::{bitmap_csum, GroupDesc};
+use lanefs::internals::disk::inode::DiskInode;
+use lanefs::internals::disk::superblock::Superblock;
+use lanefs::internals::disk::{le16, le32, put16, put32};
 use lanefs::{
     BlockDevice, Error, FileType, Fs, Ino, MemDevice, MountOptions, Owner, SetAttr, ROOT_INO,
 };

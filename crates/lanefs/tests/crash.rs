@@ -44,8 +44,8 @@
 
 mod common;
 
-use lanefs::crashdev::CrashDevice;
 use lanefs::fsck::{self, FsckOptions};
+use lanefs::CrashDevice;
 use lanefs::{Error, FallocMode, FileType, Fs, Ino, MountOptions, Owner, SetAttr, ROOT_INO};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;

@@ -142,18 +142,23 @@ impl Drop for MountedDev {
 }
 
 /// The MMP block of `img`: where it is, its bytes' checksum seed, and its decoded form.
-fn mmp_read(img: &Path) -> (u64, Option<u32>, lanefs::disk::mmp::Mmp) {
+fn mmp_read(img: &Path) -> (u64, Option<u32>, lanefs::internals::disk::mmp::Mmp) {
     use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(img).unwrap();
     let mut raw = vec![0u8; 1024];
     f.read_exact_at(&mut raw, 1024).unwrap();
     let sb =
-        lanefs::disk::superblock::Superblock::decode(&raw, f.metadata().unwrap().len()).unwrap();
+        lanefs::internals::disk::superblock::Superblock::decode(&raw, f.metadata().unwrap().len())
+            .unwrap();
     let off = sb.mmp_block() * u64::from(sb.block_size());
     let mut b = vec![0u8; 1024];
     f.read_exact_at(&mut b, off).unwrap();
     let seed = sb.metadata_csum().then(|| sb.csum_seed());
-    (off, seed, lanefs::disk::mmp::Mmp::decode(&b).unwrap())
+    (
+        off,
+        seed,
+        lanefs::internals::disk::mmp::Mmp::decode(&b).unwrap(),
+    )
 }
 
 /// Write sequence `seq` and node name `node` into `img`'s MMP block, as another host would.
@@ -178,7 +183,7 @@ fn mmp_write(img: &Path, seq: u32, node: &[u8]) {
 /// e2fsck is clean at the end.
 #[test]
 fn mmp_claims_and_refuses() {
-    use lanefs::disk::mmp::{SEQ_CLEAN, SEQ_FSCK};
+    use lanefs::internals::disk::mmp::{SEQ_CLEAN, SEQ_FSCK};
     let test = "mmp_claims_and_refuses";
     if !common::require_tools(test, &["mke2fs", "e2fsck"]) {
         return;

@@ -2,7 +2,9 @@
 //! Method: format a 4 KiB-block image with the default features, then check the
 //! superblock, group descriptor, root inode and root directory checksums.
 
-use lanefs::disk::{self, dir, group::GroupDesc, inode::DiskInode, superblock::Superblock};
+use lanefs::internals::disk::{
+    self, dir, group::GroupDesc, inode::DiskInode, superblock::Superblock,
+};
 use std::process::Command;
 
 fn mkfs_image() -> Option<(tempfile::TempDir, Vec<u8>)> {

@@ -6,8 +6,10 @@
 
 mod common;
 
-use lanefs::disk::{self, dir, extent, group::GroupDesc, inode::DiskInode, superblock::Superblock};
 use lanefs::fsck::{self, FsckOptions, FsckReport};
+use lanefs::internals::disk::{
+    self, dir, extent, group::GroupDesc, inode::DiskInode, superblock::Superblock,
+};
 use lanefs::{BlockDevice, FileDevice, MemDevice};
 use rand::{Rng, SeedableRng};
 use std::io::Write;
@@ -955,7 +957,7 @@ fn fix_checksum(
             }
         }
         Some(Meta::JournalSuper) => {
-            if let Ok(mut js) = lanefs::disk::jbd2::JournalSuper::decode(&b[..1024]) {
+            if let Ok(mut js) = lanefs::internals::disk::jbd2::JournalSuper::decode(&b[..1024]) {
                 js.update_checksum();
                 b[..1024].copy_from_slice(&js.raw);
             }

@@ -5,8 +5,8 @@
 //! device that records every read, create files and directories, and check that no read
 //! touched any other table block; then remount and find every file.
 
-use lanefs::disk::group::GroupDesc;
-use lanefs::disk::superblock::Superblock;
+use lanefs::internals::disk::group::GroupDesc;
+use lanefs::internals::disk::superblock::Superblock;
 use lanefs::mkfs::{format, MkfsOptions};
 use lanefs::{BlockDevice, Fs, MemDevice, MountOptions, Owner, Result, ROOT_INO};
 use std::collections::BTreeSet;
@@ -53,7 +53,7 @@ fn creates_never_read_table_blocks_without_live_inodes() {
         };
         let t = d.inode_table();
         let bitmap = &img[d.inode_bitmap() as usize * bs..][..ipg / 8];
-        let uninit = d.flags() & lanefs::disk::group::BG_INODE_UNINIT != 0;
+        let uninit = d.flags() & lanefs::internals::disk::group::BG_INODE_UNINIT != 0;
         for k in 0..ipg.div_ceil(ipb) as u64 {
             table.insert(t + k);
         }

@@ -5,7 +5,7 @@
 //! (`.ci/run` does); without `--cfg loom` this file is empty.
 #![cfg(loom)]
 
-use lanefs::dirty::{DirtyCount, DirtyFlag};
+use lanefs::internals::dirty::{DirtyCount, DirtyFlag};
 use loom::sync::Arc;
 use loom::thread;
 

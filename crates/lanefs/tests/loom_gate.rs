@@ -6,7 +6,7 @@
 //! does); without `--cfg loom` this file is empty.
 #![cfg(loom)]
 
-use lanefs::journal::gate::{Join, TxGate};
+use lanefs::internals::journal::gate::{Join, TxGate};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;

@@ -5,7 +5,7 @@
 //! (`.ci/run` does); without `--cfg loom` this file is empty.
 #![cfg(loom)]
 
-use lanefs::usegate::UseGate;
+use lanefs::internals::usegate::UseGate;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;

@@ -8,7 +8,7 @@
 //! does); without `--cfg loom` this file is empty.
 #![cfg(loom)]
 
-use lanefs::alloc::lists::{walk, GroupSet};
+use lanefs::internals::alloc::lists::{walk, GroupSet};
 use loom::sync::Arc;
 use loom::thread;
 

@@ -12,7 +12,7 @@
 mod common;
 
 use common::{assert_fsck_clean, have_tool, is_root, skip, KernelMount};
-use lanefs::disk::superblock::Superblock;
+use lanefs::internals::disk::superblock::Superblock;
 use lanefs::mkfs::{format, MkfsOptions};
 use lanefs::{BlockDevice, Error, FileDevice, MemDevice};
 use std::path::{Path, PathBuf};
@@ -452,9 +452,12 @@ fn mmp_block_is_clean() {
     assert_eq!(sb.mmp_update_interval(), 5);
     let at = (sb.mmp_block() * u64::from(sb.block_size())) as usize;
     let block = &img[at..at + sb.block_size() as usize];
-    let m = lanefs::disk::mmp::Mmp::decode(block).expect("MMP block");
-    assert_eq!(m.seq, lanefs::disk::mmp::SEQ_CLEAN);
+    let m = lanefs::internals::disk::mmp::Mmp::decode(block).expect("MMP block");
+    assert_eq!(m.seq, lanefs::internals::disk::mmp::SEQ_CLEAN);
     assert_eq!(m.bdevname_str(), "/dev/test");
     assert_eq!(m.check_interval, 5);
-    assert!(lanefs::disk::mmp::checksum_ok(sb.csum_seed(), block));
+    assert!(lanefs::internals::disk::mmp::checksum_ok(
+        sb.csum_seed(),
+        block
+    ));
 }

@@ -347,11 +347,11 @@ fn crash_run(
     seed: u64,
     cut: u64,
 ) -> (
-    Arc<lanefs::crashdev::CrashDevice>,
-    Arc<lanefs::crashdev::CrashDevice>,
+    Arc<lanefs::CrashDevice>,
+    Arc<lanefs::CrashDevice>,
     Vec<(Vec<u8>, Vec<Vec<u8>>, bool)>,
 ) {
-    use lanefs::crashdev::CrashDevice;
+    use lanefs::CrashDevice;
     let idev = Arc::new(CrashDevice::from_vec(img.to_vec()));
     let rdev = Arc::new(CrashDevice::from_vec(rt.to_vec()));
     let mut files: Vec<(Vec<u8>, Vec<Vec<u8>>, bool)> = Vec::new();
@@ -462,7 +462,7 @@ fn content_allowed(versions: &[Vec<u8>], got: &[u8]) -> Result<(), String> {
 /// exact, and fsck finds the image clean.
 #[test]
 fn rt_crash_states_replay_to_what_was_acknowledged() {
-    use lanefs::crashdev::CrashDevice;
+    use lanefs::CrashDevice;
     let td = tempfile::tempdir().unwrap();
     let (img, rt) = make(td.path(), 16 << 20, 1, 0);
     {

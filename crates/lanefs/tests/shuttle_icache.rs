@@ -30,9 +30,9 @@
 //! (`.ci/run` does); without `--cfg shuttle` this file is empty.
 #![cfg(shuttle)]
 
-use lanefs::disk::inode::DiskInode;
-use lanefs::icache::{ICache, IRef};
-use lanefs::inode::{new_inode, Inode};
+use lanefs::internals::disk::inode::DiskInode;
+use lanefs::internals::icache::{ICache, IRef};
+use lanefs::internals::inode::{new_inode, Inode};
 use lanefs::IcachePolicy;
 use shuttle::sync::Mutex;
 use shuttle::thread::{self, yield_now};

@@ -36,8 +36,8 @@
 //! (`.ci/run` does); without `--cfg shuttle` this file is empty.
 #![cfg(shuttle)]
 
-use lanefs::dev::{BlockDevice, MemDevice};
-use lanefs::page::{Mapping, PageCache, Run};
+use lanefs::internals::page::{Mapping, PageCache, Run};
+use lanefs::{BlockDevice, MemDevice};
 use shuttle::sync::{Mutex, RwLock};
 use shuttle::thread;
 use std::sync::Arc;

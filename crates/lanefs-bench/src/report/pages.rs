@@ -83,7 +83,7 @@ impl<'a> Run<'a> {
 
 /// Bytes read and written per second, in GiB/s.
 fn bandwidth(r: &Record) -> Option<f64> {
-    Some(r.read_gib_s()? + r.written_gib_s().unwrap_or(0.0))
+    r.bandwidth_gib_s()
 }
 
 /// The runs of the page-cache family's workloads, one per workload and target.

@@ -200,6 +200,9 @@ impl Workload for Bufio {
     fn family(&self) -> Family {
         Family::Pages
     }
+    fn seed_variants(&self) -> &'static [&'static str] {
+        &["base", "default"]
+    }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {
         let b = ctx.backend;

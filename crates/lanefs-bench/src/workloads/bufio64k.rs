@@ -69,6 +69,9 @@ impl Workload for Bufio64k {
     fn family(&self) -> Family {
         Family::Blocks
     }
+    fn seed_variants(&self) -> &'static [&'static str] {
+        &["base", "default"]
+    }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {
         let b = ctx.backend;

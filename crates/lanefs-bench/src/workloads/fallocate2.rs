@@ -15,10 +15,6 @@ use std::sync::Mutex;
 const CHUNK: u64 = 8 << 10;
 /// Size at which the file is truncated back to zero.
 const FILE_SIZE: u64 = 1 << 20;
-/// Thread counts swept when the run names none: the seed's 1, 2, 4, 8 containers, which
-/// on a 2-core machine runs the last two oversubscribed.
-const THREADS: &[usize] = &[1, 2, 4, 8];
-
 /// The `fallocate2` workload.
 pub struct Fallocate2;
 
@@ -38,8 +34,8 @@ impl Workload for Fallocate2 {
         Family::Blocks
     }
 
-    fn default_threads(&self) -> &'static [usize] {
-        THREADS
+    fn seed_variants(&self) -> &'static [&'static str] {
+        &["base", "linear", "optimize_scan", "slots"]
     }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {

@@ -15,10 +15,6 @@ use crate::variant::Family;
 const CHUNK: usize = 4096;
 /// Size at which the file is truncated back to zero.
 const FILE_SIZE: u64 = 16 << 20;
-/// Thread counts swept when the run names none: past the 2 cores, where waiting in fsync
-/// (not CPU) is what more threads share.
-const THREADS: &[usize] = &[1, 2, 4, 8];
-
 /// The `fsync` workload.
 pub struct Fsync;
 
@@ -38,8 +34,8 @@ impl Workload for Fsync {
         Family::Blocks
     }
 
-    fn default_threads(&self) -> &'static [usize] {
-        THREADS
+    fn seed_variants(&self) -> &'static [&'static str] {
+        &["base", "default"]
     }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {

@@ -7,7 +7,7 @@
 //!   names, so all threads insert into and remove from the same directory (and, on ext4,
 //!   allocate their inodes from the same group).
 
-use super::{RunCtx, Workload, SEED_THREADS};
+use super::{RunCtx, Workload};
 use crate::target::{Dir, Name};
 use crate::timing::{phased, PhaseResult};
 use crate::variant::Family;
@@ -49,8 +49,8 @@ impl Workload for Mdtest {
         Family::Inodes
     }
 
-    fn default_threads(&self) -> &'static [usize] {
-        SEED_THREADS
+    fn seed_variants(&self) -> &'static [&'static str] {
+        &["base", "ialloc", "icache", "lanefs"]
     }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {

@@ -16,12 +16,21 @@ pub mod mdtest;
 pub mod rtfrag;
 pub mod stat;
 
-/// Thread counts a workload sweeps when the run does not name any (`--threads`).
-pub const DEFAULT_THREADS: &[usize] = &[1, 2, 4];
+/// Most threads a default sweep goes to (the seeds' tables go further, on machines with
+/// the CPUs for it).
+pub const MAX_DEFAULT_THREADS: usize = 8;
 
-/// Thread counts of the seeds' scaling tables (000, 001, 004) on a 2-core machine: two
-/// in parallel, then 4 and 8 oversubscribed.
-pub const SEED_THREADS: &[usize] = &[1, 2, 4, 8];
+/// Thread counts a workload sweeps when the run does not name any (`--threads`): powers of
+/// two from 1 up to the CPUs of this machine (at least 1 and 2, at most
+/// [`MAX_DEFAULT_THREADS`]). More threads than CPUs measure the scheduler, not the engine:
+/// on the 2-CPU machine this is developed on, 1 and 2.
+pub fn default_threads() -> Vec<usize> {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let top = cpus.clamp(2, MAX_DEFAULT_THREADS);
+    std::iter::successors(Some(1), |&n| Some(n * 2))
+        .take_while(|&n| n <= top)
+        .collect()
+}
 
 /// What one run of a workload gets.
 pub struct RunCtx<'a> {
@@ -61,10 +70,9 @@ pub trait Workload: Sync {
     fn name(&self) -> &'static str;
     /// Which seeds' variants it takes.
     fn family(&self) -> Family;
-    /// Thread counts to sweep when the run does not name any.
-    fn default_threads(&self) -> &'static [usize] {
-        DEFAULT_THREADS
-    }
+    /// The variants of its family a default run (no `--variants`) measures it with, the
+    /// baseline first: the rows of its seed's table.
+    fn seed_variants(&self) -> &'static [&'static str];
     /// Whether it runs on the engine only: a path target skips it with one line, and a
     /// compare run refuses it.
     fn engine_only(&self) -> bool {

@@ -47,7 +47,7 @@ use super::{RunCtx, Workload};
 use crate::target::{Dir, Handle, Instance, Name, Template};
 use crate::timing::{phased, PhaseResult, RtWork};
 use crate::variant::Family;
-use lanefs::fs::RtAllocPolicy;
+use lanefs::RtAllocPolicy;
 use lanefs::{FallocMode, FileDevice, Fs, MountOptions, Owner, ROOT_INO};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -63,9 +63,6 @@ pub const PHASES: [&str; 4] = ["alloc", "alloc-hint", "free", "realloc"];
 /// The phases as the timer runs them: the reported ones and the sync between `free` and
 /// `realloc`, whose result is dropped.
 const RUN_PHASES: [&str; 5] = ["alloc", "alloc-hint", "free", "sync", "realloc"];
-
-/// Thread counts swept when the run names none.
-const THREADS: &[usize] = &[1, 2];
 
 /// The shape of the fragmented device and of the requests (see the module's text).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,7 +124,7 @@ impl Default for Params {
             seed: 3,
             check: false,
             callgrind_exe: None,
-            callgrind_divisor: 10,
+            callgrind_divisor: 20,
         }
     }
 }
@@ -494,8 +491,8 @@ impl Workload for Rtfrag {
         Family::Realtime
     }
 
-    fn default_threads(&self) -> &'static [usize] {
-        THREADS
+    fn seed_variants(&self) -> &'static [&'static str] {
+        &["plain", "default"]
     }
 
     fn engine_only(&self) -> bool {

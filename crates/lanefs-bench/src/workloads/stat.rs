@@ -7,7 +7,7 @@
 //! `fstatat` on a path target. On the engine the record carries the inode cache's figures
 //! after the run.
 
-use super::{RunCtx, Workload, SEED_THREADS};
+use super::{RunCtx, Workload};
 use crate::target::{Dir, Name};
 use crate::timing::{timed_loop, PhaseResult};
 use crate::variant::Family;
@@ -34,8 +34,8 @@ impl Workload for Stat {
         Family::Inodes
     }
 
-    fn default_threads(&self) -> &'static [usize] {
-        SEED_THREADS
+    fn seed_variants(&self) -> &'static [&'static str] {
+        &["global", "bucket", "papaya"]
     }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {

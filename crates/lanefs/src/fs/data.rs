@@ -46,7 +46,9 @@ impl Fs {
 
     /// Read at `off` into `buf`; returns bytes read (0 at end of file). Cached data is
     /// copied without the inode's lock (the size as last stored, then the folios); a miss
-    /// reads through the page cache under the inode's shared lock.
+    /// reads through the page cache under the inode's shared lock. Holes read as zeros.
+    ///
+    /// See [`Fs::write`] for an example.
     pub fn read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
         let i = self.iget(ino)?;
         if let Some(n) = i.mapping.read_fast(self.bs as usize, off, buf) {
@@ -124,7 +126,32 @@ impl Fs {
         Ok(Some(pos.min(size)))
     }
 
-    /// Write `data` at `off`; returns bytes written.
+    /// Write `data` at `off`; returns bytes written (all of them, or an error). A write
+    /// past the end extends the file, leaving a hole between. The data goes to the page
+    /// cache and reaches the device at write-back: by the commit timer, under memory
+    /// pressure, or at [`Fs::fsync`] and [`Fs::sync`], always before the commit that maps
+    /// its blocks (ordered data).
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let f = fs.create(ROOT_INO, b"sparse", 0o644, Owner::default())?;
+    /// assert_eq!(fs.write(f.ino, 0, b"head")?, 4);
+    /// fs.write(f.ino, 1 << 20, b"tail")?; // 1 MiB on: a hole between
+    /// assert_eq!(fs.getattr(f.ino)?.size, (1 << 20) + 4);
+    ///
+    /// let mut buf = vec![0xFF; 8];
+    /// assert_eq!(fs.read(f.ino, 4096, &mut buf)?, 8);
+    /// assert_eq!(buf, [0; 8]); // the hole
+    /// assert_eq!(fs.read(f.ino, (1 << 20) + 2, &mut buf)?, 2); // short at the end
+    /// assert_eq!(&buf[..2], b"il");
+    /// assert_eq!(fs.read(f.ino, 2 << 20, &mut buf)?, 0); // past the end
+    /// fs.release(f.ino)?;
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
         self.retry_nospace(|| self.write_once(ino, off, data))
     }
@@ -277,7 +304,26 @@ impl Fs {
         i.mapping.write(&self.pages, off, data, &blk)
     }
 
-    /// Allocate or punch `[off, off+len)`.
+    /// Allocate or punch `[off, off+len)`, as fallocate(2) with `mode`: allocate as
+    /// unwritten extents (the default, extending the size unless `keep_size`), punch a
+    /// hole, or zero a range.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// use lanefs::FallocMode;
+    /// let f = fs.create(ROOT_INO, b"pre", 0o644, Owner::default())?;
+    /// fs.fallocate(f.ino, FallocMode::default(), 0, 1 << 20)?; // reserve 1 MiB
+    /// assert_eq!(fs.getattr(f.ino)?.size, 1 << 20);
+    /// let punch = FallocMode { punch_hole: true, keep_size: true, ..FallocMode::default() };
+    /// fs.fallocate(f.ino, punch, 0, 512 << 10)?; // give the first half back
+    /// assert_eq!(fs.getattr(f.ino)?.blocks, 1024); // 512 KiB in 512-byte sectors
+    /// fs.release(f.ino)?;
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn fallocate(&self, ino: Ino, mode: FallocMode, off: u64, len: u64) -> Result<()> {
         self.retry_nospace(|| self.fallocate_once(ino, mode, off, len))
     }
@@ -486,7 +532,22 @@ impl Fs {
 
     /// Make the data and metadata of `ino` durable: write its pages, then commit the
     /// newest transaction that changed it (or only flush, if that one is committed).
-    /// Concurrent fsyncs share commits.
+    /// Concurrent fsyncs share commits. After it returns, the file's data and attributes
+    /// survive a crash, and so does its name if it was created in that transaction or an
+    /// earlier one. `datasync` (fdatasync) is accepted and does the same.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let f = fs.create(ROOT_INO, b"journal.log", 0o644, Owner::default())?;
+    /// fs.write(f.ino, 0, b"entry 1\n")?;
+    /// fs.fsync(f.ino, false)?; // durable from here
+    /// fs.release(f.ino)?;
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
         let _ = datasync;
         if self.read_only {
@@ -553,7 +614,24 @@ impl Fs {
         self.journal.stats()
     }
 
-    /// Write everything and release the device. Inodes still open are released first.
+    /// Write everything and release the device: inodes still open are released first,
+    /// then everything is synced, the journal marked empty and the superblock marked
+    /// clean, so `e2fsck -fn` and the kernel find a clean file system. Dropping the last
+    /// `Arc<Fs>` without unmounting does the same, but has no way to report an error.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev.clone(), MountOptions::default())?;
+    /// use lanefs::fsck;
+    /// let f = fs.create(ROOT_INO, b"open", 0o644, Owner::default())?; // left open
+    /// fs.write(f.ino, 0, b"data")?;
+    /// fs.unmount()?;
+    /// let report = fsck::check(&*dev, &fsck::FsckOptions::default())?;
+    /// assert!(report.is_clean(), "{}", report.summary());
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn unmount(self: std::sync::Arc<Self>) -> Result<()> {
         if self.read_only {
             return Ok(());

@@ -118,7 +118,23 @@ impl Fs {
         Ok(())
     }
 
-    /// Look `name` up in directory `dir`.
+    /// Look `name` up in directory `dir` (`.` and `..` included): the attributes of the
+    /// inode it names. [`Error::NotFound`] when there is no such entry, [`Error::NotDir`]
+    /// when `dir` is not a directory.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let f = fs.create(ROOT_INO, b"a.txt", 0o644, Owner::default())?;
+    /// fs.release(f.ino)?;
+    /// assert_eq!(fs.lookup(ROOT_INO, b"a.txt")?.ino, f.ino);
+    /// assert_eq!(fs.lookup(ROOT_INO, b"..")?.ino, ROOT_INO);
+    /// assert_eq!(fs.lookup(ROOT_INO, b"b.txt"), Err(lanefs::Error::NotFound));
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Attr> {
         if name.len() > 255 {
             return Err(Error::NameTooLong);
@@ -146,7 +162,29 @@ impl Fs {
         Ok(self.attr(ino, &st.d))
     }
 
-    /// Change attributes (and size) of `ino`.
+    /// Change attributes (and size) of `ino`, as chmod, chown, truncate and utimes do:
+    /// the fields of `set` that are `Some`. The change time becomes now unless `set`
+    /// gives one. Returns the new attributes.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// use lanefs::{SetAttr, Timespec};
+    /// let f = fs.create(ROOT_INO, b"log", 0o644, Owner::default())?;
+    /// fs.write(f.ino, 0, &[b'x'; 10_000])?;
+    /// let a = fs.setattr(f.ino, &SetAttr {
+    ///     size: Some(100),                            // truncate
+    ///     perm: Some(0o600),                          // chmod
+    ///     mtime: Some(Timespec { sec: 0, nsec: 0 }), // utimes
+    ///     ..SetAttr::default()
+    /// })?;
+    /// assert_eq!((a.size, a.perm, a.mtime.sec), (100, 0o600, 0));
+    /// fs.release(f.ino)?;
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
         self.check_rw()?;
         let i = self.iget(ino)?;
@@ -205,7 +243,24 @@ impl Fs {
         Ok(self.attr(ino, &st.d))
     }
 
-    /// Create a regular file; it counts as opened (call `release` when done).
+    /// Create a regular file `name` in `dir` with permission bits `perm` (less
+    /// `owner.umask`, or as the directory's default ACL says), owned by `owner`. The file
+    /// counts as opened: call [`Fs::release`] when done with it. [`Error::Exists`] if
+    /// the name is taken.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let me = Owner { uid: 1000, gid: 1000, umask: 0o022 };
+    /// let f = fs.create(ROOT_INO, b"new.txt", 0o666, me)?;
+    /// assert_eq!((f.perm, f.uid, f.size), (0o644, 1000, 0));
+    /// fs.release(f.ino)?;
+    /// assert_eq!(fs.create(ROOT_INO, b"new.txt", 0o644, me), Err(lanefs::Error::Exists));
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn create(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
         // A new regular file starts open (`make_once`): the caller's reference.
         let (a, _) = self.make(
@@ -219,7 +274,21 @@ impl Fs {
         Ok(a)
     }
 
-    /// Create a directory.
+    /// Create a directory `name` in `dir` (permissions and owner as [`Fs::create`]).
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let o = Owner::default();
+    /// let a = fs.mkdir(ROOT_INO, b"a", 0o755, o)?;
+    /// let b = fs.mkdir(a.ino, b"b", 0o755, o)?;
+    /// assert_eq!(fs.lookup(b.ino, b"..")?.ino, a.ino);
+    /// assert_eq!(fs.getattr(a.ino)?.nlink, 3); // "a", "a/." and "a/b/.."
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn mkdir(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
         let a = self
             .make(
@@ -257,7 +326,19 @@ impl Fs {
         }
     }
 
-    /// Create a symbolic link to `target`.
+    /// Create a symbolic link `name` in `dir` pointing to `target` (any bytes; short
+    /// targets are kept in the inode, as ext4 does).
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let l = fs.symlink(ROOT_INO, b"link", b"some/where", Owner::default())?;
+    /// assert_eq!(fs.readlink(l.ino)?, b"some/where");
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
         // The VFS refuses a target of PATH_MAX (4096, with its NUL) or more; ext4 one that
         // does not fit a block.
@@ -554,12 +635,31 @@ impl Fs {
         Ok(self.attr(ino, &cst.d))
     }
 
-    /// Remove a non-directory entry.
+    /// Remove the entry `name` of `dir`, which is not a directory ([`Error::IsDir`]).
+    /// The inode goes with its last link, or, if it is open, at its last
+    /// [`Fs::release`] (it waits on ext4's orphan list, so a crash meanwhile frees it at
+    /// the next mount).
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let f = fs.create(ROOT_INO, b"tmp", 0o644, Owner::default())?; // open
+    /// fs.write(f.ino, 0, b"scratch")?;
+    /// fs.unlink(ROOT_INO, b"tmp")?;
+    /// assert_eq!(fs.lookup(ROOT_INO, b"tmp"), Err(lanefs::Error::NotFound));
+    /// let mut buf = [0u8; 7];
+    /// assert_eq!(fs.read(f.ino, 0, &mut buf)?, 7); // still readable while open
+    /// fs.release(f.ino)?; // now it is freed
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn unlink(&self, dir: Ino, name: &[u8]) -> Result<()> {
         self.remove(dir, name, false)
     }
 
-    /// Remove an empty directory.
+    /// Remove the empty directory `name` of `dir` ([`Error::NotEmpty`] otherwise).
     pub fn rmdir(&self, dir: Ino, name: &[u8]) -> Result<()> {
         if name == b"." {
             return Err(Error::Invalid("rmdir of .".into()));
@@ -687,7 +787,8 @@ impl Fs {
         self.al.check()
     }
 
-    /// Mark `ino` open: its data survives unlink until `release`.
+    /// Mark `ino` open: its data survives unlink until the matching [`Fs::release`].
+    /// Opens are counted; a file system frontend calls this on open(2).
     pub fn open(&self, ino: Ino) -> Result<()> {
         let i = self.iget(ino)?;
         if i.state.read().freed {
@@ -697,7 +798,8 @@ impl Fs {
         Ok(())
     }
 
-    /// Drop one open reference taken by `open` or `create`.
+    /// Drop one open reference taken by [`Fs::open`] or [`Fs::create`]; the last one of
+    /// an unlinked inode frees it.
     pub fn release(&self, ino: Ino) -> Result<()> {
         let i = self
             .icache
@@ -728,7 +830,36 @@ impl Fs {
         Ok(())
     }
 
-    /// Entries of `dir` after cursor `pos` (0 = start), at most `max`.
+    /// Entries of `dir` after cursor `pos` (0 = start), at most `max` (more only when
+    /// entries share a cursor, which are never split between calls). Entries come in
+    /// hash order, `.` and `..` first; pass the last entry's [`next`](DirEntry::next) to
+    /// continue. Cursors stay valid while the directory changes, as ext4's do: a listing
+    /// resumed after other entries were added or removed loses and repeats none of those
+    /// that stayed. An empty result is the end.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let o = Owner::default();
+    /// for name in [&b"x"[..], b"y", b"z"] {
+    ///     fs.mkdir(ROOT_INO, name, 0o755, o)?;
+    /// }
+    /// let mut names = Vec::new();
+    /// let mut pos = 0;
+    /// loop {
+    ///     let batch = fs.readdir(ROOT_INO, pos, 2)?;
+    ///     let Some(last) = batch.last() else { break };
+    ///     pos = last.next;
+    ///     names.extend(batch.into_iter().map(|e| e.name));
+    /// }
+    /// names.sort();
+    /// let expect: Vec<&[u8]> = vec![b".", b"..", b"lost+found", b"x", b"y", b"z"];
+    /// assert_eq!(names, expect);
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn readdir(&self, dir: Ino, pos: u64, max: usize) -> Result<Vec<DirEntry>> {
         let d = self.iget(dir)?;
         let st = self.read_loaded(&d)?;
@@ -851,7 +982,24 @@ impl Fs {
         Ok(())
     }
 
-    /// File-system counters.
+    /// File-system counters, as statfs(2) reports them.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let before = fs.statfs()?;
+    /// let f = fs.create(ROOT_INO, b"f", 0o644, Owner::default())?;
+    /// fs.write(f.ino, 0, &[1u8; 1 << 20])?;
+    /// fs.release(f.ino)?;
+    /// let after = fs.statfs()?;
+    /// assert_eq!(after.block_size, 4096);
+    /// assert_eq!(before.free_inodes - after.free_inodes, 1);
+    /// assert!(before.free_blocks - after.free_blocks >= 256);
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn statfs(&self) -> Result<StatFs> {
         let sb = self.sb.lock();
         let free = self.al.free_blocks();

@@ -17,13 +17,49 @@ use crate::types::*;
 type Guard<'a> = RwLockWriteGuard<'a, InodeState>;
 
 impl Fs {
-    /// Rename, replacing an existing target if it is compatible.
+    /// Rename `dir/name` to `newdir/newname`, replacing an existing target if it is
+    /// compatible (a file over a file, a directory over an empty directory), in one
+    /// transaction: after a crash, the name is in one place or the other.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let o = Owner::default();
+    /// let d = fs.mkdir(ROOT_INO, b"d", 0o755, o)?;
+    /// let f = fs.create(ROOT_INO, b"draft", 0o644, o)?;
+    /// fs.release(f.ino)?;
+    /// fs.rename(ROOT_INO, b"draft", d.ino, b"final")?;
+    /// assert_eq!(fs.lookup(d.ino, b"final")?.ino, f.ino);
+    /// assert_eq!(fs.lookup(ROOT_INO, b"draft"), Err(lanefs::Error::NotFound));
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn rename(&self, dir: Ino, name: &[u8], newdir: Ino, newname: &[u8]) -> Result<()> {
         self.rename_with(dir, name, newdir, newname, RenameMode::Replace)
     }
 
     /// Rename as renameat2(2) with `mode`: replace the target, refuse an existing one
     /// (`NoReplace`), or swap the two names (`Exchange`).
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// use lanefs::{Error, RenameMode};
+    /// let o = Owner::default();
+    /// let a = fs.mkdir(ROOT_INO, b"a", 0o755, o)?;
+    /// let b = fs.mkdir(ROOT_INO, b"b", 0o755, o)?;
+    /// let r = fs.rename_with(ROOT_INO, b"a", ROOT_INO, b"b", RenameMode::NoReplace);
+    /// assert_eq!(r, Err(Error::Exists));
+    /// fs.rename_with(ROOT_INO, b"a", ROOT_INO, b"b", RenameMode::Exchange)?;
+    /// assert_eq!(fs.lookup(ROOT_INO, b"b")?.ino, a.ino);
+    /// assert_eq!(fs.lookup(ROOT_INO, b"a")?.ino, b.ino);
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn rename_with(
         &self,
         dir: Ino,

@@ -249,6 +249,27 @@ impl Fs {
 
     /// Set xattr `name` to `value` (`flags` as setxattr(2)). Setting an access ACL also
     /// sets the mode's permission bits from it, and one the mode says whole is not stored.
+    /// Names carry their namespace (`user.`, `trusted.`, `security.`,
+    /// `system.posix_acl_access`, `system.posix_acl_default`).
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// use lanefs::{Error, XattrFlags};
+    /// let f = fs.create(ROOT_INO, b"f", 0o644, Owner::default())?;
+    /// fs.setxattr(f.ino, b"user.origin", b"camera 2", XattrFlags::Any)?;
+    /// assert_eq!(fs.getxattr(f.ino, b"user.origin")?, b"camera 2");
+    /// assert_eq!(fs.listxattr(f.ino)?, vec![b"user.origin".to_vec()]);
+    /// let again = fs.setxattr(f.ino, b"user.origin", b"x", XattrFlags::Create);
+    /// assert_eq!(again, Err(Error::Exists));
+    /// fs.removexattr(f.ino, b"user.origin")?;
+    /// assert_eq!(fs.getxattr(f.ino, b"user.origin"), Err(Error::NoData));
+    /// fs.release(f.ino)?;
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> Result<()> {
         self.retry_nospace(|| self.change_xattr(ino, name, Some(value), flags))
     }

@@ -119,6 +119,30 @@ impl MkfsOptions {
 ///
 /// Errors with `Error::Invalid` (one line, naming what is wrong) when an option or a
 /// combination of features is refused, or when the device is too small or too big.
+///
+/// ```
+/// use lanefs::{fsck, mkfs, MemDevice};
+///
+/// // lanefs's fixed shape: ext4, 4 KiB blocks, one inode per 16 KiB.
+/// let dev = MemDevice::new(32 << 20);
+/// mkfs::format(&dev, &mkfs::MkfsOptions::default())?;
+///
+/// // What `mke2fs -t ext3 -b 1024 -L old` makes (an ext3 journal, block maps).
+/// let old = MemDevice::new(16 << 20);
+/// let opts = mkfs::MkfsOptions {
+///     fs_type: Some("ext3".into()),
+///     block_size: Some(1024),
+///     label: "old".into(),
+///     ..mkfs::MkfsOptions::mke2fs()
+/// };
+/// mkfs::format(&old, &opts)?;
+/// assert!(fsck::check(&old, &fsck::FsckOptions::default())?.is_clean());
+///
+/// // Refused as mke2fs refuses it.
+/// let bad = mkfs::MkfsOptions { block_size: Some(3000), ..mkfs::MkfsOptions::default() };
+/// assert!(matches!(mkfs::format(&dev, &bad), Err(lanefs::Error::Invalid(_))));
+/// # Ok::<(), lanefs::Error>(())
+/// ```
 pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<()> {
     check_options(opts)?;
     let p = params::resolve(opts, dev.size())?;
