@@ -769,11 +769,11 @@ fn render_goals(records: &[Record], series: &[(&str, &str)]) -> String {
         .set_header(vec![
             "workload",
             "phase",
-            "lanefs / fuse2fs at 2",
+            "lanefs/fuse2fs @2",
             "goal",
-            "lanefs 2 vs 1",
-            "fuse2fs 2 vs 1",
-            "lanefs rises",
+            "lanefs 2/1",
+            "fuse2fs 2/1",
+            "rises",
         ]);
     for &(w, p) in series {
         let vs = div(

@@ -56,7 +56,7 @@ fn compare_runs_every_workload_on_the_three_mounts() {
     let json = dir.path().join("compare.json");
     let out = run(Command::new(LANEFS)
         .args(["bench", "--compare", "--seconds", "0.2", "--warmup", "0.05"])
-        .args(["--reps", "1", "--files", "200", "--json"])
+        .args(["--reps", "1", "--files", "200", "--verbose", "--json"])
         .arg(&json));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

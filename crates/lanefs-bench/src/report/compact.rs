@@ -315,7 +315,10 @@ fn build(all: &[Record], w: &str, recs: &[&Record]) -> Compact {
             break;
         }
     }
-    let (header, mut cells, text_cols, inline, locks) = chosen.expect("one shape at least");
+    let (mut header, mut cells, text_cols, inline, locks) = chosen.expect("one shape at least");
+    if compare {
+        header[1] = "mount".to_string();
+    }
     if phases.len() == 1 {
         for row in &mut cells {
             row.remove(0);
