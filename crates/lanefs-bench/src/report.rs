@@ -31,7 +31,7 @@ pub struct Record {
     /// Timed phase ("fallocate", "create", "remove", "lookup", "fsync", "write", "read",
     /// "loop"; bufio's and rtfrag's own: "alloc", "alloc-hint", "free", "realloc").
     pub phase: String,
-    /// "lanefs" or "path:<dir>".
+    /// "lanefs" or "path:DIR".
     pub target: String,
     /// Variant name ("-" for a path target and for the control loop).
     pub variant: String,
@@ -794,7 +794,7 @@ fn render_fragmentation(s: &Series<'_>) -> Option<String> {
 }
 
 /// The seed-shaped summaries: for every workload phase and target with two or more
-/// variants, one of them a baseline (see [`baseline`]), a table of each variant against
+/// variants, one of them a baseline (the family's first that ran), a table of each variant against
 /// the baseline per thread count. For the inode workloads (seeds 001 and 004) a cell is
 /// the median total rate (creates/s, removes/s, files/s, lookups/s), and where the records
 /// carry the inode cache's figures (fsmark, stat) a second table gives the CPU time per

@@ -121,7 +121,7 @@ pub struct FreeSpace {
 
 /// The operations the workloads need, with errors as strings that say what failed.
 pub trait Backend: Send + Sync {
-    /// Label for records: "lanefs" or "path:<dir>".
+    /// Label for records: "lanefs" or "path:DIR".
     fn label(&self) -> String;
     /// Where this run works, for error messages (the run's directory or image file).
     fn location(&self) -> String;
@@ -724,7 +724,7 @@ pub enum Target {
 static RUN_SEQ: AtomicUsize = AtomicUsize::new(0);
 
 impl Target {
-    /// "lanefs" or "path:<dir>".
+    /// "lanefs" or "path:DIR".
     pub fn label(&self) -> String {
         match self {
             Target::Path(dir) => format!("path:{}", dir.display()),

@@ -1,6 +1,6 @@
 //! lanefs served through FUSE: the frontend behind `lanefs mount`.
 //!
-//! [`serve`] mounts an image with the engine, hands the kernel a /dev/fuse connection
+//! [`serve()`] mounts an image with the engine, hands the kernel a /dev/fuse connection
 //! (mount(2) as root, `fusermount3` otherwise) and serves requests from
 //! [`MountConfig::threads`] threads, each reading its own cloned /dev/fuse fd, until the
 //! mount goes away; then the engine writes everything back. [`LaneFuse`] is the request
