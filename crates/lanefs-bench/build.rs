@@ -25,9 +25,16 @@ fn main() {
         None => "unknown".to_string(),
     };
     println!("cargo:rustc-env=LANEFS_COMMIT={commit}");
-    // A new commit or a change to what is staged moves HEAD or the index.
+    // Run again when the answer may change: another branch (HEAD), a new commit on it (its
+    // ref, or packed-refs), a change staged (the index), or a source file edited anywhere
+    // in the workspace's crates (the "+dirty").
     if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
         println!("cargo:rerun-if-changed={dir}/HEAD");
         println!("cargo:rerun-if-changed={dir}/index");
+        println!("cargo:rerun-if-changed={dir}/packed-refs");
+        if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={dir}/{head}");
+        }
     }
+    println!("cargo:rerun-if-changed=..");
 }

@@ -98,8 +98,8 @@ pub struct BenchConfig {
     /// Print a line for every timed run as it ends (the command line turns this off when
     /// it shows a progress bar instead).
     pub run_lines: bool,
-    /// Print the full tables (every field of every run) and the lock statistics, not only
-    /// the compact per-workload tables.
+    /// Print the full tables (every field of every run) and the seeds' detailed tables,
+    /// not only the compact per-workload tables.
     pub verbose: bool,
     /// The `lanefs` executable a [`TargetSpec::Compare`] run mounts with (`lanefs mount
     /// -f`); the command line passes its own (`std::env::current_exe`).
@@ -346,7 +346,11 @@ impl BenchConfig {
             return w
                 .seed_variants()
                 .iter()
-                .filter_map(|n| Variant::named_in(w.family(), n).ok())
+                .map(|n| {
+                    // The names are the code's own; a test resolves every one.
+                    Variant::named_in(w.family(), n)
+                        .unwrap_or_else(|e| panic!("{}'s seed variants: {e}", w.name()))
+                })
                 .collect();
         }
         self.variants

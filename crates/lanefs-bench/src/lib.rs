@@ -198,7 +198,8 @@ pub struct Step<'a> {
 
 /// What a run tells a progress display as it goes. Every method has an empty default.
 pub trait Observer {
-    /// The run will make `total` timed runs (control loops included).
+    /// The run will make `total` timed runs (control loops and rtfrag's callgrind runs
+    /// included).
     fn plan(&mut self, _total: usize) {}
     /// A timed run starts.
     fn start(&mut self, _step: &Step<'_>) {}
@@ -400,7 +401,7 @@ fn build_templates(
 fn callgrind_why_not(cfg: &BenchConfig) -> Option<&'static str> {
     use workloads::rtfrag;
     if cfg.rtfrag.callgrind_exe.is_none() {
-        Some("no lanefs executable to run under valgrind (the library was called directly)")
+        Some("no lanefs executable to run under valgrind (--quick, or the library was called directly)")
     } else if !cfg.threads_for(rtfrag::NAME).contains(&1) {
         Some("they are counted at 1 thread, which this run does not measure")
     } else if !rtfrag::valgrind_available() {
@@ -648,11 +649,13 @@ fn run_sweep(
                     if let Some(stats) = locks {
                         let run =
                             format!("{} [{}] threads {threads}, rep {rep}", w.name(), o.variant);
-                        say!(
-                            out,
-                            "journal locks: {run}: {}",
-                            report::journal_lock_share(&stats)
-                        )?;
+                        if cfg.run_lines {
+                            say!(
+                                out,
+                                "journal locks: {run}: {}",
+                                report::journal_lock_share(&stats)
+                            )?;
+                        }
                         if rep == cfg.reps {
                             let table = engine::lockstat_table(&stats);
                             say!(out, "lock statistics: {run}\n{table}")?;

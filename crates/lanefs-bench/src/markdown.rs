@@ -13,16 +13,7 @@ use std::path::{Path, PathBuf};
 pub fn report(cfg: &BenchConfig, records: &[Record], charts: &[PathBuf], report: &Path) -> String {
     let m = Machine::here();
     let mut out = String::from("# lanefs bench report\n\n");
-    out.push_str(&format!(
-        "lanefs `{}` on {} CPUs ({}){}, Linux {}.\n\n",
-        m.commit,
-        m.cpus,
-        m.cpu_model,
-        m.memory
-            .map(|b| format!(", {:.1} GiB of memory", b as f64 / f64::from(1u32 << 30)))
-            .unwrap_or_default(),
-        m.kernel
-    ));
+    out.push_str(&format!("{}.\n\n", m.text()));
     out.push_str("## The run\n\n");
     out.push_str(&format!("- target: {}\n", target_text(&cfg.target)));
     out.push_str(&format!("- workloads: {}\n", cfg.workloads.join(", ")));
@@ -35,7 +26,7 @@ pub fn report(cfg: &BenchConfig, records: &[Record], charts: &[PathBuf], report:
     ));
     out.push_str(&format!(
         "- {}, interleaved (tables show the median); {} s measured per duration-timed run \
-         after {} s of warm-up; {} files per thread (mdtest, stat)\n",
+         after {} s of warm-up; {} files per thread (mdtest, mdtest-shared, stat)\n",
         if cfg.reps == 1 {
             "1 repetition".to_string()
         } else {
@@ -47,7 +38,8 @@ pub fn report(cfg: &BenchConfig, records: &[Record], charts: &[PathBuf], report:
     ));
     out.push_str(
         "- the control loop (threads that share no memory) runs at every thread count: its \
-         scaling is the machine's ceiling, the `ctl` column and the charts' dashed line\n\n",
+         scaling is the machine's ceiling, given in each table's title and drawn as the \
+         charts' dashed line\n\n",
     );
     out.push_str(&variants_section(cfg, records));
     out.push_str("## Results\n\n");
@@ -134,7 +126,8 @@ fn variants_section(cfg: &BenchConfig, records: &[Record]) -> String {
     }
     let mut out = String::from(
         "## The variants\n\nEach workload runs the variants of its seed, interleaved; the \
-         first is the baseline the changes are measured against.\n\n\
+         changes are measured against its family's baseline (`base`, for the inode cache \
+         alone `global`, for the realtime allocator `plain`).\n\n\
          | workload | variant | what it is | mount options |\n|---|---|---|---|\n",
     );
     for w in &cfg.workloads {

@@ -18,13 +18,17 @@ pub(crate) fn write(
         say(&format!("\n{}", report::render_table(records)))?;
     }
     say(&compact::render(records))?;
-    if compare {
-        say(&crate::compare::goals(records))?;
-    } else {
-        say(&report::rtfrag::render_goals(records))?;
-    }
+    // The full tables carry the goals already.
     if !cfg.verbose {
-        say("(--verbose prints every field of every run; --json, --svg and --report keep them)")?;
+        let goals = if compare {
+            crate::compare::goals(records)
+        } else {
+            report::rtfrag::render_goals(records)
+        };
+        if !goals.is_empty() {
+            say(goals.trim_end())?;
+        }
+        say("(--verbose prints every field of every run; --json and --report keep them)")?;
     }
     if let Some(path) = &cfg.json {
         report::write_json(records, path)?;

@@ -194,6 +194,23 @@ impl Record {
     }
 }
 
+/// Whether `workload`'s tables and charts count GiB/s rather than ops/s: the page-cache
+/// workloads of 64 KiB calls (bufio, bufio64k).
+pub(crate) fn is_bandwidth(workload: &str) -> bool {
+    workload == crate::workloads::bufio::NAME || workload == crate::workloads::bufio64k::NAME
+}
+
+/// A record's rate in its workload's unit: for bufio and bufio64k GiB/s of their 64 KiB
+/// calls (bytes read + written where the record counts them, as seed 002's tables; else
+/// calls x 64 KiB), for every other ops/s.
+pub(crate) fn rate(workload: &str, r: &Record) -> f64 {
+    if !is_bandwidth(workload) {
+        return r.ops_per_sec;
+    }
+    r.bandwidth_gib_s()
+        .unwrap_or(r.ops_per_sec * crate::workloads::bufio::CHUNK as f64 / GIB)
+}
+
 /// Bytes in a GiB.
 const GIB: f64 = (1u64 << 30) as f64;
 

@@ -113,13 +113,14 @@ pub fn bench(args: &BenchArgs) -> CmdResult<i32> {
         return Ok(0);
     }
     let mut cfg = config(args)?;
-    let bar = if args.verbose {
+    // The bar on a terminal; a line per run with --verbose, or when the output goes to a
+    // log or a pipe (the bar would not be seen beside it).
+    let bar = if args.verbose || !std::io::stdout().is_terminal() {
         None
     } else {
         crate::progress::BenchBar::new()
     };
-    // A line per run with --verbose, or when nobody watches a terminal (a log, a pipe).
-    cfg.run_lines = args.verbose || !std::io::stdout().is_terminal() || bar.is_none();
+    cfg.run_lines = bar.is_none();
     let result = match &bar {
         Some(bar) => {
             let mut out = bar.writer(std::io::stdout().lock());

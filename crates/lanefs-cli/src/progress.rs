@@ -89,6 +89,13 @@ impl BenchBar {
     }
 }
 
+impl Drop for BenchBar {
+    /// Clear the bar also when the run ends early (an error, a panic).
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 impl lanefs_bench::Observer for &BenchBar {
     fn plan(&mut self, total: usize) {
         self.bar.set_length(total as u64);

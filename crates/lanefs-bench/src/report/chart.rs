@@ -29,7 +29,6 @@ const CHAR_PX: f64 = 7.3;
 const TITLE_CHAR_PX: f64 = 11.0;
 /// A panel's y axis is logarithmic when its largest point exceeds its smallest this much.
 const LOG_SPREAD: f64 = 20.0;
-const GIB: f64 = (1u64 << 30) as f64;
 /// bufio's phase of plain memory copies, drawn as its ceiling rather than as a variant.
 const MEMCPY: &str = bufio::PHASES[0];
 const CEILING: &str = "control ceiling";
@@ -154,7 +153,7 @@ fn chart(records: &[Record], workload: &str) -> Option<Chart> {
     threads.sort_unstable();
     let pens = pens(workload, &series);
     let ctl = control_rates(records, &targets, &threads);
-    let value = |r: &Record| rate(workload, r);
+    let value = |r: &Record| super::rate(workload, r);
     let memcpy = medians(recs.iter().filter(|r| r.phase == MEMCPY), &threads, value);
     let mut panels = Vec::new();
     for &phase in phases
@@ -256,18 +255,6 @@ fn ceiling(lines: &[Line], ctl: &[(usize, f64)]) -> Option<Line> {
         pen: CEILING_PEN,
         points: ctl.iter().map(|&(n, c)| (n, best * c / c0)).collect(),
     })
-}
-
-/// A record's rate in its chart's unit: GiB/s of the 64 KiB calls for bufio and bufio64k
-/// (bytes read + written when the record has them, as seed 002's tables), else ops/s.
-fn rate(workload: &str, r: &Record) -> f64 {
-    if workload != bufio::NAME && workload != bufio64k::NAME {
-        return r.ops_per_sec;
-    }
-    match r.read_gib_s() {
-        Some(read) => read + r.written_gib_s().unwrap_or(0.0),
-        None => r.ops_per_sec * bufio::CHUNK as f64 / GIB,
-    }
 }
 
 fn unit(workload: &str, phase: &str) -> &'static str {

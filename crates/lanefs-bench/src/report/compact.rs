@@ -30,13 +30,14 @@ pub struct Compact {
 }
 
 impl Compact {
-    /// The table for a terminal (UTF-8 box drawing), title and legend around it.
+    /// The table for a terminal (UTF-8 box drawing), title and legend around it, wrapped
+    /// at [`MAX_WIDTH`].
     pub fn terminal(&self) -> String {
         format!(
             "\n{}\n{}\n{}\n",
-            self.title,
+            wrap(&self.title, MAX_WIDTH),
             boxed(&self.header, &self.rows, self.text_cols),
-            self.legend
+            wrap(&self.legend, MAX_WIDTH)
         )
     }
 
@@ -83,9 +84,10 @@ pub fn width(text: &str) -> usize {
 /// appear (the control loop has none of its own: it is every table's ceiling).
 pub fn tables(records: &[Record]) -> Vec<Compact> {
     let mut keys: Vec<(&str, &str)> = Vec::new();
+    let compare = is_compare(records);
     for r in records.iter().filter(|r| r.workload != control::NAME) {
         // A compare run's mounts are rows of one table, not tables of their own.
-        let target = if is_compare(records) { "" } else { &r.target };
+        let target = if compare { "" } else { &r.target };
         push_unique(&mut keys, (r.workload.as_str(), target));
     }
     keys.into_iter()
@@ -113,17 +115,18 @@ fn is_compare(records: &[Record]) -> bool {
 struct Row<'a> {
     phase: &'a str,
     label: &'a str,
+    workload: &'a str,
     recs: Vec<&'a Record>,
 }
 
 impl Row<'_> {
-    /// Median over repetitions of the table's unit at `threads`.
-    fn median(&self, threads: usize, unit: Unit) -> Option<f64> {
+    /// Median over repetitions of the row's rate ([`super::rate`]) at `threads`.
+    fn median(&self, threads: usize) -> Option<f64> {
         let v: Vec<f64> = self
             .recs
             .iter()
             .filter(|r| r.threads == threads)
-            .filter_map(|r| unit.value(r))
+            .map(|r| super::rate(self.workload, r))
             .collect();
         (!v.is_empty()).then(|| summary(v).0)
     }
@@ -164,24 +167,16 @@ impl Row<'_> {
 enum Unit {
     /// Operations per second, all threads together.
     Ops,
-    /// GiB/s read and written (the page-cache workloads).
+    /// GiB/s read and written (the page-cache workloads), as [`super::rate`] counts them.
     Gib,
 }
 
 impl Unit {
-    fn of(workload: &str, recs: &[&Record]) -> Unit {
-        let bytes = recs.iter().all(|r| r.bandwidth_gib_s().is_some());
-        if bytes && (workload == crate::workloads::bufio::NAME || workload == "bufio64k") {
+    fn of(workload: &str) -> Unit {
+        if super::is_bandwidth(workload) {
             Unit::Gib
         } else {
             Unit::Ops
-        }
-    }
-
-    fn value(self, r: &Record) -> Option<f64> {
-        match self {
-            Unit::Ops => Some(r.ops_per_sec),
-            Unit::Gib => r.bandwidth_gib_s(),
         }
     }
 
@@ -203,24 +198,26 @@ impl Unit {
     }
 }
 
-/// A rate in three significant digits: "1.46M", "293k", "1,751" stays "1.75k".
+/// A rate in three significant digits: "1.46M", "293k", 1751 as "1.75k", 420 as "420".
 pub fn short(v: f64) -> String {
     let a = v.abs();
-    let (x, suffix) = if a >= 1e9 {
-        (v / 1e9, "G")
-    } else if a >= 1e6 {
-        (v / 1e6, "M")
-    } else if a >= 1e3 {
-        (v / 1e3, "k")
+    // The suffix of the value as it will print: 999,999 rounds to "1.00M", not "1000k".
+    let (scale, suffix) = if a >= 999_500.0 * 1e3 {
+        (1e9, "G")
+    } else if a >= 999_500.0 {
+        (1e6, "M")
+    } else if a >= 999.5 {
+        (1e3, "k")
     } else {
-        (v, "")
+        (1.0, "")
     };
+    let x = v / scale;
     let digits = match x.abs() {
-        x if x >= 100.0 => 0,
-        x if x >= 10.0 => 1,
+        x if x >= 99.95 => 0,
+        x if x >= 9.995 => 1,
         _ => 2,
     };
-    let digits = if suffix.is_empty() && a >= 100.0 {
+    let digits = if suffix.is_empty() && a >= 99.95 {
         0
     } else {
         digits
@@ -228,125 +225,204 @@ pub fn short(v: f64) -> String {
     format!("{x:.digits$}{suffix}")
 }
 
+/// `text` broken at spaces into lines of at most `width` characters (a longer word stays
+/// whole on its own line).
+fn wrap(text: &str, width: usize) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines.join("\n")
+}
+
+/// The facts one workload's table is built from.
+struct Facts<'a> {
+    rows: Vec<Row<'a>>,
+    phases: Vec<&'a str>,
+    threads: Vec<usize>,
+    unit: Unit,
+    base: Option<&'a str>,
+    compare: bool,
+    has_locks: bool,
+}
+
+/// One way to lay a table out, widest first (see [`SHAPES`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shape {
+    /// Changes against the baseline in every cell (else one column at the top count).
+    inline: bool,
+    /// Short headers ("2 thr", "eff").
+    terse: bool,
+    /// The lock column, where the records have lock statistics.
+    locks: bool,
+    /// The efficiency column.
+    eff: bool,
+    /// A row per thread count instead of a column per thread count: as wide whatever the
+    /// thread counts, the layout of last resort.
+    long: bool,
+}
+
+/// The layouts tried in turn until one fits [`MAX_WIDTH`].
+const SHAPES: [Shape; 6] = [
+    Shape {
+        inline: true,
+        terse: false,
+        locks: true,
+        eff: true,
+        long: false,
+    },
+    Shape {
+        inline: false,
+        terse: false,
+        locks: true,
+        eff: true,
+        long: false,
+    },
+    Shape {
+        inline: false,
+        terse: true,
+        locks: true,
+        eff: true,
+        long: false,
+    },
+    Shape {
+        inline: false,
+        terse: true,
+        locks: false,
+        eff: true,
+        long: false,
+    },
+    Shape {
+        inline: false,
+        terse: true,
+        locks: false,
+        eff: false,
+        long: false,
+    },
+    Shape {
+        inline: true,
+        terse: true,
+        locks: true,
+        eff: true,
+        long: true,
+    },
+];
+
 /// The compact table of workload `w` from its records `recs` (`all` gives the control loop).
 fn build(all: &[Record], w: &str, recs: &[&Record]) -> Compact {
+    let facts = facts(all, w, recs);
+    let low = facts.threads.first().copied().unwrap_or(1);
+    let top = facts.threads.last().copied().unwrap_or(1);
+    let control_eff = control_efficiency(all, low, top);
+    let text_cols = if facts.phases.len() > 1 { 2 } else { 1 };
+    let mut chosen = None;
+    for shape in SHAPES {
+        let (header, rows) = shape_cells(&facts, shape);
+        let fits = width(&boxed(&header, &rows, text_cols)) <= MAX_WIDTH;
+        chosen = Some((shape, header, rows));
+        if fits {
+            break;
+        }
+    }
+    let (shape, header, rows) = chosen.expect("SHAPES is not empty");
+    let text_cols = if shape.long { text_cols + 1 } else { text_cols };
+    let title = title(&facts, w, recs, top, control_eff);
+    let legend = legend(&facts, shape, low, top);
+    Compact {
+        workload: w.to_string(),
+        title,
+        header,
+        rows,
+        text_cols,
+        legend,
+    }
+}
+
+/// The rows, phases, thread counts, unit and baseline of workload `w`.
+fn facts<'a>(all: &[Record], w: &'a str, recs: &[&'a Record]) -> Facts<'a> {
     let compare = is_compare(all);
+    let label = |r: &'a Record| {
+        if compare {
+            r.target.as_str()
+        } else {
+            r.variant.as_str()
+        }
+    };
     let mut phases: Vec<&str> = Vec::new();
     let mut labels: Vec<&str> = Vec::new();
     let mut threads: Vec<usize> = Vec::new();
-    for r in recs {
+    for &r in recs {
         push_unique(&mut phases, &r.phase);
-        push_unique(&mut labels, if compare { &r.target } else { &r.variant });
+        push_unique(&mut labels, label(r));
         push_unique(&mut threads, r.threads);
     }
     threads.sort_unstable();
-    let unit = Unit::of(w, recs);
-    // bufio's memcpy phase is its control, shown as a row like the others.
     let base = if compare {
         labels.iter().copied().find(|&l| l == FUSE2FS)
     } else {
         baseline(w, &labels)
     };
-    let rows: Vec<Row<'_>> = phases
+    let rows = phases
         .iter()
         .flat_map(|&phase| {
-            labels.iter().map(move |&label| Row {
+            labels.iter().map(move |&l| Row {
                 phase,
-                label,
+                label: l,
+                workload: w,
                 recs: recs
                     .iter()
                     .copied()
-                    .filter(|r| {
-                        r.phase == phase && (if compare { &r.target } else { &r.variant }) == label
-                    })
+                    .filter(|&r| r.phase == phase && label(r) == l)
                     .collect(),
             })
         })
         .filter(|row| !row.recs.is_empty())
         .collect();
-    let top = threads.last().copied().unwrap_or(1);
-    let low = threads.first().copied().unwrap_or(1);
-    let control_eff = control_efficiency(all, low, top);
-    let has_locks = recs.iter().any(|r| r.lock_top_class.is_some());
+    Facts {
+        rows,
+        phases,
+        threads,
+        unit: Unit::of(w),
+        base,
+        compare,
+        has_locks: recs.iter().any(|r| r.lock_top_class.is_some()),
+    }
+}
+
+/// "mdtest on lanefs: ops/s (seed 001's ...), median of 3 reps; the control loop's
+/// efficiency at 2 threads: 0.99".
+fn title(facts: &Facts<'_>, w: &str, recs: &[&Record], top: usize, ctl: Option<f64>) -> String {
     let reps = recs.iter().map(|r| r.rep).max().unwrap_or(1);
     let target = recs.first().map_or("", |r| r.target.as_str());
-    let about = family_of(w).map_or("", |f| f.about());
-    let title = format!(
-        "{w}{}: {}{}, {}",
-        if compare {
-            " through the kernel (syscalls)".to_string()
-        } else {
-            format!(" on {target}")
-        },
-        unit.name(w, &phases),
-        if about.is_empty() {
-            String::new()
-        } else {
-            format!(" ({about})")
-        },
-        if reps == 1 {
-            "1 rep".to_string()
-        } else {
-            format!("median of {reps} reps")
-        }
-    );
-    // The widest shape that fits: changes in every cell, else one change column at the top
-    // thread count; the lock column last to go.
-    let mut chosen = None;
-    let shapes = [
-        (true, false, has_locks),
-        (false, false, has_locks),
-        (false, true, has_locks),
-        (false, true, false),
-    ];
-    for (inline, terse, locks) in shapes {
-        let (header, cells) = shape(
-            &rows,
-            &threads,
-            unit,
-            base,
-            (inline, terse, locks),
-            control_eff,
-        );
-        let text_cols = if phases.len() > 1 { 2 } else { 1 };
-        let fits = width(&boxed(&header, &cells, text_cols)) <= MAX_WIDTH;
-        chosen = Some((header, cells, text_cols, inline, locks));
-        if fits {
-            break;
-        }
-    }
-    let (mut header, mut cells, text_cols, inline, locks) = chosen.expect("one shape at least");
-    if compare {
-        header[1] = "mount".to_string();
-    }
-    if phases.len() == 1 {
-        for row in &mut cells {
-            row.remove(0);
-        }
-    }
-    let header = if phases.len() == 1 {
-        header[1..].to_vec()
+    let about = family_of(w).map_or(String::new(), |f| format!(" ({})", f.about()));
+    let place = if facts.compare {
+        " through the kernel (syscalls)".to_string()
     } else {
-        header
+        format!(" on {target}")
     };
-    let legend = legend(
-        compare,
-        base,
-        inline,
-        locks,
-        has_locks,
-        top,
-        low,
-        threads.len(),
-    );
-    Compact {
-        workload: w.to_string(),
-        title,
-        header,
-        rows: cells,
-        text_cols,
-        legend,
-    }
+    let reps = if reps == 1 {
+        "1 rep".to_string()
+    } else {
+        format!("median of {reps} reps")
+    };
+    let ctl = match ctl {
+        Some(e) if facts.threads.len() > 1 => {
+            format!("; the control loop's efficiency at {top} threads: {e:.2}")
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{w}{place}: {}{about}, {reps}{ctl}",
+        facts.unit.name(w, &facts.phases)
+    )
 }
 
 /// The control loop's efficiency from `low` to `top` threads: its ops/s per thread at `top`
@@ -364,122 +440,154 @@ fn control_efficiency(all: &[Record], low: usize, top: usize) -> Option<f64> {
     (l > 0.0).then(|| t / l)
 }
 
-/// Header and cells of one shape of the table: `(inline, terse, locks)` = changes in every
-/// cell (else one column at the top thread count), short headers, the lock column.
-fn shape(
-    rows: &[Row<'_>],
-    threads: &[usize],
-    unit: Unit,
-    base: Option<&str>,
-    (inline, terse, locks): (bool, bool, bool),
-    control_eff: Option<f64>,
-) -> (Vec<String>, Vec<Vec<String>>) {
+/// Header and cells of one shape of the table.
+fn shape_cells(facts: &Facts<'_>, shape: Shape) -> (Vec<String>, Vec<Vec<String>>) {
+    let threads = &facts.threads;
     let (low, top) = (threads[0], threads[threads.len() - 1]);
-    let mut header = vec!["phase".to_string(), "variant".to_string()];
-    for &t in threads {
-        header.push(match (t, terse) {
-            (_, true) => format!("{t} thr"),
-            (1, false) => "1 thread".to_string(),
-            (_, false) => format!("{t} threads"),
-        });
-    }
+    let unit = facts.unit;
+    let phase_col = facts.phases.len() > 1;
     let at = |what: &str| {
-        if terse {
+        if shape.terse {
             what.to_string()
         } else {
             format!("{what} @{top}")
         }
     };
-    let with_base = base.is_some();
-    if with_base && !inline {
-        header.push(at(&format!("vs {}", base.unwrap_or_default())));
+    let base_name = facts.base.unwrap_or_default();
+    let with_base = facts.base.is_some();
+    let eff = shape.eff && top > low;
+    let locks = shape.locks && facts.has_locks;
+    let mut header = Vec::new();
+    if phase_col {
+        header.push("phase".to_string());
     }
-    if top > low {
-        header.push(at("eff"));
-        header.push("ctl".to_string());
-    }
-    if locks {
-        header.push(at("waits most"));
+    header.push(if facts.compare { "mount" } else { "variant" }.to_string());
+    if shape.long {
+        header.extend(["threads".to_string(), unit.name("", &[])]);
+        if with_base {
+            header.push(format!("vs {base_name}"));
+        }
+        header.push("eff".to_string());
+        if locks {
+            header.push("waits most".to_string());
+        }
+    } else {
+        for &t in threads {
+            header.push(match (t, shape.terse) {
+                (_, true) => format!("{t} thr"),
+                (1, false) => "1 thread".to_string(),
+                (_, false) => format!("{t} threads"),
+            });
+        }
+        if with_base && !shape.inline {
+            header.push(at(&format!("vs {base_name}")));
+        }
+        if eff {
+            header.push(at("eff"));
+        }
+        if locks {
+            header.push(at("waits most"));
+        }
     }
     let base_row = |phase: &str| {
-        rows.iter()
-            .find(|r| r.phase == phase && Some(r.label) == base)
+        facts
+            .rows
+            .iter()
+            .find(|r| r.phase == phase && Some(r.label) == facts.base)
     };
-    let cells = rows
-        .iter()
-        .map(|row| {
-            let mut cells = vec![row.phase.to_string(), row.label.to_string()];
-            let is_base = Some(row.label) == base;
-            let change = |t: usize| -> Option<String> {
-                let b = base_row(row.phase)?.median(t, unit)?;
-                fmt_change(row.median(t, unit)?, b)
-            };
+    let mut cells = Vec::new();
+    for row in &facts.rows {
+        let is_base = Some(row.label) == facts.base;
+        let change = |t: usize| -> Option<String> {
+            let b = base_row(row.phase)?.median(t)?;
+            fmt_change(row.median(t)?, b)
+        };
+        let value = |t: usize| row.median(t).map_or("-".to_string(), |v| unit.fmt(v));
+        let efficiency = |t: usize| match (row.median(t), row.median(low)) {
+            (Some(v), Some(l)) if l > 0.0 => format!("{:.2}", v / t as f64 / (l / low as f64)),
+            _ => "-".to_string(),
+        };
+        let lock = |t: usize| row.top_lock(t).unwrap_or_else(|| "-".to_string());
+        let mut first = Vec::new();
+        if phase_col {
+            first.push(row.phase.to_string());
+        }
+        first.push(row.label.to_string());
+        if shape.long {
             for &t in threads {
-                let v = row.median(t, unit).map_or("-".to_string(), |v| unit.fmt(v));
-                match change(t).filter(|_| inline && !is_base) {
-                    Some(c) => cells.push(format!("{v} {c}")),
-                    None => cells.push(v),
+                let mut line = first.clone();
+                line.extend([t.to_string(), value(t)]);
+                if with_base {
+                    line.push(if is_base {
+                        "-".to_string()
+                    } else {
+                        change(t).unwrap_or_else(|| "-".to_string())
+                    });
                 }
+                line.push(efficiency(t));
+                if locks {
+                    line.push(lock(t));
+                }
+                cells.push(line);
             }
-            if with_base && !inline {
-                cells.push(if is_base {
-                    "-".to_string()
-                } else {
-                    change(top).unwrap_or_else(|| "-".to_string())
-                });
+            continue;
+        }
+        let mut line = first;
+        for &t in threads {
+            match change(t).filter(|_| shape.inline && !is_base) {
+                Some(c) => line.push(format!("{} {c}", value(t))),
+                None => line.push(value(t)),
             }
-            if top > low {
-                let eff = match (row.median(top, unit), row.median(low, unit)) {
-                    (Some(t), Some(l)) if l > 0.0 => {
-                        format!("{:.2}", t / top as f64 / (l / low as f64))
-                    }
-                    _ => "-".to_string(),
-                };
-                cells.push(eff);
-                cells.push(control_eff.map_or("-".to_string(), |e| format!("{e:.2}")));
-            }
-            if locks {
-                cells.push(row.top_lock(top).unwrap_or_else(|| "-".to_string()));
-            }
-            cells
-        })
-        .collect();
+        }
+        if with_base && !shape.inline {
+            line.push(if is_base {
+                "-".to_string()
+            } else {
+                change(top).unwrap_or_else(|| "-".to_string())
+            });
+        }
+        if eff {
+            line.push(efficiency(top));
+        }
+        if locks {
+            line.push(lock(top));
+        }
+        cells.push(line);
+    }
     (header, cells)
 }
 
-/// What the columns mean, in one or two lines.
-#[allow(clippy::too_many_arguments)]
-fn legend(
-    compare: bool,
-    base: Option<&str>,
-    inline: bool,
-    locks: bool,
-    had_locks: bool,
-    top: usize,
-    low: usize,
-    counts: usize,
-) -> String {
+/// What the columns of `shape` mean.
+fn legend(facts: &Facts<'_>, shape: Shape, low: usize, top: usize) -> String {
     let mut parts = Vec::new();
-    match (base, inline) {
-        (Some(b), true) => parts.push(format!("(+N%) = change against {b} at the same threads")),
-        (Some(b), false) => parts.push(format!("vs {b} = change against {b} at {top} threads")),
-        (None, _) => {}
+    let at = if shape.long || shape.inline {
+        "the same threads".to_string()
+    } else {
+        format!("{top} threads")
+    };
+    if let Some(b) = facts.base {
+        if shape.inline && !shape.long {
+            parts.push(format!("(+N%) = change against {b} at {at}"));
+        } else {
+            parts.push(format!("vs {b} = change against {b} at {at}"));
+        }
     }
-    if counts > 1 && top > low {
+    if (shape.eff || shape.long) && top > low {
         parts.push(format!(
-            "eff = ops/s per thread at {top} threads over that at {low}; ctl = the same for \
-             a loop that shares nothing (the machine's ceiling)"
+            "eff = the rate per thread over that at {low} thread{} (1.00 = perfect scaling; \
+             the control loop's, in the title, is the machine's ceiling)",
+            if low == 1 { "" } else { "s" }
         ));
     }
-    if locks {
+    if facts.has_locks && (shape.locks || shape.long) {
         parts.push(
             "waits most = the engine's lock class with the longest total wait (--lockstat)"
                 .to_string(),
         );
-    } else if had_locks {
-        parts.push("(lock column dropped to fit; --verbose shows every field)".to_string());
+    } else if facts.has_locks {
+        parts.push("(the lock column did not fit; --verbose shows every field)".to_string());
     }
-    if compare {
+    if facts.compare {
         parts.push(format!(
             "rows are mounts: lanefs-fuse and {FUSE2FS} through FUSE, {KERNEL} the kernel's own"
         ));
@@ -546,7 +654,6 @@ mod tests {
                 "1 thread",
                 "2 threads",
                 "eff @2",
-                "ctl",
                 "waits most @2"
             ]
         );
@@ -554,36 +661,33 @@ mod tests {
         assert_eq!(c.rows[0][..4], ["create", "base", "1.00k", "2.00k"]);
         assert_eq!(c.rows[1][2], "2.00k +100.0%");
         assert_eq!(c.rows[1][4], "1.00");
-        assert_eq!(c.rows[1][5], "1.00");
-        assert_eq!(c.rows[1][6], "icache_global 12.00 ms");
-        assert!(
-            c.title.starts_with("mdtest on lanefs: ops/s"),
-            "{}",
-            c.title
-        );
-        assert!(c.title.ends_with("median of 3 reps"), "{}", c.title);
+        assert_eq!(c.rows[1][5], "icache_global 12.00 ms");
+        let title = &c.title;
+        assert!(title.starts_with("mdtest on lanefs: ops/s"), "{title}");
+        let end = "median of 3 reps; the control loop's efficiency at 2 threads: 1.00";
+        assert!(title.ends_with(end), "{title}");
     }
 
     /// Many thread counts and variants still fit 100 columns: the changes move to one
     /// column, then the lock column goes.
     #[test]
     fn fits_the_width() {
-        for threads in [&[1, 2][..], &[1, 2, 4, 8], &[1, 2, 4, 8, 16, 32]] {
+        let many: Vec<usize> = (1..=8).collect();
+        for threads in [&[1, 2][..], &[1, 2, 4, 8], &[1, 2, 4, 8, 16, 32], &many] {
             for locks in [false, true] {
-                let recs = run(
-                    &["base", "ialloc", "icache", "lanefs", "papaya"],
-                    threads,
-                    locks,
-                );
-                for c in tables(&recs) {
-                    let text = c.terminal();
-                    let table_width = text
-                        .lines()
-                        .filter(|l| l.starts_with(['┌', '│', '╞', '├', '└']))
-                        .map(|l| l.chars().count())
-                        .max()
-                        .unwrap_or(0);
-                    assert!(table_width <= MAX_WIDTH, "{threads:?} {locks}\n{text}");
+                for variants in [
+                    &["base", "ialloc", "icache", "lanefs", "papaya"][..],
+                    &["base", "a-raw-spec-named-long"],
+                ] {
+                    let recs = run(variants, threads, locks);
+                    for c in tables(&recs) {
+                        let text = c.terminal();
+                        assert!(width(&text) <= MAX_WIDTH, "{threads:?} {locks}\n{text}");
+                        // Every thread count is in the table, as a column or as rows.
+                        for t in threads {
+                            assert!(text.contains(&format!(" {t} ")), "{t}\n{text}");
+                        }
+                    }
                 }
             }
         }
@@ -619,5 +723,8 @@ mod tests {
         assert_eq!(short(1751.0), "1.75k");
         assert_eq!(short(42.0), "42.0");
         assert_eq!(short(420.0), "420");
+        assert_eq!(short(999_999.0), "1.00M");
+        assert_eq!(short(99_999.0), "100k");
+        assert_eq!(short(9_999.0), "10.0k");
     }
 }

@@ -133,6 +133,22 @@ mod tests {
     use super::REGISTRY;
     use crate::variant::Family;
 
+    /// Every workload's seed variants are names of its family (or `default`), baseline
+    /// first, none twice: a default run resolves them all.
+    #[test]
+    fn seed_variants_resolve() {
+        for w in REGISTRY {
+            let names = w.seed_variants();
+            assert!(names.len() >= 2, "{}", w.name());
+            assert!(w.family().baselines().contains(&names[0]), "{}", w.name());
+            for (i, n) in names.iter().enumerate() {
+                assert!(!names[..i].contains(n), "{} twice in {}", n, w.name());
+                crate::Variant::named_in(w.family(), n)
+                    .unwrap_or_else(|e| panic!("{}: {e}", w.name()));
+            }
+        }
+    }
+
     /// Each family's list of workloads is the registry's workloads of that family, in
     /// registry order.
     #[test]
