@@ -577,7 +577,6 @@ fn run_sweep(
         fsmark_text(cfg),
         rtfrag_text(cfg, &chosen),
     )?;
-    let templates = build_templates(cfg, &chosen, out)?;
     let per_rep: usize = cfg
         .sweep()
         .iter()
@@ -594,6 +593,7 @@ fn run_sweep(
         .find(|w| w.name() == workloads::rtfrag::NAME && callgrind_why_not(cfg).is_none())
         .map_or(0, |&w| targets(cfg, w).len());
     obs.plan(per_rep * cfg.reps + callgrind_runs);
+    let templates = build_templates(cfg, &chosen, out)?;
     let mut records = Vec::new();
     for rep in 1..=cfg.reps {
         for threads in cfg.sweep() {

@@ -126,7 +126,9 @@ pub fn bench(args: &BenchArgs) -> CmdResult<i32> {
             let mut out = bar.writer(std::io::stdout().lock());
             let mut obs = bar;
             let result = lanefs_bench::run_with(&cfg, &mut out, &mut obs);
-            bar.finish();
+            if result.is_ok() {
+                bar.finish();
+            }
             result
         }
         None => lanefs_bench::run(&cfg, &mut std::io::stdout().lock()),

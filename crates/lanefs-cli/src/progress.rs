@@ -83,8 +83,9 @@ impl BenchBar {
         }
     }
 
-    /// Remove the bar.
+    /// Remove the bar after a whole run (the plan and the runs made must agree).
     pub fn finish(&self) {
+        debug_assert_eq!(Some(self.bar.position()), self.bar.length(), "runs planned");
         self.bar.finish_and_clear();
     }
 }

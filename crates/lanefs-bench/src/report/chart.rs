@@ -8,7 +8,7 @@
 use super::{push_unique, summary, Record};
 use crate::target::PATH_VARIANT;
 use crate::variant::DEFAULT_VARIANT;
-use crate::workloads::{self, bufio, bufio64k, control, fsmark, mdtest, rtfrag, stat};
+use crate::workloads::{self, bufio, bufio64k, control, rtfrag};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
@@ -281,40 +281,26 @@ fn label(target: &str, variant: &str, many_targets: bool) -> String {
 /// first baseline that ran, or fuse2fs) grey, the default variant (or lanefs's FUSE
 /// mount) bold, the others in the palette's colours.
 fn pens(workload: &str, series: &[(&str, &str)]) -> Vec<Pen> {
-    let wanted =
-        workloads::find(workload).map_or(&["base", "plain"][..], |w| w.family().baselines());
-    let base = wanted.iter().find(|b| series.iter().any(|s| s.1 == **b));
+    let variants: Vec<&str> = series.iter().map(|s| s.1).collect();
+    let base = super::baseline(workload, &variants);
     let mut others = PALETTE[1..].iter().cycle();
     (series.iter())
         .map(|&(target, variant)| match target {
             super::KERNEL => KERNEL_PEN,
             super::FUSE2FS => BASELINE_PEN,
-            _ if base == Some(&variant) => BASELINE_PEN,
+            _ if base == Some(variant) => BASELINE_PEN,
             _ if target == super::LANEFS || variant == DEFAULT_VARIANT => Pen::solid(PALETTE[0], 4),
             _ => Pen::solid(*others.next().unwrap_or(&PALETTE[1]), 2),
         })
         .collect()
 }
 
-/// The workload's name and what its seed measures.
+/// The workload's name and what it measures.
 fn title(workload: &str) -> String {
-    let what = match workload {
-        "fallocate2" => {
-            "seed 000, 8 KiB fallocate calls, each thread in its own file (block allocator)"
-        }
-        "fsync" => "4 KiB appends, each followed by fsync (journal group commit)",
-        bufio64k::NAME => "seed 002, buffered sequential 64 KiB writes and cold reads",
-        mdtest::NAME => {
-            "seed 001, empty-file creates and removes, each thread in its own directory"
-        }
-        "mdtest-shared" => "seed 001, creates and removes, every thread in one directory",
-        fsmark::NAME => "seed 004, concurrent creates sharing the inode cache",
-        stat::NAME => "seed 004, lookups of cached inodes",
-        bufio::NAME => "seed 002, buffered 64 KiB reads and write mixes over cached files",
-        rtfrag::NAME => "seed 003, realtime extent allocations on a fragmented device",
-        _ => return workload.to_string(),
-    };
-    format!("{workload}: {what}")
+    match workloads::find(workload) {
+        Some(w) => format!("{workload}: {}", w.about()),
+        None => workload.to_string(),
+    }
 }
 
 /// The chart's notes: where it ran, what a point is, and what the dashed lines mean.

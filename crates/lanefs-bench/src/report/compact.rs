@@ -4,7 +4,7 @@
 //! statistics were collected, the lock class that waited most. Every table fits
 //! [`MAX_WIDTH`] columns; the same tables render as Markdown for `--report`.
 
-use super::{baseline, family_of, fmt_change, push_unique, summary, Record};
+use super::{baseline, fmt_change, push_unique, summary, Record};
 use super::{FUSE2FS, KERNEL};
 use crate::workloads::control;
 use comfy_table::{presets, CellAlignment, Table};
@@ -402,7 +402,7 @@ fn facts<'a>(all: &[Record], w: &'a str, recs: &[&'a Record]) -> Facts<'a> {
 fn title(facts: &Facts<'_>, w: &str, recs: &[&Record], top: usize, ctl: Option<f64>) -> String {
     let reps = recs.iter().map(|r| r.rep).max().unwrap_or(1);
     let target = recs.first().map_or("", |r| r.target.as_str());
-    let about = family_of(w).map_or(String::new(), |f| format!(" ({})", f.about()));
+    let about = crate::workloads::find(w).map_or(String::new(), |w| format!(" ({})", w.about()));
     let place = if facts.compare {
         " through the kernel (syscalls)".to_string()
     } else {

@@ -203,6 +203,9 @@ impl Workload for Bufio {
     fn seed_variants(&self) -> &'static [&'static str] {
         &["base", "default"]
     }
+    fn about(&self) -> &'static str {
+        "seed 002: buffered 64 KiB reads and write mixes over cached files"
+    }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {
         let b = ctx.backend;

@@ -72,6 +72,9 @@ impl Workload for Bufio64k {
     fn seed_variants(&self) -> &'static [&'static str] {
         &["base", "default"]
     }
+    fn about(&self) -> &'static str {
+        "buffered sequential 64 KiB writes and cold reads, each thread its own file (after fio)"
+    }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {
         let b = ctx.backend;

@@ -37,6 +37,9 @@ impl Workload for Fallocate2 {
     fn seed_variants(&self) -> &'static [&'static str] {
         &["base", "linear", "optimize_scan", "slots"]
     }
+    fn about(&self) -> &'static str {
+        "seed 000: 8 KiB fallocate calls to 1 MiB, then truncate, each thread in its own file (the block allocator)"
+    }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {
         let b = ctx.backend;

@@ -68,6 +68,9 @@ impl Workload for Fsmark {
     fn seed_variants(&self) -> &'static [&'static str] {
         &["global", "bucket", "papaya"]
     }
+    fn about(&self) -> &'static str {
+        "seed 004: concurrent creates of empty files, more than the inode cache holds"
+    }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {
         let b = ctx.backend;

@@ -37,6 +37,9 @@ impl Workload for Fsync {
     fn seed_variants(&self) -> &'static [&'static str] {
         &["base", "default"]
     }
+    fn about(&self) -> &'static str {
+        "4 KiB appends, each followed by fsync (journal group commit)"
+    }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {
         let b = ctx.backend;

@@ -52,6 +52,13 @@ impl Workload for Mdtest {
     fn seed_variants(&self) -> &'static [&'static str] {
         &["base", "ialloc", "icache", "lanefs"]
     }
+    fn about(&self) -> &'static str {
+        if self.shared {
+            "seed 001: empty-file creates and removes, every thread in one directory"
+        } else {
+            "seed 001: empty-file creates and removes, each thread in its own directory"
+        }
+    }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {
         let b = ctx.backend;

@@ -73,6 +73,8 @@ pub trait Workload: Sync {
     /// The variants of its family a default run (no `--variants`) measures it with, the
     /// baseline first: the rows of its seed's table.
     fn seed_variants(&self) -> &'static [&'static str];
+    /// What it measures, in one line for titles (which seed, what one operation is).
+    fn about(&self) -> &'static str;
     /// Whether it runs on the engine only: a path target skips it with one line, and a
     /// compare run refuses it.
     fn engine_only(&self) -> bool {

@@ -494,6 +494,9 @@ impl Workload for Rtfrag {
     fn seed_variants(&self) -> &'static [&'static str] {
         &["plain", "default"]
     }
+    fn about(&self) -> &'static str {
+        "seed 003: realtime extent allocations on a fragmented device"
+    }
 
     fn engine_only(&self) -> bool {
         true

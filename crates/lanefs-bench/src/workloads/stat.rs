@@ -37,6 +37,9 @@ impl Workload for Stat {
     fn seed_variants(&self) -> &'static [&'static str] {
         &["global", "bucket", "papaya"]
     }
+    fn about(&self) -> &'static str {
+        "seed 004: lookups and getattr of cached files"
+    }
 
     fn run(&self, ctx: &RunCtx<'_>) -> Result<Vec<PhaseResult>, String> {
         let b = ctx.backend;
