@@ -19,9 +19,11 @@
 //! | 10 | [`INODE`] | per-inode state; nestable: ancestor directory before descendant, directory before child |
 //! | 20 | [`JOURNAL_COMMIT`] | one commit or checkpoint at a time (held across its IO) |
 //! | 25 | [`JOURNAL_GATE`] | waits for a locked transaction to drain or the next to open |
+//! | 31 | [`ICACHE_GLOBAL`] | the whole inode cache (`icache=global`, the VFS's `inode_hash_lock`) |
 //! | 32 | [`ICACHE_BUCKET`] | one inode-cache bucket (brief, never across IO) |
 //! | 35 | [`STREAM_GOAL`] | the global stream goal (baseline allocator only) |
 //! | 38 | [`ORPHAN`] | the orphan list and journaled superblock updates |
+//! | 39 | [`IGROUP`] | one group's inode bitmap and inode counters (brief, never across IO) |
 //! | 40 | [`GROUP`] | one allocation group's bitmaps and counters (one at a time) |
 //! | 41 | [`RTGROUP`] | one realtime group's bitmap, summary and counters (one at a time) |
 //! | 44 | [`WRITEBACK`] | one inode's write-back (one writer per file; held across its IO) |
