@@ -515,14 +515,13 @@ pub fn run_with(
     Ok(records)
 }
 
-/// The timed runs of an engine or path target, in sweep order.
-fn run_sweep(
+/// The chosen workloads that run on this target (a path target skips the engine-only
+/// ones, each with a line) and the target's label.
+fn runnable(
     cfg: &BenchConfig,
     out: &mut dyn Write,
-    obs: &mut dyn Observer,
-) -> Result<Vec<Record>, String> {
-    let (warmup, duration) = (cfg.warmup_duration()?, cfg.duration()?);
-    let mut chosen: Vec<&dyn Workload> = cfg
+) -> Result<(Vec<&'static dyn Workload>, String), String> {
+    let chosen: Vec<&'static dyn Workload> = cfg
         .workloads
         .iter()
         .filter_map(|n| workloads::find(n))
@@ -531,31 +530,27 @@ fn run_sweep(
         .first()
         .and_then(|&w| targets(cfg, w).first().map(Target::label))
         .unwrap_or_default();
-    if !matches!(cfg.target, TargetSpec::Lanefs { .. }) {
-        let (skip, keep): (Vec<&dyn Workload>, Vec<&dyn Workload>) =
-            chosen.into_iter().partition(|w| w.engine_only());
-        for w in &skip {
-            say!(
-                out,
-                "{} runs on the engine in-process only (its image has a realtime device); \
-                 skipping it on {label}",
-                w.name()
-            )?;
-        }
-        if keep.is_empty() {
-            return Err(format!("nothing to run on {label}"));
-        }
-        chosen = keep;
+    if matches!(cfg.target, TargetSpec::Lanefs { .. }) {
+        return Ok((chosen, label));
     }
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    let lockstat = cfg.lockstat && matches!(cfg.target, TargetSpec::Lanefs { .. });
-    if cfg.lockstat && !lockstat {
+    let (skip, keep): (Vec<_>, Vec<_>) = chosen.into_iter().partition(|w| w.engine_only());
+    for w in &skip {
         say!(
             out,
-            "lock statistics apply to the lanefs target only; ignoring --lockstat"
+            "{} runs on the engine in-process only (its image has a realtime device); \
+             skipping it on {label}",
+            w.name()
         )?;
     }
-    let _lockstat_on = LockstatOn::new(lockstat);
+    if keep.is_empty() {
+        return Err(format!("nothing to run on {label}"));
+    }
+    Ok((keep, label))
+}
+
+/// The run's header line: target, variants, workloads, thread counts, repetitions, times
+/// and shapes.
+fn header_text(cfg: &BenchConfig, chosen: &[&dyn Workload], label: &str, cpus: usize) -> String {
     let names: Vec<&str> = chosen.iter().map(|w| w.name()).collect();
     let engine = matches!(cfg.target, TargetSpec::Lanefs { .. });
     let variants = if cfg.verbose || !cfg.variants.is_empty() || !engine {
@@ -564,8 +559,7 @@ fn run_sweep(
         ", each workload with its seed's variants (--verbose or --report lists their options)"
             .to_string()
     };
-    say!(
-        out,
+    format!(
         "lanefs bench on {label}{variants}: {} x threads {} x {} reps, {} s per timed run ({} s \
          warm-up), {} files per thread{}{}, {cpus} CPUs",
         names.join("+"),
@@ -575,8 +569,13 @@ fn run_sweep(
         cfg.warmup,
         cfg.files,
         fsmark_text(cfg),
-        rtfrag_text(cfg, &chosen),
-    )?;
+        rtfrag_text(cfg, chosen),
+    )
+}
+
+/// The timed runs the sweep will make: per repetition and thread count the control loop
+/// and each workload's variants there, then rtfrag's callgrind runs.
+fn planned_runs(cfg: &BenchConfig, chosen: &[&dyn Workload]) -> usize {
     let per_rep: usize = cfg
         .sweep()
         .iter()
@@ -592,7 +591,51 @@ fn run_sweep(
         .iter()
         .find(|w| w.name() == workloads::rtfrag::NAME && callgrind_why_not(cfg).is_none())
         .map_or(0, |&w| targets(cfg, w).len());
-    obs.plan(per_rep * cfg.reps + callgrind_runs);
+    per_rep * cfg.reps + callgrind_runs
+}
+
+/// A run's lock statistics: its journal share as a line (with the run lines), and after
+/// the last repetition the whole table.
+fn say_locks(
+    cfg: &BenchConfig,
+    out: &mut dyn Write,
+    run: &str,
+    last_rep: bool,
+    stats: &[LockStat],
+) -> Result<(), String> {
+    if cfg.run_lines {
+        say!(
+            out,
+            "journal locks: {run}: {}",
+            report::journal_lock_share(stats)
+        )?;
+    }
+    if last_rep {
+        let table = engine::lockstat_table(stats);
+        say!(out, "lock statistics: {run}\n{table}")?;
+    }
+    Ok(())
+}
+
+/// The timed runs of an engine or path target, in sweep order.
+fn run_sweep(
+    cfg: &BenchConfig,
+    out: &mut dyn Write,
+    obs: &mut dyn Observer,
+) -> Result<Vec<Record>, String> {
+    let (warmup, duration) = (cfg.warmup_duration()?, cfg.duration()?);
+    let (chosen, label) = runnable(cfg, out)?;
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let lockstat = cfg.lockstat && matches!(cfg.target, TargetSpec::Lanefs { .. });
+    if cfg.lockstat && !lockstat {
+        say!(
+            out,
+            "lock statistics apply to the lanefs target only; ignoring --lockstat"
+        )?;
+    }
+    let _lockstat_on = LockstatOn::new(lockstat);
+    say!(out, "{}", header_text(cfg, &chosen, &label, cpus))?;
+    obs.plan(planned_runs(cfg, &chosen));
     let templates = build_templates(cfg, &chosen, out)?;
     let mut records = Vec::new();
     for rep in 1..=cfg.reps {
@@ -649,17 +692,7 @@ fn run_sweep(
                     if let Some(stats) = locks {
                         let run =
                             format!("{} [{}] threads {threads}, rep {rep}", w.name(), o.variant);
-                        if cfg.run_lines {
-                            say!(
-                                out,
-                                "journal locks: {run}: {}",
-                                report::journal_lock_share(&stats)
-                            )?;
-                        }
-                        if rep == cfg.reps {
-                            let table = engine::lockstat_table(&stats);
-                            say!(out, "lock statistics: {run}\n{table}")?;
-                        }
+                        say_locks(cfg, out, &run, rep == cfg.reps, &stats)?;
                     }
                 }
             }
