@@ -11,6 +11,7 @@ pub mod chart;
 pub mod compact;
 mod pages;
 pub(crate) mod rtfrag;
+mod run;
 
 /// A compare run's target names in records and tables (`lanefs bench --compare`), in
 /// the order its runs interleave: lanefs's FUSE mount.

@@ -271,49 +271,14 @@ struct Shape {
 }
 
 /// The layouts tried in turn until one fits [`MAX_WIDTH`].
+#[rustfmt::skip]
 const SHAPES: [Shape; 6] = [
-    Shape {
-        inline: true,
-        terse: false,
-        locks: true,
-        eff: true,
-        long: false,
-    },
-    Shape {
-        inline: false,
-        terse: false,
-        locks: true,
-        eff: true,
-        long: false,
-    },
-    Shape {
-        inline: false,
-        terse: true,
-        locks: true,
-        eff: true,
-        long: false,
-    },
-    Shape {
-        inline: false,
-        terse: true,
-        locks: false,
-        eff: true,
-        long: false,
-    },
-    Shape {
-        inline: false,
-        terse: true,
-        locks: false,
-        eff: false,
-        long: false,
-    },
-    Shape {
-        inline: true,
-        terse: true,
-        locks: true,
-        eff: true,
-        long: true,
-    },
+    Shape { inline: true, terse: false, locks: true, eff: true, long: false },
+    Shape { inline: false, terse: false, locks: true, eff: true, long: false },
+    Shape { inline: false, terse: true, locks: true, eff: true, long: false },
+    Shape { inline: false, terse: true, locks: false, eff: true, long: false },
+    Shape { inline: false, terse: true, locks: false, eff: false, long: false },
+    Shape { inline: true, terse: true, locks: true, eff: true, long: true },
 ];
 
 /// The compact table of workload `w` from its records `recs` (`all` gives the control loop).

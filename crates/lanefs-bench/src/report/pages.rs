@@ -2,72 +2,30 @@
 //! bandwidth of every phase and variant against the baseline, cached reads against the
 //! memory-copy control of the same run, and the cold reads' device IO size.
 
+use super::run::Run;
 use super::{comparison_table, fmt_change, summary, Record, BASE_VARIANT};
-use crate::report::push_unique;
 use crate::variant::Family;
 use crate::workloads::bufio;
 
-/// One workload on one target: its records, phases, variants and thread counts in
-/// first-appearance order (thread counts ascending).
-struct Run<'a> {
-    workload: &'a str,
-    target: &'a str,
-    phases: Vec<&'a str>,
-    variants: Vec<&'a str>,
-    threads: Vec<usize>,
-    recs: Vec<&'a Record>,
-}
-
-impl<'a> Run<'a> {
-    /// The records of `phase` and `variant` at `threads`.
-    fn cell<'s>(
-        &'s self,
-        phase: &'s str,
-        variant: &'s str,
-        threads: usize,
-    ) -> impl Iterator<Item = &'a Record> + 's {
-        self.recs
-            .iter()
-            .copied()
-            .filter(move |r| r.phase == phase && r.variant == variant && r.threads == threads)
-    }
-
-    /// Median over repetitions of `field` of `phase`, `variant` at `threads`.
-    fn median(
-        &self,
-        phase: &str,
-        variant: &str,
-        threads: usize,
-        field: impl Fn(&Record) -> Option<f64>,
-    ) -> Option<f64> {
-        let v: Vec<f64> = self
-            .cell(phase, variant, threads)
-            .filter_map(field)
-            .collect();
-        (!v.is_empty()).then(|| summary(v).0)
-    }
-
+impl Run<'_> {
     /// Median over repetitions of `phase`'s bandwidth over the memory-copy control's in
     /// the same run (same variant, thread count and repetition).
     fn of_memcpy(&self, phase: &str, variant: &str, threads: usize) -> Option<f64> {
         let v: Vec<f64> = self
             .cell(phase, variant, threads)
+            .into_iter()
             .filter_map(|r| {
                 let copy = self
                     .cell(bufio::PHASES[0], variant, threads)
+                    .into_iter()
                     .find(|c| c.rep == r.rep)?;
                 let c = copy.read_gib_s()?;
-                (c > 0.0).then(|| bandwidth(r).map(|b| b / c)).flatten()
+                (c > 0.0)
+                    .then(|| r.bandwidth_gib_s().map(|b| b / c))
+                    .flatten()
             })
             .collect();
         (!v.is_empty()).then(|| summary(v).0)
-    }
-
-    fn reps_text(&self) -> String {
-        match self.recs.iter().map(|r| r.rep).max().unwrap_or(0) {
-            1 => "1 rep".to_string(),
-            n => format!("median of {n} reps"),
-        }
     }
 
     fn thread_header(&self, first: &[&str]) -> Vec<String> {
@@ -81,46 +39,9 @@ impl<'a> Run<'a> {
     }
 }
 
-/// Bytes read and written per second, in GiB/s.
-fn bandwidth(r: &Record) -> Option<f64> {
-    r.bandwidth_gib_s()
-}
-
 /// The runs of the page-cache family's workloads, one per workload and target.
 fn runs(records: &[Record]) -> Vec<Run<'_>> {
-    let mut all: Vec<Run<'_>> = Vec::new();
-    let pages = Family::Pages.workloads();
-    for r in records
-        .iter()
-        .filter(|r| pages.contains(&r.workload.as_str()))
-    {
-        let i = match all
-            .iter()
-            .position(|s| s.workload == r.workload && s.target == r.target)
-        {
-            Some(i) => i,
-            None => {
-                all.push(Run {
-                    workload: &r.workload,
-                    target: &r.target,
-                    phases: Vec::new(),
-                    variants: Vec::new(),
-                    threads: Vec::new(),
-                    recs: Vec::new(),
-                });
-                all.len() - 1
-            }
-        };
-        let s = &mut all[i];
-        push_unique(&mut s.phases, &r.phase);
-        push_unique(&mut s.variants, &r.variant);
-        push_unique(&mut s.threads, r.threads);
-        s.recs.push(r);
-    }
-    for s in &mut all {
-        s.threads.sort_unstable();
-    }
-    all
+    super::run::runs(records, |w| Family::Pages.workloads().contains(&w))
 }
 
 /// Seed 002's tables for every run of bufio in `records` (empty when there is none):
@@ -150,8 +71,8 @@ fn bandwidth_table(run: &Run<'_>) -> String {
         .map(|(p, v)| {
             let mut row = vec![p.to_string(), v.to_string()];
             for &t in &run.threads {
-                let x = run.median(p, v, t, bandwidth);
-                let b = base.and_then(|b| run.median(p, b, t, bandwidth));
+                let x = run.median(p, v, t, Record::bandwidth_gib_s);
+                let b = base.and_then(|b| run.median(p, b, t, Record::bandwidth_gib_s));
                 row.push(match (x, b) {
                     (None, _) => "-".to_string(),
                     (Some(x), Some(b)) if Some(v) != base => match fmt_change(x, b) {
@@ -219,7 +140,7 @@ fn cold_table(run: &Run<'_>) -> String {
     let mut rows = Vec::new();
     for &v in &run.variants {
         for &t in &run.threads {
-            let Some(gib) = run.median(p, v, t, bandwidth) else {
+            let Some(gib) = run.median(p, v, t, Record::bandwidth_gib_s) else {
                 continue;
             };
             let reads = run.median(p, v, t, |r| r.device_reads.map(|n| n as f64));

@@ -4,44 +4,12 @@
 //! them, and the hash of every decision, with whether it equals `plain`'s in the same
 //! repetition; then issue 14's goals, each marked met or missed.
 
-use super::{comparison_table, fmt_amount, fmt_rate, summary, Record};
-use crate::report::push_unique;
+use super::run::Run;
+use super::{comparison_table, fmt_amount, fmt_rate, Record};
 use crate::variant::Family;
 use crate::workloads::rtfrag;
 
-/// One target's rtfrag records, with their variants and thread counts in
-/// first-appearance order (thread counts ascending).
-struct Run<'a> {
-    target: &'a str,
-    variants: Vec<&'a str>,
-    threads: Vec<usize>,
-    recs: Vec<&'a Record>,
-}
-
-impl<'a> Run<'a> {
-    fn cell(&self, phase: &str, variant: &str, threads: usize) -> Vec<&'a Record> {
-        self.recs
-            .iter()
-            .copied()
-            .filter(|r| r.phase == phase && r.variant == variant && r.threads == threads)
-            .collect()
-    }
-
-    fn median(
-        &self,
-        phase: &str,
-        variant: &str,
-        threads: usize,
-        field: impl Fn(&Record) -> Option<f64>,
-    ) -> Option<f64> {
-        let v: Vec<f64> = self
-            .cell(phase, variant, threads)
-            .into_iter()
-            .filter_map(field)
-            .collect();
-        (!v.is_empty()).then(|| summary(v).0)
-    }
-
+impl Run<'_> {
     /// Median allocations (frees) per second, all threads together.
     fn rate(&self, phase: &str, variant: &str, threads: usize) -> Option<f64> {
         self.median(phase, variant, threads, |r| Some(r.ops_per_sec))
@@ -68,13 +36,6 @@ impl<'a> Run<'a> {
         }
         n
     }
-
-    fn reps_text(&self) -> String {
-        match self.recs.iter().map(|r| r.rep).max().unwrap_or(0) {
-            1 => "1 rep".to_string(),
-            n => format!("median of {n} reps"),
-        }
-    }
 }
 
 /// Bitmap + summary blocks per allocation, where the record counts them.
@@ -84,29 +45,7 @@ fn reads_per_alloc(r: &Record) -> Option<f64> {
 
 /// The runs of rtfrag, one per target.
 fn runs(records: &[Record]) -> Vec<Run<'_>> {
-    let mut all: Vec<Run<'_>> = Vec::new();
-    for r in records.iter().filter(|r| r.workload == rtfrag::NAME) {
-        let i = match all.iter().position(|s| s.target == r.target) {
-            Some(i) => i,
-            None => {
-                all.push(Run {
-                    target: &r.target,
-                    variants: Vec::new(),
-                    threads: Vec::new(),
-                    recs: Vec::new(),
-                });
-                all.len() - 1
-            }
-        };
-        let s = &mut all[i];
-        push_unique(&mut s.variants, &r.variant);
-        push_unique(&mut s.threads, r.threads);
-        s.recs.push(r);
-    }
-    for s in &mut all {
-        s.threads.sort_unstable();
-    }
-    all
+    super::run::runs(records, |w| w == rtfrag::NAME)
 }
 
 /// Seed 003's table and issue 14's goals for every target rtfrag ran on (empty when it
