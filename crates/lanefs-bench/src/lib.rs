@@ -148,6 +148,7 @@ pub(crate) fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         cpu_per_op_us: per_op(p.cpu),
         icache_inodes: ic.map(|c| c.inodes),
         icache_bytes: ic.map(|c| c.bytes),
+        icache_peak_bytes: ic.map(|c| c.peak_bytes),
         icache_bytes_per_inode: ic
             .filter(|c| c.inodes > 0)
             .map(|c| c.bytes as f64 / c.inodes as f64),

@@ -95,6 +95,9 @@ pub struct Record {
     /// Bytes those inodes account for in the cache.
     #[serde(default)]
     pub icache_bytes: Option<u64>,
+    /// The most bytes the inode cache held at once since mount (setup included).
+    #[serde(default)]
+    pub icache_peak_bytes: Option<u64>,
     /// `icache_bytes / icache_inodes` (`None` when the cache is empty).
     #[serde(default)]
     pub icache_bytes_per_inode: Option<f64>,
@@ -536,6 +539,7 @@ pub fn render_icache(records: &[Record]) -> String {
         "cached inodes",
         "B/inode",
         "cached",
+        "peak",
         "limit",
         "evictions",
         "buffers",
@@ -557,6 +561,7 @@ pub fn render_icache(records: &[Record]) -> String {
                 fmt_count(m(|r| r.icache_inodes)),
                 fmt_amount(g.median_of(|r| r.icache_bytes_per_inode)),
                 fmt_mib(m(|r| r.icache_bytes)),
+                fmt_mib(m(|r| r.icache_peak_bytes)),
                 fmt_mib(m(|r| r.icache_limit)),
                 fmt_count(m(|r| r.icache_evictions)),
                 fmt_mib(m(|r| r.bufcache_bytes)),
@@ -573,7 +578,8 @@ pub fn render_icache(records: &[Record]) -> String {
 
 /// Legend of the inode cache table.
 const ICACHE_LEGEND: &str = "cached inodes, B/inode, cached = the engine's inode cache after \
-     the run and the bytes it accounts for; limit = its icache_limit (0: the engine reports \
+     the run and the bytes it accounts for; peak = the most bytes it held at once since \
+     mount (setup included); limit = its icache_limit (0: the engine reports \
      none); evictions = inodes evicted since mount; buffers, buf limit = the metadata buffer \
      cache after the run (with the journal's copies awaiting checkpoint) and its bufcache_limit \
      (clean blocks are evicted past it, the journal checkpoints when dirty blocks and copies \
@@ -1215,6 +1221,7 @@ mod tests {
             cpu_per_op_us: Some(1e6 / rate),
             icache_inodes: cached.then_some(1000),
             icache_bytes: cached.then_some(500_000),
+            icache_peak_bytes: cached.then_some(600_000),
             icache_bytes_per_inode: cached.then_some(500.0),
             icache_limit: cached.then_some(64 << 20),
             icache_evictions: cached.then_some(7),

@@ -283,16 +283,7 @@ impl BufCache {
             d.fill(0);
             d
         });
-        let bound = self.shard_bound();
-        if sh.map.len() + sh.spare.len() >= bound {
-            let trimmed = sh.spare.len().saturating_sub(bound / 4);
-            let keep = sh.spare.len() - trimmed;
-            sh.spare.truncate(keep);
-            let (gone, kept) = evict(&mut sh, bound);
-            self.cached.fetch_sub(gone + kept, Ordering::Relaxed);
-            self.spares.fetch_add(kept, Ordering::Relaxed);
-            self.spares.fetch_sub(trimmed, Ordering::Relaxed);
-        }
+        self.shrink_locked(&mut sh, self.shard_bound());
         let b = Arc::new(Buf {
             blk,
             data: RwLock::new(&BUFFER, data),
@@ -305,6 +296,32 @@ impl BufCache {
         sh.map.insert(blk, b.clone());
         self.cached.fetch_add(1, Ordering::Relaxed);
         b
+    }
+
+    /// A shard at its bound (blocks and spares) evicts clean blocks, leaving room for one
+    /// more.
+    fn shrink_locked(&self, sh: &mut Shard, bound: usize) {
+        if sh.map.len() + sh.spare.len() < bound {
+            return;
+        }
+        let trimmed = sh.spare.len().saturating_sub(bound / 4);
+        let keep = sh.spare.len() - trimmed;
+        sh.spare.truncate(keep);
+        let (gone, kept) = evict(sh, bound);
+        self.cached.fetch_sub(gone + kept, Ordering::Relaxed);
+        self.spares.fetch_add(kept, Ordering::Relaxed);
+        self.spares.fetch_sub(trimmed, Ordering::Relaxed);
+    }
+
+    /// The journal is about to hold `n` committed copies: count them now and evict clean
+    /// blocks down to what the limit leaves, so that the cache and the copies stay within
+    /// the limit while a commit takes them (not only at each shard's next miss).
+    pub fn reserve_copies(&self, n: usize) {
+        self.set_copies(n);
+        let bound = self.shard_bound();
+        for sh in &self.shards {
+            self.shrink_locked(&mut sh.lock(), bound);
+        }
     }
 
     /// Mark `b` dirty (pinned until checkpoint; called by handles and commit).

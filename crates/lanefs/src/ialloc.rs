@@ -463,6 +463,11 @@ impl InodeAllocator {
             if st.busy.is_empty() {
                 grp.has_busy.store(false, Ordering::Release);
             }
+            // A big transaction of removes leaves a big list: give its memory back.
+            if st.busy.capacity() > 4096 && st.busy.len() < st.busy.capacity() / 4 {
+                let keep = st.busy.len() * 2;
+                st.busy.shrink_to(keep);
+            }
         }
     }
 

@@ -460,6 +460,9 @@ struct Charged {
     total: ChargeLane,
     lanes: Box<[ChargeLane]>,
     batch: i64,
+    /// The highest folded byte total since mount (checked at each fold, so it is the
+    /// peak the limit checks saw).
+    peak: AtomicU64,
 }
 
 /// One lane's (or the folded) bytes and inodes, alone on its cache lines. Signed: a lane
@@ -485,6 +488,7 @@ impl Charged {
             total: ChargeLane::new(),
             lanes: (0..LANES).map(|_| ChargeLane::new()).collect(),
             batch: (limit / 256).clamp(1, 256 << 10) as i64,
+            peak: AtomicU64::new(0),
         }
     }
 
@@ -496,8 +500,11 @@ impl Charged {
         if b.abs() >= self.batch {
             let b = l.bytes.swap(0, Ordering::Relaxed);
             let c = l.count.swap(0, Ordering::Relaxed);
-            self.total.bytes.fetch_add(b, Ordering::Relaxed);
+            let folded = self.total.bytes.fetch_add(b, Ordering::Relaxed) + b;
             self.total.count.fetch_add(c, Ordering::Relaxed);
+            if b > 0 {
+                self.peak.fetch_max(folded.max(0) as u64, Ordering::Relaxed);
+            }
         }
     }
 
@@ -815,6 +822,7 @@ impl ICache {
             inodes,
             bytes,
             limit: self.limit,
+            peak_bytes: self.charged.peak.load(Ordering::Relaxed).max(bytes),
             evictions: self.evictions.load(Ordering::Relaxed),
         }
     }
@@ -822,14 +830,25 @@ impl ICache {
     /// Sweep if the cache is over its limit (and its floor) and nobody else is sweeping.
     fn maybe_sweep(&self) {
         let over = self.limit.max(self.floor.load(Ordering::Relaxed));
-        if self.charged.approx_bytes() <= over || self.sweeping.swap(true, Ordering::Acquire) {
+        let bytes = self.charged.approx_bytes();
+        if bytes <= over {
             return;
         }
-        self.sweep();
-        // Still over: what is left is in use. Sweep again only once another 1/16 of the
-        // limit has been charged, not at every insert.
+        if self.sweeping.swap(true, Ordering::Acquire) {
+            // Someone else is sweeping. Past a sixteenth over, help (the kernel's direct
+            // reclaim): a slow or descheduled sweeper must not let the other threads'
+            // inserts run the cache past its limit without end.
+            if bytes > over + over / 16 {
+                self.sweep();
+            }
+            return;
+        }
+        let reached = self.sweep();
+        // The sweep could not get below its target: what is left is in use. Sweep again
+        // only once another 1/16 of the limit has been charged, not at every insert. (A
+        // sweep that got there but was outrun by other threads' inserts sets no floor.)
         let after = self.charged.approx_bytes();
-        let floor = if after > self.limit {
+        let floor = if !reached && after > self.limit {
             after + self.limit / 16
         } else {
             0
@@ -839,10 +858,16 @@ impl ICache {
     }
 
     /// CLOCK: from the hand, give referenced inodes a second chance and evict the
-    /// others that can go, until below 7/8 of the limit or two full turns.
-    fn sweep(&self) {
+    /// others that can go, until below 7/8 of the limit or two full turns. Returns
+    /// whether it got below.
+    fn sweep(&self) -> bool {
         let target = self.limit / 8 * SWEEP_TARGET_EIGHTHS;
-        let below = || self.charged.approx_bytes() <= target;
+        let reached = std::cell::Cell::new(false);
+        let below = || {
+            let b = self.charged.approx_bytes() <= target;
+            reached.set(reached.get() | b);
+            b
+        };
         match &self.table {
             Table::Bucket(b) => {
                 let n = b.len();
@@ -901,6 +926,7 @@ impl ICache {
                 }
             }
         }
+        below() || reached.get()
     }
 
     /// Decide on one entry during a sweep: whether it is evicted (it is then marked

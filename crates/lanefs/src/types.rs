@@ -260,6 +260,10 @@ pub struct IcacheStats {
     pub bytes: u64,
     /// The limit clean, unused inodes are evicted under (`icache_limit=`).
     pub limit: u64,
+    /// The most bytes the cache held at once since mount, as its limit checks count
+    /// them (per-thread counts are folded in batches of 1/256 of the limit, so this
+    /// is low by at most 1/16 of the limit).
+    pub peak_bytes: u64,
     /// Inodes evicted since mount.
     pub evictions: u64,
 }

@@ -457,6 +457,10 @@ impl Journal {
             f();
         }
         // 2. Snapshot, then open T+1 in the other slot (free: T-1 committed before us).
+        // The copies count against the buffer cache's limit from before they are taken;
+        // the pool's memory is reused first.
+        let n = t.nbufs.load(Ordering::Relaxed);
+        self.bufs.reserve_copies(cs.cp.len() + cs.pool.len().max(n));
         let mut snaps: Vec<(Box<[u8]>, Arc<Buf>)> = Vec::new();
         let mut seals = Vec::new();
         for l in &t.lists {
