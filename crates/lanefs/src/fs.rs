@@ -359,6 +359,9 @@ pub struct Fs {
     rename_lock: Mutex<()>,
     /// The orphan list in chain order (head first): unlinked inodes still open.
     orphans: Mutex<Vec<Ino>>,
+    /// `orphans.len()`, stored under its lock: a release of an inode that was never an
+    /// orphan (the common case) skips the lock while the list is empty.
+    orphan_count: std::sync::atomic::AtomicUsize,
     /// The background threads (the commit timer, the page cache's flusher); `unmount`
     /// joins them, so the device is closed (and its claim released) once the caller's last
     /// `Arc` goes.
@@ -580,6 +583,7 @@ impl Fs {
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: Mutex::new(&ORPHAN, Vec::new()),
+            orphan_count: std::sync::atomic::AtomicUsize::new(0),
             icache: ICache::new(opts.icache, opts.icache_limit),
             pages: crate::page::PageCache::new(
                 dev.clone(),

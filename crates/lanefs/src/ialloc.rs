@@ -327,18 +327,25 @@ impl InodeAllocator {
                     }
                 }
             };
-            if self.policy == IallocPolicy::Locked {
+            let fresh = if self.policy == IallocPolicy::Locked {
                 // Before 2017 the bit was set in one locked section and the counters
                 // updated in a second one.
                 self.set_bitmap_bit(ib, &mut st, g, bit);
                 drop(st);
                 st = grp.st.lock();
-                self.account_alloc(h, grp, &mut st, bit, is_dir);
+                self.account_alloc(h, grp, &mut st, bit, is_dir)
             } else {
                 self.set_bitmap_bit(ib, &mut st, g, bit);
-                self.account_alloc(h, grp, &mut st, bit, is_dir);
+                let fresh = self.account_alloc(h, grp, &mut st, bit, is_dir);
                 let next = (u64::from(g) << 32) | (bit as u64 + 1);
                 self.cursors[my_lane()].0.store(next, Ordering::Relaxed);
+                fresh
+            };
+            drop(st);
+            if let Some(blk) = fresh {
+                // Outside the group's lock: a neighbour claimed meanwhile finds the
+                // block cached (or caches it first, and then it is kept).
+                h.dirty(&self.bufs.get_new_keep(blk));
             }
             return Ok(Some(bit as u32));
         }
@@ -368,7 +375,15 @@ impl InodeAllocator {
     }
 
     /// The counters after `bit` was claimed (under the group's inode lock).
-    fn account_alloc(&self, h: &Handle, grp: &IGroup, st: &mut IState, bit: usize, is_dir: bool) {
+    /// Returns the inode table block to take without reading ([`Self::fresh_block`]).
+    fn account_alloc(
+        &self,
+        h: &Handle,
+        grp: &IGroup,
+        st: &mut IState,
+        bit: usize,
+        is_dir: bool,
+    ) -> Option<u64> {
         debug_assert!(st.free > 0, "free inode count underflow");
         st.free -= 1;
         grp.free.store(st.free, Ordering::Relaxed);
@@ -390,26 +405,24 @@ impl InodeAllocator {
             map[bit / 64] |= 1 << (bit % 64);
         }
         grp.pending.store(true, Ordering::Release);
-        self.zero_fresh_block(h, grp, bit);
+        self.fresh_block(grp, bit)
     }
 
     /// When every other inode of `bit`'s table block is free, the block's old bytes do
-    /// not matter: take it zeroed instead of reading it (ext4's `__ext4_get_inode_loc`
+    /// not matter: the caller takes it without reading (ext4's `__ext4_get_inode_loc`
     /// does the same, checking the bitmap). Most creates land in such blocks, which on a
-    /// fresh image the device has never written. Under the group's lock, so no one
-    /// allocates a neighbour meanwhile; pinned in the transaction, so it is not evicted
-    /// before the new inode is stored.
-    fn zero_fresh_block(&self, h: &Handle, grp: &IGroup, bit: usize) {
-        let Some(used) = grp.used.get() else {
-            return;
-        };
+    /// fresh image the device has never written. Decided under the group's lock; the
+    /// block is taken after it (kept if a neighbour claimed since has cached it) and
+    /// pinned in the transaction, so it is not evicted before the new inode is stored.
+    fn fresh_block(&self, grp: &IGroup, bit: usize) -> Option<u64> {
+        let used = grp.used.get()?;
         let ipb = (self.geo.bs / self.geo.inode_size) as usize;
         let first = bit / ipb * ipb;
         let end = (first + ipb).min(self.geo.ipg as usize);
         let busy = (first..end)
             .any(|i| i != bit && used[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0);
         if busy {
-            return;
+            return None;
         }
         debug_assert!(
             grp.ibuf.get().is_none_or(|ib| {
@@ -418,9 +431,7 @@ impl InodeAllocator {
             }),
             "inode table block of bit {bit}: a neighbour is in use on disk"
         );
-        let blk = grp.table + (first / ipb) as u64;
-        let b = self.bufs.get_new(blk);
-        h.dirty(&b);
+        Some(grp.table + (first / ipb) as u64)
     }
 
     /// Release inode `ino` (its bit becomes reusable once `h`'s transaction commits,

@@ -12,6 +12,7 @@ use crate::inode;
 use crate::journal::Handle;
 use crate::sync::MutexGuard;
 use crate::types::{FileType, Ino};
+use std::sync::atomic::Ordering;
 
 impl Fs {
     /// Change the superblock inside handle `h`: the in-memory copy and block 0's bytes.
@@ -44,11 +45,17 @@ impl Fs {
         let head = o.first().copied().unwrap_or(0) as u32;
         self.set_link(h, ino, head)?;
         o.insert(0, ino);
+        self.orphan_count.store(o.len(), Ordering::Release);
         self.update_sb(h, &mut o, |sb| sb.set_last_orphan(ino as u32))
     }
 
     /// Take `ino` off the orphan list, relinking its predecessor (or the superblock).
     pub(super) fn orphan_del(&self, h: &Handle, ino: Ino) -> Result<()> {
+        // An orphan's add happened before its del (both under its inode's lock): an
+        // empty list here means `ino` is not on it.
+        if self.orphan_count.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
         let mut o = self.orphans.lock();
         let Some(k) = o.iter().position(|&x| x == ino) else {
             return Ok(());
@@ -60,6 +67,7 @@ impl Fs {
             self.set_link(h, o[k - 1], next)?;
         }
         o.remove(k);
+        self.orphan_count.store(o.len(), Ordering::Release);
         Ok(())
     }
 
@@ -105,7 +113,11 @@ impl Fs {
             chain.push(ino);
             ino = u64::from(d.dtime());
         }
-        *self.orphans.lock() = chain.clone();
+        {
+            let mut o = self.orphans.lock();
+            *o = chain.clone();
+            self.orphan_count.store(o.len(), Ordering::Release);
+        }
         for ino in chain {
             let i = self.icache.get(ino, || {
                 inode::read_disk_inode(&self.ial, &self.bufs, ino).map(|d| {
