@@ -117,6 +117,17 @@ fn realtime_flags_through_the_mount() {
     fs::write(&f, &bytes).expect("write");
     assert!(lsattr(&f).starts_with('r'), "{}", lsattr(&f));
     assert_eq!(fs::read(&f).expect("read"), bytes);
+    // statfs in the realtime directory and on its file reports the data device (as XFS
+    // does for rtinherit and realtime inodes); the mount's root reports the image.
+    let size = |p: &Path| -> u64 {
+        let out = run(Command::new("stat").args(["-f", "-c", "%b %S"]).arg(p));
+        let t = String::from_utf8_lossy(&out.stdout).to_string();
+        let v: Vec<u64> = t.split_whitespace().map(|x| x.parse().expect(&t)).collect();
+        v[0] * v[1]
+    };
+    assert_eq!(size(&d), 256 << 20);
+    assert_eq!(size(&f), 256 << 20);
+    assert_eq!(size(&m.path("")), 64 << 20);
     // A file with data stays where its data is.
     let x = get_xattr(&f);
     assert_eq!(x.xflags & XFLAG_REALTIME, XFLAG_REALTIME, "{x:?}");

@@ -871,8 +871,9 @@ impl Filesystem for LaneFuse {
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.fs.statfs() {
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        // Asked of a file: a realtime one (or directory) reports the rt device.
+        match self.fs.statfs_at(to_ino(ino)) {
             Ok(s) => reply.statfs(
                 s.blocks,
                 s.free_blocks,
@@ -883,7 +884,7 @@ impl Filesystem for LaneFuse {
                 s.name_max,
                 s.block_size,
             ),
-            Err(e) => reply.error(self.errno("statfs", ROOT_INO, e)),
+            Err(e) => reply.error(self.errno("statfs", to_ino(ino), e)),
         }
     }
 

@@ -641,3 +641,43 @@ fn rt_extents_past_the_image_end_reload() {
     fs.unmount().unwrap();
     fsck_clean(&img);
 }
+
+/// Goal: statfs asked of a realtime directory or file reports the rt device (as XFS's
+/// statfs does for RTINHERIT and REALTIME inodes), its free blocks falling as rt files
+/// grow, while the root reports the image.
+#[test]
+fn statfs_in_a_realtime_directory_reports_the_rt_device() {
+    let td = tempfile::tempdir().unwrap();
+    let (img, rt) = make(td.path(), 16 << 20, 4, 0);
+    let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
+    let geo = fs.rt_geometry().unwrap();
+    let rt_blocks = geo.rextents * u64::from(geo.rextsize);
+    let root = fs.statfs().unwrap();
+    assert_eq!(fs.statfs_at(ROOT_INO).unwrap(), root);
+    let dir = fs
+        .mkdir(ROOT_INO, b"rt", 0o755, Owner::default())
+        .unwrap()
+        .ino;
+    fs.set_realtime(dir, true).unwrap();
+    let before = fs.statfs_at(dir).unwrap();
+    assert_eq!(before.blocks, rt_blocks);
+    assert_eq!(before.free_blocks, before.avail_blocks);
+    assert!(before.free_blocks <= rt_blocks && before.free_blocks > 0);
+    assert_eq!(before.free_inodes, fs.statfs().unwrap().free_inodes);
+    let f = fs.create(dir, b"f", 0o644, Owner::default()).unwrap().ino;
+    fs.write(f, 0, &vec![7u8; 1 << 20]).unwrap();
+    fs.release(f).unwrap();
+    fs.sync().unwrap();
+    let after = fs.statfs_at(f).unwrap();
+    assert_eq!(after.blocks, rt_blocks);
+    assert_eq!(
+        before.free_blocks - after.free_blocks,
+        256,
+        "1 MiB of 4 KiB blocks"
+    );
+    // The image's own free blocks did not pay for the file's data.
+    let root_after = fs.statfs().unwrap();
+    assert!(root.free_blocks - root_after.free_blocks < 16);
+    fs.unmount().unwrap();
+    fsck_clean(&img);
+}

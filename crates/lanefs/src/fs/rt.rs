@@ -253,6 +253,33 @@ impl Fs {
         Ok((st.d.flags() & RT_FL != 0, st.d.extsize()))
     }
 
+    /// statfs(2) as asked of `ino`: on a mount with an rt device, a realtime file or a
+    /// directory whose new files are realtime reports the rt device's blocks and free
+    /// blocks (as XFS's statfs does for `REALTIME` and `RTINHERIT` inodes, so `df` in
+    /// such a directory shows the space its files use); anything else reports
+    /// [`Fs::statfs`]. The inode counts stay the image's.
+    pub fn statfs_at(&self, ino: Ino) -> Result<StatFs> {
+        let mut s = self.statfs()?;
+        let Some(rt) = self.al.rt.get() else {
+            return Ok(s);
+        };
+        let i = self.iget(ino)?;
+        let flags = {
+            let st = i.state.read();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
+            st.d.flags()
+        };
+        if flags & RT_FL != 0 {
+            let rext = u64::from(rt.geometry().rextsize);
+            s.blocks = rt.geometry().rextents * rext;
+            s.free_blocks = rt.free_extents() * rext;
+            s.avail_blocks = s.free_blocks;
+        }
+        Ok(s)
+    }
+
     /// The rt device's geometry, when the image has one.
     pub fn rt_geometry(&self) -> Option<RtGeometry> {
         self.al.rt.get().map(|r| *r.geometry())
