@@ -11,11 +11,12 @@
 //! is claimed by an atomic test-and-set on it under the group's inode lock (class
 //! `igroup`), where the bitmap block and the counters change with it.
 //! [`IallocPolicy::Optimistic`] (default, the seed) searches again under the lock after a
-//! lost race, so the second try cannot lose, and starts each search in the thread's own
-//! chunk of 64 inodes ([`chunk_start`], ours, as XFS's inode chunks), so threads creating
-//! in one group do not interleave in the same table blocks; [`IallocPolicy::Locked`] is
-//! the loop before 2017, which drops the lock and searches again from the next bit after
-//! every lost race, and takes the lock a second time for the counters.
+//! lost race, so the second try cannot lose, and continues each search in the thread's
+//! own chunk of 64 inodes (`chunk_start`, ours, as XFS's inode chunks), so threads
+//! creating in one group do not interleave in the same table blocks;
+//! [`IallocPolicy::Locked`] is the loop before 2017, which drops the lock and searches
+//! again from the next bit after every lost race, and takes the lock a second time for
+//! the counters.
 //!
 //! The descriptor fields this module owns (free inodes, used directories, itable_unused,
 //! INODE_UNINIT, the inode bitmap checksum) are handed to the block allocator's copy of
@@ -91,7 +92,7 @@ pub struct InodeAllocator {
     hash_seed: [u32; 4],
     /// Lost test-and-set races (for tests and reports).
     lost_races: AtomicU64,
-    /// Each thread lane's inode chunk under `Optimistic` ([`InodeAllocator::chunk_start`]).
+    /// Each thread lane's inode chunk under `Optimistic` (`InodeAllocator::chunk_start`).
     cursors: Box<[ChunkCursor]>,
 }
 
@@ -697,14 +698,18 @@ fn test_and_set(words: &[AtomicU64], i: usize) -> bool {
 /// Where a thread lane whose last inode was `cursor` (group in the high half, the bit
 /// after it in the low half) starts searching group `g`: its chunk (the [`CHUNK`] inodes
 /// of one search word: four 4 KiB table blocks of 256-byte inodes) while the chunk has a
-/// free bit at or after the cursor, else the first entirely free word, else `first`
-/// (ext4's search). Threads creating in one group then fill different inode table blocks
-/// and bitmap words instead of interleaving in the same ones (XFS allocates inodes in
-/// chunks of 64 for the same reason). A hint only: the bit is still claimed by
-/// test-and-set.
+/// free bit at or after the cursor; once that chunk is used up, the first entirely free
+/// word (a new chunk), else `first`; and `first` (ext4's search) when the lane's last
+/// inode was in another group, so a thread moving between groups fills each densely.
+/// Threads creating in one group so fill different inode table blocks and bitmap words
+/// instead of interleaving in the same ones (XFS allocates inodes in chunks of 64 for
+/// the same reason). A hint only: the bit is still claimed by test-and-set.
 fn chunk_start(cursor: u64, g: u32, used: &[AtomicU64], first: usize, ipg: usize) -> usize {
+    if (cursor >> 32) as u32 != g {
+        return first;
+    }
     let at = (cursor & u64::from(u32::MAX)) as usize;
-    if (cursor >> 32) as u32 == g && at > first && at < ipg && !at.is_multiple_of(CHUNK) {
+    if at > first && at < ipg && !at.is_multiple_of(CHUNK) {
         let w = used[at / CHUNK].load(Ordering::Relaxed) | ((1u64 << (at % CHUNK)) - 1);
         if w != u64::MAX {
             return at;
@@ -753,14 +758,20 @@ mod tests {
     }
 
     /// A lane keeps to its chunk while it has room after the cursor, then takes the
-    /// first entirely free word; with none, ext4's search from the first inode.
+    /// first entirely free word; with none, or coming from another group, ext4's search
+    /// from the first inode.
     #[test]
     fn chunk_start_keeps_a_lane_in_its_own_word() {
         let ipg = 256;
         let g = 3u64 << 32;
-        // Words 0 and 1 partly used, word 2 entirely free.
+        // Words 0 and 1 partly used, words 2 and 3 entirely free.
         let used = words(&[0, 1, 2, 64, 70], ipg);
-        assert_eq!(chunk_start(u64::MAX, 3, &used, 0, ipg), 128, "a fresh lane");
+        assert_eq!(chunk_start(u64::MAX, 3, &used, 0, ipg), 0, "a fresh lane");
+        assert_eq!(
+            chunk_start((4 << 32) | 71, 3, &used, 0, ipg),
+            0,
+            "another group"
+        );
         assert_eq!(
             chunk_start(g | 71, 3, &used, 0, ipg),
             71,
@@ -777,13 +788,13 @@ mod tests {
             192,
             "the next free word"
         );
-        assert_eq!(
-            chunk_start((4 << 32) | 71, 3, &used, 0, ipg),
-            128,
-            "another group"
-        );
         let full = words(&(0..ipg).filter(|b| b % 64 == 5).collect::<Vec<_>>(), ipg);
-        assert_eq!(chunk_start(u64::MAX, 3, &full, 11, ipg), 11, "no free word");
+        assert_eq!(
+            chunk_start(g | 70, 3, &full, 11, ipg),
+            70,
+            "room in its word"
+        );
+        assert_eq!(chunk_start(g | 64, 3, &full, 11, ipg), 11, "no free word");
         // Group 0's reserved inodes: never before `first`.
         assert_eq!(chunk_start(5, 0, &used, 10, ipg), 128);
     }
