@@ -201,6 +201,7 @@ fn path_target_runs_the_inode_workloads() {
             "icache_bytes_per_inode",
             "icache_limit",
             "icache_evictions",
+            "icache_peak_bytes",
             "peak_rss_bytes",
         ] {
             assert!(r.get(field).is_some_and(|v| v.is_null()), "{field} in {r}");

@@ -284,6 +284,10 @@ impl InodeAllocator {
             IallocPolicy::Optimistic => self.chunk_start(g, used, first, ipg),
             IallocPolicy::Locked => first,
         };
+        debug_assert!(
+            (first..=ipg).contains(&from),
+            "group {g}: search start {from} outside {first}..={ipg}"
+        );
         loop {
             let Some(bit) = find_zero_atomic(used, from, ipg) else {
                 if from > first && self.policy == IallocPolicy::Optimistic {
