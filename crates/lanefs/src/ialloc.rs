@@ -12,8 +12,8 @@
 //! `igroup`), where the bitmap block and the counters change with it.
 //! [`IallocPolicy::Optimistic`] (default, the seed) searches again under the lock after a
 //! lost race, so the second try cannot lose, and continues each search in the thread's
-//! own chunk of 64 inodes (`chunk_start`, ours, as XFS's inode chunks), so threads
-//! creating in one group do not interleave in the same table blocks;
+//! own chunk of 64 inodes of the group (`chunk_start`, ours, as XFS's inode chunks), so
+//! threads creating in one group do not interleave in the same table blocks;
 //! [`IallocPolicy::Locked`] is the loop before 2017, which drops the lock and searches
 //! again from the next bit after every lost race, and takes the lock a second time for
 //! the counters.
@@ -63,6 +63,9 @@ struct IGroup {
     pending: AtomicBool,
     /// Some frees wait for their transaction to commit.
     has_busy: AtomicBool,
+    /// Each thread lane's chunk in this group under `Optimistic`: the bit after the
+    /// lane's last inode here (0: none yet). See [`chunk_start`].
+    cursors: [AtomicU32; LANES],
     bitmap: u64,
     table: u64,
 }
@@ -92,14 +95,7 @@ pub struct InodeAllocator {
     hash_seed: [u32; 4],
     /// Lost test-and-set races (for tests and reports).
     lost_races: AtomicU64,
-    /// Each thread lane's inode chunk under `Optimistic` (`InodeAllocator::chunk_start`).
-    cursors: Box<[ChunkCursor]>,
 }
-
-/// One thread lane's chunk: the group (high half) and bit (low half) its next search
-/// starts from; alone on its cache lines.
-#[repr(align(128))]
-struct ChunkCursor(AtomicU64);
 
 /// Inodes in a chunk: one word of the search bitmap.
 const CHUNK: usize = 64;
@@ -133,6 +129,7 @@ impl InodeAllocator {
                 ibuf: OnceLock::new(),
                 pending: AtomicBool::new(false),
                 has_busy: AtomicBool::new(false),
+                cursors: std::array::from_fn(|_| AtomicU32::new(0)),
                 bitmap: d.inode_bitmap(),
                 table: d.inode_table(),
             })
@@ -144,9 +141,6 @@ impl InodeAllocator {
             groups,
             hash_seed,
             lost_races: AtomicU64::new(0),
-            cursors: (0..LANES)
-                .map(|_| ChunkCursor(AtomicU64::new(u64::MAX)))
-                .collect(),
         }
     }
 
@@ -281,7 +275,10 @@ impl InodeAllocator {
             0
         };
         let mut from = match self.policy {
-            IallocPolicy::Optimistic => self.chunk_start(g, used, first, ipg),
+            IallocPolicy::Optimistic => {
+                let cursor = grp.cursors[my_lane()].load(Ordering::Relaxed) as usize;
+                chunk_start(cursor, used, first, ipg)
+            }
             IallocPolicy::Locked => first,
         };
         // (`first` itself may lie past the group on a corrupt superblock: the group then
@@ -344,8 +341,7 @@ impl InodeAllocator {
             } else {
                 self.set_bitmap_bit(ib, &mut st, g, bit);
                 let fresh = self.account_alloc(h, grp, &mut st, bit, is_dir);
-                let next = (u64::from(g) << 32) | (bit as u64 + 1);
-                self.cursors[my_lane()].0.store(next, Ordering::Relaxed);
+                grp.cursors[my_lane()].store(bit as u32 + 1, Ordering::Relaxed);
                 fresh
             };
             drop(st);
@@ -356,12 +352,6 @@ impl InodeAllocator {
             }
             return Ok(Some(bit as u32));
         }
-    }
-
-    /// Where a search of group `g` starts under `Optimistic`: see [`chunk_start`].
-    fn chunk_start(&self, g: u32, used: &[AtomicU64], first: usize, ipg: usize) -> usize {
-        let cursor = self.cursors[my_lane()].0.load(Ordering::Relaxed);
-        chunk_start(cursor, g, used, first, ipg)
     }
 
     /// Set `bit` in the bitmap block (initializing an uninitialized bitmap first).
@@ -701,24 +691,20 @@ fn test_and_set(words: &[AtomicU64], i: usize) -> bool {
     words[i / 64].fetch_or(m, Ordering::AcqRel) & m != 0
 }
 
-/// Where a thread lane whose last inode was `cursor` (group in the high half, the bit
-/// after it in the low half) starts searching group `g`: its chunk (the [`CHUNK`] inodes
-/// of one search word: four 4 KiB table blocks of 256-byte inodes) while the chunk has a
-/// free bit at or after the cursor; once that chunk is used up, the first entirely free
-/// word (a new chunk), else `first`; and `first` (ext4's search) when the lane's last
-/// inode was in another group, so a thread moving between groups fills each densely.
-/// Threads creating in one group so fill different inode table blocks and bitmap words
-/// instead of interleaving in the same ones (XFS allocates inodes in chunks of 64 for
-/// the same reason). A hint only: the bit is still claimed by test-and-set.
-fn chunk_start(cursor: u64, g: u32, used: &[AtomicU64], first: usize, ipg: usize) -> usize {
-    if (cursor >> 32) as u32 != g {
-        return first;
-    }
-    let at = (cursor & u64::from(u32::MAX)) as usize;
-    if at > first && at < ipg && !at.is_multiple_of(CHUNK) {
-        let w = used[at / CHUNK].load(Ordering::Relaxed) | ((1u64 << (at % CHUNK)) - 1);
+/// Where a thread lane starts searching a group whose bit after its last inode there
+/// is `cursor` (0: none yet): its chunk (the [`CHUNK`] inodes of one search word: four
+/// 4 KiB table blocks of 256-byte inodes) while the chunk has a free bit at or after the
+/// cursor; otherwise the first entirely free word (a new chunk), else `first` (ext4's
+/// search). Each lane keeps a chunk per group, so a thread moving between groups fills
+/// each chunk densely. Threads creating in one group so fill different inode table
+/// blocks and bitmap words instead of interleaving in the same ones (XFS allocates
+/// inodes in chunks of 64 for the same reason). A hint only: the bit is still claimed
+/// by test-and-set.
+fn chunk_start(cursor: usize, used: &[AtomicU64], first: usize, ipg: usize) -> usize {
+    if cursor > first && cursor < ipg && !cursor.is_multiple_of(CHUNK) {
+        let w = used[cursor / CHUNK].load(Ordering::Relaxed) | ((1u64 << (cursor % CHUNK)) - 1);
         if w != u64::MAX {
-            return at;
+            return cursor;
         }
     }
     (first.div_ceil(CHUNK)..ipg / CHUNK)
@@ -764,45 +750,26 @@ mod tests {
     }
 
     /// A lane keeps to its chunk while it has room after the cursor, then takes the
-    /// first entirely free word; with none, or coming from another group, ext4's search
-    /// from the first inode.
+    /// first entirely free word; with none, ext4's search from the first inode.
     #[test]
     fn chunk_start_keeps_a_lane_in_its_own_word() {
         let ipg = 256;
-        let g = 3u64 << 32;
         // Words 0 and 1 partly used, words 2 and 3 entirely free.
         let used = words(&[0, 1, 2, 64, 70], ipg);
-        assert_eq!(chunk_start(u64::MAX, 3, &used, 0, ipg), 0, "a fresh lane");
         assert_eq!(
-            chunk_start((4 << 32) | 71, 3, &used, 0, ipg),
-            0,
-            "another group"
-        );
-        assert_eq!(
-            chunk_start(g | 71, 3, &used, 0, ipg),
-            71,
-            "room after the cursor"
-        );
-        assert_eq!(
-            chunk_start(g | 128, 3, &used, 0, ipg),
+            chunk_start(0, &used, 0, ipg),
             128,
-            "its word is done"
+            "a fresh lane: a new chunk"
         );
+        assert_eq!(chunk_start(71, &used, 0, ipg), 71, "room after the cursor");
+        assert_eq!(chunk_start(128, &used, 0, ipg), 128, "its word is done");
         let busy2 = words(&[0, 64, 130], ipg);
-        assert_eq!(
-            chunk_start(g | 128, 3, &busy2, 0, ipg),
-            192,
-            "the next free word"
-        );
+        assert_eq!(chunk_start(128, &busy2, 0, ipg), 192, "the next free word");
         let full = words(&(0..ipg).filter(|b| b % 64 == 5).collect::<Vec<_>>(), ipg);
-        assert_eq!(
-            chunk_start(g | 70, 3, &full, 11, ipg),
-            70,
-            "room in its word"
-        );
-        assert_eq!(chunk_start(g | 64, 3, &full, 11, ipg), 11, "no free word");
+        assert_eq!(chunk_start(70, &full, 11, ipg), 70, "room in its word");
+        assert_eq!(chunk_start(64, &full, 11, ipg), 11, "no free word");
         // Group 0's reserved inodes: never before `first`.
-        assert_eq!(chunk_start(5, 0, &used, 10, ipg), 128);
+        assert_eq!(chunk_start(5, &used, 10, ipg), 128);
     }
 
     #[test]
