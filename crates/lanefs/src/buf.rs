@@ -318,6 +318,10 @@ impl BufCache {
     /// the limit while a commit takes them (not only at each shard's next miss).
     pub fn reserve_copies(&self, n: usize) {
         self.set_copies(n);
+        let held = self.cached.load(Ordering::Relaxed) + self.spares.load(Ordering::Relaxed);
+        if held + n <= self.limit_blocks {
+            return;
+        }
         let bound = self.shard_bound();
         for sh in &self.shards {
             self.shrink_locked(&mut sh.lock(), bound);

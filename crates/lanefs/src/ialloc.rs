@@ -701,11 +701,12 @@ fn test_and_set(words: &[AtomicU64], i: usize) -> bool {
 /// inodes in chunks of 64 for the same reason). A hint only: the bit is still claimed
 /// by test-and-set.
 fn chunk_start(cursor: usize, used: &[AtomicU64], first: usize, ipg: usize) -> usize {
-    if cursor > first && cursor < ipg && !cursor.is_multiple_of(CHUNK) {
-        let w = used[cursor / CHUNK].load(Ordering::Relaxed) | ((1u64 << (cursor % CHUNK)) - 1);
-        if w != u64::MAX {
-            return cursor;
-        }
+    let chunk_end = (cursor / CHUNK + 1) * CHUNK;
+    if cursor > first
+        && !cursor.is_multiple_of(CHUNK)
+        && find_zero_atomic(used, cursor, chunk_end.min(ipg)).is_some()
+    {
+        return cursor;
     }
     (first.div_ceil(CHUNK)..ipg / CHUNK)
         .find(|&w| used[w].load(Ordering::Relaxed) == 0)
