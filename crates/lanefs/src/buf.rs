@@ -417,6 +417,38 @@ mod tests {
     /// Past its bound a shard evicts clean blocks and reuses their memory for the next
     /// misses; what it keeps, blocks and spares, stays within the limit, and a reused
     /// block reads back the device's bytes, not the stale ones of its last use.
+    /// A commit's copies are made room for before they are taken: with the cache at
+    /// its limit, reserving a transaction's worth of copies evicts clean blocks at once,
+    /// so blocks, spares and copies together stay within the limit.
+    #[test]
+    fn reserved_copies_evict_before_they_are_taken() {
+        let bs = 1024;
+        let blocks = 8192u64;
+        let dev = Arc::new(crate::dev::MemDevice::new(blocks * bs as u64));
+        let limit = (SHARDS * MIN_SHARD_BLOCKS * 4 * bs) as u64;
+        let c = BufCache::new(dev, bs, limit);
+        for b in 0..blocks {
+            c.get(b).unwrap();
+        }
+        let full = c.stats().bytes;
+        assert!(
+            full + (limit / 4) > limit,
+            "the cache is near its limit: {full}"
+        );
+        let copies = c.limit_blocks() / 4;
+        c.reserve_copies(copies);
+        let st = c.stats();
+        assert!(
+            st.bytes <= limit,
+            "{} bytes with {copies} copies reserved, past the limit {limit}",
+            st.bytes
+        );
+        // Nothing to make room for: no eviction.
+        let before = c.stats().bytes;
+        c.reserve_copies(copies);
+        assert_eq!(c.stats().bytes, before);
+    }
+
     #[test]
     fn eviction_reuses_memory_within_the_limit() {
         let bs = 1024;
