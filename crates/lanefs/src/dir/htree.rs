@@ -214,27 +214,30 @@ impl DirCtx<'_> {
         path: &Path,
         b: Arc<Buf>,
     ) -> Result<Arc<Buf>> {
-        let entries = self.leaf_entries(ino, st, &b)?;
-        let mut live: Vec<(u32, u32, RawEntry)> = entries
-            .into_iter()
-            .filter(|e| e.ino != 0)
-            .map(|e| {
-                let (a, m) = self.hash(&e.name, path.version);
-                (a, m, e)
-            })
-            .collect();
-        live.sort_by_key(|x| (x.0, x.1));
+        // The live entries' (hash, minor hash, offset), sorted: in place, without copying
+        // a name; the block's bytes are copied once, as both halves are rewritten from them.
+        let mut live: Vec<(u32, u32, u32)> = Vec::new();
+        let old = {
+            let d = b.read();
+            self.check_leaf(ino, st, &b, &d)?;
+            dd::each_live(&d, self.csum(), b.blk, |off, name| {
+                let (a, m) = self.hash(name, path.version);
+                live.push((a, m, off as u32));
+            })?;
+            d.to_vec()
+        };
+        // Ties in (hash, minor) keep block order, as a stable sort would.
+        live.sort_unstable();
         let split = adjust_split(&live, live.len() / 2);
         let hash2 = live.get(split).map_or(path.hash, |x| x.0);
         let continued = split > 0 && live.get(split).is_some_and(|x| x.0 == live[split - 1].0);
         let new_lblk = self.nblocks(st);
         let nb = self.append_block(h, ino, st)?;
-        let lower: Vec<&RawEntry> = live[..split].iter().map(|x| &x.2).collect();
-        let upper: Vec<&RawEntry> = live[split..].iter().map(|x| &x.2).collect();
-        self.write_leaf(h, ino, st, &b, &lower);
-        self.write_leaf(h, ino, st, &nb, &upper);
+        let entry = |x: &(u32, u32, u32)| dd::entry_at(&old, x.2 as usize);
+        self.write_leaf(h, ino, st, &b, live[..split].iter().map(entry));
+        self.write_leaf(h, ino, st, &nb, live[split..].iter().map(entry));
         self.insert_index(h, ino, st, path, hash2 | u32::from(continued), new_lblk)?;
-        Ok(if path.hash >= hash2 && !upper.is_empty() {
+        Ok(if path.hash >= hash2 && split < live.len() {
             nb
         } else {
             b
@@ -345,7 +348,13 @@ impl DirCtx<'_> {
         let parent = entries[1].ino;
         let b1 = self.append_block(h, ino, st)?;
         let live: Vec<&RawEntry> = entries[2..].iter().filter(|e| e.ino != 0).collect();
-        self.write_leaf(h, ino, st, &b1, &live);
+        self.write_leaf(
+            h,
+            ino,
+            st,
+            &b1,
+            live.iter().map(|e| (e.ino, e.ft, &e.name[..])),
+        );
         let info = DxRootInfo {
             hash_version: self.def_hash % 3,
             indirect_levels: 0,
@@ -391,7 +400,7 @@ impl DirCtx<'_> {
 }
 
 /// Move the split point so equal hashes stay together when possible.
-fn adjust_split(live: &[(u32, u32, RawEntry)], split: usize) -> usize {
+fn adjust_split(live: &[(u32, u32, u32)], split: usize) -> usize {
     let mut s = split;
     while s > 0 && s < live.len() && live[s].0 == live[s - 1].0 {
         s += 1;

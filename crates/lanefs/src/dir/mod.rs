@@ -354,25 +354,26 @@ impl DirCtx<'_> {
     }
 
     /// Rewrite a leaf block with `entries` packed in order.
-    fn write_leaf(
+    fn write_leaf<'e>(
         &self,
         h: &Handle,
         ino: u64,
         st: &InodeState,
         b: &Arc<Buf>,
-        entries: &[&RawEntry],
+        entries: impl ExactSizeIterator<Item = (u32, u8, &'e [u8])>,
     ) {
         let mut d = b.write();
         dd::init_empty_leaf(&mut d, self.csum());
         let end = dd::entries_end(self.bs(), self.csum());
-        let mut off = 0;
-        for (i, e) in entries.iter().enumerate() {
-            let len = if i + 1 == entries.len() {
+        let (mut off, n) = (0, entries.len());
+        for (i, (child, ft, name)) in entries.enumerate() {
+            let len = if i + 1 == n {
                 end - off
             } else {
-                dd::rec_len_for(e.name.len())
+                dd::rec_len_for(name.len())
             };
-            dd::put_entry(&mut d, off, e.ino, len, e.ft, &e.name);
+            debug_assert!(off + len <= end, "leaf entries overflow their block");
+            dd::put_entry(&mut d, off, child, len, ft, name);
             off += len;
         }
         drop(d);

@@ -123,6 +123,27 @@ pub fn parse_block(b: &[u8], csum: bool, at: u64) -> Result<Vec<RawEntry>> {
     Ok(out)
 }
 
+/// Visit the live entries (inode not 0) of a leaf block in order, validating every record
+/// as [`parse_block`] does, without copying anything: `f(offset, name)`.
+pub fn each_live(b: &[u8], csum: bool, at: u64, mut f: impl FnMut(usize, &[u8])) -> Result<()> {
+    let end = entries_end(b.len(), csum);
+    let mut off = 0;
+    while off < end {
+        let (rec_len, name_len) = record_at(b, off, end, at)?;
+        if le32(b, off) != 0 {
+            f(off, &b[off + 8..off + 8 + name_len]);
+        }
+        off += rec_len;
+    }
+    Ok(())
+}
+
+/// The inode, file type code and name of the (validated) entry at `off`.
+pub fn entry_at(b: &[u8], off: usize) -> (u32, u8, &[u8]) {
+    let name_len = usize::from(b[off + 6]);
+    (le32(b, off), b[off + 7], &b[off + 8..off + 8 + name_len])
+}
+
 /// A live entry found by name in a leaf block (`search_block`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hit {
