@@ -173,15 +173,15 @@ pub fn meaning(family: Family, name: &str) -> &'static str {
              for the inode cache"
         }
         (Family::Inodes, "ialloc") => {
-            "seed 001: free bit found without the lock, set by test-and-set; global cache \
-             lock (lanefs's default)"
+            "seed 001 alone: free bit found without the lock, set by test-and-set; global \
+             cache lock"
         }
         (Family::Inodes, "icache") => "seed 004 alone: the inode cache with a lock per bucket",
-        (Family::Inodes, "lanefs") => "seeds 001 and 004 together",
-        (Family::Inodes, "global") => {
-            "inode cache under one lock, as the VFS's inode_hash_lock (lanefs's default)"
+        (Family::Inodes, "lanefs") => "seeds 001 and 004 together (lanefs's default)",
+        (Family::Inodes, "global") => "inode cache under one lock, as the VFS's inode_hash_lock",
+        (Family::Inodes, "bucket") => {
+            "inode cache with a lock per bucket, lock-free lookups (lanefs's default)"
         }
-        (Family::Inodes, "bucket") => "inode cache with a lock per bucket, lock-free lookups",
         (Family::Inodes, "papaya") => "inode cache in papaya, a lock-free map (comparison)",
         (Family::Pages, "base") => "before seed 002: single-block pages (folio order 0)",
         (Family::Pages, "order2") => "large folios up to order 2",

@@ -569,7 +569,7 @@ mod tests {
             (x.ialloc, x.icache),
             (IallocPolicy::Locked, IcachePolicy::Global)
         );
-        assert_eq!(v[3].options_text(), "ialloc=locked");
+        assert_eq!(v[3].options_text(), "ialloc=locked,icache=global");
         assert_eq!(v[5].opts.icache, IcachePolicy::Papaya);
         assert_eq!(v[5].opts.ialloc, IallocPolicy::Optimistic);
         // Options without a value, sizes, and an empty spec (the defaults, renamed).

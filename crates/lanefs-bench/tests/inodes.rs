@@ -107,11 +107,11 @@ fn engine_runs_the_inode_workloads_under_the_seeds_variants() {
     let printed = String::from_utf8(out).expect("utf-8 output");
     // The header says what each variant means for the workloads it runs with.
     assert!(
-        printed.contains("base [mdtest-shared fsmark stat: ialloc=locked]"),
+        printed.contains("base [mdtest-shared fsmark stat: ialloc=locked,icache=global]"),
         "{printed}"
     );
     assert!(
-        printed.contains("lanefs [mdtest-shared fsmark stat: icache=bucket]"),
+        printed.contains("lanefs [mdtest-shared fsmark stat: defaults]"),
         "{printed}"
     );
     assert!(

@@ -130,7 +130,7 @@ impl Default for MountOptions {
             atime: AtimePolicy::Relative,
             nodiratime: false,
             ialloc: IallocPolicy::Optimistic,
-            icache: IcachePolicy::Global,
+            icache: IcachePolicy::Bucket,
             icache_limit: DEFAULT_ICACHE_LIMIT,
             bufcache_limit: crate::buf::default_bufcache_limit(),
             pagecache_limit: crate::page::default_pagecache_limit(),
@@ -1096,7 +1096,7 @@ mod tests {
         let mut o = MountOptions::default();
         assert_eq!(
             (o.ialloc, o.icache),
-            (IallocPolicy::Optimistic, IcachePolicy::Global)
+            (IallocPolicy::Optimistic, IcachePolicy::Bucket)
         );
         assert_eq!(o.apply("ialloc", Some("locked")), Ok(true));
         assert_eq!(o.apply("icache", Some("papaya")), Ok(true));

@@ -1,13 +1,13 @@
 //! The inode cache (seed 004): in-memory inodes by inode number.
 //!
 //! Three tables under one set of rules ([`IcachePolicy`]):
-//! - `bucket`: a fixed array of buckets sized from the memory limit, each an intrusive
+//! - `bucket` (default, by measurement): a fixed array of buckets sized from the memory limit, each an intrusive
 //!   chain through links inside the entries themselves (`CacheLink::next`, the kernel's
 //!   `i_hash`), so inserting and removing allocate nothing. Lookups pin the epoch
 //!   (crossbeam-epoch, the RCU of this design) and walk the chain with no lock; inserts
 //!   and removals change one link under the bucket's own lock (class `icache_bucket`),
 //!   and an unlinked entry's memory is given back once no pinned reader can stand on it.
-//! - `global` (default, by measurement): one `HashMap` behind one lock (class
+//! - `global` (the seed's baseline): one `HashMap` behind one lock (class
 //!   `icache_global`) for every lookup, insert and removal, as the VFS's
 //!   `inode_hash_lock` before Linux 6.11.
 //! - `papaya`: the `papaya` crate's lock-free map.

@@ -8,12 +8,10 @@
 //! `data=ordered` semantics, so `e2fsck` and the kernel's ext4 read and replay what lanefs
 //! writes, and lanefs reads and replays what they write.
 //!
-//! With `icache=bucket` there is no lock shared by the whole file system on the paths of
-//! create, write, fallocate and unlink: a journal handle joins the running transaction
-//! without a lock, and each part that ext4 serializes somewhere has its own mechanism,
-//! taken from five kernel scalability patch series (the "seeds"), each beside the design it
-//! replaced. (The default inode cache, `icache=global`, keeps the VFS's one table lock: on
-//! the 2-CPU machine lanefs is measured on it was as fast; see the table.)
+//! There is no lock shared by the whole file system on the paths of create, lookup, write,
+//! fallocate and unlink: a journal handle joins the running transaction without a lock,
+//! and each part that ext4 serializes somewhere has its own mechanism, taken from five
+//! kernel scalability patch series (the "seeds"), each beside the design it replaced.
 //!
 //! | seed | part | mechanism (default) | baseline |
 //! |---|---|---|---|
@@ -21,7 +19,7 @@
 //! | 001 | inode allocation | a lock-free search of the inode bitmap, the bit claimed by test-and-set under the group's lock ([`IallocPolicy::Optimistic`]) | search again after every lost race ([`IallocPolicy::Locked`]) |
 //! | 002 | page cache | large folios ([`MountOptions::folio_max_order`] 4) read without a lock, checked by a seqcount | single-block pages (`folio_max_order` 0) |
 //! | 003 | realtime device | XFS's realtime extent allocator made cheap on fragmented devices ([`RtAllocPolicy::Lean`]) | Linux 6.4's algorithm ([`RtAllocPolicy::Plain`]) |
-//! | 004 | inode cache | buckets with their own locks and lock-free lookups ([`IcachePolicy::Bucket`]), or the `papaya` map ([`IcachePolicy::Papaya`]) | one table lock ([`IcachePolicy::Global`], the default: it won on a 2-CPU machine) |
+//! | 004 | inode cache | buckets with their own locks and lock-free lookups ([`IcachePolicy::Bucket`]); also the `papaya` map ([`IcachePolicy::Papaya`]) | one table lock ([`IcachePolicy::Global`]) |
 //!
 //! # Example
 //!

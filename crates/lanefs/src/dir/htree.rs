@@ -329,7 +329,7 @@ impl DirCtx<'_> {
     /// same handle, which dirties it).
     fn set_root_levels(&self, ino: u64, st: &InodeState, levels: u8) -> Result<()> {
         let b = self.block(st, ino, 0)?;
-        b.write()[0x1E] = levels;
+        dd::set_root_levels(&mut b.write(), levels);
         Ok(())
     }
 

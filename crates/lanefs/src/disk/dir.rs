@@ -530,6 +530,16 @@ pub fn verify_dx_csum(inode_seed: u32, b: &[u8], count_off: usize, at: u64) -> R
     Ok(())
 }
 
+/// Offsets in a dx_root of its info: hash version, info length, indirect levels.
+const DX_ROOT_HASH_VERSION: usize = 0x1C;
+const DX_ROOT_INFO_LEN: usize = 0x1D;
+const DX_ROOT_LEVELS: usize = 0x1E;
+
+/// Set the number of index levels below a dx_root (its `indirect_levels`).
+pub fn set_root_levels(b: &mut [u8], levels: u8) {
+    b[DX_ROOT_LEVELS] = levels;
+}
+
 /// Decode the dx_root info of block 0 of an indexed directory.
 pub fn decode_root_info(b: &[u8], at: u64) -> Result<DxRootInfo> {
     // "." at 0 (rec_len 12) and ".." at 12 spanning the rest of the block.
@@ -553,9 +563,9 @@ pub fn decode_root_info(b: &[u8], at: u64) -> Result<DxRootInfo> {
             ),
         ));
     }
-    let info_len = b[0x1D];
-    let hash_version = b[0x1C];
-    let levels = b[0x1E];
+    let info_len = b[DX_ROOT_INFO_LEN];
+    let hash_version = b[DX_ROOT_HASH_VERSION];
+    let levels = b[DX_ROOT_LEVELS];
     if info_len != 8 || hash_version > 5 || levels > 2 {
         return Err(Error::corrupt(
             "directory index",
@@ -575,9 +585,9 @@ pub fn init_dx_root(b: &mut [u8], self_ino: u32, parent_ino: u32, info: DxRootIn
     b.fill(0);
     put_entry(b, 0, self_ino, 12, dot_ft, b".");
     put_entry(b, 12, parent_ino, b.len() - 12, dot_ft, b"..");
-    b[0x1C] = info.hash_version;
-    b[0x1D] = 8;
-    b[0x1E] = info.indirect_levels;
+    b[DX_ROOT_HASH_VERSION] = info.hash_version;
+    b[DX_ROOT_INFO_LEN] = 8;
+    b[DX_ROOT_LEVELS] = info.indirect_levels;
 }
 
 /// Write an empty dx_node header (a fake unused entry spanning the block).
