@@ -947,6 +947,26 @@ impl ICache {
     }
 }
 
+/// Rounds of pin-and-flush that [`ICache`]'s drop gives crossbeam-epoch: each moves this
+/// thread's deferred drops to the global queue, advances the epoch when no other thread is
+/// pinned, and runs up to 8 expired batches of 64.
+const DROP_FLUSH_ROUNDS: usize = 256;
+
+impl Drop for ICache {
+    /// The kernel's `rcu_barrier` at unmount: an inode a bucket table removed or evicted is
+    /// dropped through the epoch, after the readers that might stand on it. Its mapping
+    /// holds a realtime file's data device, whose exclusive claim (`flock`) must not
+    /// outlive the unmount (a remount found the device "in use by another lanefs"), so
+    /// the drops that can run now run before the file system is gone.
+    fn drop(&mut self) {
+        if matches!(self.table, Table::Bucket(_)) {
+            for _ in 0..DROP_FLUSH_ROUNDS {
+                epoch::pin().flush();
+            }
+        }
+    }
+}
+
 /// A new inode's claim on its number: [`NewInode::finish`] publishes the inode;
 /// dropping the claim unfinished removes it and wakes waiters (a failed create).
 pub struct NewInode<'a> {

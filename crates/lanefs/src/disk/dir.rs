@@ -600,6 +600,40 @@ pub fn init_dx_node(b: &mut [u8]) {
 mod tests {
     use super::*;
 
+    /// `each_live` visits the live entries `parse_block` finds, in block order, with the
+    /// names `entry_at` reads back; a removed entry is passed over, and a corrupt record
+    /// is an error as in `parse_block`.
+    #[test]
+    fn live_entries_in_place_match_parse_block() {
+        let mut b = vec![0u8; 1024];
+        init_empty_leaf(&mut b, true);
+        for i in 0..20u32 {
+            let name = format!("n{i}-{}", "y".repeat(i as usize % 7));
+            assert!(insert_in_block(&mut b, true, 9, name.as_bytes(), 100 + i, 1).unwrap());
+        }
+        let victim = search_block(&b, true, 9, b"n5-yyyyy").unwrap().expect("n5");
+        remove_entry(&mut b[..entries_end(1024, true)], victim.off, victim.prev);
+        let want: Vec<(usize, u32, Vec<u8>)> = parse_block(&b, true, 9)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.ino != 0)
+            .map(|e| (e.off, e.ino, e.name))
+            .collect();
+        let mut got = Vec::new();
+        each_live(&b, true, 9, |off, name| {
+            let (ino, ft, n) = entry_at(&b, off);
+            assert_eq!((n, ft), (name, 1));
+            got.push((off, ino, name.to_vec()));
+        })
+        .unwrap();
+        assert_eq!(got, want);
+        assert_eq!(got.len(), 19);
+        // A record length past the block is refused, as parse_block refuses it.
+        set_rec_len(&mut b, 0, 2048);
+        assert!(each_live(&b, true, 9, |_, _| {}).is_err());
+        assert!(parse_block(&b, true, 9).is_err());
+    }
+
     /// The room a search notes is the record an in-place insert takes: inserting there
     /// gives the same block, through fills, removals and a full block.
     #[test]
