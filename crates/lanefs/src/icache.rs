@@ -1,9 +1,9 @@
 //! The inode cache (seed 004): in-memory inodes by inode number.
 //!
 //! Three tables under one set of rules ([`IcachePolicy`]):
-//! - `bucket` (default, by measurement): a fixed array of buckets sized from the memory limit, each an intrusive
-//!   chain through links inside the entries themselves (`CacheLink::next`, the kernel's
-//!   `i_hash`), so inserting and removing allocate nothing. Lookups pin the epoch
+//! - `bucket` (default, by measurement): a fixed array of buckets sized from the memory
+//!   limit, each an intrusive chain through links inside the entries themselves
+//!   (`CacheLink::next`, the kernel's `i_hash`), so inserting and removing allocate nothing. Lookups pin the epoch
 //!   (crossbeam-epoch, the RCU of this design) and walk the chain with no lock; inserts
 //!   and removals change one link under the bucket's own lock (class `icache_bucket`),
 //!   and an unlinked entry's memory is given back once no pinned reader can stand on it.

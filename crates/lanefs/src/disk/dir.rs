@@ -104,38 +104,44 @@ fn record_at(b: &[u8], off: usize, end: usize, at: u64) -> Result<(usize, usize)
     Ok((rec_len, name_len))
 }
 
-/// Walk the entries of a leaf block, validating each record.
-pub fn parse_block(b: &[u8], csum: bool, at: u64) -> Result<Vec<RawEntry>> {
+/// Visit every record of a leaf block in order, validating each (`record_at`):
+/// `f(offset, record length)`.
+fn each_record(b: &[u8], csum: bool, at: u64, mut f: impl FnMut(usize, usize)) -> Result<()> {
     let end = entries_end(b.len(), csum);
     let mut off = 0;
-    let mut out = Vec::new();
     while off < end {
-        let (rec_len, name_len) = record_at(b, off, end, at)?;
-        out.push(RawEntry {
-            off,
-            ino: le32(b, off),
-            rec_len,
-            ft: b[off + 7],
-            name: b[off + 8..off + 8 + name_len].to_vec(),
-        });
+        let (rec_len, _) = record_at(b, off, end, at)?;
+        f(off, rec_len);
         off += rec_len;
     }
+    Ok(())
+}
+
+/// Walk the entries of a leaf block, validating each record.
+pub fn parse_block(b: &[u8], csum: bool, at: u64) -> Result<Vec<RawEntry>> {
+    let mut out = Vec::new();
+    each_record(b, csum, at, |off, rec_len| {
+        let (ino, ft, name) = entry_at(b, off);
+        out.push(RawEntry {
+            off,
+            ino,
+            rec_len,
+            ft,
+            name: name.to_vec(),
+        });
+    })?;
     Ok(out)
 }
 
 /// Visit the live entries (inode not 0) of a leaf block in order, validating every record
 /// as [`parse_block`] does, without copying anything: `f(offset, name)`.
 pub fn each_live(b: &[u8], csum: bool, at: u64, mut f: impl FnMut(usize, &[u8])) -> Result<()> {
-    let end = entries_end(b.len(), csum);
-    let mut off = 0;
-    while off < end {
-        let (rec_len, name_len) = record_at(b, off, end, at)?;
-        if le32(b, off) != 0 {
-            f(off, &b[off + 8..off + 8 + name_len]);
+    each_record(b, csum, at, |off, _| {
+        let (ino, _, name) = entry_at(b, off);
+        if ino != 0 {
+            f(off, name);
         }
-        off += rec_len;
-    }
-    Ok(())
+    })
 }
 
 /// The inode, file type code and name of the (validated) entry at `off`.
