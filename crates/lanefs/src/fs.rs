@@ -817,10 +817,26 @@ impl Fs {
         Ok(())
     }
 
-    /// Persist an inode: its extent tree if changed, then its bytes. An inode on the
-    /// orphan list keeps the list link that `fs/orphan.rs` wrote into its on-disk `dtime`
-    /// (read and rewritten under the inode table block's lock, so no list lock is taken).
-    fn store(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
+    /// Persist a cached inode: its extent tree if changed, then its bytes, which reach its
+    /// table block with their checksum when the transaction commits (`inode::InodeStage`).
+    /// An inode on the orphan list keeps the list link that `fs/orphan.rs` wrote into its
+    /// on-disk `dtime`.
+    fn store(&self, h: &Handle, i: &Inode, st: &mut InodeState) -> Result<()> {
+        self.store_prep(h, i.ino, st)?;
+        let keep_dtime = st.d.links() == 0 && !st.freed;
+        inode::stage_inode(&self.ial, &self.bufs, h, i, &mut st.d, keep_dtime, st.freed)
+    }
+
+    /// Persist a new inode not in the cache yet: written through to its table block (its
+    /// later stores go through its stage).
+    fn store_new(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
+        self.store_prep(h, ino, st)?;
+        inode::store_inode(&self.ial, &self.bufs, h, ino, &mut st.d, false)
+    }
+
+    /// What every store does before the inode's bytes: its extent tree, its transaction,
+    /// the large_file feature.
+    fn store_prep(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
         if st.ext_dirty {
             inode::store_tree(&self.al, &self.bufs, h, ino, st)?;
         }
@@ -828,8 +844,7 @@ impl Fs {
         if st.d.size() > LARGE_FILE_SIZE {
             self.note_large_file(h)?;
         }
-        let keep_dtime = st.d.links() == 0 && !st.freed;
-        inode::store_inode(&self.ial, &self.bufs, h, ino, &mut st.d, keep_dtime)
+        Ok(())
     }
 
     /// A file past 2 GiB on an image without large_file turns the feature on in the
@@ -1119,6 +1134,51 @@ mod tests {
             );
         }
         assert!(o.apply("icache", None).is_err());
+    }
+
+    /// Sealed inode stores: stores in a transaction change only the inodes' stages; the
+    /// inode-table block gets their bytes and checksums when the transaction commits, and
+    /// a staged inode is not evicted meanwhile (a re-read would find the old bytes).
+    #[test]
+    fn inode_stores_reach_their_table_block_at_commit() {
+        let dev = std::sync::Arc::new(crate::MemDevice::new(32 << 20));
+        crate::mkfs::format(&*dev, &crate::mkfs::MkfsOptions::default()).unwrap();
+        let opts = MountOptions {
+            commit_interval: std::time::Duration::from_secs(3600),
+            ..MountOptions::default()
+        };
+        let fs = Fs::mount(dev, opts).unwrap();
+        let owner = crate::Owner::default();
+        let a = fs.create(ROOT_INO, b"a", 0o644, owner).unwrap().ino;
+        let b = fs.create(ROOT_INO, b"b", 0o644, owner).unwrap().ino;
+        fs.release(a).unwrap();
+        fs.release(b).unwrap();
+        fs.journal.commit_running().unwrap();
+        let (la, lb) = (fs.ial.inode_loc(a).unwrap(), fs.ial.inode_loc(b).unwrap());
+        assert_eq!(la.blk, lb.blk, "two new files share a table block");
+        let on_disk = |ino| inode::read_disk_inode(&fs.ial, &fs.bufs, ino).unwrap();
+        for (ino, perm) in [(a, 0o600), (b, 0o640), (a, 0o604)] {
+            let set = crate::SetAttr {
+                perm: Some(perm),
+                ..Default::default()
+            };
+            fs.setattr(ino, &set).unwrap();
+        }
+        // Not in the block yet (its bytes and checksum are the last commit's), and the
+        // staged inodes stay cached.
+        assert_eq!(on_disk(a).mode() & 0o7777, 0o644);
+        assert_eq!(on_disk(b).mode() & 0o7777, 0o644);
+        for ino in [a, b] {
+            assert!(!fs.icache.peek(ino).unwrap().evictable());
+        }
+        fs.journal.commit_running().unwrap();
+        // Both in, checksums verified by the read; the stages are idle again.
+        assert_eq!(on_disk(a).mode() & 0o7777, 0o604);
+        assert_eq!(on_disk(b).mode() & 0o7777, 0o640);
+        for ino in [a, b] {
+            assert!(fs.icache.peek(ino).unwrap().evictable());
+        }
+        fs.unmount().unwrap();
     }
 
     #[test]

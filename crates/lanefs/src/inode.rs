@@ -6,6 +6,7 @@
 //! come from `ialloc`.
 
 use crate::alloc::Allocator;
+use crate::buf::Buf;
 use crate::buf::BufCache;
 use crate::disk::blockmap;
 use crate::disk::extent::{self, Extent, Node};
@@ -15,7 +16,7 @@ use crate::extmap::ExtentMap;
 use crate::ialloc::InodeAllocator;
 use crate::journal::Handle;
 use crate::page::Mapping;
-use crate::sync::{RwLock, INODE};
+use crate::sync::{Mutex, RwLock, INODE, INODE_STAGE};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -86,6 +87,94 @@ pub struct Inode {
     pub gone: AtomicBool,
     /// The inode cache's bookkeeping.
     pub cache: CacheLink,
+    /// Its bytes staged for the running transaction's commit (made at its first store).
+    pub stage: std::sync::OnceLock<Arc<InodeStage>>,
+}
+
+/// An inode's on-disk bytes as its last store in the running transaction left them,
+/// copied into its table block once, when the transaction commits (`LogItem::format`).
+/// Stores change only this copy, so operations on inodes sharing a table block do not
+/// rewrite (or checksum) that block each time; the commit copies each staged inode and
+/// stamps its checksum, once per transaction.
+pub struct InodeStage {
+    ino: u64,
+    /// The checksum seed (`None`: no metadata_csum).
+    seed: Option<u32>,
+    data: Mutex<Staged>,
+}
+
+struct Staged {
+    /// The transaction whose commit formats this stage (0: nothing staged).
+    tid: u64,
+    d: DiskInode,
+    /// The inode's table block (dirtied in `tid`) and its offset there.
+    buf: Option<Arc<Buf>>,
+    off: usize,
+    /// Keep the `dtime` on disk (an orphan's list link, written in place).
+    keep_dtime: bool,
+}
+
+impl InodeStage {
+    fn new(ino: u64, seed: Option<u32>) -> InodeStage {
+        InodeStage {
+            ino,
+            seed,
+            data: Mutex::new(
+                &INODE_STAGE,
+                Staged {
+                    tid: 0,
+                    d: DiskInode { raw: Vec::new() },
+                    buf: None,
+                    off: 0,
+                    keep_dtime: false,
+                },
+            ),
+        }
+    }
+
+    /// Nothing staged (checked without waiting: a stage being changed is not idle).
+    pub fn idle(&self) -> bool {
+        self.data.try_lock().is_some_and(|s| s.tid == 0)
+    }
+
+    /// Drop what is staged: the caller wrote the inode through to its block.
+    fn cancel(&self) {
+        let mut s = self.data.lock();
+        s.tid = 0;
+        s.buf = None;
+    }
+
+    fn bytes(&self) -> usize {
+        self.data.try_lock().map_or(0, |s| s.d.raw.capacity())
+    }
+}
+
+impl crate::journal::LogItem for InodeStage {
+    fn format(&self, tid: u64) {
+        let mut s = self.data.lock();
+        if s.tid == 0 {
+            return;
+        }
+        debug_assert_eq!(
+            s.tid, tid,
+            "inode {} staged in another transaction",
+            self.ino
+        );
+        s.tid = 0;
+        let (Some(b), off) = (s.buf.take(), s.off) else {
+            return;
+        };
+        let len = s.d.raw.len();
+        let mut w = b.write();
+        if s.keep_dtime {
+            let dtime = crate::disk::le32(&w, off + crate::disk::inode::I_DTIME);
+            s.d.set_dtime(dtime);
+        }
+        if let Some(seed) = self.seed {
+            s.d.update_checksum(seed, self.ino as u32);
+        }
+        w[off..off + len].copy_from_slice(&s.d.raw);
+    }
 }
 
 impl crate::journal::OrderedData for Inode {
@@ -116,7 +205,11 @@ impl Inode {
     /// Bytes this inode holds, as the inode cache accounts them.
     pub fn mem_bytes(&self) -> usize {
         let heap = self.state.try_read().map_or(0, |st| st.heap_bytes());
-        std::mem::size_of::<Inode>() + std::mem::size_of::<Mapping>() + heap
+        let stage = self
+            .stage
+            .get()
+            .map_or(0, |s| std::mem::size_of::<InodeStage>() + s.bytes());
+        std::mem::size_of::<Inode>() + std::mem::size_of::<Mapping>() + heap + stage
     }
 
     /// Whether the inode was released on disk.
@@ -125,10 +218,13 @@ impl Inode {
     }
 
     /// Whether the cache may drop this inode: not open, no dirty data, no extent-map
-    /// change the tree lacks, no preallocation (checked without waiting for any lock).
-    /// Its clean folios go with it.
+    /// change the tree lacks, no preallocation, nothing staged for its table block
+    /// (checked without waiting for any lock). Its clean folios go with it.
     pub fn evictable(&self) -> bool {
         if self.is_open() || self.mapping.has_dirty() {
+            return false;
+        }
+        if self.stage.get().is_some_and(|s| !s.idle()) {
             return false;
         }
         self.state
@@ -171,6 +267,7 @@ pub fn inode_from_state(ino: u64, st: InodeState) -> Inode {
         last_group: AtomicU32::new(crate::ialloc::NO_GROUP),
         gone: AtomicBool::new(false),
         cache: CacheLink::new(ino),
+        stage: std::sync::OnceLock::new(),
     }
 }
 
@@ -233,6 +330,61 @@ pub fn store_inode(
         w[loc.off..loc.off + d.raw.len()].copy_from_slice(&d.raw);
     }
     h.dirty(&b);
+    Ok(())
+}
+
+/// Store inode `i` (bytes `d`) in handle `h`'s transaction: the bytes go to its stage,
+/// and its table block joins the transaction at the first store of the transaction; the
+/// commit copies them in with their checksum. With `keep_dtime`, the `dtime` on disk is
+/// kept (an orphan's list link). A released inode is written through instead (its number
+/// may be reused, by a new inode, in the same transaction).
+pub fn stage_inode(
+    ial: &InodeAllocator,
+    bufs: &BufCache,
+    h: &Handle,
+    i: &Inode,
+    d: &mut DiskInode,
+    keep_dtime: bool,
+    freed: bool,
+) -> Result<()> {
+    if freed {
+        if let Some(stage) = i.stage.get() {
+            stage.cancel();
+        }
+        return store_inode(ial, bufs, h, i.ino, d, keep_dtime);
+    }
+    let geo = ial.geo();
+    let stage = i
+        .stage
+        .get_or_init(|| Arc::new(InodeStage::new(i.ino, geo.csum.then_some(geo.seed))));
+    // Only a store changes the stage, under the inode's write lock (the caller's `d`);
+    // the commit formats it while no handle is open. So what is read here holds until
+    // the store below, and the table block is read without the stage's lock held.
+    let tid = h.tid();
+    let first = stage.data.lock().tid != tid;
+    let fresh = if first {
+        let loc = ial.inode_loc(i.ino)?;
+        let b = bufs.get(loc.blk)?;
+        h.dirty(&b);
+        Some((b, loc.off))
+    } else {
+        None
+    };
+    let mut s = stage.data.lock();
+    if let Some((b, off)) = fresh {
+        // A stage of an older transaction is left only by a commit that failed (the
+        // journal is aborted and nothing more commits): it is replaced.
+        s.buf = Some(b);
+        s.off = off;
+        s.tid = tid;
+        h.log_item(stage);
+    }
+    if s.d.raw.len() == d.raw.len() {
+        s.d.raw.copy_from_slice(&d.raw);
+    } else {
+        s.d.raw.clone_from(&d.raw);
+    }
+    s.keep_dtime = keep_dtime;
     Ok(())
 }
 

@@ -30,6 +30,7 @@
 //! | 45 | [`PAGE`] | one inode's page cache: its folio index (inserts, removals) and dirty set |
 //! | 46 | [`DIRTY_FILES`] | the page cache's list of files with dirty data |
 //! | 47 | [`FOLIO`] | one folio's bytes; nestable: write-back holds a run's folios in file order |
+//! | 48 | [`INODE_STAGE`] | one inode's staged table bytes, sealed into its table block at commit |
 //! | 50 | [`BUFFER`] | one cached metadata block's bytes |
 //! | 52 | [`CLOCK`] | one shard of the page cache's eviction list (leaf but for try-locks) |
 //! | 55 | [`TX_LIST`] | a running transaction's buffer, revoke and ordered-inode lists |
@@ -246,6 +247,10 @@ pub static FOLIO: LockClass = LockClass::new("folio", 47, true);
 /// One shard of the page cache's CLOCK list: inserts, and the sweep that evicts (it only
 /// try-locks the folios and mappings it visits).
 pub static CLOCK: LockClass = LockClass::new("clock", 52, false);
+/// One inode's staged on-disk bytes (`inode::InodeStage`): a store copies the inode in,
+/// the commit copies it into the inode's table block. Taken under the inode's lock by a
+/// store and without it by the commit; never held across IO.
+pub static INODE_STAGE: LockClass = LockClass::new("inode_stage", 48, false);
 /// The bytes of one cached metadata block.
 pub static BUFFER: LockClass = LockClass::new("buffer", 50, false);
 /// A running transaction's lists (buffers, revokes, ordered inodes), sharded. Leaf-like.
@@ -257,7 +262,7 @@ pub static SUPER: LockClass = LockClass::new("super", 70, false);
 /// The bytes of a memory device (tests and benchmarks). Leaf lock.
 pub static MEM_DEVICE: LockClass = LockClass::new("mem_device", 80, false);
 
-static ALL_CLASSES: [&LockClass; 21] = [
+static ALL_CLASSES: [&LockClass; 22] = [
     &RENAME,
     &INODE,
     &JOURNAL_COMMIT,
@@ -273,6 +278,7 @@ static ALL_CLASSES: [&LockClass; 21] = [
     &PAGE,
     &DIRTY_FILES,
     &FOLIO,
+    &INODE_STAGE,
     &BUFFER,
     &CLOCK,
     &TX_LIST,
@@ -1065,7 +1071,7 @@ mod tests {
     fn classes_are_in_lock_order() {
         // Goal: the declared order is the lock order, and names are unique.
         let classes = all_classes();
-        assert_eq!(classes.len(), 21);
+        assert_eq!(classes.len(), 22);
         for pair in classes.windows(2) {
             assert!(
                 pair[0].rank() < pair[1].rank(),
@@ -1097,6 +1103,7 @@ mod tests {
                 "page",
                 "dirty_files",
                 "folio",
+                "inode_stage",
                 "buffer",
                 "clock",
                 "tx_list",

@@ -185,7 +185,7 @@ impl Fs {
             let t = now();
             st.d.set_mtime(t);
             st.d.set_ctime(t);
-            self.store(&h, ino, &mut st)?;
+            self.store(&h, &i, &mut st)?;
             i.mapping.set_size(st.d.size());
             return Ok(data.len());
         }
@@ -198,7 +198,7 @@ impl Fs {
             // Out of space part way: give back what this write mapped, so the file is
             // as it was (no written blocks past its size), and persist that.
             bmap::undo(&self.al, &h, &mut st, first, &prior)?;
-            self.store(&h, ino, &mut st)?;
+            self.store(&h, &i, &mut st)?;
             return Err(e);
         }
         // Only a write over holes or unwritten blocks changes the map: a plain overwrite
@@ -213,10 +213,10 @@ impl Fs {
             // The tree first, before any data or size change: if it needs a block the
             // full disk cannot give, the write fails whole and the map is as it was
             // (the blocks it mapped are freed, unwritten ones are unwritten again).
-            if let Err(e) = self.store(&h, ino, &mut st) {
+            if let Err(e) = self.store(&h, &i, &mut st) {
                 if matches!(e, Error::NoSpace) {
                     bmap::undo(&self.al, &h, &mut st, first, &prior)?;
-                    self.store(&h, ino, &mut st)?;
+                    self.store(&h, &i, &mut st)?;
                 }
                 return Err(e);
             }
@@ -236,7 +236,7 @@ impl Fs {
         let t = now();
         st.d.set_mtime(t);
         st.d.set_ctime(t);
-        self.store(&h, ino, &mut st)?;
+        self.store(&h, &i, &mut st)?;
         i.mapping.set_size(st.d.size());
         Ok(data.len())
     }
@@ -350,7 +350,7 @@ impl Fs {
                 return Err(Error::NotPermitted);
             }
             self.uninline(&h, &i, &mut st)?;
-            self.store(&h, ino, &mut st)?;
+            self.store(&h, &i, &mut st)?;
         }
         // As ext4: block-mapped files can punch holes but not preallocate (no unwritten
         // state to record).
@@ -391,12 +391,12 @@ impl Fs {
             );
             // The tree first: if it needs a block the full disk cannot give, everything
             // this call mapped is freed again and the map is as it was.
-            if let Err(e) = self.store(&h, ino, &mut st) {
+            if let Err(e) = self.store(&h, &i, &mut st) {
                 if matches!(e, Error::NoSpace) {
                     for &(a, b) in &holes {
                         self.unmap(&h, &i, &mut st, a, b)?;
                     }
-                    self.store(&h, ino, &mut st)?;
+                    self.store(&h, &i, &mut st)?;
                 }
                 return Err(e);
             }
@@ -413,7 +413,7 @@ impl Fs {
         if mode.punch_hole || !mode.keep_size {
             st.d.set_mtime(t);
         }
-        self.store(&h, ino, &mut st)
+        self.store(&h, &i, &mut st)
     }
 
     /// Zero `[off, end)` within the file: partial blocks through the page cache, whole

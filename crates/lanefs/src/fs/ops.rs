@@ -239,7 +239,7 @@ impl Fs {
             d.set_mtime(t);
         }
         d.set_ctime(ctime);
-        self.store(&h, ino, &mut st)?;
+        self.store(&h, &i, &mut st)?;
         Ok(self.attr(ino, &st.d))
     }
 
@@ -450,7 +450,7 @@ impl Fs {
         if let Err(e) = res {
             self.undo_new(&h, ino, &mut cst, kind);
             // The directory may have grown (a leaf split) before the failure: persist it.
-            self.store(&h, dir, &mut dst)?;
+            self.store(&h, &d, &mut dst)?;
             return Err(e);
         }
         if kind == FileType::Directory {
@@ -459,8 +459,8 @@ impl Fs {
         let t = now();
         dst.d.set_mtime(t);
         dst.d.set_ctime(t);
-        self.store(&h, dir, &mut dst)?;
-        self.store(&h, ino, &mut cst)?;
+        self.store(&h, &d, &mut dst)?;
+        self.store_new(&h, ino, &mut cst)?;
         let attr = self.attr(ino, &cst.d);
         let new = inode::inode_from_state(ino, cst);
         self.bind_device(&new);
@@ -630,8 +630,8 @@ impl Fs {
         cst.d.set_ctime(t);
         dst.d.set_mtime(t);
         dst.d.set_ctime(t);
-        self.store(&h, newdir, &mut dst)?;
-        self.store(&h, ino, &mut cst)?;
+        self.store(&h, &d, &mut dst)?;
+        self.store(&h, &c, &mut cst)?;
         Ok(self.attr(ino, &cst.d))
     }
 
@@ -711,7 +711,7 @@ impl Fs {
         cst.d.set_ctime(t);
         dst.d.set_mtime(t);
         dst.d.set_ctime(t);
-        self.store(&h, dir, &mut dst)?;
+        self.store(&h, &d, &mut dst)?;
         let gone = self.drop_link(&h, &c, &mut cst)?;
         drop(h);
         if gone {
@@ -728,7 +728,7 @@ impl Fs {
                 // Last name gone, still open: survive a crash on the orphan list.
                 self.orphan_add(h, c.ino)?;
             }
-            self.store(h, c.ino, st)?;
+            self.store(h, c, st)?;
             return Ok(false);
         }
         self.free_inode(h, c, st)?;
@@ -751,7 +751,7 @@ impl Fs {
         st.d.set_dtime(now().sec as u32);
         st.freed = true;
         i.gone.store(true, Ordering::Release);
-        self.store(h, ino, st)?;
+        self.store(h, i, st)?;
         self.ial.free(h, &self.al, ino, kind == FileType::Directory)
     }
 
@@ -913,7 +913,7 @@ impl Fs {
         let h = self.journal.start();
         st.d.set_flags(new);
         st.d.set_ctime(now());
-        self.store(&h, ino, &mut st)?;
+        self.store(&h, &i, &mut st)?;
         Ok(self.attr(ino, &st.d))
     }
 
@@ -938,7 +938,7 @@ impl Fs {
             return Ok(());
         }
         st.d.set_atime(t);
-        self.store(&h, ino, &mut st)
+        self.store(&h, &i, &mut st)
     }
 
     /// Whether a read at `now` updates `d`'s access time (atime_needs_update).

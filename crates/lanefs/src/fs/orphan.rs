@@ -72,8 +72,9 @@ impl Fs {
     }
 
     /// Write an orphan's list link (its on-disk `dtime`) in place. Its own stores keep
-    /// the on-disk value (`store_inode` with `keep_dtime`), both under the table block's
-    /// lock, so neither the owner's inode lock nor its in-memory copy is needed.
+    /// the on-disk value (its stage is copied in at commit with `keep_dtime`, under the
+    /// table block's lock), so neither the owner's inode lock nor its in-memory copy is
+    /// needed.
     fn set_link(&self, h: &Handle, ino: Ino, next: u32) -> Result<()> {
         let loc = self.ial.inode_loc(ino)?;
         let isz = self.al.geo.inode_size as usize;
@@ -139,7 +140,7 @@ impl Fs {
                 self.unmap(&h, &i, &mut st, keep, MAX_FILE_BLOCKS)?;
                 self.orphan_del(&h, ino)?;
                 st.d.set_dtime(0);
-                self.store(&h, ino, &mut st)?;
+                self.store(&h, &i, &mut st)?;
             }
         }
         {

@@ -9,7 +9,7 @@
 use super::{now, Fs};
 use crate::error::{Error, Result};
 use crate::icache::IRef;
-use crate::inode::InodeState;
+use crate::inode::{Inode, InodeState};
 use crate::journal::Handle;
 use crate::sync::RwLockWriteGuard;
 use crate::types::*;
@@ -113,10 +113,10 @@ impl Fs {
             }
         };
         self.rename_locked(
-            dir,
+            &od,
             &mut ost,
             name,
-            newdir,
+            &nd,
             nst.as_mut(),
             newname,
             chains.as_ref(),
@@ -152,15 +152,16 @@ impl Fs {
     #[allow(clippy::too_many_arguments)]
     fn rename_locked(
         &self,
-        dir: Ino,
+        od: &Inode,
         ost: &mut Guard<'_>,
         name: &[u8],
-        newdir: Ino,
+        nd: &Inode,
         mut nst: Option<&mut Guard<'_>>,
         newname: &[u8],
         chains: Option<&(Vec<Ino>, Vec<Ino>)>,
         mode: RenameMode,
     ) -> Result<()> {
+        let (dir, newdir) = (od.ino, nd.ino);
         let ctx = self.ctx();
         let (sino, _) = ctx.lookup(dir, ost, name)?.ok_or(Error::NotFound)?;
         let target = {
@@ -194,7 +195,7 @@ impl Fs {
         }
         if mode == RenameMode::Exchange {
             let t = target.ok_or(Error::NotFound)?;
-            return self.exchange_locked(dir, ost, name, sino, newdir, nst, newname, t);
+            return self.exchange_locked(od, ost, name, sino, nd, nst, newname, t);
         }
         let src = self.iget(sino)?;
         let tgt = target.map(|t| self.iget(t)).transpose()?;
@@ -267,9 +268,9 @@ impl Fs {
             // Same directory, a directory replaced another: one subdirectory fewer.
             super::ops::links::dec(&mut ost.d);
         }
-        self.store_parents(&h, t, dir, ost, newdir, nst)?;
+        self.store_parents(&h, t, od, ost, nd, nst)?;
         sst.d.set_ctime(t);
-        self.store(&h, sino, &mut sst)?;
+        self.store(&h, &src, &mut sst)?;
         let mut gone = false;
         if let (Some(ti), Some(ts)) = (&tgt, tst.as_mut()) {
             let l = if FileType::from_mode(ts.d.mode()) == Some(FileType::Directory) {
@@ -294,15 +295,16 @@ impl Fs {
     #[allow(clippy::too_many_arguments)]
     fn exchange_locked(
         &self,
-        dir: Ino,
+        od: &Inode,
         ost: &mut Guard<'_>,
         name: &[u8],
         sino: Ino,
-        newdir: Ino,
+        nd: &Inode,
         mut nst: Option<&mut Guard<'_>>,
         newname: &[u8],
         tino: Ino,
     ) -> Result<()> {
+        let (dir, newdir) = (od.ino, nd.ino);
         use super::ops::flags::pinned;
         let ctx = self.ctx();
         let src = self.iget(sino)?;
@@ -373,11 +375,11 @@ impl Fs {
             }
         }
         let t = now();
-        self.store_parents(&h, t, dir, ost, newdir, nst)?;
+        self.store_parents(&h, t, od, ost, nd, nst)?;
         sst.d.set_ctime(t);
         tst.d.set_ctime(t);
-        self.store(&h, sino, &mut sst)?;
-        self.store(&h, tino, &mut tst)
+        self.store(&h, &src, &mut sst)?;
+        self.store(&h, &tgt, &mut tst)
     }
 
     /// Both parents of a rename changed at `t`: mtime and ctime, then stored.
@@ -385,18 +387,18 @@ impl Fs {
         &self,
         h: &Handle,
         t: Timespec,
-        dir: Ino,
+        od: &Inode,
         ost: &mut InodeState,
-        newdir: Ino,
+        nd: &Inode,
         nst: Option<&mut Guard<'_>>,
     ) -> Result<()> {
         ost.d.set_mtime(t);
         ost.d.set_ctime(t);
-        self.store(h, dir, ost)?;
+        self.store(h, od, ost)?;
         if let Some(n) = nst {
             n.d.set_mtime(t);
             n.d.set_ctime(t);
-            self.store(h, newdir, n)?;
+            self.store(h, nd, n)?;
         }
         Ok(())
     }

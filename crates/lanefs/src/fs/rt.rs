@@ -216,7 +216,7 @@ impl Fs {
         let h = self.journal.start();
         st.d.set_flags(flags);
         st.d.set_ctime(now());
-        self.store(&h, ino, &mut st)?;
+        self.store(&h, &i, &mut st)?;
         Ok(self.attr(ino, &st.d))
     }
 
@@ -239,7 +239,7 @@ impl Fs {
         let h = self.journal.start();
         st.d.set_extsize(blocks);
         st.d.set_ctime(now());
-        self.store(&h, ino, &mut st)?;
+        self.store(&h, &i, &mut st)?;
         Ok(self.attr(ino, &st.d))
     }
 
@@ -394,7 +394,7 @@ impl Fs {
         bmap::map_blocks(&self.al, &h, &i, &mut st, 0, n, false)?;
         self.al.discard_pa(&mut st.pa);
         st.d.set_size(n * u64::from(self.bs));
-        self.store(&h, ino, &mut st)?;
+        self.store_new(&h, ino, &mut st)?;
         drop(h);
         let ext = st
             .ext

@@ -133,7 +133,7 @@ impl Fs {
         let mut est = ea.state.write();
         crate::inode::init_empty_map(&mut est, self.extents);
         self.fill_new_blocks(h, &ea, &mut est, value)?;
-        self.store(h, inum, &mut est)?;
+        self.store(h, &ea, &mut est)?;
         drop(est);
         let charged = st.d.blocks_512(self.bs) + self.ea_sectors(value.len() as u32);
         st.d.set_blocks_512(charged, self.bs);
@@ -161,7 +161,7 @@ impl Fs {
         let refs = est.d.ea_inode_refs();
         if refs > 1 {
             est.d.set_ea_inode_refs(refs - 1);
-            return self.store(h, ea.ino, &mut est);
+            return self.store(h, &ea, &mut est);
         }
         est.d.set_ea_inode_refs(0);
         self.free_inode(h, &ea, &mut est)?;
@@ -189,7 +189,7 @@ impl Fs {
         let mut est = ea.state.write();
         let refs = est.d.ea_inode_refs();
         est.d.set_ea_inode_refs(refs + 1);
-        self.store(h, ea.ino, &mut est)
+        self.store(h, &ea, &mut est)
     }
 
     /// Before `st`'s inode is freed: drop its references on EA inodes, from its body and,
@@ -406,7 +406,7 @@ impl Fs {
         }
         if !unchanged || new_mode.is_some() {
             st.d.set_ctime(now());
-            self.store(&h, ino, &mut st)?;
+            self.store(&h, &i, &mut st)?;
         }
         Ok(())
     }

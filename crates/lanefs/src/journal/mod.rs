@@ -10,6 +10,8 @@
 //! Commit (at most one at a time, `journal_commit`):
 //! 1. lock the running transaction T: handle starts now wait at the gate, and commit waits
 //!    for T's open handles to stop (`gate.rs`: a fenced Dekker pair, loom-checked);
+//!    Then format T's log items ([`LogItem`]: staged inodes are copied into their table
+//!    blocks, with their checksums);
 //! 2. snapshot T's buffers (a memcpy each), take its revoke and ordered-inode lists, open
 //!    T+1 in the other slot and let waiting handles in: the pause lasts only the copies;
 //! 3. stamp the checksums of sealed blocks on their copies (`disk::seal`: directory
@@ -63,6 +65,18 @@ pub trait OrderedData: Send + Sync {
     fn write_ordered(&self, dev: &dyn BlockDevice, bs: usize) -> Result<()>;
 }
 
+/// An object whose changes are kept out of its buffers while its transaction runs and
+/// copied in once at commit (XFS's inode log item, whose `iop_format` copies the
+/// in-memory inode into the log at commit rather than at every change). A cached inode
+/// implements this: an operation changes the inode; its bytes and checksum reach the
+/// inode-table block when the transaction closes.
+pub trait LogItem: Send + Sync {
+    /// Copy the item's staged changes made in transaction `tid` into its buffers (which
+    /// a handle of `tid` dirtied). Called by the commit once `tid`'s handles have all
+    /// stopped and before its buffers are copied: no handle is open meanwhile.
+    fn format(&self, tid: u64);
+}
+
 /// One transaction slot. Two slots alternate: the running transaction and the one being
 /// committed; a slot is reused for transaction T+2 once T has committed.
 pub struct Transaction {
@@ -72,6 +86,8 @@ pub struct Transaction {
     nbufs: AtomicUsize,
     revoked: Mutex<Vec<u64>>,
     ordered: Mutex<Vec<Arc<dyn OrderedData>>>,
+    /// Items to format at commit, by the lane of the handle that listed them.
+    items: Vec<Mutex<Vec<Arc<dyn LogItem>>>>,
 }
 
 impl Transaction {
@@ -85,6 +101,9 @@ impl Transaction {
             nbufs: AtomicUsize::new(0),
             revoked: Mutex::new(&TX_LIST, Vec::new()),
             ordered: Mutex::new(&TX_LIST, Vec::new()),
+            items: (0..LISTS)
+                .map(|_| Mutex::new(&TX_LIST, Vec::new()))
+                .collect(),
         }
     }
 }
@@ -453,6 +472,12 @@ impl Journal {
                     .wait_for(&mut g, std::time::Duration::from_millis(10));
             }
         }
+        for l in &t.items {
+            let items = std::mem::take(&mut *l.lock());
+            for i in items {
+                i.format(tid);
+            }
+        }
         if let Some(f) = self.before_commit.get() {
             f();
         }
@@ -722,6 +747,12 @@ impl Handle<'_> {
         if slot.load(Ordering::Acquire) != tid && slot.swap(tid, Ordering::AcqRel) != tid {
             self.t.ordered.lock().push(i.clone());
         }
+    }
+
+    /// List `item` for formatting when this transaction commits. The caller lists an item
+    /// once per transaction (it knows, under its own lock, whether it already has).
+    pub fn log_item<T: LogItem + 'static>(&self, item: &Arc<T>) {
+        self.t.items[self.lane % LISTS].lock().push(item.clone());
     }
 
     /// This handle's transaction.
