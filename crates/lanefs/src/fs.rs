@@ -671,7 +671,9 @@ impl Fs {
                     }
                     // A handle found its transaction full: commit now, nothing else
                     // (that handle's thread may hold inode locks; a commit takes none).
-                    if fs.journal.take_kick() {
+                    // Or the inode cache is held over its limit by inodes that only a
+                    // commit makes evictable.
+                    if fs.journal.take_kick() | fs.icache.take_pinned() {
                         let _ = fs.journal.commit_running();
                     }
                     if last.elapsed() >= every {
@@ -686,7 +688,9 @@ impl Fs {
             });
         if let Ok(t) = t {
             let th = t.thread().clone();
+            let th2 = th.clone();
             self.journal.set_kick(Box::new(move || th.unpark()));
+            self.icache.set_waker(Box::new(move || th2.unpark()));
             self.timer.lock().unwrap_or_else(|e| e.into_inner()).push(t);
         }
     }

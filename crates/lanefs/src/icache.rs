@@ -538,6 +538,12 @@ pub struct ICache {
     evictions: AtomicU64,
     sweeping: AtomicBool,
     hand: AtomicUsize,
+    /// A sweep could not get below the limit since [`ICache::take_pinned`] last looked.
+    pinned: AtomicBool,
+    /// Wakes whoever can make pinned inodes evictable (set once, at mount: the commit
+    /// thread, whose commit turns the running transaction's staged inodes clean, as the
+    /// kernel's reclaim writes dirty inodes back).
+    waker: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl ICache {
@@ -563,7 +569,20 @@ impl ICache {
             evictions: AtomicU64::new(0),
             sweeping: AtomicBool::new(false),
             hand: AtomicUsize::new(0),
+            pinned: AtomicBool::new(false),
+            waker: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Install the call that wakes the thread able to unpin inodes (set once).
+    pub fn set_waker(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.waker.set(f);
+    }
+
+    /// Whether a sweep was left over the limit by inodes it could not evict since the
+    /// last call (for the commit thread).
+    pub fn take_pinned(&self) -> bool {
+        self.pinned.swap(false, Ordering::AcqRel)
     }
 
     fn bucket(buckets: &[Bucket], ino: u64) -> &Bucket {
@@ -855,6 +874,13 @@ impl ICache {
         };
         self.floor.store(floor, Ordering::Relaxed);
         self.sweeping.store(false, Ordering::Release);
+        if floor != 0 {
+            // Some of what is left waits for a commit (staged or dirty inodes).
+            self.pinned.store(true, Ordering::Release);
+            if let Some(w) = self.waker.get() {
+                w();
+            }
+        }
     }
 
     /// CLOCK: from the hand, give referenced inodes a second chance and evict the
