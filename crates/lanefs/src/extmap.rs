@@ -5,10 +5,30 @@ use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
 use std::collections::BTreeMap;
 
 /// Sorted, non-overlapping extents keyed by first logical block.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ExtentMap {
     map: BTreeMap<u32, Extent>,
+    /// Every extent whose first block is below this is as the tree last stored it (the
+    /// store rewrites only the leaves at and after it; 0: everything may have changed).
+    dirty_from: u32,
 }
+
+impl Default for ExtentMap {
+    fn default() -> ExtentMap {
+        ExtentMap {
+            map: BTreeMap::new(),
+            dirty_from: 0,
+        }
+    }
+}
+
+impl PartialEq for ExtentMap {
+    fn eq(&self, other: &ExtentMap) -> bool {
+        self.map == other.map
+    }
+}
+
+impl Eq for ExtentMap {}
 
 /// Result of mapping one logical block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,7 +44,24 @@ impl ExtentMap {
     pub fn from_extents(v: Vec<Extent>) -> ExtentMap {
         ExtentMap {
             map: v.into_iter().map(|e| (e.lblk, e)).collect(),
+            dirty_from: 0,
         }
+    }
+    /// The lowest first block of an extent added, removed or changed since
+    /// [`ExtentMap::mark_stored`] (0 for a new or loaded map: all of it).
+    pub fn dirty_from(&self) -> u32 {
+        self.dirty_from
+    }
+    /// The tree now holds every extent as the map has it.
+    pub fn mark_stored(&mut self) {
+        self.dirty_from = u32::MAX;
+    }
+    fn touch(&mut self, lblk: u32) {
+        self.dirty_from = self.dirty_from.min(lblk);
+    }
+    /// Extents whose first block is `lblk` or more, in order.
+    pub fn range_from(&self, lblk: u32) -> impl Iterator<Item = &Extent> {
+        self.map.range(lblk..).map(|(_, e)| e)
     }
     /// All extents in order.
     pub fn extents(&self) -> impl Iterator<Item = &Extent> {
@@ -103,6 +140,8 @@ impl ExtentMap {
                 e.len += n.len;
             }
         }
+        // A merge with the extent before starts there; the one after is above it.
+        self.touch(e.lblk);
         self.map.insert(e.lblk, e);
     }
 
@@ -120,6 +159,7 @@ impl ExtentMap {
     fn split_at(&mut self, lblk: u32) {
         if let Some(e) = self.find(lblk) {
             if e.lblk < lblk {
+                self.touch(e.lblk);
                 let head = lblk - e.lblk;
                 self.map.insert(e.lblk, Extent { len: head, ..e });
                 let tail = Extent {
@@ -149,6 +189,9 @@ impl ExtentMap {
     /// Remove the mapping of `[start, end)`; returns the freed physical runs.
     pub fn remove_range(&mut self, start: u32, end: u64) -> Vec<(u64, u32)> {
         let keys = self.isolate(start, end);
+        if let Some(&k) = keys.first() {
+            self.touch(k);
+        }
         keys.iter()
             .filter_map(|k| self.map.remove(k))
             .map(|e| (e.pblk, e.len))

@@ -1019,6 +1019,7 @@ fn open_journal(
         d,
         ext: None,
         tree_blocks: Vec::new(),
+        leaf_keys: Vec::new(),
         ind: Default::default(),
         ext_dirty: false,
         freed: false,

@@ -53,6 +53,10 @@ pub struct InodeState {
     pub ext: Option<ExtentMap>,
     /// Blocks the on-disk extent tree occupies (index and leaf blocks).
     pub tree_blocks: Vec<u64>,
+    /// The first logical block of each leaf as `store_tree` last laid them out (the first
+    /// `tree_blocks`, in order); empty when the tree on disk is not in that layout (as
+    /// loaded), so the next store rewrites every leaf.
+    pub leaf_keys: Vec<u32>,
     /// The indirect blocks of a block-mapped inode (ext2/ext3 style), by what they map.
     pub ind: blockmap::Nodes,
     /// The extent map changed since the tree was last written.
@@ -197,7 +201,11 @@ impl InodeState {
         });
         let ind =
             self.ind.len() * (std::mem::size_of::<(blockmap::NodeKey, u64)>() + BTREE_OVERHEAD);
-        self.d.raw.len() + ext + self.tree_blocks.capacity() * 8 + ind
+        self.d.raw.len()
+            + ext
+            + self.tree_blocks.capacity() * 8
+            + self.leaf_keys.capacity() * 4
+            + ind
     }
 }
 
@@ -246,6 +254,7 @@ pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
             d,
             ext: None,
             tree_blocks: Vec::new(),
+            leaf_keys: Vec::new(),
             ind: blockmap::Nodes::new(),
             ext_dirty: false,
             freed: false,
@@ -440,6 +449,7 @@ pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeSta
     }
     st.ext = Some(ExtentMap::from_extents(out));
     st.tree_blocks = tree;
+    st.leaf_keys.clear();
     Ok(())
 }
 
@@ -532,59 +542,103 @@ pub fn store_tree(
     let Some(map) = st.ext.as_ref() else {
         return Ok(());
     };
-    let exts: Vec<Extent> = map.extents().copied().collect();
     if st.d.flags() & FL_EXTENTS == 0 {
+        let exts: Vec<Extent> = map.extents().copied().collect();
         return store_block_map(al, bufs, h, st, &exts);
     }
     let cap = extent::block_capacity(al.geo.bs as usize);
+    let n = map.len();
     // Level sizes bottom-up: leaves hold extents; each upper level holds child pointers.
     let mut levels: Vec<usize> = Vec::new();
-    let mut n = exts.len();
-    while n > 4 {
-        n = n.div_ceil(cap);
-        levels.push(n);
+    let mut m = n;
+    while m > 4 {
+        m = m.div_ceil(cap);
+        levels.push(m);
     }
     let need: usize = levels.iter().sum();
-    let goal = exts.first().map_or(0, |e| e.pblk);
+    let goal = map.extents().next().map_or(0, |e| e.pblk);
+    // Leaves are packed full from the first extent, so a leaf whose extents all come
+    // before the first change holds what the last store wrote there, in the same block
+    // (blocks are only added or dropped at the end): only the leaves from the first
+    // changed one on are rewritten (an append rewrites the last leaf, not the file's).
+    let dirty_from = map.dirty_from();
+    let keep = st
+        .leaf_keys
+        .get(1..)
+        .map_or(0, |next| next.partition_point(|&k| k <= dirty_from));
     let blocks = resize_tree_blocks(al, h, st, need, goal)?;
+    let Some(map) = st.ext.as_ref() else {
+        return Ok(());
+    };
     let seed = st.d.csum_seed(al.geo.seed, ino as u32);
-    // Children of the current level: (first logical block, block number or extents).
-    let mut children: Vec<(u32, u64)> = Vec::new();
-    let mut next = 0;
-    for (depth, &count) in levels.iter().enumerate() {
-        let mut nodes = Vec::with_capacity(count);
-        for i in 0..count {
-            let blk = blocks[next];
-            next += 1;
-            let node = if depth == 0 {
-                let chunk = exts[i * cap..((i + 1) * cap).min(exts.len())].to_vec();
-                nodes.push((chunk[0].lblk, blk));
-                Node::Leaf(chunk)
-            } else {
+    let root = if levels.is_empty() {
+        Node::Leaf(map.extents().copied().collect())
+    } else {
+        let leaves = levels[0];
+        let keep = keep.min(leaves);
+        debug_assert!(keep == 0 || keep < st.leaf_keys.len());
+        // Children of the current level: (first logical block, block number).
+        let mut children: Vec<(u32, u64)> =
+            (0..keep).map(|i| (st.leaf_keys[i], blocks[i])).collect();
+        let from = if keep == 0 { 0 } else { st.leaf_keys[keep] };
+        let mut rest = map.range_from(from).copied();
+        let mut chunk = Vec::with_capacity(cap);
+        for &blk in &blocks[keep..leaves] {
+            chunk.clear();
+            chunk.extend(rest.by_ref().take(cap));
+            debug_assert!(!chunk.is_empty(), "inode {ino}: a leaf without extents");
+            children.push((chunk[0].lblk, blk));
+            write_tree_block(
+                bufs,
+                h,
+                blk,
+                &Node::Leaf(std::mem::take(&mut chunk)),
+                seed,
+                al.geo.csum,
+            );
+        }
+        debug_assert!(
+            rest.next().is_none(),
+            "inode {ino}: extents left past the leaves"
+        );
+        st.leaf_keys.clear();
+        st.leaf_keys.extend(children.iter().map(|c| c.0));
+        let mut next = leaves;
+        for (depth, &count) in levels.iter().enumerate().skip(1) {
+            let mut nodes = Vec::with_capacity(count);
+            for i in 0..count {
+                let blk = blocks[next];
+                next += 1;
                 let chunk = &children[i * cap..((i + 1) * cap).min(children.len())];
                 nodes.push((chunk[0].0, blk));
-                Node::Index(
-                    depth as u16,
-                    chunk
-                        .iter()
-                        .map(|&(l, c)| extent::Index { lblk: l, child: c })
-                        .collect(),
-                )
-            };
-            write_tree_block(bufs, h, blk, &node, seed, al.geo.csum);
+                let idx = chunk
+                    .iter()
+                    .map(|&(l, c)| extent::Index { lblk: l, child: c })
+                    .collect();
+                write_tree_block(
+                    bufs,
+                    h,
+                    blk,
+                    &Node::Index(depth as u16, idx),
+                    seed,
+                    al.geo.csum,
+                );
+            }
+            children = nodes;
         }
-        children = nodes;
-    }
-    let root = if levels.is_empty() {
-        Node::Leaf(exts)
-    } else {
         let idx = children
             .iter()
             .map(|&(l, c)| extent::Index { lblk: l, child: c })
             .collect();
         Node::Index(levels.len() as u16, idx)
     };
+    if levels.is_empty() {
+        st.leaf_keys.clear();
+    }
     extent::encode_node(st.d.iblock_mut(), &root);
+    if let Some(map) = st.ext.as_mut() {
+        map.mark_stored();
+    }
     st.ext_dirty = false;
     Ok(())
 }

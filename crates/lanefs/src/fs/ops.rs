@@ -506,6 +506,7 @@ impl Fs {
             d,
             ext: ext.then(Default::default),
             tree_blocks: Vec::new(),
+            leaf_keys: Vec::new(),
             ind: Default::default(),
             ext_dirty: false,
             freed: false,
