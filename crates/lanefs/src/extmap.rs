@@ -5,21 +5,12 @@ use crate::disk::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
 use std::collections::BTreeMap;
 
 /// Sorted, non-overlapping extents keyed by first logical block.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ExtentMap {
     map: BTreeMap<u32, Extent>,
     /// Every extent whose first block is below this is as the tree last stored it (the
     /// store rewrites only the leaves at and after it; 0: everything may have changed).
     dirty_from: u32,
-}
-
-impl Default for ExtentMap {
-    fn default() -> ExtentMap {
-        ExtentMap {
-            map: BTreeMap::new(),
-            dirty_from: 0,
-        }
-    }
 }
 
 impl PartialEq for ExtentMap {
