@@ -11,6 +11,7 @@ use crate::buf::BufCache;
 use crate::disk::blockmap;
 use crate::disk::extent::{self, Extent, Node};
 use crate::disk::inode::{DiskInode, FL_EXTENTS};
+use crate::disk::seal::Seal;
 use crate::error::{Error, Result};
 use crate::extmap::ExtentMap;
 use crate::ialloc::InodeAllocator;
@@ -510,8 +511,11 @@ fn walk(
                 }
                 let b = bufs.get(ix.child)?;
                 let data = b.read();
-                if al.geo.csum {
+                // Verified once after a read: a block changed since carries its seal,
+                // and its checksum is stamped when a commit logs it.
+                if al.geo.csum && !b.is_verified() {
                     extent::verify_block_csum(seed, &data, ix.child)?;
+                    b.set_verified();
                 }
                 let child = extent::decode_node(&data[..data.len() - 4], ix.child)?;
                 let child_depth = match &child {
@@ -557,15 +561,17 @@ pub fn store_tree(
     }
     let need: usize = levels.iter().sum();
     let goal = map.extents().next().map_or(0, |e| e.pblk);
-    // Leaves are packed full from the first extent, so a leaf whose extents all come
-    // before the first change holds what the last store wrote there, in the same block
-    // (blocks are only added or dropped at the end): only the leaves from the first
-    // changed one on are rewritten (an append rewrites the last leaf, not the file's).
+    // Leaves are packed full from the first extent, so the extents before the first
+    // change are where the last store wrote them, in the same blocks (blocks are only
+    // added or dropped at the end): the leaves before it are kept, the leaf it falls in
+    // is rewritten from it on in place, the later leaves whole. An append rewrites the
+    // entries it adds, not the file's tree. (Not in that layout, as loaded: all of it.)
     let dirty_from = map.dirty_from();
-    let keep = st
-        .leaf_keys
-        .get(1..)
-        .map_or(0, |next| next.partition_point(|&k| k <= dirty_from));
+    let first = if st.leaf_keys.is_empty() {
+        0
+    } else {
+        n - map.range_from(dirty_from).count()
+    };
     let blocks = resize_tree_blocks(al, h, st, need, goal)?;
     let Some(map) = st.ext.as_ref() else {
         return Ok(());
@@ -575,27 +581,35 @@ pub fn store_tree(
         Node::Leaf(map.extents().copied().collect())
     } else {
         let leaves = levels[0];
-        let keep = keep.min(leaves);
-        debug_assert!(keep == 0 || keep < st.leaf_keys.len());
+        let (keep, off) = (first / cap, first % cap);
+        debug_assert!(keep <= st.leaf_keys.len() && keep <= leaves);
         // Children of the current level: (first logical block, block number).
         let mut children: Vec<(u32, u64)> =
             (0..keep).map(|i| (st.leaf_keys[i], blocks[i])).collect();
-        let from = if keep == 0 { 0 } else { st.leaf_keys[keep] };
-        let mut rest = map.range_from(from).copied();
+        let mut rest = map
+            .range_from(if first == 0 { 0 } else { dirty_from })
+            .copied();
         let mut chunk = Vec::with_capacity(cap);
-        for &blk in &blocks[keep..leaves] {
+        for (j, &blk) in blocks.iter().enumerate().take(leaves).skip(keep) {
             chunk.clear();
+            if j == keep && off > 0 {
+                chunk.extend(rest.by_ref().take(cap - off));
+                children.push((st.leaf_keys[j], blk));
+                let b = bufs.get(blk)?;
+                let mut data = b.write();
+                extent::rewrite_leaf_tail(&mut data, off, &chunk);
+                if al.geo.csum {
+                    b.set_seal(Seal::ExtentBlock(seed));
+                }
+                drop(data);
+                h.dirty(&b);
+                continue;
+            }
             chunk.extend(rest.by_ref().take(cap));
             debug_assert!(!chunk.is_empty(), "inode {ino}: a leaf without extents");
             children.push((chunk[0].lblk, blk));
-            write_tree_block(
-                bufs,
-                h,
-                blk,
-                &Node::Leaf(std::mem::take(&mut chunk)),
-                seed,
-                al.geo.csum,
-            );
+            let leaf = Node::Leaf(std::mem::take(&mut chunk));
+            write_tree_block(bufs, h, blk, &leaf, seed, al.geo.csum);
         }
         debug_assert!(
             rest.next().is_none(),
@@ -704,13 +718,16 @@ fn store_block_map(
 fn write_tree_block(bufs: &BufCache, h: &Handle, blk: u64, node: &Node, seed: u32, csum: bool) {
     let b = bufs.get_new_keep(blk);
     let mut data = b.write();
+    // Its checksum is stamped when a commit logs it (`Seal::ExtentBlock`): the tail in
+    // memory may be stale, so it is left out of the comparison.
+    if csum {
+        b.set_seal(Seal::ExtentBlock(seed));
+    }
     let mut fresh = vec![0u8; data.len()];
     extent::encode_block(&mut fresh, node);
-    if csum {
-        extent::set_block_csum(seed, &mut fresh);
-    }
-    if data[..] != fresh[..] {
-        data.copy_from_slice(&fresh);
+    let body = extent::tail_offset(data.len());
+    if data[..body] != fresh[..body] {
+        data[..body].copy_from_slice(&fresh[..body]);
         drop(data);
         h.dirty(&b);
     }

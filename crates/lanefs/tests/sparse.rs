@@ -199,7 +199,9 @@ fn huge_sparse_file_is_walked_per_extent() {
 /// leaf) a file of 600 one-block extents takes seeded writes and punches at its start,
 /// middle and end, every one checked against a model of its data blocks through
 /// seek_data/seek_hole and, every 25 edits and at the end, after a remount (the tree
-/// read back from disk) and `e2fsck -fn`.
+/// read back from disk) and `e2fsck -fn`; a sync every 5 edits writes the sealed tree
+/// blocks home between changes. (A leaf rewritten in place after the buffer cache dropped
+/// it is `fs::tests::leaf_rewritten_after_a_reread_is_sealed`.)
 #[test]
 fn many_leaf_tree_edits_anywhere_read_back_exact() {
     let _wd = watchdog("many_leaf_tree_edits_anywhere_read_back_exact", 300);
@@ -275,6 +277,9 @@ fn many_leaf_tree_edits_anywhere_read_back_exact() {
             }
         }
         check(&fs, &model, &format!("step {step}"));
+        if step % 5 == 4 {
+            fs.sync().unwrap();
+        }
         if step % 25 == 24 {
             fs.unmount().unwrap();
             common::assert_fsck_clean(&img);

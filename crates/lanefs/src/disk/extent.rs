@@ -134,16 +134,7 @@ pub fn encode_node(b: &mut [u8], node: &Node) {
     match node {
         Node::Leaf(v) => {
             for (i, e) in v.iter().enumerate() {
-                let o = 12 + 12 * i;
-                put32(b, o, e.lblk);
-                let len = if e.unwritten {
-                    e.len + MAX_INIT_LEN
-                } else {
-                    e.len
-                };
-                put16(b, o + 4, len as u16);
-                put16(b, o + 6, (e.pblk >> 32) as u16);
-                put32(b, o + 8, e.pblk as u32);
+                put_extent(b, i, e);
             }
         }
         Node::Index(_, v) => {
@@ -157,9 +148,51 @@ pub fn encode_node(b: &mut [u8], node: &Node) {
     }
 }
 
+/// Entry `i` of a leaf.
+fn put_extent(b: &mut [u8], i: usize, e: &Extent) {
+    let o = 12 + 12 * i;
+    put32(b, o, e.lblk);
+    let len = if e.unwritten {
+        e.len + MAX_INIT_LEN
+    } else {
+        e.len
+    };
+    put16(b, o + 4, len as u16);
+    put16(b, o + 6, (e.pblk >> 32) as u16);
+    put32(b, o + 8, e.pblk as u32);
+}
+
+/// Rewrite a leaf block in place from entry `from` on: `tail` becomes its entries
+/// `from..`, the count follows, and entries the old count held past the new one are
+/// zeroed, so the block is byte for byte what [`encode_block`] makes of the whole leaf
+/// (its tail checksum aside). The entries before `from` are the caller's to keep.
+pub fn rewrite_leaf_tail(b: &mut [u8], from: usize, tail: &[Extent]) {
+    let max = usize::from(le16(b, 4));
+    let old = usize::from(le16(b, 2));
+    let count = from + tail.len();
+    assert!(
+        le16(b, 0) == EXT_MAGIC && le16(b, 6) == 0 && from <= old && count <= max,
+        "extent leaf rewrite past its entries: from {from}, {} more, count {old}, max {max}",
+        tail.len()
+    );
+    for (i, e) in tail.iter().enumerate() {
+        put_extent(b, from + i, e);
+    }
+    if old > count {
+        b[12 + 12 * count..12 + 12 * old].fill(0);
+    }
+    put16(b, 2, count as u16);
+}
+
 /// Offset of the checksum tail in an extent block.
 fn tail_off(b: &[u8]) -> usize {
-    12 + 12 * node_capacity(b.len() - 4)
+    tail_offset(b.len())
+}
+
+/// Offset of the checksum tail in an extent block of `block_size` bytes (the header and
+/// every entry the block holds come before it).
+pub fn tail_offset(block_size: usize) -> usize {
+    12 + 12 * block_capacity(block_size)
 }
 
 /// Compute the tail checksum of an extent block.
@@ -228,6 +261,31 @@ pub fn block_capacity(block_size: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A leaf rewritten in place from an entry on is, but for its tail checksum, the
+    /// block `encode_block` makes of the whole leaf: longer, shorter and emptied tails.
+    #[test]
+    fn leaf_tail_rewrite_matches_a_whole_encode() {
+        let ext = |i: u32| Extent {
+            lblk: i * 10,
+            len: 1 + i % 7,
+            pblk: 1000 + u64::from(i) * 13,
+            unwritten: i.is_multiple_of(3),
+        };
+        let old: Vec<Extent> = (0..50).map(ext).collect();
+        for (from, n) in [(20, 10), (20, 40), (0, 5), (50, 0), (30, 0), (49, 1)] {
+            let mut b = vec![0u8; 1024];
+            encode_block(&mut b, &Node::Leaf(old.clone()));
+            let tail: Vec<Extent> = (0..n).map(|i| ext(1000 + i)).collect();
+            rewrite_leaf_tail(&mut b, from, &tail);
+            let mut whole = old[..from].to_vec();
+            whole.extend_from_slice(&tail);
+            let mut want = vec![0u8; 1024];
+            encode_block(&mut want, &Node::Leaf(whole));
+            let body = tail_offset(1024);
+            assert_eq!(b[..body], want[..body], "from {from}, {n} entries");
+        }
+    }
 
     #[test]
     fn leaf_round_trip() {

@@ -1,7 +1,8 @@
 //! Checksums a block gets when its transaction commits rather than at every change.
 //!
 //! A directory block changes many times per transaction (every create and unlink in the
-//! directory); its checksum covers the whole block, so computing it per change costs a
+//! directory), and so does the last leaf of a growing file's extent tree (every
+//! allocation); the checksum covers the whole block, so computing it per change costs a
 //! pass over 4 KiB each time. Instead the block carries a [`Seal`] naming how its
 //! checksum is made, and the journal stamps it on the copy it logs, once per commit (as
 //! jbd2's frozen-buffer trigger, `t_frozen`, lets ocfs2 checksum its blocks). The copy in
@@ -21,6 +22,8 @@ pub enum Seal {
     DxRoot(u32),
     /// An htree interior node (dx_node) with its tail.
     DxNode(u32),
+    /// An extent tree block (leaf or index) with its tail; the inode's checksum seed.
+    ExtentBlock(u32),
 }
 
 impl Seal {
@@ -32,6 +35,7 @@ impl Seal {
             Seal::DirLeaf(s) => (1, s),
             Seal::DxRoot(s) => (2, s),
             Seal::DxNode(s) => (3, s),
+            Seal::ExtentBlock(s) => (4, s),
         };
         kind << 32 | u64::from(seed)
     }
@@ -43,6 +47,7 @@ impl Seal {
             1 => Seal::DirLeaf(seed),
             2 => Seal::DxRoot(seed),
             3 => Seal::DxNode(seed),
+            4 => Seal::ExtentBlock(seed),
             _ => Seal::None,
         }
     }
@@ -54,6 +59,7 @@ impl Seal {
             Seal::DirLeaf(s) => dir::set_leaf_csum(s, b),
             Seal::DxRoot(s) => dir::set_dx_csum(s, b, DX_ROOT_COUNT_OFF),
             Seal::DxNode(s) => dir::set_dx_csum(s, b, DX_NODE_COUNT_OFF),
+            Seal::ExtentBlock(s) => super::extent::set_block_csum(s, b),
         }
     }
 }
@@ -72,6 +78,7 @@ mod tests {
             Seal::DirLeaf(u32::MAX),
             Seal::DxRoot(7),
             Seal::DxNode(0xdead_beef),
+            Seal::ExtentBlock(1),
         ] {
             assert_eq!(Seal::from_word(s.to_word()), s);
         }
