@@ -597,7 +597,11 @@ pub fn store_tree(
                 children.push((st.leaf_keys[j], blk));
                 let b = bufs.get(blk)?;
                 let mut data = b.write();
-                extent::rewrite_leaf_tail(&mut data, off, &chunk);
+                // Read back since the last store (the cache dropped it): checked first.
+                if al.geo.csum && !b.is_verified() {
+                    extent::verify_block_csum(seed, &data, blk)?;
+                }
+                extent::rewrite_leaf_tail(&mut data, off, &chunk, blk)?;
                 if al.geo.csum {
                     b.set_seal(Seal::ExtentBlock(seed));
                 }

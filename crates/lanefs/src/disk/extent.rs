@@ -165,16 +165,24 @@ fn put_extent(b: &mut [u8], i: usize, e: &Extent) {
 /// Rewrite a leaf block in place from entry `from` on: `tail` becomes its entries
 /// `from..`, the count follows, and entries the old count held past the new one are
 /// zeroed, so the block is byte for byte what [`encode_block`] makes of the whole leaf
-/// (its tail checksum aside). The entries before `from` are the caller's to keep.
-pub fn rewrite_leaf_tail(b: &mut [u8], from: usize, tail: &[Extent]) {
+/// (its tail checksum aside). The entries before `from` are the caller's to keep; `at`
+/// names the block in the error when it is not a leaf holding them.
+pub fn rewrite_leaf_tail(b: &mut [u8], from: usize, tail: &[Extent], at: u64) -> Result<()> {
     let max = usize::from(le16(b, 4));
     let old = usize::from(le16(b, 2));
     let count = from + tail.len();
-    assert!(
-        le16(b, 0) == EXT_MAGIC && le16(b, 6) == 0 && from <= old && count <= max,
-        "extent leaf rewrite past its entries: from {from}, {} more, count {old}, max {max}",
-        tail.len()
-    );
+    if le16(b, 0) != EXT_MAGIC
+        || le16(b, 6) != 0
+        || from > old
+        || count > max
+        || 12 + 12 * max > b.len()
+    {
+        return Err(Error::corrupt(
+            "extent leaf",
+            at,
+            format!("cannot hold entries {from}..{count}: count {old}, max {max}"),
+        ));
+    }
     for (i, e) in tail.iter().enumerate() {
         put_extent(b, from + i, e);
     }
@@ -182,6 +190,7 @@ pub fn rewrite_leaf_tail(b: &mut [u8], from: usize, tail: &[Extent]) {
         b[12 + 12 * count..12 + 12 * old].fill(0);
     }
     put16(b, 2, count as u16);
+    Ok(())
 }
 
 /// Offset of the checksum tail in an extent block.
@@ -277,7 +286,7 @@ mod tests {
             let mut b = vec![0u8; 1024];
             encode_block(&mut b, &Node::Leaf(old.clone()));
             let tail: Vec<Extent> = (0..n).map(|i| ext(1000 + i)).collect();
-            rewrite_leaf_tail(&mut b, from, &tail);
+            rewrite_leaf_tail(&mut b, from, &tail, 0).unwrap();
             let mut whole = old[..from].to_vec();
             whole.extend_from_slice(&tail);
             let mut want = vec![0u8; 1024];
