@@ -9,8 +9,8 @@
 //!
 //! Commit (at most one at a time, `journal_commit`):
 //! 1. lock the running transaction T: handle starts now wait at the gate, and commit waits
-//!    for T's open handles to stop (`gate.rs`: a fenced Dekker pair, loom-checked);
-//!    Then format T's log items ([`LogItem`]: staged inodes are copied into their table
+//!    for T's open handles to stop (`gate.rs`: a fenced Dekker pair, loom-checked); then
+//!    format T's log items ([`LogItem`]: staged inodes are copied into their table
 //!    blocks, with their checksums);
 //! 2. snapshot T's buffers (a memcpy each), take its revoke and ordered-inode lists, open
 //!    T+1 in the other slot and let waiting handles in: the pause lasts only the copies;
@@ -67,9 +67,9 @@ pub trait OrderedData: Send + Sync {
 
 /// An object whose changes are kept out of its buffers while its transaction runs and
 /// copied in once at commit (XFS's inode log item, whose `iop_format` copies the
-/// in-memory inode into the log at commit rather than at every change). A cached inode
-/// implements this: an operation changes the inode; its bytes and checksum reach the
-/// inode-table block when the transaction closes.
+/// in-memory inode into the log at commit rather than at every change). An inode's stage
+/// (`inode::InodeStage`) implements this: an operation changes the inode; its bytes and
+/// checksum reach the inode-table block when the transaction closes.
 pub trait LogItem: Send + Sync {
     /// Copy the item's staged changes made in transaction `tid` into its buffers (which
     /// a handle of `tid` dirtied). Called by the commit once `tid`'s handles have all
