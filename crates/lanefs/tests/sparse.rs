@@ -31,6 +31,14 @@ fn segments(fs: &Fs, ino: u64) -> Vec<(u64, u64)> {
     out
 }
 
+/// An image file of `size` bytes in `dir`, formatted by lanefs with `opts`.
+fn lanefs_image(dir: &Path, name: &str, size: u64, opts: &MkfsOptions) -> std::path::PathBuf {
+    let img = dir.join(name);
+    let dev = FileDevice::create(&img, size).unwrap();
+    format(&dev, opts).unwrap();
+    img
+}
+
 /// lseek(fd, off, whence) as Some(offset), None for ENXIO.
 fn host_seek(f: &std::fs::File, off: u64, whence: i32) -> Option<u64> {
     // SAFETY: lseek only reads the descriptor's state; `f` keeps the descriptor open.
@@ -161,10 +169,7 @@ fn seek_data_and_hole_match_the_kernel() {
 fn huge_sparse_file_is_walked_per_extent() {
     let _wd = watchdog("huge_sparse_file_is_walked_per_extent", 60);
     let td = tempfile::tempdir().unwrap();
-    let img = td.path().join("s.img");
-    let dev = FileDevice::create(&img, 64 << 20).unwrap();
-    format(&dev, &MkfsOptions::default()).unwrap();
-    drop(dev);
+    let img = lanefs_image(td.path(), "s.img", 64 << 20, &MkfsOptions::default());
     let fs = Fs::mount_path(&img, MountOptions::default()).unwrap();
     let f = fs
         .create(ROOT_INO, b"big", 0o644, Owner::default())
@@ -206,14 +211,11 @@ fn huge_sparse_file_is_walked_per_extent() {
 fn many_leaf_tree_edits_anywhere_read_back_exact() {
     let _wd = watchdog("many_leaf_tree_edits_anywhere_read_back_exact", 300);
     let td = tempfile::tempdir().unwrap();
-    let img = td.path().join("leaves.img");
-    let dev = FileDevice::create(&img, 32 << 20).unwrap();
     let opts = MkfsOptions {
         block_size: Some(1024),
         ..MkfsOptions::default()
     };
-    format(&dev, &opts).unwrap();
-    drop(dev);
+    let img = lanefs_image(td.path(), "leaves.img", 32 << 20, &opts);
     const BS: u64 = 1024;
     let mount = || Fs::mount_path(&img, MountOptions::default()).unwrap();
     let mut fs = mount();

@@ -193,11 +193,6 @@ pub fn rewrite_leaf_tail(b: &mut [u8], from: usize, tail: &[Extent], at: u64) ->
     Ok(())
 }
 
-/// Offset of the checksum tail in an extent block.
-fn tail_off(b: &[u8]) -> usize {
-    tail_offset(b.len())
-}
-
 /// Offset of the checksum tail in an extent block of `block_size` bytes (the header and
 /// every entry the block holds come before it).
 pub fn tail_offset(block_size: usize) -> usize {
@@ -245,7 +240,7 @@ pub fn verify_block_csum(inode_seed: u32, b: &[u8], at: u64) -> Result<()> {
 
 /// Encode a node into a full block, leaving room for the checksum tail.
 pub fn encode_block(b: &mut [u8], node: &Node) {
-    let cap = tail_off(b);
+    let cap = tail_offset(b.len());
     b.fill(0);
     encode_node(&mut b[..cap], node);
 }
