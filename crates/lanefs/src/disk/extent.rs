@@ -291,6 +291,38 @@ mod tests {
         }
     }
 
+    /// A block that is not a leaf holding the kept entries is refused with a one-line
+    /// corruption error naming it, and left as it was.
+    #[test]
+    fn leaf_tail_rewrite_refuses_what_is_not_such_a_leaf() {
+        let e = Extent {
+            lblk: 0,
+            len: 1,
+            pblk: 100,
+            unwritten: false,
+        };
+        let mut leaf = vec![0u8; 1024];
+        encode_block(&mut leaf, &Node::Leaf(vec![e; 3]));
+        let mut index = vec![0u8; 1024];
+        encode_block(
+            &mut index,
+            &Node::Index(1, vec![Index { lblk: 0, child: 9 }]),
+        );
+        let full = vec![e; block_capacity(1024)];
+        for (mut b, from, tail) in [
+            (vec![0u8; 1024], 0, vec![e]),
+            (index, 0, vec![e]),
+            (leaf.clone(), 4, vec![e]),
+            (leaf, 1, full),
+        ] {
+            let before = b.clone();
+            let err = rewrite_leaf_tail(&mut b, from, &tail, 77).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains("77") && !msg.contains('\n'), "{msg}");
+            assert_eq!(b, before);
+        }
+    }
+
     #[test]
     fn leaf_round_trip() {
         let v = vec![
