@@ -122,11 +122,16 @@ struct Shard {
     spare: Vec<Box<[u8]>>,
 }
 
+/// A shard's lock alone on its cache lines: two threads taking neighbouring shards do not
+/// bounce one line between them.
+#[repr(align(128))]
+struct ShardLine(Mutex<Shard>);
+
 /// The metadata block cache.
 pub struct BufCache {
     dev: Arc<dyn BlockDevice>,
     bs: usize,
-    shards: Vec<Mutex<Shard>>,
+    shards: Vec<ShardLine>,
     dirty_count: DirtyCount,
     /// Blocks the limit holds.
     limit_blocks: usize,
@@ -148,13 +153,13 @@ impl BufCache {
     pub fn new(dev: Arc<dyn BlockDevice>, bs: usize, limit: u64) -> BufCache {
         let shards = (0..SHARDS)
             .map(|_| {
-                Mutex::new(
+                ShardLine(Mutex::new(
                     &BUF_SHARD,
                     Shard {
                         map: HashMap::new(),
                         spare: Vec::new(),
                     },
-                )
+                ))
             })
             .collect();
         BufCache {
@@ -210,7 +215,7 @@ impl BufCache {
 
     fn shard(&self, blk: u64) -> &Mutex<Shard> {
         let h = blk.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
-        &self.shards[h as usize % SHARDS]
+        &self.shards[h as usize % SHARDS].0
     }
 
     /// The cached block, reading it from the device on a miss (IO outside any lock).
@@ -324,7 +329,7 @@ impl BufCache {
         }
         let bound = self.shard_bound();
         for sh in &self.shards {
-            self.shrink_locked(&mut sh.lock(), bound);
+            self.shrink_locked(&mut sh.0.lock(), bound);
         }
     }
 

@@ -12,8 +12,9 @@
 //! `igroup`), where the bitmap block and the counters change with it.
 //! [`IallocPolicy::Optimistic`] (default, the seed) searches again under the lock after a
 //! lost race, so the second try cannot lose, and continues each search in the thread's
-//! own chunk of 64 inodes of the group (`chunk_start`, ours, as XFS's inode chunks), so
-//! threads creating in one group do not interleave in the same table blocks;
+//! own chunk of 512 inodes of the group (`chunk_start`, ours, as XFS's inode chunks), so
+//! threads creating in one group do not interleave in the same table blocks or write the
+//! same cache line of the search bitmap;
 //! [`IallocPolicy::Locked`] is the loop before 2017, which drops the lock and searches
 //! again from the next bit after every lost race, and takes the lock a second time for
 //! the counters.
@@ -46,29 +47,47 @@ pub struct InodeLoc {
     pub off: usize,
 }
 
-/// One group's inode allocation state.
+/// Starts the next field on a cache-line pair of its own (a field of size 0).
+#[repr(align(128))]
+struct LineBreak;
+
+/// One group's inode allocation state: what searches read (the locations, the search
+/// bitmap, the bitmap buffer) on the first lines, what every claim writes (the lock and
+/// counters) on lines of their own, and no line shared with another group, so threads
+/// creating in one group do not bounce the lines the others only read.
+#[repr(C, align(128))]
 struct IGroup {
+    bitmap: u64,
+    table: u64,
+    /// The bitmap plus inodes freed by uncommitted transactions, one bit per inode:
+    /// what searches read, without a lock. Built on first use.
+    used: OnceLock<SearchMap>,
+    /// The inode bitmap block, held once loaded.
+    ibuf: OnceLock<Arc<Buf>>,
+    /// The group has a free inode: `free > 0`, written only when that changes, so the
+    /// group choice of every create reads it from its own cache (`free` itself shares
+    /// the lock's line, which each claim writes).
+    has_free: AtomicBool,
+    _hot: LineBreak,
     /// The counters and pending frees, under the group's inode lock.
     st: Mutex<IState>,
     /// Free inodes (mirror of `st.free`, read without the lock by group choice).
     free: AtomicU32,
     /// Directories (mirror of `st.dirs`).
     dirs: AtomicU32,
-    /// The bitmap plus inodes freed by uncommitted transactions, one bit per inode:
-    /// what searches read, without a lock. Built on first use.
-    used: OnceLock<Box<[AtomicU64]>>,
-    /// The inode bitmap block, held once loaded.
-    ibuf: OnceLock<Arc<Buf>>,
     /// Counters or bitmap changed since the last seal.
     pending: AtomicBool,
     /// Some frees wait for their transaction to commit.
     has_busy: AtomicBool,
-    /// Each thread lane's chunk in this group under `Optimistic`: the bit after the
-    /// lane's last inode here (0: none yet). See [`chunk_start`].
-    cursors: [AtomicU32; LANES],
-    bitmap: u64,
-    table: u64,
 }
+
+/// Each thread lane's chunk in 32 groups under `Optimistic`: the bit after the lane's last
+/// inode there (0: none yet; see [`chunk_start`]). A lane's cursors are on lines no other
+/// lane writes.
+#[repr(align(128))]
+struct CursorLine([AtomicU32; CURSORS_PER_LINE]);
+
+const CURSORS_PER_LINE: usize = 32;
 
 /// Under the group's inode lock.
 struct IState {
@@ -91,14 +110,72 @@ pub struct InodeAllocator {
     policy: IallocPolicy,
     bufs: Arc<BufCache>,
     groups: Vec<IGroup>,
+    /// The lanes' chunk cursors, a row of lines per lane.
+    cursors: Box<[CursorLine]>,
     /// The directory hash seed: Orlov spreads top-level directories by a name hash.
     hash_seed: [u32; 4],
     /// Lost test-and-set races (for tests and reports).
     lost_races: AtomicU64,
 }
 
-/// Inodes in a chunk: one word of the search bitmap.
-const CHUNK: usize = 64;
+/// Inodes in a chunk: one cache line (eight words) of the search bitmap.
+const CHUNK: usize = 512;
+
+/// Search-bitmap words in a chunk.
+const CHUNK_WORDS: usize = CHUNK / 64;
+
+/// A group's search bitmap: a bit per inode, set when in use, laid out in cache lines of
+/// one chunk each, so lanes filling different chunks never write the same line.
+struct SearchMap(Box<[SearchLine]>);
+
+/// One chunk's words, alone on a cache line.
+#[repr(align(64))]
+struct SearchLine([AtomicU64; CHUNK_WORDS]);
+
+impl SearchMap {
+    /// A map of `bits` bits whose word `w` starts as `init(w)`; the words of the last
+    /// line past the last bit's word read as all used.
+    fn new(bits: usize, init: impl Fn(usize) -> u64) -> SearchMap {
+        let words = bits.div_ceil(64);
+        SearchMap(
+            (0..words.div_ceil(CHUNK_WORDS))
+                .map(|l| {
+                    SearchLine(std::array::from_fn(|i| {
+                        let w = l * CHUNK_WORDS + i;
+                        AtomicU64::new(if w < words { init(w) } else { u64::MAX })
+                    }))
+                })
+                .collect(),
+        )
+    }
+
+    /// Word `w`.
+    fn word(&self, w: usize) -> &AtomicU64 {
+        &self.0[w / CHUNK_WORDS].0[w % CHUNK_WORDS]
+    }
+
+    /// Whether bit `i` is set.
+    fn test(&self, i: usize) -> bool {
+        self.word(i / 64).load(Ordering::Relaxed) & (1 << (i % 64)) != 0
+    }
+
+    /// Clear bit `i`.
+    fn clear(&self, i: usize) {
+        self.word(i / 64)
+            .fetch_and(!(1 << (i % 64)), Ordering::Release);
+    }
+
+    /// Whether chunk `c` is entirely free from bit `first` on (the bits before it are
+    /// group 0's reserved inodes).
+    fn chunk_free(&self, c: usize, first: usize) -> bool {
+        self.0[c].0.iter().enumerate().all(|(i, w)| {
+            let base = (c * CHUNK_WORDS + i) * 64;
+            let below = first.saturating_sub(base).min(64);
+            let skip = if below == 64 { !0 } else { (1u64 << below) - 1 };
+            w.load(Ordering::Relaxed) & !skip == 0
+        })
+    }
+}
 
 impl InodeAllocator {
     /// Build from the descriptors read at mount.
@@ -124,24 +201,37 @@ impl InodeAllocator {
                     },
                 ),
                 free: AtomicU32::new(d.free_inodes()),
+                has_free: AtomicBool::new(d.free_inodes() > 0),
                 dirs: AtomicU32::new(d.used_dirs()),
                 used: OnceLock::new(),
                 ibuf: OnceLock::new(),
                 pending: AtomicBool::new(false),
                 has_busy: AtomicBool::new(false),
-                cursors: std::array::from_fn(|_| AtomicU32::new(0)),
+                _hot: LineBreak,
                 bitmap: d.inode_bitmap(),
                 table: d.inode_table(),
             })
+            .collect::<Vec<_>>();
+        let lines = LANES * groups.len().div_ceil(CURSORS_PER_LINE);
+        let cursors = (0..lines)
+            .map(|_| CursorLine(std::array::from_fn(|_| AtomicU32::new(0))))
             .collect();
         InodeAllocator {
             geo,
             policy,
             bufs,
             groups,
+            cursors,
             hash_seed,
             lost_races: AtomicU64::new(0),
         }
+    }
+
+    /// This thread lane's chunk cursor in group `g`.
+    fn cursor(&self, g: u32) -> &AtomicU32 {
+        let per_lane = self.groups.len().div_ceil(CURSORS_PER_LINE);
+        let g = g as usize;
+        &self.cursors[my_lane() * per_lane + g / CURSORS_PER_LINE].0[g % CURSORS_PER_LINE]
     }
 
     /// The geometry.
@@ -198,7 +288,7 @@ impl InodeAllocator {
     }
 
     /// Group `g`'s search bitmap, built from its bitmap block on first use.
-    fn used(&self, g: u32) -> Result<&[AtomicU64]> {
+    fn used(&self, g: u32) -> Result<&SearchMap> {
         let grp = &self.groups[g as usize];
         if let Some(u) = grp.used.get() {
             return Ok(u);
@@ -206,21 +296,18 @@ impl InodeAllocator {
         let ib = self.ibuf(g)?;
         let ipg = self.geo.ipg as usize;
         let st = grp.st.lock();
-        let words = ipg.div_ceil(64);
         let map = ib.read();
-        let built: Box<[AtomicU64]> = (0..words)
-            .map(|w| {
-                let mut v = 0u64;
-                for b in 0..64 {
-                    let i = w * 64 + b;
-                    // Past the group's last inode the bits read as used.
-                    if i >= ipg || (!st.uninit && test_bit(&map, i)) {
-                        v |= 1 << b;
-                    }
+        let built = SearchMap::new(ipg, |w| {
+            let mut v = 0u64;
+            for b in 0..64 {
+                let i = w * 64 + b;
+                // Past the group's last inode the bits read as used.
+                if i >= ipg || (!st.uninit && test_bit(&map, i)) {
+                    v |= 1 << b;
                 }
-                AtomicU64::new(v)
-            })
-            .collect();
+            }
+            v
+        });
         drop(map);
         drop(st);
         Ok(grp.used.get_or_init(|| built))
@@ -253,7 +340,7 @@ impl InodeAllocator {
         let n = self.geo.groups;
         for i in 0..n {
             let g = (g0 + i) % n;
-            if self.groups[g as usize].free.load(Ordering::Relaxed) == 0 {
+            if !self.groups[g as usize].has_free.load(Ordering::Relaxed) {
                 continue;
             }
             if let Some(bit) = self.claim_in(h, al, g, want.is_dir)? {
@@ -276,7 +363,7 @@ impl InodeAllocator {
         };
         let mut from = match self.policy {
             IallocPolicy::Optimistic => {
-                let cursor = grp.cursors[my_lane()].load(Ordering::Relaxed) as usize;
+                let cursor = self.cursor(g).load(Ordering::Relaxed) as usize;
                 chunk_start(cursor, used, first, ipg)
             }
             IallocPolicy::Locked => first,
@@ -341,7 +428,7 @@ impl InodeAllocator {
             } else {
                 self.set_bitmap_bit(ib, &mut st, g, bit);
                 let fresh = self.account_alloc(h, grp, &mut st, bit, is_dir);
-                grp.cursors[my_lane()].store(bit as u32 + 1, Ordering::Relaxed);
+                self.cursor(g).store(bit as u32 + 1, Ordering::Relaxed);
                 fresh
             };
             drop(st);
@@ -384,6 +471,9 @@ impl InodeAllocator {
         debug_assert!(st.free > 0, "free inode count underflow");
         st.free -= 1;
         grp.free.store(st.free, Ordering::Relaxed);
+        if st.free == 0 {
+            grp.has_free.store(false, Ordering::Relaxed);
+        }
         if is_dir {
             st.dirs += 1;
             grp.dirs.store(st.dirs, Ordering::Relaxed);
@@ -416,8 +506,7 @@ impl InodeAllocator {
         let ipb = (self.geo.bs / self.geo.inode_size) as usize;
         let first = bit / ipb * ipb;
         let end = (first + ipb).min(self.geo.ipg as usize);
-        let busy = (first..end)
-            .any(|i| i != bit && used[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0);
+        let busy = (first..end).any(|i| i != bit && used.test(i));
         if busy {
             return None;
         }
@@ -454,7 +543,7 @@ impl InodeAllocator {
             clear_bit(&mut map, bit);
         }
         debug_assert!(
-            used[bit / 64].load(Ordering::Relaxed) & (1 << (bit % 64)) != 0,
+            used.test(bit),
             "inode {ino}: in use on disk but free in the search bitmap"
         );
         debug_assert!(
@@ -463,6 +552,9 @@ impl InodeAllocator {
         );
         st.free += 1;
         grp.free.store(st.free, Ordering::Relaxed);
+        if st.free == 1 {
+            grp.has_free.store(true, Ordering::Relaxed);
+        }
         if is_dir {
             st.dirs = st.dirs.saturating_sub(1);
             grp.dirs.store(st.dirs, Ordering::Relaxed);
@@ -476,7 +568,7 @@ impl InodeAllocator {
             _ => false,
         };
         if same_tx {
-            used[bit / 64].fetch_and(!(1 << (bit % 64)), Ordering::Release);
+            used.clear(bit);
         } else {
             st.busy.push((bit as u32, tid));
             grp.has_busy.store(true, Ordering::Release);
@@ -495,7 +587,7 @@ impl InodeAllocator {
             if let Some(used) = grp.used.get() {
                 for &(bit, _) in st.busy.iter().filter(|b| b.1 <= tid) {
                     let bit = bit as usize;
-                    used[bit / 64].fetch_and(!(1 << (bit % 64)), Ordering::Release);
+                    used.clear(bit);
                 }
             }
             st.busy.retain(|b| b.1 > tid);
@@ -557,7 +649,7 @@ impl InodeAllocator {
     fn first_free_in_flex(&self, f: u32) -> Option<u32> {
         let size = 1u32 << self.geo.flex_log;
         (f * size..((f + 1) * size).min(self.geo.groups))
-            .find(|&g| self.groups[g as usize].free.load(Ordering::Relaxed) > 0)
+            .find(|&g| self.groups[g as usize].has_free.load(Ordering::Relaxed))
     }
 
     /// A group for a new directory: ext4's `find_group_orlov`.
@@ -627,7 +719,7 @@ impl InodeAllocator {
     /// A group for a new non-directory: ext4's `find_group_other`.
     fn find_group_other(&self, want: &Want<'_>, al: &Allocator) -> Option<u32> {
         let n = self.geo.groups;
-        let free_i = |g: u32| self.groups[g as usize].free.load(Ordering::Relaxed) > 0;
+        let free_i = |g: u32| self.groups[g as usize].has_free.load(Ordering::Relaxed);
         let free_b = |g: u32| al.groups()[g as usize].free_blocks.load(Ordering::Relaxed) > 0;
         if self.geo.flex_log > 0 {
             if let Some(g) = self.first_free_in_flex(want.parent_group >> self.geo.flex_log) {
@@ -686,21 +778,29 @@ pub struct Want<'a> {
 }
 
 /// Atomically set bit `i`; whether it was already set.
-fn test_and_set(words: &[AtomicU64], i: usize) -> bool {
+fn test_and_set(words: &SearchMap, i: usize) -> bool {
     let m = 1u64 << (i % 64);
-    words[i / 64].fetch_or(m, Ordering::AcqRel) & m != 0
+    words.word(i / 64).fetch_or(m, Ordering::AcqRel) & m != 0
 }
 
 /// Where a thread lane starts searching a group whose bit after its last inode there
-/// is `cursor` (0: none yet): its chunk (the [`CHUNK`] inodes of one search word: four
-/// 4 KiB table blocks of 256-byte inodes) while the chunk has a free bit at or after the
-/// cursor; otherwise the first entirely free word (a new chunk), else `first` (ext4's
-/// search). Each lane keeps a chunk per group, so a thread moving between groups fills
+/// is `cursor` (0: none yet). The lane's first inode in the group goes where ext4's
+/// would, the first free one from `first`, so a mount that makes a few files fills the
+/// table from its start. After that: the lane's chunk (the [`CHUNK`] inodes of one line
+/// of the search bitmap: 32 4 KiB table blocks of 256-byte inodes) while it has a free
+/// bit at or after the cursor; otherwise the first entirely free chunk (group 0's first
+/// counted from `first`), else `first` (ext4's search). Two lanes that start together
+/// share a chunk until it fills, then part. Each lane keeps a chunk per group, so a thread moving between groups fills
 /// each chunk densely. Threads creating in one group so fill different inode table
-/// blocks and bitmap words instead of interleaving in the same ones (XFS allocates
-/// inodes in chunks of 64 for the same reason). A hint only: the bit is still claimed
-/// by test-and-set.
-fn chunk_start(cursor: usize, used: &[AtomicU64], first: usize, ipg: usize) -> usize {
+/// blocks and write different lines of the search bitmap instead of interleaving in the
+/// same ones (XFS allocates inodes in chunks of 64 for the same reason; a chunk of a
+/// whole line also keeps the lanes' test-and-sets off each other's line, which with
+/// chunks of one word cost two threads creating in one directory's group a quarter of
+/// their rate). A hint only: the bit is still claimed by test-and-set.
+fn chunk_start(cursor: usize, used: &SearchMap, first: usize, ipg: usize) -> usize {
+    if cursor == 0 {
+        return first;
+    }
     let chunk_end = (cursor / CHUNK + 1) * CHUNK;
     if cursor > first
         && !cursor.is_multiple_of(CHUNK)
@@ -708,16 +808,16 @@ fn chunk_start(cursor: usize, used: &[AtomicU64], first: usize, ipg: usize) -> u
     {
         return cursor;
     }
-    (first.div_ceil(CHUNK)..ipg / CHUNK)
-        .find(|&w| used[w].load(Ordering::Relaxed) == 0)
-        .map_or(first, |w| w * CHUNK)
+    (first / CHUNK..ipg / CHUNK)
+        .find(|&c| used.chunk_free(c, first))
+        .map_or(first, |c| (c * CHUNK).max(first))
 }
 
 /// The first zero bit of `words` in `[from, end)`, read without a lock.
-fn find_zero_atomic(words: &[AtomicU64], from: usize, end: usize) -> Option<usize> {
+fn find_zero_atomic(words: &SearchMap, from: usize, end: usize) -> Option<usize> {
     let mut i = from;
     while i < end {
-        let w = words[i / 64].load(Ordering::Acquire) | ((1u64 << (i % 64)) - 1);
+        let w = words.word(i / 64).load(Ordering::Acquire) | ((1u64 << (i % 64)) - 1);
         if w != u64::MAX {
             let bit = (i / 64) * 64 + (!w).trailing_zeros() as usize;
             return (bit < end).then_some(bit);
@@ -731,8 +831,8 @@ fn find_zero_atomic(words: &[AtomicU64], from: usize, end: usize) -> Option<usiz
 mod tests {
     use super::*;
 
-    fn words(bits: &[usize], n: usize) -> Vec<AtomicU64> {
-        let w: Vec<AtomicU64> = (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+    fn words(bits: &[usize], n: usize) -> SearchMap {
+        let w = SearchMap::new(n, |_| 0);
         for &b in bits {
             test_and_set(&w, b);
         }
@@ -751,26 +851,71 @@ mod tests {
     }
 
     /// A lane keeps to its chunk while it has room after the cursor, then takes the
-    /// first entirely free word; with none, ext4's search from the first inode.
+    /// first entirely free chunk; with none, ext4's search from the first inode.
     #[test]
-    fn chunk_start_keeps_a_lane_in_its_own_word() {
-        let ipg = 256;
-        // Words 0 and 1 partly used, words 2 and 3 entirely free.
-        let used = words(&[0, 1, 2, 64, 70], ipg);
+    fn chunk_start_keeps_a_lane_in_its_own_chunk() {
+        let ipg = 4 * CHUNK;
+        let c = CHUNK;
+        // Chunks 0 and 1 partly used, chunks 2 and 3 entirely free.
+        let used = words(&[0, 1, 2, c, c + 6], ipg);
         assert_eq!(
             chunk_start(0, &used, 0, ipg),
-            128,
-            "a fresh lane: a new chunk"
+            0,
+            "a fresh lane: ext4's search"
         );
-        assert_eq!(chunk_start(71, &used, 0, ipg), 71, "room after the cursor");
-        assert_eq!(chunk_start(128, &used, 0, ipg), 128, "its word is done");
-        let busy2 = words(&[0, 64, 130], ipg);
-        assert_eq!(chunk_start(128, &busy2, 0, ipg), 192, "the next free word");
+        assert_eq!(
+            chunk_start(c, &used, 0, ipg),
+            2 * c,
+            "a full chunk: a new one"
+        );
+        assert_eq!(
+            chunk_start(c + 7, &used, 0, ipg),
+            c + 7,
+            "room after the cursor"
+        );
+        assert_eq!(
+            chunk_start(2 * c, &used, 0, ipg),
+            2 * c,
+            "its chunk is done"
+        );
+        let busy2 = words(&[0, c, 2 * c + 2], ipg);
+        assert_eq!(
+            chunk_start(2 * c, &busy2, 0, ipg),
+            3 * c,
+            "the next free chunk"
+        );
         let full = words(&(0..ipg).filter(|b| b % 64 == 5).collect::<Vec<_>>(), ipg);
-        assert_eq!(chunk_start(70, &full, 11, ipg), 70, "room in its word");
-        assert_eq!(chunk_start(64, &full, 11, ipg), 11, "no free word");
-        // Group 0's reserved inodes: never before `first`.
-        assert_eq!(chunk_start(5, &used, 10, ipg), 128);
+        assert_eq!(chunk_start(70, &full, 11, ipg), 70, "room in its chunk");
+        assert_eq!(chunk_start(c, &full, 11, ipg), 11, "no free chunk");
+        // Group 0's reserved inodes: never before `first`, whose chunk counts as free.
+        let reserved = words(&(0..10).collect::<Vec<_>>(), ipg);
+        assert_eq!(chunk_start(0, &reserved, 10, ipg), 10);
+        assert_eq!(chunk_start(c, &reserved, 10, ipg), 10);
+        assert_eq!(
+            chunk_start(5, &used, 10, ipg),
+            10,
+            "bits before first do not count"
+        );
+        let taken = words(&[0, 1, 11], ipg);
+        assert_eq!(
+            chunk_start(c, &taken, 10, ipg),
+            c,
+            "an inode after first is in use"
+        );
+        // A chunk is one cache line of the map.
+        assert_eq!(std::mem::size_of::<SearchLine>(), 64);
+        assert_eq!(std::mem::align_of::<SearchLine>(), 64);
+    }
+
+    /// Past the group's last inode the map reads as used, to the end of its last line.
+    #[test]
+    fn search_map_pads_its_last_line_with_used_bits() {
+        let m = SearchMap::new(100, |_| 0);
+        assert_eq!(find_zero_atomic(&m, 0, 8 * 64), Some(0));
+        assert!(!m.test(99));
+        assert!(m.test(128) && m.test(511));
+        assert!(!m.chunk_free(0, 0));
+        assert!(SearchMap::new(512, |_| 0).chunk_free(0, 0));
     }
 
     #[test]
