@@ -125,6 +125,20 @@ pub(crate) struct GroupState {
     hash: u64,
 }
 
+/// One group: its lock and the counters read without it, alone on their cache lines, so
+/// threads allocating in different groups share no line (with the locks in one vector and
+/// the counters in others, eight groups' free counts shared a line that every allocation
+/// wrote).
+#[repr(align(128))]
+struct RtGroup {
+    st: Mutex<GroupState>,
+    /// Free extents: written under the lock, read without it.
+    free: AtomicU64,
+    /// The group may hold busy extents (set under its lock, read without it), so a commit
+    /// skips the groups it has nothing to release in.
+    has_busy: AtomicBool,
+}
+
 /// The realtime allocator of a mounted image.
 pub struct RtAlloc {
     geo: RtGeometry,
@@ -134,12 +148,7 @@ pub struct RtAlloc {
     /// Image block of each summary-file block.
     summary: Vec<u64>,
     lean: bool,
-    groups: Vec<Mutex<GroupState>>,
-    /// Free extents per group: written under the group's lock, read without it.
-    free: Vec<AtomicU64>,
-    /// Whether a group may hold busy extents (set under its lock, read without it), so a
-    /// commit skips the groups it has nothing to release in.
-    has_busy: Vec<AtomicBool>,
+    groups: Vec<RtGroup>,
     rotor: AtomicU64,
 }
 
@@ -183,26 +192,26 @@ impl RtAlloc {
             summary,
             lean,
             groups: Vec::new(),
-            free: Vec::new(),
-            has_busy: Vec::new(),
             rotor: AtomicU64::new(0),
         };
         for g in 0..geo.groups() {
             let free = a.count_free(g)?;
-            a.free.push(AtomicU64::new(free));
-            a.has_busy.push(AtomicBool::new(false));
-            a.groups.push(Mutex::new(
-                &RTGROUP,
-                GroupState {
-                    rsum_cache: vec![if lean { 0xFF } else { 0 }; geo.bmblocks_in(g) as usize],
-                    busy: Vec::new(),
-                    allocations: 0,
-                    frees: 0,
-                    bitmap_reads: 0,
-                    summary_reads: 0,
-                    hash: 0,
-                },
-            ));
+            a.groups.push(RtGroup {
+                free: AtomicU64::new(free),
+                has_busy: AtomicBool::new(false),
+                st: Mutex::new(
+                    &RTGROUP,
+                    GroupState {
+                        rsum_cache: vec![if lean { 0xFF } else { 0 }; geo.bmblocks_in(g) as usize],
+                        busy: Vec::new(),
+                        allocations: 0,
+                        frees: 0,
+                        bitmap_reads: 0,
+                        summary_reads: 0,
+                        hash: 0,
+                    },
+                ),
+            });
         }
         Ok(a)
     }
@@ -279,10 +288,11 @@ impl RtAlloc {
         maxlen: u64,
         prod: u64,
     ) -> Result<Option<RtOutcome>> {
-        if self.free[g as usize].load(Ordering::Relaxed) < minlen {
+        let grp = &self.groups[g as usize];
+        if grp.free.load(Ordering::Relaxed) < minlen {
             return Ok(None);
         }
-        let mut guard = self.groups[g as usize].lock();
+        let mut guard = grp.st.lock();
         let st = &mut *guard;
         let mut c = Ctx::new(self, g, st, h);
         let r = c.allocate(goal, minlen, maxlen, prod);
@@ -295,7 +305,7 @@ impl RtAlloc {
             Some(Err(busy)) => return Ok(Some(busy)),
             None => return Ok(None),
         };
-        let free = &self.free[g as usize];
+        let free = &grp.free;
         let left = free.load(Ordering::Relaxed);
         debug_assert!(left >= len);
         // Written only under the group's lock.
@@ -325,7 +335,8 @@ impl RtAlloc {
             let g = (x / gext) as u32;
             let local = x % gext;
             let n = (start + len - x).min(gext - local);
-            let mut guard = self.groups[g as usize].lock();
+            let grp = &self.groups[g as usize];
+            let mut guard = grp.st.lock();
             let st = &mut *guard;
             let mut c = Ctx::new(self, g, st, h);
             let (ok, bad) = c.check_range(local, n, false)?;
@@ -339,9 +350,9 @@ impl RtAlloc {
             c.free_range(local, n)?;
             drop(c);
             st.busy.push((local, n, h.tid()));
-            self.has_busy[g as usize].store(true, Ordering::Release);
+            grp.has_busy.store(true, Ordering::Release);
             st.frees += 1;
-            let free = &self.free[g as usize];
+            let free = &grp.free;
             free.store(free.load(Ordering::Relaxed) + n, Ordering::Relaxed);
             x += n;
         }
@@ -350,14 +361,14 @@ impl RtAlloc {
 
     /// Transaction `tid` committed: the extents it freed may be handed out.
     pub fn committed(&self, tid: u64) {
-        for (m, flag) in self.groups.iter().zip(&self.has_busy) {
-            if !flag.load(Ordering::Acquire) {
+        for grp in &self.groups {
+            if !grp.has_busy.load(Ordering::Acquire) {
                 continue;
             }
-            let mut st = m.lock();
+            let mut st = grp.st.lock();
             st.busy.retain(|&(_, _, t)| t > tid);
             if st.busy.is_empty() {
-                flag.store(false, Ordering::Release);
+                grp.has_busy.store(false, Ordering::Release);
             }
         }
     }
@@ -365,7 +376,9 @@ impl RtAlloc {
     /// Whether some freed extents wait for their transaction to commit (an allocation
     /// that found no space may then succeed after a commit).
     pub fn has_busy(&self) -> bool {
-        self.has_busy.iter().any(|f| f.load(Ordering::Acquire))
+        self.groups
+            .iter()
+            .any(|g| g.has_busy.load(Ordering::Acquire))
     }
 
     /// Sums of every group's counters.
@@ -374,9 +387,9 @@ impl RtAlloc {
             extents: self.geo.rextents,
             ..RtStats::default()
         };
-        for (m, free) in self.groups.iter().zip(&self.free) {
-            let st = m.lock();
-            s.free_extents += free.load(Ordering::Relaxed);
+        for grp in &self.groups {
+            let st = grp.st.lock();
+            s.free_extents += grp.free.load(Ordering::Relaxed);
             s.allocations += st.allocations;
             s.frees += st.frees;
             s.bitmap_reads += st.bitmap_reads;
@@ -388,14 +401,17 @@ impl RtAlloc {
 
     /// Free extents (a racy sum, for statfs).
     pub fn free_extents(&self) -> u64 {
-        self.free.iter().map(|f| f.load(Ordering::Relaxed)).sum()
+        self.groups
+            .iter()
+            .map(|g| g.free.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Free runs by log2 length over the whole device, from the summary.
     pub fn histogram(&self) -> Result<Vec<u64>> {
         let mut h = vec![0u64; self.geo.levels() as usize];
         for g in 0..self.geo.groups() {
-            let _st = self.groups[g as usize].lock();
+            let _st = self.groups[g as usize].st.lock();
             for log in 0..self.geo.levels_in(g) {
                 for bb in 0..self.geo.bmblocks_in(g) {
                     let (f, off) = self.geo.summary_at(g, log, bb);
@@ -411,10 +427,10 @@ impl RtAlloc {
     /// matches, and the summary cache's bounds hold. Errors name the first difference.
     pub fn check(&self) -> Result<()> {
         for g in 0..self.geo.groups() {
-            let st = self.groups[g as usize].lock();
+            let st = self.groups[g as usize].st.lock();
             let runs = self.free_runs(g)?;
             let free: u64 = runs.iter().map(|r| r.1).sum();
-            let counted = self.free[g as usize].load(Ordering::Relaxed);
+            let counted = self.groups[g as usize].free.load(Ordering::Relaxed);
             if free != counted {
                 return Err(Error::corrupt(
                     "rt bitmap",
