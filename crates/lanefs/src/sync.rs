@@ -180,6 +180,20 @@ impl LockClass {
     }
 }
 
+/// A value alone on its cache lines (and the adjacent line x86 prefetches in pairs): for
+/// state that threads write often, such as per-lane lists and shared counters, so that
+/// writing it does not invalidate a neighbour that other threads use.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub struct Padded<T>(pub T);
+
+impl<T> Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// Lanes of per-thread state (the journal's join counters, the inode cache's counters),
 /// the user-space stand-in for per-CPU data.
 pub const LANES: usize = 16;

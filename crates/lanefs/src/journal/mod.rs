@@ -46,7 +46,7 @@ use crate::dev::BlockDevice;
 use crate::disk::jbd2;
 use crate::disk::seal::Seal;
 use crate::error::{Error, Result};
-use crate::sync::{Condvar, Mutex, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
+use crate::sync::{Condvar, Mutex, Padded, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -77,17 +77,22 @@ pub trait LogItem: Send + Sync {
     fn format(&self, tid: u64);
 }
 
+/// A list handles push to, on cache lines of its own (side by side, two lanes' lists
+/// shared a line that each push wrote).
+type LaneList<T> = Padded<Mutex<Vec<T>>>;
+
 /// One transaction slot. Two slots alternate: the running transaction and the one being
 /// committed; a slot is reused for transaction T+2 once T has committed.
 pub struct Transaction {
     tid: AtomicU64,
     gate: gate::TxGate,
-    lists: Vec<Mutex<Vec<Arc<Buf>>>>,
-    nbufs: AtomicUsize,
-    revoked: Mutex<Vec<u64>>,
-    ordered: Mutex<Vec<Arc<dyn OrderedData>>>,
+    lists: Vec<LaneList<Arc<Buf>>>,
+    /// Buffers listed: written when one joins, read by every handle start.
+    nbufs: Padded<AtomicUsize>,
+    revoked: Padded<Mutex<Vec<u64>>>,
+    ordered: Padded<Mutex<Vec<Arc<dyn OrderedData>>>>,
     /// Items to format at commit, by the lane of the handle that listed them.
-    items: Vec<Mutex<Vec<Arc<dyn LogItem>>>>,
+    items: Vec<LaneList<Arc<dyn LogItem>>>,
 }
 
 impl Transaction {
@@ -96,13 +101,13 @@ impl Transaction {
             tid: AtomicU64::new(tid),
             gate: gate::TxGate::new(),
             lists: (0..LISTS)
-                .map(|_| Mutex::new(&TX_LIST, Vec::new()))
+                .map(|_| Padded(Mutex::new(&TX_LIST, Vec::new())))
                 .collect(),
-            nbufs: AtomicUsize::new(0),
-            revoked: Mutex::new(&TX_LIST, Vec::new()),
-            ordered: Mutex::new(&TX_LIST, Vec::new()),
+            nbufs: Padded(AtomicUsize::new(0)),
+            revoked: Padded(Mutex::new(&TX_LIST, Vec::new())),
+            ordered: Padded(Mutex::new(&TX_LIST, Vec::new())),
             items: (0..LISTS)
-                .map(|_| Mutex::new(&TX_LIST, Vec::new()))
+                .map(|_| Padded(Mutex::new(&TX_LIST, Vec::new())))
                 .collect(),
         }
     }

@@ -35,7 +35,7 @@ pub use mapping::{Mapping, Run};
 
 use crate::dev::BlockDevice;
 use crate::error::Result;
-use crate::sync::{Mutex, CLOCK, DIRTY_FILES};
+use crate::sync::{Mutex, Padded, CLOCK, DIRTY_FILES};
 use folio::{Charge, FolioData};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -108,7 +108,8 @@ pub struct PageCache {
     max_order: u8,
     limit: u64,
     totals: Arc<Totals>,
-    clock: Vec<Mutex<ClockShard>>,
+    /// Eviction lists, a shard per lane, each on lines of its own.
+    clock: Vec<Padded<Mutex<ClockShard>>>,
     next_shard: AtomicUsize,
     /// Files with dirty data, in the order they got dirty (each once: `Mapping::listed`).
     dirty_files: Mutex<Vec<Weak<Mapping>>>,
@@ -127,7 +128,7 @@ impl PageCache {
             limit,
             totals: Arc::new(Totals::default()),
             clock: (0..SHARDS)
-                .map(|_| Mutex::new(&CLOCK, ClockShard::default()))
+                .map(|_| Padded(Mutex::new(&CLOCK, ClockShard::default())))
                 .collect(),
             next_shard: AtomicUsize::new(0),
             dirty_files: Mutex::new(&DIRTY_FILES, Vec::new()),
