@@ -907,6 +907,26 @@ mod tests {
         assert_eq!(std::mem::align_of::<SearchLine>(), 64);
     }
 
+    /// What every claim writes (the lock, the counters) starts a line pair of its own,
+    /// after what searches read, and no two groups share a line.
+    #[test]
+    fn a_group_keeps_its_lock_off_the_lines_searches_read() {
+        let hot = std::mem::offset_of!(IGroup, st);
+        assert!(
+            hot >= 128 && hot.is_multiple_of(128),
+            "lock at offset {hot}"
+        );
+        for cold in [
+            std::mem::offset_of!(IGroup, table),
+            std::mem::offset_of!(IGroup, used),
+            std::mem::offset_of!(IGroup, has_free),
+        ] {
+            assert!(cold < 128, "a field searches read at offset {cold}");
+        }
+        assert_eq!(std::mem::align_of::<IGroup>(), 128);
+        assert_eq!(std::mem::align_of::<CursorLine>(), 128);
+    }
+
     /// Past the group's last inode the map reads as used, to the end of its last line.
     #[test]
     fn search_map_pads_its_last_line_with_used_bits() {
