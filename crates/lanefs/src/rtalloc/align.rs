@@ -39,10 +39,10 @@ pub fn widen(
     let end = off + len;
     let mut a = off - off % align;
     let mut e = end.div_ceil(align) * align;
-    // Keep under the longest extent, in whole hints (the outer loop maps the rest).
-    while e - a > max_len && e - a > align {
-        e -= align;
-    }
+    // Keep under the longest extent, in whole hints, at least one (the outer loop maps
+    // the rest).
+    let hints = ((e - a) / align).min(max_len / align).max(1);
+    e = a + hints * align;
     a = a.max(hole_start);
     e = e.min(hole_end);
     // Whole rt extents: move the start up, then the end in, to multiples of rextsize.
@@ -116,5 +116,11 @@ mod tests {
         let w = widen(0, 100_000, 0, 200_000, 64, 1, 32768).unwrap();
         assert_eq!(w.len, 32768);
         assert_eq!(w.req.prod, 64);
+        // A hint that does not divide the cap: the most whole hints under it.
+        let w = widen(0, 100_000, 0, 200_000, 48, 1, 32768).unwrap();
+        assert_eq!(w.len, 32768 / 48 * 48);
+        // A cap under one hint: one hint still.
+        let w = widen(0, 1000, 0, 2000, 64, 1, 32).unwrap();
+        assert_eq!(w.len, 64);
     }
 }
