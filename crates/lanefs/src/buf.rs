@@ -12,7 +12,7 @@ use crate::dev::BlockDevice;
 use crate::dirty::{DirtyCount, DirtyFlag};
 use crate::disk::seal::Seal;
 use crate::error::Result;
-use crate::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_SHARD};
+use crate::sync::{Mutex, Padded, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_SHARD};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -124,8 +124,7 @@ struct Shard {
 
 /// A shard's lock alone on its cache lines: two threads taking neighbouring shards do not
 /// bounce one line between them.
-#[repr(align(128))]
-struct ShardLine(Mutex<Shard>);
+type ShardLine = Padded<Mutex<Shard>>;
 
 /// The metadata block cache.
 pub struct BufCache {
@@ -153,7 +152,7 @@ impl BufCache {
     pub fn new(dev: Arc<dyn BlockDevice>, bs: usize, limit: u64) -> BufCache {
         let shards = (0..SHARDS)
             .map(|_| {
-                ShardLine(Mutex::new(
+                Padded(Mutex::new(
                     &BUF_SHARD,
                     Shard {
                         map: HashMap::new(),
@@ -215,7 +214,7 @@ impl BufCache {
 
     fn shard(&self, blk: u64) -> &Mutex<Shard> {
         let h = blk.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
-        &self.shards[h as usize % SHARDS].0
+        &self.shards[h as usize % SHARDS]
     }
 
     /// The cached block, reading it from the device on a miss (IO outside any lock).
@@ -329,7 +328,7 @@ impl BufCache {
         }
         let bound = self.shard_bound();
         for sh in &self.shards {
-            self.shrink_locked(&mut sh.0.lock(), bound);
+            self.shrink_locked(&mut sh.lock(), bound);
         }
     }
 

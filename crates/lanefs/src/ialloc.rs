@@ -31,7 +31,7 @@ use crate::disk::hash;
 use crate::disk::{clear_bit, set_bit, test_bit};
 use crate::error::{Error, Result};
 use crate::journal::Handle;
-use crate::sync::{my_lane, Mutex, IGROUP, LANES};
+use crate::sync::{my_lane, Mutex, Padded, IGROUP, LANES};
 use crate::types::IallocPolicy;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -84,8 +84,7 @@ struct IGroup {
 /// Each thread lane's chunk in 32 groups under `Optimistic`: the bit after the lane's last
 /// inode there (0: none yet; see [`chunk_start`]). A lane's cursors are on lines no other
 /// lane writes.
-#[repr(align(128))]
-struct CursorLine([AtomicU32; CURSORS_PER_LINE]);
+type CursorLine = Padded<[AtomicU32; CURSORS_PER_LINE]>;
 
 const CURSORS_PER_LINE: usize = 32;
 
@@ -214,7 +213,7 @@ impl InodeAllocator {
             .collect::<Vec<_>>();
         let lines = LANES * groups.len().div_ceil(CURSORS_PER_LINE);
         let cursors = (0..lines)
-            .map(|_| CursorLine(std::array::from_fn(|_| AtomicU32::new(0))))
+            .map(|_| Padded(std::array::from_fn(|_| AtomicU32::new(0))))
             .collect();
         InodeAllocator {
             geo,
@@ -231,7 +230,7 @@ impl InodeAllocator {
     fn cursor(&self, g: u32) -> &AtomicU32 {
         let per_lane = self.groups.len().div_ceil(CURSORS_PER_LINE);
         let g = g as usize;
-        &self.cursors[my_lane() * per_lane + g / CURSORS_PER_LINE].0[g % CURSORS_PER_LINE]
+        &self.cursors[my_lane() * per_lane + g / CURSORS_PER_LINE][g % CURSORS_PER_LINE]
     }
 
     /// The geometry.
