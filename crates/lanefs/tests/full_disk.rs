@@ -233,3 +233,40 @@ fn a_punch_that_splits_an_extent_on_a_full_disk_succeeds() {
         common::assert_fsck_clean(&img);
     }
 }
+
+/// Inodes run out, one is freed: once its unlink commits, a create in the same mount
+/// takes it (the group's "has a free inode" state comes back with the first free).
+#[test]
+fn an_inode_freed_after_they_ran_out_is_reused_without_a_remount() {
+    let td = tempfile::tempdir().unwrap();
+    let (img, fs) = fresh(&td, "inodes.img");
+    let o = Owner::default();
+    let mut n = 0;
+    let err = loop {
+        match fs.create(ROOT_INO, format!("f{n:05}").as_bytes(), 0o644, o) {
+            Ok(a) => {
+                fs.release(a.ino).unwrap();
+                n += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err, Error::NoSpace, "after {n} files");
+    assert_eq!(
+        fs.statfs().unwrap().free_inodes,
+        0,
+        "creates stopped for inodes"
+    );
+    fs.unlink(ROOT_INO, b"f00007").unwrap();
+    fs.sync().unwrap();
+    let a = fs
+        .create(ROOT_INO, b"again", 0o644, o)
+        .expect("a create after an inode was freed");
+    fs.release(a.ino).unwrap();
+    assert_eq!(
+        fs.create(ROOT_INO, b"more", 0o644, o).unwrap_err(),
+        Error::NoSpace
+    );
+    fs.unmount().unwrap();
+    common::assert_fsck_clean(&img);
+}
