@@ -311,6 +311,17 @@ impl PageCache {
             }
         }
         reclaim();
+        // An evicted folio is uncharged when its deferred drop runs, which waits for
+        // every thread pinned in an older epoch. A reader pinned right now holds that
+        // back for a moment: give it a few turns, or the cache can stay over its limit
+        // after the last writer leaves (nobody else balances).
+        for _ in 0..16 {
+            if self.totals.bytes.load(Ordering::Relaxed) <= self.limit {
+                break;
+            }
+            std::thread::yield_now();
+            reclaim();
+        }
     }
 
     /// Drop every clean folio of every shard's list that left its index (after
