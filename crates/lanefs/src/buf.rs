@@ -12,6 +12,7 @@ use crate::dev::BlockDevice;
 use crate::dirty::{DirtyCount, DirtyFlag};
 use crate::disk::seal::Seal;
 use crate::error::Result;
+use crate::numhash::{fib_bits, NumHash};
 use crate::sync::{Mutex, Padded, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_SHARD};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -118,7 +119,7 @@ impl Buf {
 /// next misses (as the kernel reuses pages) so that a cache at its bound stops calling the
 /// allocator and its memory does not fragment.
 struct Shard {
-    map: HashMap<u64, Arc<Buf>>,
+    map: HashMap<u64, Arc<Buf>, NumHash>,
     spare: Vec<Box<[u8]>>,
 }
 
@@ -155,7 +156,7 @@ impl BufCache {
                 Padded(Mutex::new(
                     &BUF_SHARD,
                     Shard {
-                        map: HashMap::new(),
+                        map: HashMap::with_hasher(NumHash),
                         spare: Vec::new(),
                     },
                 ))
@@ -213,8 +214,7 @@ impl BufCache {
     }
 
     fn shard(&self, blk: u64) -> &Mutex<Shard> {
-        let h = blk.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
-        &self.shards[h as usize % SHARDS]
+        &self.shards[fib_bits(blk, SHARDS.trailing_zeros())]
     }
 
     /// The cached block, reading it from the device on a miss (IO outside any lock).
