@@ -169,6 +169,17 @@ pub fn search_block(b: &[u8], csum: bool, at: u64, name: &[u8]) -> Result<Option
     search_block_room(b, csum, at, name).map(|(hit, _)| hit)
 }
 
+/// Whether two names of one length are equal, their last bytes compared first: names
+/// made in a series (`file.1041`, `file.1042`) share their start and differ at the end,
+/// and one byte settles most of a leaf's same-length names without a `memcmp` call
+/// (which was 7 % of a create in a 2,000,000-file directory, as a create walks the
+/// whole leaf).
+#[inline]
+fn names_match(a: &[u8], b: &[u8]) -> bool {
+    debug_assert_eq!(a.len(), b.len());
+    a.last() == b.last() && a == b
+}
+
 /// [`search_block`], also noting the first record with room for `name` (a free record or
 /// a live one's slack, as [`insert_in_block`] takes it): when the name is missing the
 /// whole block was walked, and [`insert_at`] puts it there without walking it again.
@@ -184,7 +195,8 @@ pub fn search_block_room(
     while off < end {
         let (rec_len, name_len) = record_at(b, off, end, at)?;
         let ino = le32(b, off);
-        if ino != 0 && name_len == name.len() && &b[off + 8..off + 8 + name_len] == name {
+        if ino != 0 && name_len == name.len() && names_match(&b[off + 8..off + 8 + name_len], name)
+        {
             let hit = Hit {
                 off,
                 prev,
