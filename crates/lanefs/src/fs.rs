@@ -675,6 +675,8 @@ impl Fs {
                     // commit makes evictable.
                     if fs.journal.take_kick() | fs.icache.take_pinned() {
                         let _ = fs.journal.commit_running();
+                        // Its ordered-data writes held folios the sweeps had to skip.
+                        fs.pages.balance();
                     }
                     if last.elapsed() >= every {
                         last = std::time::Instant::now();
@@ -683,6 +685,7 @@ impl Fs {
                             .pages
                             .write_back_files(|| false)
                             .and_then(|()| fs.journal.commit_running());
+                        fs.pages.balance();
                     }
                 }
             });

@@ -527,6 +527,7 @@ impl Fs {
                 i.mapping.write_back(&*self.dev, self.bs as usize)?;
             }
         }
+        self.pages.balance();
         Ok(())
     }
 
@@ -558,6 +559,7 @@ impl Fs {
             Some(i) => {
                 let tid = i.state.read().tid;
                 i.mapping.write_back(&*self.dev, self.bs as usize)?;
+                self.pages.balance();
                 tid
             }
             // Not cached: nothing dirty in memory, but its last change may be uncommitted.

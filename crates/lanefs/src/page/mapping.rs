@@ -563,6 +563,9 @@ impl Mapping {
             }
             f.set_removed(&mut d);
         }
+        drop((g, inner));
+        // The sweeps of operations beside this one may have skipped folios it held.
+        pc.balance();
     }
 
     /// Drop every clean folio nobody holds (the bench's cold reads; `drop_caches`).

@@ -188,6 +188,8 @@ impl PageCache {
             let newer = std::mem::replace(&mut *l, left);
             l.extend(newer);
         }
+        // Folios it cleaned can be evicted now.
+        self.balance();
         out
     }
 
@@ -269,7 +271,12 @@ impl PageCache {
     }
 
     /// When the cache is over its limit, evict clean folios until it is back under seven
-    /// eighths of it (or every shard was swept twice).
+    /// eighths of it (or every shard was swept twice). A folio another thread holds (a
+    /// reader copying out of it, a write-back writing it, which holds up to 48 at once) is
+    /// skipped, so every operation that can leave the cache over its limit calls this as
+    /// it ends: reads and writes that charged folios, truncates and punches, write-backs
+    /// (fsync, sync, the flusher) and the commit thread after each commit (ordered data).
+    /// Once the file system is idle the cache is within its limit.
     pub fn balance(&self) {
         let bytes = self.totals.bytes.load(Ordering::Relaxed);
         if bytes <= self.limit {
@@ -311,17 +318,6 @@ impl PageCache {
             }
         }
         reclaim();
-        // An evicted folio is uncharged when its deferred drop runs, which waits for
-        // every thread pinned in an older epoch. A reader pinned right now holds that
-        // back for a moment: give it a few turns, or the cache can stay over its limit
-        // after the last writer leaves (nobody else balances).
-        for _ in 0..16 {
-            if self.totals.bytes.load(Ordering::Relaxed) <= self.limit {
-                break;
-            }
-            std::thread::yield_now();
-            reclaim();
-        }
     }
 
     /// Drop every clean folio of every shard's list that left its index (after
