@@ -675,8 +675,6 @@ impl Fs {
                     // commit makes evictable.
                     if fs.journal.take_kick() | fs.icache.take_pinned() {
                         let _ = fs.journal.commit_running();
-                        // Its ordered-data writes held folios the sweeps had to skip.
-                        fs.pages.balance();
                     }
                     if last.elapsed() >= every {
                         last = std::time::Instant::now();
@@ -685,8 +683,10 @@ impl Fs {
                             .pages
                             .write_back_files(|| false)
                             .and_then(|()| fs.journal.commit_running());
-                        fs.pages.balance();
                     }
+                    // A commit's ordered-data writes held folios the sweeps had to skip
+                    // (one load when the cache is within its limit).
+                    fs.pages.balance();
                 }
             });
         if let Ok(t) = t {

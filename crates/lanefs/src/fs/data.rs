@@ -524,10 +524,9 @@ impl Fs {
     pub(super) fn flush_pages(&self) -> Result<()> {
         for i in self.icache.all() {
             if i.mapping.has_dirty() {
-                i.mapping.write_back(&*self.dev, self.bs as usize)?;
+                self.pages.write_back(&i.mapping)?;
             }
         }
-        self.pages.balance();
         Ok(())
     }
 
@@ -558,8 +557,7 @@ impl Fs {
         let tid = match self.icache.peek(ino) {
             Some(i) => {
                 let tid = i.state.read().tid;
-                i.mapping.write_back(&*self.dev, self.bs as usize)?;
-                self.pages.balance();
+                self.pages.write_back(&i.mapping)?;
                 tid
             }
             // Not cached: nothing dirty in memory, but its last change may be uncommitted.

@@ -156,6 +156,14 @@ impl PageCache {
         self.dirty_files.lock().len()
     }
 
+    /// Write `m`'s dirty data back, then sweep: the write-back held its folios, so sweeps
+    /// that ran meanwhile skipped them.
+    pub fn write_back(&self, m: &Mapping) -> Result<()> {
+        let r = m.write_back(&*self.dev, self.bs);
+        self.balance();
+        r
+    }
+
     /// Write back the listed dirty files in the order they got dirty, until `enough()`
     /// says so after a file or the list is done; files not reached stay listed, and a
     /// file dirtied again meanwhile is listed again. The first error stops it (that file
@@ -170,7 +178,7 @@ impl PageCache {
             };
             m.listed
                 .store(false, crate::sync::atomic::Ordering::Release);
-            let r = m.write_back(&*self.dev, self.bs);
+            let r = self.write_back(&m);
             if r.is_err() || m.has_dirty() {
                 self.note_dirty(&m);
             }
@@ -188,8 +196,6 @@ impl PageCache {
             let newer = std::mem::replace(&mut *l, left);
             l.extend(newer);
         }
-        // Folios it cleaned can be evicted now.
-        self.balance();
         out
     }
 
@@ -275,7 +281,8 @@ impl PageCache {
     /// reader copying out of it, a write-back writing it, which holds up to 48 at once) is
     /// skipped, so every operation that can leave the cache over its limit calls this as
     /// it ends: reads and writes that charged folios, truncates and punches, write-backs
-    /// (fsync, sync, the flusher) and the commit thread after each commit (ordered data).
+    /// ([`PageCache::write_back`]: fsync, sync, the flusher) and the commit thread after
+    /// each commit (the journal writes ordered data through the inode, not through here).
     /// Once the file system is idle the cache is within its limit.
     pub fn balance(&self) {
         let bytes = self.totals.bytes.load(Ordering::Relaxed);
