@@ -396,6 +396,9 @@ fn options_text(opts: &MountOptions) -> String {
     if opts.icache_limit != d.icache_limit {
         on.push(format!("icache_limit={}", opts.icache_limit));
     }
+    if opts.dir_digest != d.dir_digest {
+        on.push(format!("dir_digest={}", u8::from(opts.dir_digest)));
+    }
     if opts.folio_max_order != d.folio_max_order {
         on.push(format!("folio_max_order={}", opts.folio_max_order));
     }

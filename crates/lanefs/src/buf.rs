@@ -64,6 +64,10 @@ pub struct Buf {
     /// The bytes were checked (checksum, structure) when read, or written here since:
     /// not checked again while cached.
     verified: AtomicBool,
+    /// How many times the bytes were opened for writing ([`Buf::write`]): a structure
+    /// derived from the bytes (a directory leaf's digest) is current while this has not
+    /// moved since it was derived.
+    wgen: AtomicU64,
 }
 
 impl Buf {
@@ -72,8 +76,20 @@ impl Buf {
         self.data.read()
     }
     /// Write access to the bytes; the caller marks the buffer dirty through its handle.
+    /// Moves the write generation.
     pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
-        self.data.write()
+        let g = self.data.write();
+        // Only a holder of the write guard changes the generation: a load and a store
+        // under it cannot lose an increment.
+        let n = self.wgen.load(Ordering::Relaxed) + 1;
+        self.wgen.store(n, Ordering::Relaxed);
+        g
+    }
+    /// The write generation: how many times [`Buf::write`] was called. Two equal readings
+    /// taken while the caller's own lock keeps other writers of the block out (a
+    /// directory's lock for its leaves) mean the bytes did not change in between.
+    pub fn write_gen(&self) -> u64 {
+        self.wgen.load(Ordering::Relaxed)
     }
     /// Whether the block differs from its home location.
     pub fn is_dirty(&self) -> bool {
@@ -296,6 +312,7 @@ impl BufCache {
             forgotten: AtomicBool::new(false),
             seal: AtomicU64::new(0),
             verified: AtomicBool::new(false),
+            wgen: AtomicU64::new(0),
         });
         sh.map.insert(blk, b.clone());
         self.cached.fetch_add(1, Ordering::Relaxed);

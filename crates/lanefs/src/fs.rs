@@ -97,6 +97,11 @@ pub struct MountOptions {
     /// Bytes of clean, unused cached inodes kept before eviction (`icache_limit=BYTES`,
     /// with an optional K, M or G suffix).
     pub icache_limit: u64,
+    /// Directory leaf digests (`dir_digest=1`, default): a create or unlink in a large
+    /// directory compares 16-bit name tags instead of walking the leaf's entries; each
+    /// directory keeps at most a quarter of `icache_limit` of them. `0` walks every leaf,
+    /// as ext4 does (the baseline).
+    pub dir_digest: bool,
     /// Bytes of metadata blocks cached (`bufcache_limit=BYTES`; default a sixteenth of
     /// the machine's memory within 64 MiB..1 GiB): clean blocks are evicted past it, and
     /// the journal checkpoints when dirty ones pass half of it.
@@ -132,6 +137,7 @@ impl Default for MountOptions {
             ialloc: IallocPolicy::Optimistic,
             icache: IcachePolicy::Bucket,
             icache_limit: DEFAULT_ICACHE_LIMIT,
+            dir_digest: true,
             bufcache_limit: crate::buf::default_bufcache_limit(),
             pagecache_limit: crate::page::default_pagecache_limit(),
             folio_max_order: crate::page::DEFAULT_MAX_ORDER,
@@ -147,7 +153,7 @@ impl MountOptions {
     /// `mb_stream_goal=global|inode|slots`, `mb_optimize_scan=0|1`, `relatime`,
     /// `strictatime`, `noatime`, `atime` (= relatime), `nodiratime`, `diratime`,
     /// `ialloc=optimistic|locked`, `icache=bucket|global|papaya`, `icache_limit=BYTES`,
-    /// `bufcache_limit=BYTES`, `pagecache_limit=BYTES`, `folio_max_order=0..6`,
+    /// `dir_digest=0|1`, `bufcache_limit=BYTES`, `pagecache_limit=BYTES`, `folio_max_order=0..6`,
     /// `rtdev=PATH`, `rt_alloc=lean|plain`.
     pub const NAMES: &'static [&'static str] = &[
         "ro",
@@ -165,6 +171,7 @@ impl MountOptions {
         "ialloc",
         "icache",
         "icache_limit",
+        "dir_digest",
         "bufcache_limit",
         "pagecache_limit",
         "folio_max_order",
@@ -261,6 +268,7 @@ impl MountOptions {
                 self.icache_limit =
                     parse_size(v).map_err(|e| format!("option icache_limit={v}: {e}"))?;
             }
+            "dir_digest" => self.dir_digest = flag()?,
             "bufcache_limit" => {
                 let v = need()?;
                 self.bufcache_limit =
@@ -397,6 +405,8 @@ pub struct Fs {
     /// The realtime data device (an image made with `--rtdev`): realtime files' data.
     rtdev: Option<Arc<dyn BlockDevice>>,
     bs: u32,
+    /// Most bytes of leaf digests a directory keeps (0: `dir_digest=0`).
+    digest_budget: usize,
 }
 
 /// Largest file size: 2^32 - 1 blocks, ext4's s_maxbytes (the last logical block stays
@@ -578,6 +588,11 @@ impl Fs {
             huge_file: sb.has_ro_compat(ro_compat::HUGE_FILE),
             inline_data: sb.has_incompat(incompat::INLINE_DATA),
             ea_inode: sb.has_incompat(incompat::EA_INODE),
+            digest_budget: if opts.dir_digest {
+                (opts.icache_limit / 4) as usize
+            } else {
+                0
+            },
             large_file: std::sync::atomic::AtomicBool::new(sb.has_ro_compat(ro_compat::LARGE_FILE)),
             rtdev: rtdev.clone(),
             sb: Mutex::new(&SUPER, sb),
@@ -740,6 +755,7 @@ impl Fs {
             filetype: self.filetype,
             inline_data: self.inline_data,
             extents: self.extents,
+            digest_budget: self.digest_budget,
         }
     }
 
@@ -1028,6 +1044,7 @@ fn open_journal(
         freed: false,
         pa: None,
         tid: 0,
+        digests: None,
     };
     inode::load_extents(&al, bufs, jino, &mut st)?;
     let ext = st.ext.unwrap_or_default();

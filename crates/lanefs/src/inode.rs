@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::extmap::ExtentMap;
 use crate::ialloc::InodeAllocator;
 use crate::journal::Handle;
+use crate::leafdigest::LeafDigests;
 use crate::page::Mapping;
 use crate::sync::{Mutex, RwLock, INODE, INODE_STAGE};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -68,6 +69,9 @@ pub struct InodeState {
     pub pa: Option<crate::alloc::PaRef>,
     /// The newest transaction that may hold a change to this inode (fsync commits it).
     pub tid: u64,
+    /// A directory's leaf digests (`leafdigest`), made by the directory code as it uses
+    /// the leaves.
+    pub digests: Option<Box<LeafDigests>>,
 }
 
 /// A cached inode.
@@ -207,6 +211,7 @@ impl InodeState {
             + self.tree_blocks.capacity() * 8
             + self.leaf_keys.capacity() * 4
             + ind
+            + self.digests.as_ref().map_or(0, |g| g.bytes())
     }
 }
 
@@ -261,6 +266,7 @@ pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
             freed: false,
             pa: None,
             tid: 0,
+            digests: None,
         },
     )
 }

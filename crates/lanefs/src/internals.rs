@@ -34,6 +34,8 @@ pub mod icache;
 pub mod inode;
 #[path = "journal/mod.rs"]
 pub mod journal;
+#[path = "leafdigest.rs"]
+pub mod leafdigest;
 #[path = "numhash.rs"]
 pub mod numhash;
 #[path = "page/mod.rs"]

@@ -5,7 +5,7 @@
 //! entries, no decode into a list and no heap allocation. Index blocks are decoded only
 //! when one changes (a leaf split adds an entry), once per about a hundred inserts.
 
-use super::{DirCtx, Slot};
+use super::{Digests, DirCtx, Slot};
 use crate::buf::Buf;
 use crate::disk::dir::{self as dd, DxRootInfo, RawEntry, DX_NODE_COUNT_OFF, DX_ROOT_COUNT_OFF};
 use crate::disk::inode::FL_INDEX;
@@ -153,10 +153,11 @@ impl DirCtx<'_> {
         &self,
         ino: u64,
         st: &InodeState,
+        dg: &mut Digests,
         path: &mut Path,
         name: &[u8],
     ) -> Result<Option<Slot>> {
-        let (hit, room) = self.search_leaf_room(ino, st, path.leaf, name)?;
+        let (hit, room) = self.search_leaf_room(ino, st, dg, path.leaf, name)?;
         if hit.is_some() {
             return Ok(hit);
         }
@@ -167,7 +168,7 @@ impl DirCtx<'_> {
             if nh & !1 != path.hash {
                 break;
             }
-            if let Some(s) = self.search_leaf(ino, st, blk, name)? {
+            if let Some(s) = self.search_leaf(ino, st, dg, blk, name)? {
                 return Ok(Some(s));
             }
         }
@@ -182,6 +183,7 @@ impl DirCtx<'_> {
         h: &Handle,
         ino: u64,
         st: &mut InodeState,
+        dg: &mut Digests,
         name: &[u8],
         child: u64,
         ft: u8,
@@ -193,11 +195,11 @@ impl DirCtx<'_> {
                 None => self.probe(ino, st, name)?,
             };
             let b = self.block(st, ino, path.leaf)?;
-            if self.try_insert(h, ino, st, &b, path.room, name, child, ft)? {
+            if self.try_insert(h, ino, st, dg, path.leaf, &b, path.room, name, child, ft)? {
                 return Ok(());
             }
-            let target = self.split_leaf(h, ino, st, &path, b)?;
-            if self.try_insert(h, ino, st, &target, None, name, child, ft)? {
+            let (lblk, target) = self.split_leaf(h, ino, st, &path, b)?;
+            if self.try_insert(h, ino, st, dg, lblk, &target, None, name, child, ft)? {
                 return Ok(());
             }
             // The chosen half is still full (long names): probe again.
@@ -205,7 +207,8 @@ impl DirCtx<'_> {
     }
 
     /// Split the full leaf of `path` by hash: the upper half moves to a new block, which
-    /// the index learns of. Returns the half `path`'s hash now belongs to.
+    /// the index learns of. Returns the half `path`'s hash now belongs to (its logical
+    /// block and buffer).
     fn split_leaf(
         &self,
         h: &Handle,
@@ -213,7 +216,7 @@ impl DirCtx<'_> {
         st: &mut InodeState,
         path: &Path,
         b: Arc<Buf>,
-    ) -> Result<Arc<Buf>> {
+    ) -> Result<(u32, Arc<Buf>)> {
         // The live entries' (hash, minor hash, offset), sorted: in place, without copying
         // a name; the block's bytes are copied once, as both halves are rewritten from them.
         let mut live: Vec<(u32, u32, u32)> = Vec::new();
@@ -238,9 +241,9 @@ impl DirCtx<'_> {
         self.write_leaf(h, ino, st, &nb, live[split..].iter().map(entry));
         self.insert_index(h, ino, st, path, hash2 | u32::from(continued), new_lblk)?;
         Ok(if path.hash >= hash2 && split < live.len() {
-            nb
+            (new_lblk, nb)
         } else {
-            b
+            (path.leaf, b)
         })
     }
 

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::extmap::Mapping;
 use crate::inode::InodeState;
 use crate::journal::Handle;
+use crate::leafdigest::{self, LeafDigests};
 use std::sync::Arc;
 
 mod htree;
@@ -46,6 +47,29 @@ pub struct DirCtx<'a> {
     pub inline_data: bool,
     /// extent feature on: directories leaving their inode become extent-mapped.
     pub extents: bool,
+    /// Most bytes of leaf digests (`leafdigest`) one directory keeps; 0 searches every
+    /// leaf by walking it (`dir_digest=0`).
+    pub digest_budget: usize,
+}
+
+/// How a search uses the directory's leaf digests.
+enum Digests<'a> {
+    /// Not at all: digests are off, or the directory has none yet and is only read.
+    Off,
+    /// The ones that describe their leaves now (a lookup under the directory's shared
+    /// lock, which must not change them).
+    Read(&'a LeafDigests),
+    /// Any, building those that are stale (under the directory's exclusive lock).
+    Write(&'a mut LeafDigests),
+}
+
+impl Digests<'_> {
+    fn write(&mut self) -> Option<&mut LeafDigests> {
+        match self {
+            Digests::Write(g) => Some(g),
+            _ => None,
+        }
+    }
 }
 
 /// What [`DirCtx::probe_name`] found.
@@ -78,6 +102,7 @@ pub struct Vacancy {
 
 /// Where an entry lives.
 struct Slot {
+    lblk: u32,
     buf: Arc<Buf>,
     off: usize,
     prev: Option<usize>,
@@ -138,18 +163,21 @@ impl DirCtx<'_> {
         &self,
         ino: u64,
         st: &InodeState,
+        dg: &mut Digests,
         lblk: u32,
         name: &[u8],
     ) -> Result<Option<Slot>> {
-        self.search_leaf_room(ino, st, lblk, name).map(|(s, _)| s)
+        self.search_leaf_room(ino, st, dg, lblk, name)
+            .map(|(s, _)| s)
     }
 
-    /// [`DirCtx::search_leaf`], and where in the leaf the name would fit
-    /// ([`dd::search_block_room`]).
+    /// [`DirCtx::search_leaf`], and where in the leaf the name would fit: the leaf's
+    /// digest when there is one, else a walk of the leaf ([`dd::search_block_room`]).
     fn search_leaf_room(
         &self,
         ino: u64,
         st: &InodeState,
+        dg: &mut Digests,
         lblk: u32,
         name: &[u8],
     ) -> Result<(Option<Slot>, Option<usize>)> {
@@ -157,9 +185,21 @@ impl DirCtx<'_> {
         let (hit, room) = {
             let d = b.read();
             self.check_leaf(ino, st, &b, &d)?;
-            dd::search_block_room(&d, self.csum(), b.blk, name)?
+            let g = match dg {
+                Digests::Off => None,
+                Digests::Read(g) => g.current(lblk, &b),
+                Digests::Write(g) => Some(g.get_or_build(lblk, &b, &d, self.csum())?),
+            };
+            match g {
+                Some(g) => (
+                    g.find(&d, name, leafdigest::tag(name)),
+                    g.room(dd::rec_len_for(name.len())),
+                ),
+                None => dd::search_block_room(&d, self.csum(), b.blk, name)?,
+            }
         };
         let slot = hit.map(|h| Slot {
+            lblk,
             buf: b,
             off: h.off,
             prev: h.prev,
@@ -167,6 +207,25 @@ impl DirCtx<'_> {
             ft: h.ft,
         });
         Ok((slot, room))
+    }
+
+    /// Run `f` with the directory's leaf digests taken out of its state (made on first
+    /// use), or none when they are off.
+    fn with_digests<R>(
+        &self,
+        st: &mut InodeState,
+        f: impl FnOnce(&mut InodeState, Digests) -> R,
+    ) -> R {
+        if self.digest_budget == 0 {
+            return f(st, Digests::Off);
+        }
+        let mut g = st
+            .digests
+            .take()
+            .unwrap_or_else(|| Box::new(LeafDigests::new(self.digest_budget)));
+        let r = f(st, Digests::Write(&mut g));
+        st.digests = Some(g);
+        r
     }
 
     /// The seal of the directory's leaf blocks.
@@ -189,9 +248,14 @@ impl DirCtx<'_> {
         st.d.flags() & FL_INDEX != 0 && self.dir_index
     }
 
-    /// Find `name`: (inode, file type code).
+    /// Find `name`: (inode, file type code). Under the directory's shared lock: uses the
+    /// leaf digests that are current and changes none.
     pub fn lookup(&self, ino: u64, st: &InodeState, name: &[u8]) -> Result<Option<(u64, u8)>> {
-        Ok(match self.probe_name(ino, st, name)? {
+        let dg = match st.digests.as_deref() {
+            Some(g) => Digests::Read(g),
+            None => Digests::Off,
+        };
+        Ok(match self.probe_in(ino, st, dg, name)? {
             Probe::Found(f) => Some((f.ino, f.ft)),
             Probe::Vacant(_) => None,
         })
@@ -200,7 +264,14 @@ impl DirCtx<'_> {
     /// Look `name` up and keep where it is, or where it would go: a create or unlink
     /// then changes the directory without searching it again ([`DirCtx::add_vacant`],
     /// [`DirCtx::remove_found`]), as long as the directory's lock is held in between.
-    pub fn probe_name(&self, ino: u64, st: &InodeState, name: &[u8]) -> Result<Probe> {
+    pub fn probe_name(&self, ino: u64, st: &mut InodeState, name: &[u8]) -> Result<Probe> {
+        if self.is_inline(st) {
+            return self.probe_in(ino, st, Digests::Off, name);
+        }
+        self.with_digests(st, |st, dg| self.probe_in(ino, st, dg, name))
+    }
+
+    fn probe_in(&self, ino: u64, st: &InodeState, mut dg: Digests, name: &[u8]) -> Result<Probe> {
         let size = st.d.size();
         if self.is_inline(st) {
             return Ok(match self.inline_lookup(ino, st, name)? {
@@ -215,9 +286,12 @@ impl DirCtx<'_> {
         }
         let (slot, path) = if self.is_htree(st) {
             let mut path = self.probe(ino, st, name)?;
-            (self.htree_search(ino, st, &mut path, name)?, Some(path))
+            (
+                self.htree_search(ino, st, &mut dg, &mut path, name)?,
+                Some(path),
+            )
         } else {
-            (self.linear_find(ino, st, name)?, None)
+            (self.linear_find(ino, st, &mut dg, name)?, None)
         };
         Ok(match slot {
             Some(s) => Probe::Found(Found {
@@ -230,9 +304,15 @@ impl DirCtx<'_> {
         })
     }
 
-    fn linear_find(&self, ino: u64, st: &InodeState, name: &[u8]) -> Result<Option<Slot>> {
+    fn linear_find(
+        &self,
+        ino: u64,
+        st: &InodeState,
+        dg: &mut Digests,
+        name: &[u8],
+    ) -> Result<Option<Slot>> {
         for lblk in 0..self.nblocks(st) {
-            if let Some(s) = self.search_leaf(ino, st, lblk, name)? {
+            if let Some(s) = self.search_leaf(ino, st, dg, lblk, name)? {
                 return Ok(Some(s));
             }
         }
@@ -249,6 +329,22 @@ impl DirCtx<'_> {
         child: u64,
         ft: u8,
     ) -> Result<()> {
+        self.add_on(h, ino, st, name, child, ft, None)
+    }
+
+    /// [`DirCtx::add`] along an htree `path` probed for `name` since the directory last
+    /// changed, if there is one.
+    #[allow(clippy::too_many_arguments)]
+    fn add_on(
+        &self,
+        h: &Handle,
+        ino: u64,
+        st: &mut InodeState,
+        name: &[u8],
+        child: u64,
+        ft: u8,
+        path: Option<htree::Path>,
+    ) -> Result<()> {
         if name.len() > 255 {
             return Err(Error::NameTooLong);
         }
@@ -259,30 +355,32 @@ impl DirCtx<'_> {
             }
             self.uninline(h, ino, st)?;
         }
-        if self.is_htree(st) {
-            return self.htree_add(h, ino, st, name, child, ft, None);
-        }
-        let nb = self.nblocks(st);
-        for lblk in 0..nb {
-            let b = self.block(st, ino, lblk)?;
-            if self.try_insert(h, ino, st, &b, None, name, child, ft)? {
-                return Ok(());
+        self.with_digests(st, |st, mut dg| {
+            if self.is_htree(st) {
+                return self.htree_add(h, ino, st, &mut dg, name, child, ft, path);
             }
-        }
-        if self.dir_index && nb == 1 {
-            self.make_indexed(h, ino, st)?;
-            return self.htree_add(h, ino, st, name, child, ft, None);
-        }
-        let b = self.append_block(h, ino, st)?;
-        self.init_leaf(h, ino, st, &b);
-        if !self.try_insert(h, ino, st, &b, None, name, child, ft)? {
-            return Err(Error::corrupt(
-                "directory",
-                ino,
-                "entry does not fit an empty block",
-            ));
-        }
-        Ok(())
+            let nb = self.nblocks(st);
+            for lblk in 0..nb {
+                let b = self.block(st, ino, lblk)?;
+                if self.try_insert(h, ino, st, &mut dg, lblk, &b, None, name, child, ft)? {
+                    return Ok(());
+                }
+            }
+            if self.dir_index && nb == 1 {
+                self.make_indexed(h, ino, st)?;
+                return self.htree_add(h, ino, st, &mut dg, name, child, ft, None);
+            }
+            let b = self.append_block(h, ino, st)?;
+            self.init_leaf(h, ino, st, &b);
+            if !self.try_insert(h, ino, st, &mut dg, nb, &b, None, name, child, ft)? {
+                return Err(Error::corrupt(
+                    "directory",
+                    ino,
+                    "entry does not fit an empty block",
+                ));
+            }
+            Ok(())
+        })
     }
 
     /// [`DirCtx::add`] where [`DirCtx::probe_name`] found `name` missing, without
@@ -299,41 +397,54 @@ impl DirCtx<'_> {
         v: Vacancy,
     ) -> Result<()> {
         debug_assert_eq!(st.d.size(), v.size, "directory changed since its probe");
-        match v.path {
-            Some(path) if self.is_htree(st) && name.len() <= 255 => {
-                let ft = if self.filetype { ft } else { 0 };
-                self.htree_add(h, ino, st, name, child, ft, Some(path))
-            }
-            _ => self.add(h, ino, st, name, child, ft),
-        }
+        let path = v.path.filter(|_| self.is_htree(st));
+        self.add_on(h, ino, st, name, child, ft, path)
     }
 
-    /// Put `name -> child` into leaf block `b` in place if it has room: into the record at
-    /// `room` when a search of the leaf since the directory last changed found room there,
-    /// else the first record with room (the leaf verified first, as a read of it is).
+    /// Put `name -> child` into leaf `lblk` (buffer `b`) in place if it has room: into the
+    /// record at `room` when a search of the leaf since the directory last changed found
+    /// room there (or the leaf's digest knows a record with room), else the first record
+    /// with room (the leaf verified first, as a read of it is). The leaf's digest learns of
+    /// the new entry.
     #[allow(clippy::too_many_arguments)]
     fn try_insert(
         &self,
         h: &Handle,
         ino: u64,
         st: &InodeState,
+        dg: &mut Digests,
+        lblk: u32,
         b: &Arc<Buf>,
         room: Option<usize>,
         name: &[u8],
         child: u64,
         ft: u8,
     ) -> Result<bool> {
+        let room = room.or_else(|| {
+            let g = dg.write()?.current(lblk, b)?;
+            g.room(dd::rec_len_for(name.len()))
+        });
         let mut d = b.write();
         let (csum, blk, child) = (self.csum(), b.blk, child as u32);
-        let fits = match room {
-            Some(off) if dd::insert_at(&mut d, csum, blk, off, name, child, ft)? => true,
-            _ => {
+        let placed = match room {
+            Some(off) => dd::insert_at(&mut d, csum, blk, off, name, child, ft)?,
+            None => None,
+        };
+        let placed = match placed {
+            Some(off) => Some(off),
+            None => {
                 self.check_leaf(ino, st, b, &d)?;
                 dd::insert_in_block(&mut d, csum, blk, name, child, ft)?
             }
         };
-        if !fits {
+        let Some(off) = placed else {
+            if let Some(g) = dg.write() {
+                g.unchanged(lblk, b);
+            }
             return Ok(false);
+        };
+        if let Some(g) = dg.write() {
+            g.inserted(lblk, b, &d, csum, off, leafdigest::tag(name));
         }
         drop(d);
         self.sealed(h, b, self.leaf_seal(ino, st));
@@ -405,7 +516,12 @@ impl DirCtx<'_> {
         let Some(s) = f.slot else {
             return self.inline_remove(ino, st, name).map(|_| ());
         };
-        dd::remove_entry(&mut s.buf.write(), s.off, s.prev);
+        let mut d = s.buf.write();
+        dd::remove_entry(&mut d, s.off, s.prev);
+        if let Some(g) = st.digests.as_deref_mut() {
+            g.removed(s.lblk, &s.buf, &d, self.csum(), s.off, s.prev);
+        }
+        drop(d);
         self.sealed(h, &s.buf, self.leaf_seal(ino, st));
         Ok(())
     }

@@ -259,7 +259,8 @@ pub fn insert_entry(
 
 /// [`insert_entry`] without a parse first: scan a leaf block's records in place
 /// (validating each one passed, as [`parse_block`] would) and put `name -> child` into
-/// the first with room. Returns whether it fit; allocates nothing.
+/// the first with room. Returns where the new entry went, `None` when no record had room;
+/// allocates nothing.
 pub fn insert_in_block(
     b: &mut [u8],
     csum: bool,
@@ -267,7 +268,7 @@ pub fn insert_in_block(
     name: &[u8],
     child: u32,
     ft: u8,
-) -> Result<bool> {
+) -> Result<Option<usize>> {
     let end = entries_end(b.len(), csum);
     let need = rec_len_for(name.len());
     let mut off = 0;
@@ -280,11 +281,13 @@ pub fn insert_in_block(
         }
         off += rec_len;
     }
-    Ok(false)
+    Ok(None)
 }
 
 /// Put `name -> child` into the record at `off` (as [`search_block_room`] found it) if it
-/// still has room, validating that record. Returns whether it fit.
+/// still has room, validating that record. Returns where the new entry went: `off` itself
+/// when the record was free, else the slack after its entry, which is split off; `None`
+/// when it does not fit.
 pub fn insert_at(
     b: &mut [u8],
     csum: bool,
@@ -293,13 +296,13 @@ pub fn insert_at(
     name: &[u8],
     child: u32,
     ft: u8,
-) -> Result<bool> {
+) -> Result<Option<usize>> {
     let end = entries_end(b.len(), csum);
     let (rec_len, name_len) = record_at(b, off, end, at)?;
     let ino = le32(b, off);
     let used = if ino == 0 { 0 } else { rec_len_for(name_len) };
     if rec_len - used < rec_len_for(name.len()) {
-        return Ok(false);
+        return Ok(None);
     }
     if used == 0 {
         put_entry(b, off, child, rec_len, ft, name);
@@ -308,7 +311,33 @@ pub fn insert_at(
         put_entry(b, off + used, child, rec_len - used, ft, name);
     }
     debug_assert!(search_block(b, csum, at, name).is_ok_and(|h| h.is_some()));
-    Ok(true)
+    Ok(Some(off + used))
+}
+
+/// The room of the (validated) record at `off`: its whole length when it is free (inode
+/// 0), else what its entry leaves of it; a name needing [`rec_len_for`] of at most this
+/// fits there.
+pub fn room_at(b: &[u8], off: usize) -> usize {
+    let rec_len = rec_len_at(b, off);
+    if le32(b, off) == 0 {
+        rec_len
+    } else {
+        rec_len - rec_len_for(usize::from(b[off + 6]))
+    }
+}
+
+/// Visit every record of a leaf block in order, validating each as [`parse_block`] does,
+/// without copying anything: `f(offset, inode, name, room)` ([`room_at`]).
+pub fn each_entry(
+    b: &[u8],
+    csum: bool,
+    at: u64,
+    mut f: impl FnMut(usize, u32, &[u8], usize),
+) -> Result<()> {
+    each_record(b, csum, at, |off, _| {
+        let (ino, _, name) = entry_at(b, off);
+        f(off, ino, name, room_at(b, off));
+    })
 }
 
 /// Remove the entry at `off`: its record joins the one before it (`prev`), or, first in
@@ -627,7 +656,11 @@ mod tests {
         init_empty_leaf(&mut b, true);
         for i in 0..20u32 {
             let name = format!("n{i}-{}", "y".repeat(i as usize % 7));
-            assert!(insert_in_block(&mut b, true, 9, name.as_bytes(), 100 + i, 1).unwrap());
+            assert!(
+                insert_in_block(&mut b, true, 9, name.as_bytes(), 100 + i, 1)
+                    .unwrap()
+                    .is_some()
+            );
         }
         let victim = search_block(&b, true, 9, b"n5-yyyyy").unwrap().expect("n5");
         remove_entry(&mut b[..entries_end(1024, true)], victim.off, victim.prev);
@@ -665,9 +698,11 @@ mod tests {
             assert!(hit.is_none());
             let mut by_scan = b.clone();
             let fits = insert_in_block(&mut by_scan, true, 1, name.as_bytes(), 100 + n, 1);
-            assert_eq!(fits.unwrap(), room.is_some(), "{name}");
+            assert_eq!(fits.unwrap().is_some(), room.is_some(), "{name}");
             if let Some(off) = room {
-                assert!(insert_at(&mut b, true, 1, off, name.as_bytes(), 100 + n, 1).unwrap());
+                assert!(insert_at(&mut b, true, 1, off, name.as_bytes(), 100 + n, 1)
+                    .unwrap()
+                    .is_some());
                 assert_eq!(b, by_scan, "{name}");
                 n += 1;
             }
@@ -736,11 +771,15 @@ mod tests {
             let mut want = b.clone();
             let entries = parse_block(&want, false, 7).unwrap();
             assert!(insert_entry(&mut want, &entries, name, 99, 1));
-            assert!(insert_in_block(&mut b, false, 7, name, 99, 1).unwrap());
+            assert!(insert_in_block(&mut b, false, 7, name, 99, 1)
+                .unwrap()
+                .is_some());
             assert_eq!(b, want);
         }
         let mut full = vec![0u8; 64];
         put_entry(&mut full, 0, 5, 64, 1, &[b'n'; 50]);
-        assert!(!insert_in_block(&mut full, false, 7, b"x", 6, 1).unwrap());
+        assert!(insert_in_block(&mut full, false, 7, b"x", 6, 1)
+            .unwrap()
+            .is_none());
     }
 }

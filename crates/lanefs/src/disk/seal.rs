@@ -89,7 +89,9 @@ mod tests {
     fn sealed_leaf_verifies() {
         let mut b = vec![0u8; 1024];
         dir::init_empty_leaf(&mut b, true);
-        assert!(dir::insert_in_block(&mut b, true, 0, b"name", 12, 1).unwrap());
+        assert!(dir::insert_in_block(&mut b, true, 0, b"name", 12, 1)
+            .unwrap()
+            .is_some());
         Seal::DirLeaf(42).apply(&mut b);
         dir::verify_leaf_csum(42, &b, 0).unwrap();
         assert!(dir::verify_leaf_csum(43, &b, 0).is_err());

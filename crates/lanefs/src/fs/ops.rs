@@ -386,7 +386,7 @@ impl Fs {
         self.load(&d, &mut dst)?;
         self.dir_guard(&dst)?;
         let ctx = self.ctx();
-        let Probe::Vacant(vacancy) = ctx.probe_name(dir, &dst, name)? else {
+        let Probe::Vacant(vacancy) = ctx.probe_name(dir, &mut dst, name)? else {
             return Err(Error::Exists);
         };
         if flags::immutable(&dst) {
@@ -512,6 +512,7 @@ impl Fs {
             freed: false,
             pa: None,
             tid: 0,
+            digests: None,
         }
     }
 
@@ -678,7 +679,7 @@ impl Fs {
         self.load(&d, &mut dst)?;
         self.dir_guard(&dst)?;
         let ctx = self.ctx();
-        let Probe::Found(found) = ctx.probe_name(dir, &dst, name)? else {
+        let Probe::Found(found) = ctx.probe_name(dir, &mut dst, name)? else {
             return Err(Error::NotFound);
         };
         let cino = found.ino;

@@ -1,0 +1,227 @@
+//! Goal: directory leaf digests (`leafdigest`) never change what a directory holds. A
+//! create, unlink, rename or link found and placed through a digest leaves the same names
+//! as the walk of every leaf (`dir_digest=0`), through leaf splits, remounts (leaves read
+//! again into new buffers), and a digest budget so small that digests are dropped all the
+//! time; the kernel and e2fsck read the result, and a directory the kernel made is edited
+//! through digests and read back by the kernel.
+//! Method: random operations on one large directory against a model (a map of names to
+//! inodes), lookups of present and absent names after each, then readdir, e2fsck -fn and
+//! (as root) a kernel mount compare with the model.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::Rng;
+use lanefs::mkfs::{format, MkfsOptions};
+use lanefs::{Error, FileDevice, Fs, Ino, MountOptions, Owner, ROOT_INO};
+
+/// A name of 1 to 60 bytes: series names that differ at the end, and random ones.
+fn name(rng: &mut Rng) -> Vec<u8> {
+    match rng.below(3) {
+        0 => format!("file.{}", rng.below(4000)).into_bytes(),
+        1 => format!("{:0w$}", rng.below(100_000), w = 1 + rng.below(50) as usize).into_bytes(),
+        _ => (0..1 + rng.below(60))
+            .map(|_| b'a' + rng.below(26) as u8)
+            .collect(),
+    }
+}
+
+/// Every name of `dir` by readdir, without "." and "..".
+fn listing(fs: &Fs, dir: Ino) -> BTreeMap<Vec<u8>, Ino> {
+    let mut out = BTreeMap::new();
+    let mut pos = 0;
+    loop {
+        let batch = fs.readdir(dir, pos, 512).unwrap();
+        let Some(last) = batch.last() else {
+            return out;
+        };
+        pos = last.next;
+        for e in batch {
+            if e.name != b"." && e.name != b".." {
+                assert!(
+                    out.insert(e.name.clone(), e.ino).is_none(),
+                    "name listed twice"
+                );
+            }
+        }
+    }
+}
+
+/// Random operations on directory `d` of the image at `img`, remounting now and then;
+/// returns the model (name -> inode).
+fn churn(img: &Path, opts: &MountOptions, seed: u64, steps: usize) -> BTreeMap<Vec<u8>, Ino> {
+    let o = Owner::default();
+    let mut rng = Rng(seed);
+    let mut fs = Fs::mount_path(img, opts.clone()).unwrap();
+    let d = match fs.lookup(ROOT_INO, b"d") {
+        Ok(a) => a.ino,
+        Err(_) => fs.mkdir(ROOT_INO, b"d", 0o755, o).unwrap().ino,
+    };
+    let mut model = listing(&fs, d);
+    for step in 0..steps {
+        let n = name(&mut rng);
+        match rng.below(10) {
+            0..=4 => match fs.create(d, &n, 0o644, o) {
+                Ok(a) => {
+                    assert!(
+                        model.insert(n.clone(), a.ino).is_none(),
+                        "{step}: created twice"
+                    );
+                    fs.release(a.ino).unwrap();
+                }
+                Err(Error::Exists) => assert!(model.contains_key(&n), "{step}: phantom name"),
+                Err(e) => panic!("{step}: create: {e}"),
+            },
+            5..=6 if !model.is_empty() => {
+                let k = model
+                    .keys()
+                    .nth(rng.below(model.len() as u64) as usize)
+                    .cloned();
+                let k = k.unwrap();
+                fs.unlink(d, &k).unwrap();
+                model.remove(&k);
+            }
+            7 if !model.is_empty() => {
+                // Rename within the directory, over an existing name half the time.
+                let k = model
+                    .keys()
+                    .nth(rng.below(model.len() as u64) as usize)
+                    .cloned();
+                let k = k.unwrap();
+                let to = if rng.below(2) == 0 {
+                    model
+                        .keys()
+                        .nth(rng.below(model.len() as u64) as usize)
+                        .cloned()
+                        .unwrap()
+                } else {
+                    n.clone()
+                };
+                fs.rename(d, &k, d, &to).unwrap();
+                // Two links of one file: rename does nothing (POSIX).
+                if model.get(&to) != Some(&model[&k]) {
+                    let ino = model.remove(&k).unwrap();
+                    model.insert(to, ino);
+                }
+            }
+            8 if !model.is_empty() => {
+                // A second name for a file.
+                let k = model
+                    .keys()
+                    .nth(rng.below(model.len() as u64) as usize)
+                    .cloned();
+                let ino = model[&k.unwrap()];
+                match fs.link(ino, d, &n) {
+                    Ok(_) => assert!(model.insert(n.clone(), ino).is_none()),
+                    Err(Error::Exists) => assert!(model.contains_key(&n)),
+                    Err(e) => panic!("{step}: link: {e}"),
+                }
+            }
+            _ => {
+                if rng.below(40) == 0 {
+                    fs.unmount().unwrap();
+                    fs = Fs::mount_path(img, opts.clone()).unwrap();
+                }
+            }
+        }
+        // A present name and an absent one.
+        match model.get(&n) {
+            Some(&ino) => assert_eq!(fs.lookup(d, &n).unwrap().ino, ino, "{step}"),
+            None => assert_eq!(fs.lookup(d, &n), Err(Error::NotFound), "{step}"),
+        }
+        if let Some((k, &ino)) = model.iter().nth(rng.below(model.len() as u64) as usize) {
+            assert_eq!(fs.lookup(d, k).unwrap().ino, ino, "{step}");
+        }
+    }
+    assert_eq!(listing(&fs, d), model, "readdir against the model");
+    fs.unmount().unwrap();
+    model
+}
+
+fn fresh(td: &Path, name: &str, block_size: u32) -> std::path::PathBuf {
+    let img = td.join(name);
+    let dev = FileDevice::create(&img, 64 << 20).unwrap();
+    let opts = MkfsOptions {
+        block_size: Some(block_size),
+        ..MkfsOptions::default()
+    };
+    format(&dev, &opts).unwrap();
+    img
+}
+
+#[test]
+fn digests_keep_a_large_directory_exact() {
+    let td = tempfile::tempdir().unwrap();
+    let tiny = MountOptions {
+        // A quarter of this is each directory's digest budget: a few leaves' worth.
+        icache_limit: 16 << 10,
+        ..MountOptions::default()
+    };
+    let off = MountOptions {
+        dir_digest: false,
+        ..MountOptions::default()
+    };
+    for (i, (opts, bs)) in [
+        (MountOptions::default(), 4096),
+        (MountOptions::default(), 1024),
+        (tiny, 1024),
+        (off.clone(), 4096),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let img = fresh(td.path(), &format!("d{i}.img"), bs);
+        let model = churn(&img, &opts, 0x5eed + i as u64, 6000);
+        assert!(model.len() > 1000, "the directory grew to several leaves");
+        common::assert_fsck_clean(&img);
+        // The other setting reads the same directory.
+        let other = if opts.dir_digest {
+            off.clone()
+        } else {
+            MountOptions::default()
+        };
+        let fs = Fs::mount_path(&img, other).unwrap();
+        let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
+        assert_eq!(listing(&fs, d), model);
+        fs.unmount().unwrap();
+    }
+}
+
+/// The kernel makes a large htree directory; lanefs removes, creates, renames and links
+/// in it through digests; e2fsck and the kernel read the result.
+#[test]
+fn digests_edit_a_kernel_made_directory() {
+    let test = "digests_edit_a_kernel_made_directory";
+    let td = tempfile::tempdir().unwrap();
+    if !common::kernel_ready(test, td.path(), &[]) {
+        return;
+    }
+    let img = common::mkfs_image(td.path(), "k.img", 64 << 20);
+    let mnt = td.path().join("mnt");
+    {
+        let km = common::KernelMount::mount(&img, &mnt, "").expect("kernel mount rw");
+        std::fs::create_dir(mnt.join("d")).unwrap();
+        let mut rng = Rng(77);
+        for _ in 0..3000 {
+            let n = String::from_utf8(name(&mut rng)).unwrap();
+            std::fs::write(mnt.join("d").join(n), b"").unwrap();
+        }
+        km.unmount().unwrap();
+    }
+    let model = churn(&img, &MountOptions::default(), 99, 4000);
+    common::assert_fsck_clean(&img);
+    let km = common::KernelMount::mount(&img, &mnt, "ro").expect("kernel mount ro");
+    let mut seen: Vec<Vec<u8>> = std::fs::read_dir(mnt.join("d"))
+        .unwrap()
+        .map(|e| {
+            use std::os::unix::ffi::OsStrExt;
+            e.unwrap().file_name().as_bytes().to_vec()
+        })
+        .collect();
+    seen.sort();
+    let want: Vec<Vec<u8>> = model.keys().cloned().collect();
+    km.unmount().unwrap();
+    assert_eq!(seen, want, "the kernel lists what lanefs left");
+}
