@@ -22,7 +22,9 @@
 //!   other: an evicted inode is never handed out, and an inode in use is never evicted.
 //! - Bounded: past `icache_limit` bytes, clean inodes nobody uses or holds open (no
 //!   dirty pages, no unwritten extent-map change) are evicted by a CLOCK sweep, one
-//!   sweeper at a time; a lookup marks its inode referenced, which buys it one pass.
+//!   sweeper at a time; a lookup marks its inode referenced, which buys it one pass. A
+//!   new inode starts unreferenced, and a close or fsync ([`ICache::peek`]) does not
+//!   mark it: a file created, closed and not looked up again goes at the first pass.
 
 use crate::inode::Inode;
 use crate::numhash::{fib_bits, NumHash};
@@ -103,13 +105,14 @@ impl Drop for IRef {
     }
 }
 
-/// Take a use of `i` unless it is being evicted.
-fn try_use(i: &Arc<Inode>) -> Option<IRef> {
+/// Take a use of `i` unless it is being evicted; a lookup (`mark`) also marks it
+/// referenced, which buys it one pass of the sweep.
+fn try_use(i: &Arc<Inode>, mark: bool) -> Option<IRef> {
     gate_switch();
     if !i.cache.gate.try_use() {
         return None;
     }
-    if !i.cache.referenced.load(Ordering::Relaxed) {
+    if mark && !i.cache.referenced.load(Ordering::Relaxed) {
         i.cache.referenced.store(true, Ordering::Relaxed);
     }
     Some(IRef(i.clone()))
@@ -676,7 +679,7 @@ impl ICache {
         load: impl FnOnce() -> std::result::Result<Inode, E>,
     ) -> std::result::Result<IRef, E> {
         let claim = loop {
-            if let Some(r) = self.peek(ino) {
+            if let Some(r) = self.find_use(ino, true) {
                 return Ok(r);
             }
             let setup = Setup::new(ino);
@@ -715,11 +718,18 @@ impl ICache {
     }
 
     /// The cached inode `ino` if it is in the table (waiting for one being set up, and
-    /// for one being evicted to leave).
+    /// for one being evicted to leave). Not a lookup: the inode is not marked referenced
+    /// (a close or an fsync of an open file is no reason to keep it cached once it is
+    /// closed, as the kernel's `iput` puts a new inode on its LRU unreferenced).
     pub fn peek(&self, ino: u64) -> Option<IRef> {
+        self.find_use(ino, false)
+    }
+
+    /// [`ICache::peek`], marking the inode referenced when `mark` (a lookup).
+    fn find_use(&self, ino: u64, mark: bool) -> Option<IRef> {
         loop {
             match self.find(ino)? {
-                Slot::Ready(i) => match try_use(&i) {
+                Slot::Ready(i) => match try_use(&i, mark) {
                     Some(r) => return Some(r),
                     // Being evicted: it leaves the table shortly.
                     None => yield_now(),
