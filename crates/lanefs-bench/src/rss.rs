@@ -23,9 +23,23 @@ fn parse_hwm(status: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// How the program's heap gives its free memory back, when it is not glibc's malloc (set
+/// once by the program that chose the allocator: the `lanefs` command uses mimalloc,
+/// which keeps freed pages resident for a second before it purges them).
+static HEAP_TRIM: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Have [`reset_peak`] give freed heap back with `trim` instead of glibc's `malloc_trim`.
+pub fn set_heap_trim(trim: fn()) {
+    let _ = HEAP_TRIM.set(trim);
+}
+
 /// Return the allocator's free memory to the system, so that memory an earlier run freed
 /// does not count in the next run's resident set.
 fn trim_heap() {
+    if let Some(trim) = HEAP_TRIM.get() {
+        trim();
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks the allocator's own free lists; any pad is valid.
     unsafe {
