@@ -555,7 +555,10 @@ fn concurrent_rt_writers_keep_the_allocator_exact() {
                     let ino = fs.create(dir, &name, 0o644, Owner::default()).unwrap().ino;
                     let len = 1 + rng.below(40_000) as usize;
                     let data = vec![t.wrapping_mul(31).wrapping_add(i as u8) | 1; len];
-                    fs.write(ino, 0, &data).unwrap();
+                    // Once (in 200-odd runs) this write failed and the error was lost:
+                    // name it if it comes back.
+                    fs.write(ino, 0, &data)
+                        .unwrap_or_else(|e| panic!("t{t}.{i}: write of {len} bytes: {e:?}"));
                     assert!(read_all(fs, ino, len) == data);
                     fs.release(ino).unwrap();
                     if i % 3 == 0 {
