@@ -32,7 +32,7 @@ use crate::numhash::mix;
 /// The tag of a free record (inode 0): no name's tag is 0.
 const FREE: u16 = 0;
 
-/// The 16-bit tag of a name (never [`FREE`]).
+/// The 16-bit tag of a name (never 0, the tag of a free record).
 pub fn tag(name: &[u8]) -> u16 {
     let mut h = name.len() as u64;
     let mut chunks = name.chunks_exact(8);
