@@ -217,20 +217,24 @@ impl LeafDigests {
         Ok(self.leaves[i].as_ref().expect("built above"))
     }
 
+    /// Drop the digest of leaf `lblk`.
+    fn forget(&mut self, lblk: u32) {
+        if let Some(g) = self.leaves.get_mut(lblk as usize).and_then(Option::take) {
+            self.bytes -= g.bytes();
+        }
+    }
+
     /// The digest of leaf `lblk` if it described `b` just before the caller's one write
     /// of it; otherwise it is dropped.
     fn before_write(&mut self, lblk: u32, b: &Arc<Buf>) -> Option<&mut Digest> {
-        let slot = self.leaves.get_mut(lblk as usize)?;
-        let ok = slot.as_ref().is_some_and(|g| {
+        let ok = self.leaves.get(lblk as usize)?.as_ref().is_some_and(|g| {
             std::ptr::eq(g.buf.as_ptr(), Arc::as_ptr(b)) && g.gen + 1 == b.write_gen()
         });
         if !ok {
-            if let Some(g) = slot.take() {
-                self.bytes -= g.bytes();
-            }
+            self.forget(lblk);
             return None;
         }
-        slot.as_mut()
+        self.leaves[lblk as usize].as_mut()
     }
 
     /// The caller's one write of leaf `lblk` changed nothing (an insert that did not fit):
@@ -250,16 +254,23 @@ impl LeafDigests {
         let old = g.bytes();
         let split_from = match g.index(off) {
             // A free record taken whole.
-            Ok(i) => {
-                debug_assert_eq!(g.recs[i] as u16, FREE, "insert over a live record");
+            Ok(i) if g.recs[i] as u16 == FREE => {
                 g.recs[i] = rec(off, t);
                 off
             }
             // The slack after the record before it, split off.
-            Err(i) => {
-                debug_assert!(i > 0, "an insert splits the record before it");
+            Err(i) if i > 0 => {
                 g.recs.insert(i, rec(off, t));
                 off_of(g.recs[i - 1])
+            }
+            // Not what an insert does to the leaf this digest describes.
+            _ => {
+                debug_assert!(
+                    false,
+                    "leaf {lblk}: an insert at {off} the digest cannot place"
+                );
+                self.forget(lblk);
+                return;
             }
         };
         if g.room.0 as usize == split_from {
@@ -287,13 +298,20 @@ impl LeafDigests {
         let Some(g) = self.before_write(lblk, b) else {
             return;
         };
-        let Ok(i) = g.index(off) else {
-            debug_assert!(false, "removed a record the digest lacks");
+        let i = g.index(off).ok().filter(|&i| match prev {
+            Some(p) => i > 0 && off_of(g.recs[i - 1]) == p,
+            None => true,
+        });
+        let Some(i) = i else {
+            debug_assert!(
+                false,
+                "leaf {lblk}: a removal at {off} the digest cannot place"
+            );
+            self.forget(lblk);
             return;
         };
         let kept = match prev {
             Some(p) => {
-                debug_assert_eq!(i.checked_sub(1).map(|j| off_of(g.recs[j])), Some(p));
                 g.recs.remove(i);
                 p
             }
