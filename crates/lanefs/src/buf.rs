@@ -16,7 +16,7 @@ use crate::numhash::{fib_bits, NumHash};
 use crate::sync::{Mutex, Padded, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_SHARD};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 const SHARDS: usize = 64;
 /// Fewest blocks a shard keeps before evicting, whatever the limit.
@@ -64,6 +64,9 @@ pub struct Buf {
     /// The bytes were checked (checksum, structure) when read, or written here since:
     /// not checked again while cached.
     verified: AtomicBool,
+    /// The block is in its shard's map (changed only under the shard's lock): a holder of a
+    /// `Weak` to it may take it back ([`BufCache::get_hinted`]) while this holds.
+    cached: AtomicBool,
     /// How many times the bytes were opened for writing ([`Buf::write`]): a structure
     /// derived from the bytes (a directory leaf's digest) is current while this has not
     /// moved since it was derived.
@@ -249,6 +252,24 @@ impl BufCache {
         Ok(self.insert(blk, Some(data)))
     }
 
+    /// [`BufCache::get`] with a hint: `hint` is a buffer of block `blk` the caller got
+    /// before (a directory leaf's digest keeps one). While that buffer is still the cached
+    /// one it is returned without looking the block up in the shard's map (whose control
+    /// bytes and slot are two cache misses in a large cache). The check and the upgrade
+    /// happen under the shard's lock, which every removal from the map holds too: a buffer
+    /// found in the map there stays the cached one, as a held buffer is never evicted.
+    pub fn get_hinted(&self, blk: u64, hint: &Weak<Buf>) -> Result<Arc<Buf>> {
+        {
+            let _sh = self.shard(blk).lock();
+            if let Some(b) = hint.upgrade() {
+                if b.blk == blk && b.cached.load(Ordering::Relaxed) {
+                    return Ok(b);
+                }
+            }
+        }
+        self.get(blk)
+    }
+
     /// A block that is about to be overwritten whole: no read, contents zeroed.
     pub fn get_new(&self, blk: u64) -> Arc<Buf> {
         let b = self.insert(blk, None);
@@ -313,6 +334,7 @@ impl BufCache {
             seal: AtomicU64::new(0),
             verified: AtomicBool::new(false),
             wgen: AtomicU64::new(0),
+            cached: AtomicBool::new(true),
         });
         sh.map.insert(blk, b.clone());
         self.cached.fetch_add(1, Ordering::Relaxed);
@@ -377,7 +399,14 @@ impl BufCache {
     /// Drop a freed metadata block from the cache: a stale copy must never be logged or
     /// written over the block's next use.
     pub fn forget(&self, blk: u64) {
-        let removed = self.shard(blk).lock().map.remove(&blk);
+        let removed = {
+            let mut sh = self.shard(blk).lock();
+            let b = sh.map.remove(&blk);
+            if let Some(b) = &b {
+                b.cached.store(false, Ordering::Relaxed);
+            }
+            b
+        };
         if let Some(b) = removed {
             self.cached.fetch_sub(1, Ordering::Relaxed);
             b.forgotten.store(true, Ordering::Release);
@@ -409,6 +438,7 @@ fn evict(sh: &mut Shard, limit: usize) -> (usize, usize) {
         let Some(b) = sh.map.remove(&k) else {
             continue;
         };
+        b.cached.store(false, Ordering::Relaxed);
         match Arc::try_unwrap(b) {
             Ok(b) if sh.spare.len() < limit / 4 => {
                 sh.spare.push(b.data.into_inner());
@@ -504,5 +534,39 @@ mod tests {
             c.spares.load(Ordering::Relaxed) > 0,
             "evicted memory was kept"
         );
+    }
+
+    /// A hint gives back the cached buffer while it is cached, and never one that left
+    /// the map (evicted or forgotten): the block is then looked up (read again).
+    #[test]
+    fn a_hint_is_taken_only_while_cached() {
+        let bs = 1024;
+        let dev = Arc::new(crate::dev::MemDevice::new(8 << 20));
+        let limit = (SHARDS * MIN_SHARD_BLOCKS * bs) as u64;
+        let c = BufCache::new(dev, bs, limit);
+        let b = c.get(5).unwrap();
+        let hint = Arc::downgrade(&b);
+        assert!(Arc::ptr_eq(&c.get_hinted(5, &hint).unwrap(), &b));
+        // The hint of another block is not taken for this one.
+        assert!(!Arc::ptr_eq(&c.get_hinted(6, &hint).unwrap(), &b));
+        // Forgotten while held: the map's buffer is a new one, and the hint is refused.
+        c.forget(5);
+        let again = c.get_hinted(5, &hint).unwrap();
+        assert!(!Arc::ptr_eq(&again, &b));
+        drop(b);
+        // Evicted: fill the cache well past its limit while nothing holds block 5.
+        let hint = Arc::downgrade(&again);
+        drop(again);
+        for blk in 100..(100 + 4 * (SHARDS * MIN_SHARD_BLOCKS) as u64) {
+            c.get(blk).unwrap();
+        }
+        if hint.upgrade().is_some() {
+            // Still cached (its shard kept it): the hint is the cached buffer.
+            let h = hint.upgrade().unwrap();
+            assert!(Arc::ptr_eq(&c.get_hinted(5, &hint).unwrap(), &h));
+        } else {
+            let fresh = c.get_hinted(5, &hint).unwrap();
+            assert_eq!(fresh.blk, 5);
+        }
     }
 }

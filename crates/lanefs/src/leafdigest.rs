@@ -179,6 +179,12 @@ impl LeafDigests {
         self.bytes + self.leaves.capacity() * std::mem::size_of::<Option<Digest>>()
     }
 
+    /// The buffer leaf `lblk`'s digest was built from, if it has one (a hint for
+    /// [`crate::buf::BufCache::get_hinted`]; the digest may be stale).
+    pub fn hint(&self, lblk: u32) -> Option<&Weak<Buf>> {
+        Some(&self.leaves.get(lblk as usize)?.as_ref()?.buf)
+    }
+
     /// The digest of leaf `lblk` if it describes `b`'s bytes now.
     pub fn current(&self, lblk: u32, b: &Arc<Buf>) -> Option<&Digest> {
         self.leaves

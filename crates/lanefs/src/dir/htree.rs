@@ -194,7 +194,7 @@ impl DirCtx<'_> {
                 Some(p) => p,
                 None => self.probe(ino, st, name)?,
             };
-            let b = self.block(st, ino, path.leaf)?;
+            let b = self.leaf_block(st, ino, dg, path.leaf)?;
             if self.try_insert(h, ino, st, dg, path.leaf, &b, path.room, name, child, ft)? {
                 return Ok(());
             }

@@ -128,17 +128,36 @@ impl DirCtx<'_> {
 
     /// The buffer of logical block `lblk` of the directory.
     fn block(&self, st: &InodeState, ino: u64, lblk: u32) -> Result<Arc<Buf>> {
+        self.bufs.get(self.phys(st, ino, lblk)?)
+    }
+
+    /// Where logical block `lblk` of the directory is.
+    fn phys(&self, st: &InodeState, ino: u64, lblk: u32) -> Result<u64> {
         let ext = st
             .ext
             .as_ref()
             .ok_or_else(|| Error::corrupt("directory", ino, "extents not loaded"))?;
         match ext.map(lblk) {
-            Mapping::Mapped(p, false, _) => self.bufs.get(p),
+            Mapping::Mapped(p, false, _) => Ok(p),
             _ => Err(Error::corrupt(
                 "directory",
                 ino,
                 format!("block {lblk} is a hole"),
             )),
+        }
+    }
+
+    /// The buffer of leaf `lblk`: through the hint its digest keeps when it has one
+    /// ([`BufCache::get_hinted`]), else looked up.
+    fn leaf_block(&self, st: &InodeState, ino: u64, dg: &Digests, lblk: u32) -> Result<Arc<Buf>> {
+        let hint = match dg {
+            Digests::Off => None,
+            Digests::Read(g) => g.hint(lblk),
+            Digests::Write(g) => g.hint(lblk),
+        };
+        match hint {
+            Some(w) => self.bufs.get_hinted(self.phys(st, ino, lblk)?, w),
+            None => self.block(st, ino, lblk),
         }
     }
 
@@ -181,7 +200,7 @@ impl DirCtx<'_> {
         lblk: u32,
         name: &[u8],
     ) -> Result<(Option<Slot>, Option<usize>)> {
-        let b = self.block(st, ino, lblk)?;
+        let b = self.leaf_block(st, ino, dg, lblk)?;
         let (hit, room) = {
             let d = b.read();
             self.check_leaf(ino, st, &b, &d)?;
