@@ -97,22 +97,13 @@ impl Digest {
         (self.room.1 as usize >= need).then_some(self.room.0 as usize)
     }
 
-    /// Records (live and free) in the leaf.
-    pub fn len(&self) -> usize {
-        self.recs.len()
-    }
-
-    /// Whether the leaf has no records (never, for a valid leaf).
-    pub fn is_empty(&self) -> bool {
-        self.recs.is_empty()
-    }
-
     fn bytes(&self) -> usize {
         self.recs.capacity() * 4
     }
 
-    fn describes(&self, b: &Arc<Buf>) -> bool {
-        std::ptr::eq(self.buf.as_ptr(), Arc::as_ptr(b)) && self.gen == b.write_gen()
+    /// Whether it describes `b` as `b` was `writes` writes ago.
+    fn describes(&self, b: &Arc<Buf>, writes: u64) -> bool {
+        std::ptr::eq(self.buf.as_ptr(), Arc::as_ptr(b)) && self.gen + writes == b.write_gen()
     }
 
     /// Build from the leaf's bytes, validating every record.
@@ -190,7 +181,7 @@ impl LeafDigests {
         self.leaves
             .get(lblk as usize)?
             .as_ref()
-            .filter(|g| g.describes(b))
+            .filter(|g| g.describes(b, 0))
     }
 
     /// The digest of leaf `lblk`, built from `d` (the bytes of `b`, read under its lock)
@@ -233,9 +224,11 @@ impl LeafDigests {
     /// The digest of leaf `lblk` if it described `b` just before the caller's one write
     /// of it; otherwise it is dropped.
     fn before_write(&mut self, lblk: u32, b: &Arc<Buf>) -> Option<&mut Digest> {
-        let ok = self.leaves.get(lblk as usize)?.as_ref().is_some_and(|g| {
-            std::ptr::eq(g.buf.as_ptr(), Arc::as_ptr(b)) && g.gen + 1 == b.write_gen()
-        });
+        let ok = self
+            .leaves
+            .get(lblk as usize)?
+            .as_ref()
+            .is_some_and(|g| g.describes(b, 1));
         if !ok {
             self.forget(lblk);
             return None;
@@ -429,7 +422,7 @@ mod tests {
         drop(d);
         assert!(dg.current(0, &b).is_none());
         let g = dg.get_or_build(0, &b, &b.read(), true).unwrap();
-        assert_eq!(g.len(), 1);
+        assert_eq!(g.recs.len(), 1);
         // Another buffer of the same block (after eviction) is not described either.
         let other = cache().get_new(3);
         assert!(dg.current(0, &other).is_none());
