@@ -13,7 +13,9 @@ use crate::dirty::{DirtyCount, DirtyFlag};
 use crate::disk::seal::Seal;
 use crate::error::Result;
 use crate::numhash::{fib_bits, NumHash};
-use crate::sync::{Mutex, Padded, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_SHARD};
+use crate::sync::{
+    Mutex, Padded, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_FROZEN, BUF_SHARD,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -71,6 +73,12 @@ pub struct Buf {
     /// derived from the bytes (a directory leaf's digest) is current while this has not
     /// moved since it was derived.
     wgen: AtomicU64,
+    /// A committing transaction logs the bytes as they were at its pause and has not
+    /// copied them yet ([`Buf::freeze`]): the first writer keeps them in `frozen` first.
+    freeze: AtomicBool,
+    /// The bytes at the pause, copied by the first writer after it (jbd2's `b_frozen_data`);
+    /// the commit takes them ([`Buf::frozen_copy`]).
+    frozen: Mutex<Option<Box<[u8]>>>,
 }
 
 impl Buf {
@@ -80,8 +88,17 @@ impl Buf {
     }
     /// Write access to the bytes; the caller marks the buffer dirty through its handle.
     /// Moves the write generation.
+    /// If a commit has yet to copy the bytes it logs, they are copied aside first.
     pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
         let g = self.data.write();
+        // The flag is set while no handle runs and cleared under this lock (here or, with
+        // the shared lock, by the commit): one of the two copies the bytes, once.
+        if self.freeze.load(Ordering::Acquire) {
+            self.freeze.store(false, Ordering::Release);
+            let mut f = self.frozen.lock();
+            debug_assert!(f.is_none(), "block {} frozen twice", self.blk);
+            *f = Some(g.clone());
+        }
         // Only a holder of the write guard changes the generation: a load and a store
         // under it cannot lose an increment.
         let n = self.wgen.load(Ordering::Relaxed) + 1;
@@ -119,18 +136,43 @@ impl Buf {
     pub fn set_verified(&self) {
         self.verified.store(true, Ordering::Release);
     }
-    /// A copy of the bytes for a commit (into `reuse` when it is given and block-sized),
-    /// with the seal to stamp on it.
-    pub(crate) fn snapshot(&self, reuse: Option<Box<[u8]>>) -> (Box<[u8]>, Seal) {
+    /// Mark the bytes as a committing transaction's, to be copied by
+    /// [`Buf::frozen_copy`] (or first by a writer). Only while no handle runs (the
+    /// commit's pause), so no writer holds or is waiting for the bytes.
+    pub(crate) fn freeze(&self) {
+        debug_assert!(
+            !self.freeze.load(Ordering::Relaxed) && self.frozen.lock().is_none(),
+            "block {} frozen by two commits",
+            self.blk
+        );
+        self.freeze.store(true, Ordering::Release);
+    }
+
+    /// The bytes as they were at [`Buf::freeze`]: copied now (into `reuse` when it is
+    /// given and block-sized) if no writer came first, else the copy that writer kept
+    /// (and `reuse` is handed back).
+    pub(crate) fn frozen_copy(&self, reuse: Option<Box<[u8]>>) -> (Box<[u8]>, Option<Box<[u8]>>) {
         let d = self.read();
-        let copy = match reuse {
-            Some(mut c) if c.len() == d.len() => {
-                c.copy_from_slice(&d);
-                c
-            }
-            _ => d.clone(),
-        };
-        (copy, Seal::from_word(self.seal.load(Ordering::Acquire)))
+        if self.freeze.swap(false, Ordering::AcqRel) {
+            let copy = match reuse {
+                Some(mut c) if c.len() == d.len() => {
+                    c.copy_from_slice(&d);
+                    c
+                }
+                _ => d.clone(),
+            };
+            return (copy, None);
+        }
+        let kept = self.frozen.lock().take();
+        match kept {
+            Some(f) => (f, reuse),
+            None => unreachable!("block {} thawed without a frozen copy", self.blk),
+        }
+    }
+
+    /// The seal a commit stamps on the block's copy.
+    pub(crate) fn seal(&self) -> Seal {
+        Seal::from_word(self.seal.load(Ordering::Acquire))
     }
 }
 
@@ -335,6 +377,8 @@ impl BufCache {
             verified: AtomicBool::new(false),
             wgen: AtomicU64::new(0),
             cached: AtomicBool::new(true),
+            freeze: AtomicBool::new(false),
+            frozen: Mutex::new(&BUF_FROZEN, None),
         });
         sh.map.insert(blk, b.clone());
         self.cached.fetch_add(1, Ordering::Relaxed);
@@ -568,5 +612,38 @@ mod tests {
             let fresh = c.get_hinted(5, &hint).unwrap();
             assert_eq!(fresh.blk, 5);
         }
+    }
+
+    /// A frozen block yields its bytes as they were when frozen: copied by the commit
+    /// when no writer came first, else the copy the first writer kept (later writes do
+    /// not reach it); once taken, writes go straight to the block again.
+    #[test]
+    fn a_frozen_block_logs_its_bytes_of_the_pause() {
+        let bs = 1024;
+        let dev = Arc::new(crate::dev::MemDevice::new(8 << 20));
+        let c = BufCache::new(dev, bs, 1 << 20);
+        let b = c.get(3).unwrap();
+        b.write().fill(1);
+        b.set_seal(Seal::DirLeaf(7));
+        // No writer before the commit's copy: the commit copies, into the memory given.
+        b.freeze();
+        assert_eq!(b.seal(), Seal::DirLeaf(7));
+        let (copy, unused) = b.frozen_copy(Some(vec![9u8; bs].into_boxed_slice()));
+        assert!(copy.iter().all(|&x| x == 1) && unused.is_none());
+        // Two writers before the copy: the first keeps the bytes of the pause, and the
+        // memory offered to the commit comes back unused.
+        b.freeze();
+        b.write().fill(2);
+        b.write().fill(3);
+        let (copy, unused) = b.frozen_copy(Some(vec![9u8; bs].into_boxed_slice()));
+        assert!(copy.iter().all(|&x| x == 1));
+        assert_eq!(unused.map(|u| u.len()), Some(bs));
+        assert!(b.read().iter().all(|&x| x == 3));
+        // Thawed: the next commit freezes the newest bytes.
+        b.write().fill(4);
+        b.freeze();
+        let (copy, _) = b.frozen_copy(None);
+        assert!(copy.iter().all(|&x| x == 4));
+        assert!(b.frozen.lock().is_none());
     }
 }

@@ -32,6 +32,7 @@
 //! | 47 | [`FOLIO`] | one folio's bytes; nestable: write-back holds a run's folios in file order |
 //! | 48 | [`INODE_STAGE`] | one inode's staged table bytes, sealed into its table block at commit |
 //! | 50 | [`BUFFER`] | one cached metadata block's bytes |
+//! | 51 | [`BUF_FROZEN`] | a block's bytes as a committing transaction left them (jbd2's frozen data) |
 //! | 52 | [`CLOCK`] | one shard of the page cache's eviction list (leaf but for try-locks) |
 //! | 55 | [`TX_LIST`] | a running transaction's buffer, revoke and ordered-inode lists |
 //! | 60 | [`BUF_SHARD`] | one shard of the metadata buffer cache map (leaf) |
@@ -265,6 +266,9 @@ pub static CLOCK: LockClass = LockClass::new("clock", 52, false);
 pub static INODE_STAGE: LockClass = LockClass::new("inode_stage", 48, false);
 /// The bytes of one cached metadata block.
 pub static BUFFER: LockClass = LockClass::new("buffer", 50, false);
+/// The copy of a block's bytes that its first writer after a commit's pause keeps for the
+/// commit (`Buf::write`). Taken under the block's [`BUFFER`] lock. Leaf lock.
+pub static BUF_FROZEN: LockClass = LockClass::new("buf_frozen", 51, false);
 /// A running transaction's lists (buffers, revokes, ordered inodes), sharded. Leaf-like.
 pub static TX_LIST: LockClass = LockClass::new("tx_list", 55, false);
 /// One shard of the metadata buffer cache's map. Leaf lock.
@@ -274,7 +278,7 @@ pub static SUPER: LockClass = LockClass::new("super", 70, false);
 /// The bytes of a memory device (tests and benchmarks). Leaf lock.
 pub static MEM_DEVICE: LockClass = LockClass::new("mem_device", 80, false);
 
-static ALL_CLASSES: [&LockClass; 22] = [
+static ALL_CLASSES: [&LockClass; 23] = [
     &RENAME,
     &INODE,
     &JOURNAL_COMMIT,
@@ -292,6 +296,7 @@ static ALL_CLASSES: [&LockClass; 22] = [
     &FOLIO,
     &INODE_STAGE,
     &BUFFER,
+    &BUF_FROZEN,
     &CLOCK,
     &TX_LIST,
     &BUF_SHARD,
@@ -1083,7 +1088,7 @@ mod tests {
     fn classes_are_in_lock_order() {
         // Goal: the declared order is the lock order, and names are unique.
         let classes = all_classes();
-        assert_eq!(classes.len(), 22);
+        assert_eq!(classes.len(), 23);
         for pair in classes.windows(2) {
             assert!(
                 pair[0].rank() < pair[1].rank(),
@@ -1117,6 +1122,7 @@ mod tests {
                 "folio",
                 "inode_stage",
                 "buffer",
+                "buf_frozen",
                 "clock",
                 "tx_list",
                 "buf_shard",

@@ -12,8 +12,11 @@
 //!    for T's open handles to stop (`gate.rs`: a fenced Dekker pair, loom-checked); then
 //!    format T's log items ([`LogItem`]: staged inodes are copied into their table
 //!    blocks, with their checksums);
-//! 2. snapshot T's buffers (a memcpy each), take its revoke and ordered-inode lists, open
-//!    T+1 in the other slot and let waiting handles in: the pause lasts only the copies;
+//! 2. mark T's buffers frozen (a flag each), take its revoke and ordered-inode lists,
+//!    open T+1 in the other slot and let waiting handles in: the pause lasts only the
+//!    marks. Then copy each buffer's bytes: the bytes of the pause, copied by the commit,
+//!    or by the first writer of T+1 that reaches the buffer before it and keeps them
+//!    aside (`Buf::write`; jbd2's frozen data, `b_frozen_data`);
 //! 3. stamp the checksums of sealed blocks on their copies (`disk::seal`: directory
 //!    blocks are checksummed once per commit, not per change), write the dirty pages of
 //!    T's ordered inodes (data blocks T mapped: ext4's
@@ -486,29 +489,26 @@ impl Journal {
         if let Some(f) = self.before_commit.get() {
             f();
         }
-        // 2. Snapshot, then open T+1 in the other slot (free: T-1 committed before us).
+        // 2. Mark T's blocks frozen, then open T+1 in the other slot (free: T-1 committed
+        // before us). A block's bytes at this pause are what T logs: the copy is taken
+        // below, after T+1 opened, by the commit or by the block's first writer in T+1,
+        // whichever comes first (jbd2's frozen data), so handles wait only for the marks.
         // The copies count against the buffer cache's limit from before they are taken;
         // the pool's memory is reused first.
         let n = t.nbufs.load(Ordering::Relaxed);
         self.bufs.reserve_copies(cs.cp.len() + cs.pool.len().max(n));
-        let mut snaps: Vec<(Box<[u8]>, Arc<Buf>)> = Vec::new();
-        let mut seals = Vec::new();
+        let mut frozen: Vec<(Arc<Buf>, Seal)> = Vec::with_capacity(n);
         for l in &t.lists {
             let list = std::mem::take(&mut *l.lock());
             for b in list {
                 if !b.forgotten.load(Ordering::Acquire) {
-                    let (copy, seal) = b.snapshot(cs.pool.pop());
-                    if seal != Seal::None {
-                        seals.push((snaps.len(), seal));
-                    }
-                    snaps.push((copy, b));
+                    b.freeze();
+                    let seal = b.seal();
+                    frozen.push((b, seal));
                 }
             }
         }
         t.nbufs.store(0, Ordering::Relaxed);
-        // The copies being committed count against the buffer cache's limit too.
-        self.bufs
-            .set_copies(cs.cp.len() + cs.pool.len() + snaps.len());
         let mut revoked = std::mem::take(&mut *t.revoked.lock());
         let ordered = std::mem::take(&mut *t.ordered.lock());
         self.counters
@@ -521,6 +521,22 @@ impl Journal {
         next.gate.unlock();
         self.running.store(tid + 1, Ordering::Release);
         self.wake();
+        // Every frozen block is copied here, before anything that can fail.
+        let mut snaps: Vec<(Box<[u8]>, Arc<Buf>)> = Vec::with_capacity(frozen.len());
+        let mut seals = Vec::new();
+        for (b, seal) in frozen {
+            let (copy, unused) = b.frozen_copy(cs.pool.pop());
+            if let Some(u) = unused {
+                cs.pool.push(u);
+            }
+            if seal != Seal::None {
+                seals.push((snaps.len(), seal));
+            }
+            snaps.push((copy, b));
+        }
+        // The copies being committed count against the buffer cache's limit too.
+        self.bufs
+            .set_copies(cs.cp.len() + cs.pool.len() + snaps.len());
         // 3. Checksums sealed once per commit (on the copies, after the pause), ordered
         // data, then the log.
         for (i, seal) in seals {
