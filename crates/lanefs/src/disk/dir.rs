@@ -395,10 +395,12 @@ pub fn has_tail(b: &[u8]) -> bool {
 }
 
 /// Compute and store a leaf block's checksum.
-pub fn set_leaf_csum(inode_seed: u32, b: &mut [u8]) {
+/// Returns the checksum: the crc32c of the bytes before the tail from `inode_seed`.
+pub fn set_leaf_csum(inode_seed: u32, b: &mut [u8]) -> u32 {
     let t = b.len() - TAIL_SIZE;
     let c = crc32c_raw(inode_seed, &b[..t]);
     put32(b, t + 8, c);
+    c
 }
 
 /// Verify a leaf block's tail and checksum.

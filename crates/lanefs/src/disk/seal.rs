@@ -52,16 +52,47 @@ impl Seal {
         }
     }
 
-    /// Stamp the checksum on `b`, a copy of the block about to be logged.
-    pub fn apply(self, b: &mut [u8]) {
+    /// Stamp the checksum on `b`, a copy of the block about to be logged. Where the
+    /// checksum covers all of the block but its last bytes, returns that crc as a
+    /// [`Prefix`], from which the log's checksum of the whole block follows without a
+    /// second pass over it ([`super::jbd2::block_csum_after`]).
+    pub fn apply(self, b: &mut [u8]) -> Option<Prefix> {
         match self {
-            Seal::None => {}
-            Seal::DirLeaf(s) => dir::set_leaf_csum(s, b),
-            Seal::DxRoot(s) => dir::set_dx_csum(s, b, DX_ROOT_COUNT_OFF),
-            Seal::DxNode(s) => dir::set_dx_csum(s, b, DX_NODE_COUNT_OFF),
-            Seal::ExtentBlock(s) => super::extent::set_block_csum(s, b),
+            Seal::None => None,
+            Seal::DirLeaf(s) => {
+                let crc = dir::set_leaf_csum(s, b);
+                Some(Prefix {
+                    seed: s,
+                    len: b.len() - dir::TAIL_SIZE,
+                    crc,
+                })
+            }
+            Seal::DxRoot(s) => {
+                dir::set_dx_csum(s, b, DX_ROOT_COUNT_OFF);
+                None
+            }
+            Seal::DxNode(s) => {
+                dir::set_dx_csum(s, b, DX_NODE_COUNT_OFF);
+                None
+            }
+            Seal::ExtentBlock(s) => {
+                super::extent::set_block_csum(s, b);
+                None
+            }
         }
     }
+}
+
+/// A raw crc32c (`crc32c_raw`) from `seed` of a block's first `len` bytes, which a seal
+/// computed and did not change afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefix {
+    /// The crc's seed.
+    pub seed: u32,
+    /// How many bytes it covers, from the block's start.
+    pub len: usize,
+    /// The crc.
+    pub crc: u32,
 }
 
 #[cfg(test)]

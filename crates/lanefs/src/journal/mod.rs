@@ -47,7 +47,7 @@ pub use recovery::{recover, Replay};
 use crate::buf::{Buf, BufCache};
 use crate::dev::BlockDevice;
 use crate::disk::jbd2;
-use crate::disk::seal::Seal;
+use crate::disk::seal::{Prefix, Seal};
 use crate::error::{Error, Result};
 use crate::sync::{Condvar, Mutex, Padded, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
 use std::borrow::Cow;
@@ -521,7 +521,13 @@ impl Journal {
         next.gate.unlock();
         self.running.store(tid + 1, Ordering::Release);
         self.wake();
-        // Every frozen block is copied here, before anything that can fail.
+        // Every frozen block is copied here, in block order (the log's), before anything
+        // that can fail.
+        frozen.sort_unstable_by_key(|f| f.0.blk);
+        debug_assert!(
+            frozen.windows(2).all(|w| w[0].0.blk != w[1].0.blk),
+            "a block listed twice in transaction {tid}"
+        );
         let mut snaps: Vec<(Box<[u8]>, Arc<Buf>)> = Vec::with_capacity(frozen.len());
         let mut seals = Vec::new();
         for (b, seal) in frozen {
@@ -538,23 +544,20 @@ impl Journal {
         self.bufs
             .set_copies(cs.cp.len() + cs.pool.len() + snaps.len());
         // 3. Checksums sealed once per commit (on the copies, after the pause), ordered
-        // data, then the log.
+        // data, then the log. A seal's crc of all but a leaf's tail gives the log's
+        // checksum of the block without a second pass (`jbd2::block_csum_after`).
+        let mut known = vec![None; snaps.len()];
         for (i, seal) in seals {
-            seal.apply(&mut snaps[i].0);
+            known[i] = seal.apply(&mut snaps[i].0);
         }
         for i in &ordered {
             i.write_ordered(&*self.dev, self.bs)?;
         }
-        snaps.sort_by_key(|s| s.1.blk);
-        debug_assert!(
-            snaps.windows(2).all(|w| w[0].1.blk != w[1].1.blk),
-            "a block listed twice in transaction {tid}"
-        );
         revoked.sort_unstable();
         revoked.dedup();
         if cs.log.is_some() {
             if !snaps.is_empty() || !revoked.is_empty() {
-                self.write_log(cs, tid, &snaps, &revoked)?;
+                self.write_log(cs, tid, &snaps, &known, &revoked)?;
             } else {
                 // Nothing to log, but a caller (fsync) counts on a flush after its writes.
                 self.flush()?;
@@ -585,12 +588,14 @@ impl Journal {
     }
 
     /// Write transaction `tid` to the log: revokes, descriptors with their copies, flush,
-    /// commit block, flush. Checkpoints first when it would not fit.
+    /// commit block, flush. Checkpoints first when it would not fit. `known[i]` is the
+    /// crc its seal computed of most of copy `i`, if any.
     fn write_log(
         &self,
         cs: &mut CommitState,
         tid: u64,
         snaps: &[(Box<[u8]>, Arc<Buf>)],
+        known: &[Option<Prefix>],
         revoked: &[u64],
     ) -> Result<()> {
         let log = cs.log.as_ref().ok_or_else(|| Error::Io("no log".into()))?;
@@ -610,18 +615,36 @@ impl Journal {
         let tb = js.tag_bytes();
         let room = bs - jbd2::HEADER - if js.csum() { jbd2::TAIL } else { 0 };
         let per_desc = (room - 16) / tb;
-        for chunk in snaps.chunks(per_desc) {
+        // The shift that turns a leaf seal's crc into the log's (a few crcs of zeros).
+        let shift = known
+            .iter()
+            .flatten()
+            .next()
+            .filter(|_| js.csum())
+            .map(|p| jbd2::ZeroShift::new(p.len));
+        for (chunk, known) in snaps.chunks(per_desc).zip(known.chunks(per_desc)) {
             let mut d = vec![0u8; bs];
             jbd2::put_header(&mut d, jbd2::DESCRIPTOR, seq);
             let mut off = jbd2::HEADER;
             let mut copies = Vec::with_capacity(chunk.len());
-            for (k, (data, b)) in chunk.iter().enumerate() {
+            for (k, ((data, b), known)) in chunk.iter().zip(known).enumerate() {
                 let mut copy = Cow::Borrowed(&data[..]);
                 let mut flags = 0;
                 if jbd2::needs_escape(&copy) {
                     copy.to_mut()[..4].fill(0);
                     flags |= jbd2::FLAG_ESCAPE;
                 }
+                // As jbd2: no checksum in the tags of a log without them; the copy's
+                // checksum covers it as logged (escaped).
+                let csum = match (known, &shift) {
+                    _ if !js.csum() => 0,
+                    (Some(p), Some(z)) if flags & jbd2::FLAG_ESCAPE == 0 && p.len == z.len() => {
+                        let c = jbd2::block_csum_after(seed, seq, &copy, z, p.seed, p.crc);
+                        debug_assert_eq!(c, jbd2::block_csum(seed, seq, &copy), "block {}", b.blk);
+                        c
+                    }
+                    _ => jbd2::block_csum(seed, seq, &copy),
+                };
                 if k > 0 {
                     flags |= jbd2::FLAG_SAME_UUID;
                 }
@@ -631,7 +654,7 @@ impl Journal {
                 let tag = jbd2::Tag {
                     blocknr: b.blk,
                     flags,
-                    csum: jbd2::block_csum(seed, seq, &copy),
+                    csum,
                 };
                 jbd2::put_tag(js, &mut d, off, &tag);
                 off += tb;
