@@ -847,7 +847,10 @@ impl Fs {
     fn store(&self, h: &Handle, i: &Inode, st: &mut InodeState) -> Result<()> {
         self.store_prep(h, i.ino, st)?;
         let keep_dtime = st.d.links() == 0 && !st.freed;
-        inode::stage_inode(&self.ial, &self.bufs, h, i, &mut st.d, keep_dtime, st.freed)
+        inode::stage_inode(&self.ial, &self.bufs, h, i, &mut st.d, keep_dtime, st.freed)?;
+        // What the change grew (a directory's digests, a file's extent map) is charged.
+        self.icache.recharge(i, i.mem_bytes_with(st.heap_bytes()));
+        Ok(())
     }
 
     /// Persist a new inode not in the cache yet: written through to its table block (its

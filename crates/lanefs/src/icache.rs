@@ -425,6 +425,8 @@ enum Table {
 /// cold entries. 1,024 (1.6 per bucket) cost a remove in a 2,000,000-file directory 0.6
 /// us of chain walking; the array is 24 bytes a bucket, about a tenth of the limit.
 const SIZING_BYTES: u64 = 256;
+/// Smallest change of an inode's size that [`ICache::recharge`] charges.
+const RECHARGE_MIN: u64 = 4096;
 /// The sweep stops once the cache is below this share of its limit (in 1/8ths).
 const SWEEP_TARGET_EIGHTHS: u64 = 7;
 
@@ -782,6 +784,29 @@ impl ICache {
         }
         if self.take(ino, &Slot::Ready(i.clone())) {
             self.uncharge(&i);
+        }
+    }
+
+    /// Charge `i` its size now, `bytes` (its state's lock held by the caller), when it
+    /// moved by more than an eighth (at least a page) since it was charged: a directory's
+    /// index and digests and a file's extent map grow after the inode entered the cache.
+    /// Then sweep if that took the cache over its limit.
+    pub fn recharge(&self, i: &Inode, bytes: usize) {
+        let new = bytes as u64;
+        let old = i.cache.charge.load(Ordering::Relaxed);
+        if old == 0 || new.abs_diff(old) < (old / 8).max(RECHARGE_MIN) {
+            return;
+        }
+        // An inode uncharged meanwhile (removed, evicted) stays uncharged.
+        if i.cache
+            .charge
+            .compare_exchange(old, new, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.charged.add(new as i64 - old as i64, 0);
+            if new > old {
+                self.maybe_sweep();
+            }
         }
     }
 

@@ -219,6 +219,11 @@ impl Inode {
     /// Bytes this inode holds, as the inode cache accounts them.
     pub fn mem_bytes(&self) -> usize {
         let heap = self.state.try_read().map_or(0, |st| st.heap_bytes());
+        self.mem_bytes_with(heap)
+    }
+
+    /// [`Inode::mem_bytes`] with the state's heap bytes given (by a holder of its lock).
+    pub fn mem_bytes_with(&self, heap: usize) -> usize {
         let stage = self
             .stage
             .get()

@@ -225,3 +225,41 @@ fn digests_edit_a_kernel_made_directory() {
     km.unmount().unwrap();
     assert_eq!(seen, want, "the kernel lists what lanefs left");
 }
+
+/// A directory's digests are charged to the inode cache as they grow (the cache's limit
+/// bounds them with everything else): the same creates with digests on hold more bytes in
+/// the cache than with them off, by at least the digests' four bytes a name.
+#[test]
+fn digests_are_charged_to_the_inode_cache() {
+    let td = tempfile::tempdir().unwrap();
+    let mut charged = Vec::new();
+    for (i, on) in [true, false].into_iter().enumerate() {
+        let img = fresh(td.path(), &format!("c{i}.img"), 4096);
+        let opts = MountOptions {
+            dir_digest: on,
+            ..MountOptions::default()
+        };
+        let fs = Fs::mount_path(&img, opts).unwrap();
+        let d = fs
+            .mkdir(ROOT_INO, b"d", 0o755, Owner::default())
+            .unwrap()
+            .ino;
+        let n = 3_000;
+        for k in 0..n {
+            let f = fs
+                .create(d, format!("file.{k}").as_bytes(), 0o644, Owner::default())
+                .unwrap();
+            fs.release(f.ino).unwrap();
+        }
+        let st = fs.icache_stats();
+        assert_eq!(st.evictions, 0, "the default limit holds every inode here");
+        charged.push(st.bytes);
+        fs.unmount().unwrap();
+    }
+    assert!(
+        charged[0] >= charged[1] + 4 * 3_000,
+        "digests on {} bytes charged, off {}",
+        charged[0],
+        charged[1]
+    );
+}
