@@ -516,6 +516,8 @@ pub struct ICache {
     /// (inodes in use or dirty), so inserts do not sweep the whole table every time.
     floor: AtomicU64,
     evictions: AtomicU64,
+    /// Ready inodes the sweep visited (`IcacheStats::inspections`).
+    inspections: AtomicU64,
     sweeping: AtomicBool,
     hand: AtomicUsize,
     /// A sweep could not get below the limit since [`ICache::take_pinned`] last looked.
@@ -547,6 +549,7 @@ impl ICache {
             charged: Charged::new(limit),
             floor: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            inspections: AtomicU64::new(0),
             sweeping: AtomicBool::new(false),
             hand: AtomicUsize::new(0),
             pinned: AtomicBool::new(false),
@@ -851,6 +854,7 @@ impl ICache {
             limit: self.limit,
             peak_bytes: self.charged.peak.load(Ordering::Relaxed).max(bytes),
             evictions: self.evictions.load(Ordering::Relaxed),
+            inspections: self.inspections.load(Ordering::Relaxed),
         }
     }
 
@@ -967,6 +971,7 @@ impl ICache {
     /// dead and its charge dropped; the caller removes it from the table).
     fn evict(&self, s: &Slot) -> bool {
         let Slot::Ready(i) = s else { return false };
+        self.inspections.fetch_add(1, Ordering::Relaxed);
         let c = &i.cache;
         if c.referenced.swap(false, Ordering::Relaxed) {
             return false;

@@ -267,6 +267,10 @@ pub struct IcacheStats {
     pub peak_bytes: u64,
     /// Inodes evicted since mount.
     pub evictions: u64,
+    /// Cached inodes the eviction sweep looked at since mount (evicted or passed over:
+    /// referenced since its last visit, or in use). One per eviction when every inode
+    /// can go at the sweep's first visit.
+    pub inspections: u64,
 }
 
 /// The metadata buffer cache's size, for reports (`Fs::bufcache_stats`).

@@ -423,3 +423,42 @@ fn chmod_run_stays_under_the_limit() {
     fs.unmount().expect("unmount");
     common::assert_fsck_clean(&img);
 }
+
+/// A file created and closed is not referenced for the sweep (only lookups mark an inode,
+/// as the kernel's `iput` puts a new inode on its LRU without `I_REFERENCED`): the sweep
+/// evicts it at its first visit, so inspections stay about one per eviction. (When a
+/// close marked the inode, every such file took two visits.)
+#[test]
+fn created_and_closed_files_go_at_the_first_visit() {
+    const FILES: usize = 8_000;
+    for icache in [
+        IcachePolicy::Bucket,
+        IcachePolicy::Global,
+        IcachePolicy::Papaya,
+    ] {
+        let td = tempfile::tempdir().expect("tempdir");
+        let img = common::mkfs_image(td.path(), "visits.img", 128 << 20);
+        let o = MountOptions {
+            icache,
+            icache_limit: 1 << 20,
+            ..MountOptions::default()
+        };
+        let fs = Fs::mount_path(&img, o).expect("mount");
+        let d = fs.mkdir(ROOT_INO, b"d", 0o755, OWNER).expect("mkdir").ino;
+        for i in 0..FILES {
+            let a = fs
+                .create(d, format!("f{i}").as_bytes(), 0o644, OWNER)
+                .expect("create");
+            fs.release(a.ino).expect("release");
+        }
+        let st = fs.icache_stats();
+        assert!(st.evictions as usize > FILES / 2, "{icache:?}: {st:?}");
+        assert!(
+            st.inspections <= st.evictions + st.evictions / 4 + 64,
+            "{icache:?}: {} inspections for {} evictions",
+            st.inspections,
+            st.evictions
+        );
+        fs.unmount().expect("unmount");
+    }
+}
