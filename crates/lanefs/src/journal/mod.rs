@@ -134,6 +134,9 @@ struct CommitState {
     /// write nothing and take no number, so the log's sequence has no gaps (replay stops
     /// at the first missing number).
     seq: u32,
+    /// The shift that turns a leaf seal's crc into the log's checksum of the block
+    /// (`jbd2::block_csum_after`), made at the first commit that needs it.
+    shift: Option<jbd2::ZeroShift>,
 }
 
 /// Journal counters since mount, for benchmarks (`Fs::journal_stats`).
@@ -253,6 +256,7 @@ impl Journal {
                     pool: Vec::new(),
                     last_committed: next_tid - 1,
                     seq: next_tid as u32,
+                    shift: None,
                 },
             ),
             committed: AtomicU64::new(next_tid - 1),
@@ -528,6 +532,8 @@ impl Journal {
             frozen.windows(2).all(|w| w[0].0.blk != w[1].0.blk),
             "a block listed twice in transaction {tid}"
         );
+        // A block listed twice (a bug the assertion names) is still copied once.
+        frozen.dedup_by_key(|f| f.0.blk);
         let mut snaps: Vec<(Box<[u8]>, Arc<Buf>)> = Vec::with_capacity(frozen.len());
         let mut seals = Vec::new();
         for (b, seal) in frozen {
@@ -598,6 +604,15 @@ impl Journal {
         known: &[Option<Prefix>],
         revoked: &[u64],
     ) -> Result<()> {
+        // The shift that turns a leaf seal's crc into the log's (32 crcs of zeros: made
+        // once, kept for later commits).
+        let csum_log = cs.log.as_ref().is_some_and(|l| l.js.csum());
+        if let Some(p) = known.iter().flatten().next().filter(|_| csum_log) {
+            if cs.shift.as_ref().map(jbd2::ZeroShift::len) != Some(p.len) {
+                cs.shift = Some(jbd2::ZeroShift::new(p.len));
+            }
+        }
+        let shift = cs.shift.as_ref();
         let log = cs.log.as_ref().ok_or_else(|| Error::Io("no log".into()))?;
         let js = &log.js;
         let seq = cs.seq;
@@ -615,13 +630,6 @@ impl Journal {
         let tb = js.tag_bytes();
         let room = bs - jbd2::HEADER - if js.csum() { jbd2::TAIL } else { 0 };
         let per_desc = (room - 16) / tb;
-        // The shift that turns a leaf seal's crc into the log's (a few crcs of zeros).
-        let shift = known
-            .iter()
-            .flatten()
-            .next()
-            .filter(|_| js.csum())
-            .map(|p| jbd2::ZeroShift::new(p.len));
         for (chunk, known) in snaps.chunks(per_desc).zip(known.chunks(per_desc)) {
             let mut d = vec![0u8; bs];
             jbd2::put_header(&mut d, jbd2::DESCRIPTOR, seq);
@@ -636,7 +644,7 @@ impl Journal {
                 }
                 // As jbd2: no checksum in the tags of a log without them; the copy's
                 // checksum covers it as logged (escaped).
-                let csum = match (known, &shift) {
+                let csum = match (known, shift) {
                     _ if !js.csum() => 0,
                     (Some(p), Some(z)) if flags & jbd2::FLAG_ESCAPE == 0 && p.len == z.len() => {
                         let c = jbd2::block_csum_after(seed, seq, &copy, z, p.seed, p.crc);
