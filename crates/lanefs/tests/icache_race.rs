@@ -316,6 +316,33 @@ fn concurrent_lookups_of_one_inode_share_one_copy() {
     }
 }
 
+/// A fresh 128 MiB image (in the returned directory, which must outlive the mount)
+/// mounted with `icache` and an inode cache of `limit` bytes.
+fn mount_limited(
+    icache: IcachePolicy,
+    limit: u64,
+) -> (tempfile::TempDir, std::path::PathBuf, Arc<Fs>) {
+    let td = tempfile::tempdir().expect("tempdir");
+    let img = common::mkfs_image(td.path(), "limited.img", 128 << 20);
+    let o = MountOptions {
+        icache,
+        icache_limit: limit,
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount_path(&img, o).expect("mount");
+    (td, img, fs)
+}
+
+/// Create `files` empty files `f0`, `f1`, ... in `dir`, closing each.
+fn create_closed(fs: &Fs, dir: Ino, files: usize) {
+    for i in 0..files {
+        let a = fs
+            .create(dir, format!("f{i}").as_bytes(), 0o644, OWNER)
+            .expect("create");
+        fs.release(a.ino).expect("release");
+    }
+}
+
 /// Goal: a create run far larger than the inode cache stays under the cache's limit
 /// (issue 12: "a create run stays under the configured cache limit"). Two threads each
 /// create 12,000 empty files in their own directory under a 1 MiB limit (about 1,500
@@ -330,14 +357,7 @@ fn create_run_stays_under_the_limit() {
         IcachePolicy::Global,
         IcachePolicy::Papaya,
     ] {
-        let td = tempfile::tempdir().expect("tempdir");
-        let img = common::mkfs_image(td.path(), "limit.img", 128 << 20);
-        let o = MountOptions {
-            icache,
-            icache_limit: LIMIT,
-            ..MountOptions::default()
-        };
-        let fs = Fs::mount_path(&img, o).expect("mount");
+        let (_td, img, fs) = mount_limited(icache, LIMIT);
         let dirs: Vec<Ino> = (0..2)
             .map(|t| {
                 let n = format!("d{t}");
@@ -349,14 +369,7 @@ fn create_run_stays_under_the_limit() {
         std::thread::scope(|s| {
             for &d in &dirs {
                 let fs = &fs;
-                s.spawn(move || {
-                    for i in 0..FILES {
-                        let a = fs
-                            .create(d, format!("f{i}").as_bytes(), 0o644, OWNER)
-                            .expect("create");
-                        fs.release(a.ino).expect("release");
-                    }
-                });
+                s.spawn(move || create_closed(fs, d, FILES));
             }
         });
         let st = fs.icache_stats();
@@ -436,21 +449,9 @@ fn created_and_closed_files_go_at_the_first_visit() {
         IcachePolicy::Global,
         IcachePolicy::Papaya,
     ] {
-        let td = tempfile::tempdir().expect("tempdir");
-        let img = common::mkfs_image(td.path(), "visits.img", 128 << 20);
-        let o = MountOptions {
-            icache,
-            icache_limit: 1 << 20,
-            ..MountOptions::default()
-        };
-        let fs = Fs::mount_path(&img, o).expect("mount");
+        let (_td, _img, fs) = mount_limited(icache, 1 << 20);
         let d = fs.mkdir(ROOT_INO, b"d", 0o755, OWNER).expect("mkdir").ino;
-        for i in 0..FILES {
-            let a = fs
-                .create(d, format!("f{i}").as_bytes(), 0o644, OWNER)
-                .expect("create");
-            fs.release(a.ino).expect("release");
-        }
+        create_closed(&fs, d, FILES);
         let st = fs.icache_stats();
         assert!(st.evictions as usize > FILES / 2, "{icache:?}: {st:?}");
         assert!(
