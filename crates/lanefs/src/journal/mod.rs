@@ -218,11 +218,12 @@ impl Journal {
         next_tid: u64,
         bs: usize,
     ) -> Journal {
-        // A transaction stays under a quarter of the log and an eighth of the buffer
-        // cache (its copies are made at commit).
+        // A transaction stays under a third of the log (jbd2's
+        // `jbd2_journal_get_max_txn_bufs` since Linux 6.11; a quarter before) and an
+        // eighth of the buffer cache (its copies are made at commit).
         let cap = (bufs.limit_blocks() / 8).max(8);
         let (head, max_tx) = match &log {
-            Some(l) => (l.first(), (l.len() as usize / 4).clamp(8, cap)),
+            Some(l) => (l.first(), (l.len() as usize / 3).clamp(8, cap)),
             None => (0, cap),
         };
         Journal {
@@ -340,7 +341,7 @@ impl Journal {
     }
 
     /// Start a handle (lock order: after inode locks, before group and buffer locks).
-    /// Commits first when the running transaction has outgrown a quarter of the log.
+    /// Commits first when the running transaction has outgrown a third of the log.
     pub fn start(&self) -> Handle<'_> {
         let lane = gate::my_lane();
         loop {
