@@ -824,18 +824,20 @@ impl Fs {
         }
         {
             let mut st = i.state.write();
-            inode::load_extents(&self.al, &self.bufs, i.ino, &mut st)?;
+            self.load(i, &mut st)?;
         }
         self.read_loaded(i)
     }
 
-    /// Load the extent map under a held write lock.
+    /// Load the extent map under a held write lock, and charge it to the inode cache (a
+    /// file read and never changed is charged here, not at a store).
     fn load(&self, i: &Inode, st: &mut InodeState) -> Result<()> {
         if st.freed {
             return Err(Error::NotFound);
         }
-        if needs_extents(&st.d, self.bs) {
+        if st.ext.is_none() && needs_extents(&st.d, self.bs) {
             inode::load_extents(&self.al, &self.bufs, i.ino, st)?;
+            self.icache.recharge(i, i.mem_bytes_with(st.heap_bytes()));
         }
         Ok(())
     }

@@ -463,3 +463,34 @@ fn created_and_closed_files_go_at_the_first_visit() {
         fs.unmount().expect("unmount");
     }
 }
+
+/// A file's extent map loaded by a read is charged to the inode cache when it is loaded
+/// (before, only a store charged what an inode grew, so a file read and never changed
+/// stayed charged as the bare inode it was when its lookup cached it): after a remount,
+/// reading a file of 1,500 extents raises the cache's bytes by at least 16 bytes an
+/// extent.
+#[test]
+fn extent_maps_loaded_by_reads_are_charged() {
+    const EXTENTS: u64 = 1_500;
+    let (_td, img, fs) = mount_limited(IcachePolicy::Bucket, 64 << 20);
+    let f = fs.create(ROOT_INO, b"frag", 0o644, OWNER).expect("create");
+    for k in 0..EXTENTS {
+        // Every other block: each written block is an extent of its own.
+        fs.write(f.ino, k * 2 * 4096, &[0xa5; 4096]).expect("write");
+    }
+    fs.release(f.ino).expect("release");
+    fs.unmount().expect("unmount");
+    let fs = Fs::mount_path(&img, MountOptions::default()).expect("remount");
+    let ino = fs.lookup(ROOT_INO, b"frag").expect("lookup").ino;
+    let before = fs.icache_stats().bytes;
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(fs.read(ino, 0, &mut buf).expect("read"), 4096);
+    assert_eq!(buf, vec![0xa5; 4096]);
+    let after = fs.icache_stats().bytes;
+    assert!(
+        after >= before + 16 * EXTENTS,
+        "{before} bytes charged before the read, {after} after"
+    );
+    fs.unmount().expect("unmount");
+    common::assert_fsck_clean(&img);
+}
