@@ -760,7 +760,13 @@ impl Fs {
     /// Free every data, tree and xattr block of an inode.
     fn free_blocks_of(&self, h: &Handle, st: &mut InodeState, kind: FileType) -> Result<()> {
         let meta = kind != FileType::Regular;
-        if st.ext.is_some() {
+        // A file that maps nothing, with no tree or indirect block and its empty map
+        // already stored (most removed files of a create-and-remove workload), has no
+        // block to free and an empty root on disk: nothing to unmap or rewrite.
+        let mapped = st.ext.as_ref().is_some_and(|m| {
+            m.len() > 0 || st.ext_dirty || !st.tree_blocks.is_empty() || !st.ind.is_empty()
+        });
+        if mapped {
             bmap::unmap_blocks(&self.al, h, st, 0, 1 << 32, meta)?;
             st.ext_dirty = true;
             inode::store_tree(&self.al, &self.bufs, h, 0, st)?;

@@ -80,6 +80,12 @@ impl Default for FolioIndex {
 }
 
 impl FolioIndex {
+    /// Whether no folio was ever inserted (the root, once made, stays until the index is
+    /// dropped; a caller that holds the mapping's lock sees no insert begin meanwhile).
+    pub fn is_empty(&self) -> bool {
+        self.root.load(Ordering::Acquire) == 0
+    }
+
     /// The folio holding block `idx`, valid while `_g` is pinned.
     pub fn lookup<'g>(&self, idx: u64, _g: &'g Guard) -> Option<&'g Folio> {
         let p = self.root.load(Ordering::Acquire) as *const Node;

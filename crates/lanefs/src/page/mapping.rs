@@ -526,6 +526,11 @@ impl Mapping {
         }
         let _c = self.change();
         let mut inner = self.inner.lock();
+        if self.index.is_empty() {
+            // Nothing was ever cached here: the index's root is made by its first insert,
+            // under `inner`, which this holds.
+            return;
+        }
         let lk = Locked(std::marker::PhantomData);
         let g = crossbeam_epoch::pin();
         for f in self.index.collect(a, b, &lk) {
