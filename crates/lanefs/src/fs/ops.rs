@@ -764,7 +764,7 @@ impl Fs {
         // already stored (most removed files of a create-and-remove workload), has no
         // block to free and an empty root on disk: nothing to unmap or rewrite.
         let mapped = st.ext.as_ref().is_some_and(|m| {
-            m.len() > 0 || st.ext_dirty || !st.tree_blocks.is_empty() || !st.ind.is_empty()
+            !m.is_empty() || st.ext_dirty || !st.tree_blocks.is_empty() || !st.ind.is_empty()
         });
         if mapped {
             bmap::unmap_blocks(&self.al, h, st, 0, 1 << 32, meta)?;
