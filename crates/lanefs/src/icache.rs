@@ -587,6 +587,18 @@ impl ICache {
         &buckets[(run << RUN_BITS) | (ino as usize & ((1 << RUN_BITS) - 1))]
     }
 
+    /// Which bucket of the `bucket` table holds `ino` (None for the other tables): for
+    /// tests that race inodes on one bucket.
+    pub fn bucket_index(&self, ino: u64) -> Option<usize> {
+        match &self.table {
+            Table::Bucket(b) => {
+                let at = Self::bucket(b, ino) as *const Bucket as usize;
+                Some((at - b.as_ptr() as usize) / std::mem::size_of::<Bucket>())
+            }
+            Table::Global(_) | Table::Papaya(_) => None,
+        }
+    }
+
     /// The entry for `ino`, read without a lock (bucket, papaya) or under the one lock.
     fn find(&self, ino: u64) -> Option<Slot> {
         match &self.table {

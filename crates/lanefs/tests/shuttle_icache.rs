@@ -40,14 +40,15 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
 /// Looked up (and loaded) by two tasks, one of whose loads fails. Bucket 0 of the table's
-/// 1,024 buckets (the fewest it has), which the sweep's hand visits first (buckets by
-/// `icache.rs`'s hash: the top half of `ino * 0x9E37_79B9_7F4A_7C15`, modulo 1,024).
-const A: u64 = 1053;
+/// 1,024 buckets (the fewest it has), which the sweep's hand visits first (`icache.rs`
+/// puts runs of 16 consecutive numbers in adjacent buckets and spreads the runs by
+/// Fibonacci hashing; `Model::new` asserts the buckets named here).
+const A: u64 = 544;
 /// Created, freed and removed by one task; a failed create and peeks by another. Also
 /// bucket 0: its inserts and removals copy the chain that holds A.
-const B: u64 = 2549;
+const B: u64 = 1424;
 /// Created by one task while another's lookup of it fails to load. Bucket 1.
-const C: u64 = 610;
+const C: u64 = 545;
 
 /// Inode size on disk (what `DiskInode::new` is given).
 const INODE_SIZE: usize = 256;
@@ -85,8 +86,16 @@ impl Model {
         // Between one and two inodes: a second resident inode starts a sweep, which goes on
         // until one is left (7/8 of the limit), or gives up after two turns if all are in use.
         let one = new_inode(A, DiskInode::new(INODE_SIZE)).mem_bytes() as u64;
+        let cache = ICache::new(policy, one * 3 / 2);
+        if policy == IcachePolicy::Bucket {
+            // A and B share the bucket the sweep visits first; C is its neighbour.
+            assert_eq!(
+                [A, B, C].map(|i| cache.bucket_index(i)),
+                [Some(0), Some(0), Some(1)]
+            );
+        }
         Model {
-            cache: ICache::new(policy, one * 3 / 2),
+            cache,
             track: Mutex::new(Track::default()),
             b_in_use: Mutex::new(false),
         }
