@@ -56,6 +56,8 @@ pub struct Digest {
     /// The buffer it describes (compared by address; the weak reference keeps the
     /// address from being reused while the digest lives).
     buf: Weak<Buf>,
+    /// That buffer's block (so a fetch can find the shard without touching the buffer).
+    blk: u64,
     /// The buffer's write generation it describes.
     gen: u64,
     /// One per record, in block order: offset in the high 16 bits, tag in the low.
@@ -118,6 +120,7 @@ impl Digest {
         })?;
         Ok(Digest {
             buf: Arc::downgrade(b),
+            blk: b.blk,
             gen: b.write_gen(),
             recs,
             room,
@@ -170,10 +173,11 @@ impl LeafDigests {
         self.bytes + self.leaves.capacity() * std::mem::size_of::<Option<Digest>>()
     }
 
-    /// The buffer leaf `lblk`'s digest was built from, if it has one (a hint for
-    /// [`crate::buf::BufCache::get_hinted`]; the digest may be stale).
-    pub fn hint(&self, lblk: u32) -> Option<&Weak<Buf>> {
-        Some(&self.leaves.get(lblk as usize)?.as_ref()?.buf)
+    /// The block and buffer leaf `lblk`'s digest was built from, if it has one (a hint
+    /// for [`crate::buf::BufCache::get_hinted`]; the digest may be stale).
+    pub fn hint(&self, lblk: u32) -> Option<(u64, &Weak<Buf>)> {
+        let g = self.leaves.get(lblk as usize)?.as_ref()?;
+        Some((g.blk, &g.buf))
     }
 
     /// The digest of leaf `lblk` if it describes `b`'s bytes now.

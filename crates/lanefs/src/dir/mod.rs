@@ -148,17 +148,25 @@ impl DirCtx<'_> {
     }
 
     /// The buffer of leaf `lblk`: through the hint its digest keeps when it has one
-    /// ([`BufCache::get_hinted`]), else looked up.
+    /// ([`BufCache::get_hinted`]), else mapped and looked up. The hint's block needs no
+    /// mapping: a directory's blocks stay where they are while it lives (it never
+    /// shrinks; its blocks are freed only with the inode, and a freed block leaves the
+    /// cache).
     fn leaf_block(&self, st: &InodeState, ino: u64, dg: &Digests, lblk: u32) -> Result<Arc<Buf>> {
         let hint = match dg {
             Digests::Off => None,
             Digests::Read(g) => g.hint(lblk),
             Digests::Write(g) => g.hint(lblk),
         };
-        match hint {
-            Some(w) => self.bufs.get_hinted(self.phys(st, ino, lblk)?, w),
-            None => self.block(st, ino, lblk),
+        if let Some(b) = hint.and_then(|(blk, w)| self.bufs.get_hinted(blk, w)) {
+            debug_assert_eq!(
+                self.phys(st, ino, lblk).ok(),
+                Some(b.blk),
+                "directory {ino} leaf {lblk}: its digest's buffer is another block"
+            );
+            return Ok(b);
         }
+        self.block(st, ino, lblk)
     }
 
     /// Verify a leaf block's checksum the first time it is used after a read.
