@@ -154,7 +154,7 @@ impl LogArea {
         for b in blocks {
             let p = self.phys(pos);
             if !run.is_empty() && run_start + run.len() as u64 != p {
-                dev.write_gather_at(run_start * self.bs as u64, &run)?;
+                dev.write_log_at(run_start * self.bs as u64, &run)?;
                 run.clear();
             }
             if run.is_empty() {
@@ -163,7 +163,7 @@ impl LogArea {
             run.push(b.as_ref());
             pos = self.next(pos);
         }
-        dev.write_gather_at(run_start * self.bs as u64, &run)?;
+        dev.write_log_at(run_start * self.bs as u64, &run)?;
         Ok(pos)
     }
     /// Write the journal superblock (with a fresh checksum) in place.
