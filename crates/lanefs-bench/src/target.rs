@@ -1029,8 +1029,22 @@ impl Instance {
         match self {
             Instance::Path { backend, dir } => {
                 drop(backend);
-                std::fs::remove_dir_all(&dir)
-                    .map_err(|e| format!("removing {}: {e}", dir.display()))
+                // A FUSE file system on libfuse's high-level API (fuse2fs) renames a file
+                // unlinked while libfuse still counts it open to `.fuse_hidden*`, and a
+                // close's RELEASE reaches the daemon after close() returns: the directory
+                // can be briefly not empty. The hidden file goes at that RELEASE.
+                let mut tries = 0;
+                loop {
+                    match std::fs::remove_dir_all(&dir) {
+                        Err(e)
+                            if e.kind() == std::io::ErrorKind::DirectoryNotEmpty && tries < 50 =>
+                        {
+                            tries += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                        }
+                        r => return r.map_err(|e| format!("removing {}: {e}", dir.display())),
+                    }
+                }
             }
             Instance::Lanefs { backend, _tmp } => {
                 let LanefsBackend {

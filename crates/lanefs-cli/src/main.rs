@@ -53,38 +53,44 @@ fn aligned(p: *mut u8, align: usize) -> bool {
     (p as usize) & (align - 1) == 0
 }
 
+/// A block for `layout` from `plain` (`mi_malloc` or `mi_zalloc`) when the alignment
+/// allows and the block it gives is aligned so, else from `aligned`, its aligned form.
+///
+/// # Safety
+/// `layout` has a non-zero size (GlobalAlloc's contract); `plain` and `aligned` are a
+/// mimalloc allocation entry point and its aligned form.
+unsafe fn plain_or_aligned(
+    layout: std::alloc::Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut std::ffi::c_void,
+    aligned_form: unsafe extern "C" fn(usize, usize) -> *mut std::ffi::c_void,
+) -> *mut u8 {
+    if layout.align() <= PLAIN_ALIGN {
+        // SAFETY: plain allocation of a non-zero size.
+        let p = unsafe { plain(layout.size()) }.cast::<u8>();
+        if aligned(p, layout.align()) {
+            return p;
+        }
+        // SAFETY: `p` came from mimalloc and is not used again.
+        unsafe { libmimalloc_sys::mi_free(p.cast()) };
+    }
+    // SAFETY: `align` is a power of two (Layout's invariant).
+    unsafe { aligned_form(layout.size(), layout.align()) }.cast()
+}
+
 // SAFETY: every block comes from mimalloc (`mi_malloc`, `mi_zalloc`, `mi_realloc` or their
 // aligned forms), is aligned as its layout asks (checked for the plain forms, guaranteed by
 // the aligned ones) and is freed by `mi_free`, which takes blocks of either form.
 unsafe impl std::alloc::GlobalAlloc for Heap {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        use libmimalloc_sys::{mi_free, mi_malloc, mi_malloc_aligned};
-        if layout.align() <= PLAIN_ALIGN {
-            // SAFETY: plain allocation of a non-zero size (GlobalAlloc's contract).
-            let p = unsafe { mi_malloc(layout.size()) }.cast::<u8>();
-            if aligned(p, layout.align()) {
-                return p;
-            }
-            // SAFETY: `p` came from `mi_malloc` and is not used again.
-            unsafe { mi_free(p.cast()) };
-        }
-        // SAFETY: `align` is a power of two (Layout's invariant).
-        unsafe { mi_malloc_aligned(layout.size(), layout.align()) }.cast()
+        use libmimalloc_sys::{mi_malloc, mi_malloc_aligned};
+        // SAFETY: GlobalAlloc's contract (a non-zero size) is the caller's.
+        unsafe { plain_or_aligned(layout, mi_malloc, mi_malloc_aligned) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        use libmimalloc_sys::{mi_free, mi_zalloc, mi_zalloc_aligned};
-        if layout.align() <= PLAIN_ALIGN {
-            // SAFETY: as in `alloc`.
-            let p = unsafe { mi_zalloc(layout.size()) }.cast::<u8>();
-            if aligned(p, layout.align()) {
-                return p;
-            }
-            // SAFETY: `p` came from `mi_zalloc` and is not used again.
-            unsafe { mi_free(p.cast()) };
-        }
+        use libmimalloc_sys::{mi_zalloc, mi_zalloc_aligned};
         // SAFETY: as in `alloc`.
-        unsafe { mi_zalloc_aligned(layout.size(), layout.align()) }.cast()
+        unsafe { plain_or_aligned(layout, mi_zalloc, mi_zalloc_aligned) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: std::alloc::Layout) {

@@ -114,7 +114,8 @@ pub struct FileDevice {
     /// A second descriptor opened with `O_DIRECT`, for the log's writes (none when the
     /// device is read-only or its file system refuses the flag).
     direct: Option<File>,
-    /// Direct writes still work here (cleared by the first `EINVAL`: buffered from then on).
+    /// Direct writes still work here (cleared by the first `EINVAL` or `EOPNOTSUPP`: buffered
+    /// from then on).
     direct_on: AtomicBool,
     /// Log runs written past the page cache.
     direct_writes: AtomicU64,
@@ -264,7 +265,7 @@ impl BlockDevice for FileDevice {
                     }
                     // Not on this file system after all (the run is written again below,
                     // whole).
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
                         self.direct_on.store(false, Ordering::Relaxed);
                     }
                     Err(e) => return Err(Error::Io(format!("write at {off}: {e}"))),
