@@ -300,8 +300,7 @@ impl BufCache {
     /// misses in a large cache). The check and the upgrade happen under the shard's lock,
     /// which every removal from the map holds too: a buffer found in the map there stays
     /// the cached one, as a held buffer is never evicted. `None`: look it up. (`blk` comes
-    /// with the hint so that the shard's lock and the buffer, both likely cache misses, are
-    /// fetched side by side rather than one after the other.)
+    /// with the hint so that the caller needs no block map to find the shard.)
     pub fn get_hinted(&self, blk: u64, hint: &Weak<Buf>) -> Option<Arc<Buf>> {
         let _sh = self.shard(blk).lock();
         hint.upgrade()

@@ -164,14 +164,19 @@ impl FileDevice {
             f.seek(SeekFrom::End(0))
                 .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?
         };
-        Ok(FileDevice {
+        let direct = if read_only { None } else { open_direct(path) };
+        Ok(FileDevice::with(file, size, claim, direct))
+    }
+
+    fn with(file: File, size: u64, claim: Claim, direct: Option<File>) -> FileDevice {
+        FileDevice {
             file,
             size,
             _claim: claim,
-            direct: if read_only { None } else { open_direct(path) },
+            direct,
             direct_on: AtomicBool::new(true),
             direct_writes: AtomicU64::new(0),
-        })
+        }
     }
 
     /// How many log runs went past the page cache (`O_DIRECT`).
@@ -203,14 +208,7 @@ impl FileDevice {
         let claim = exclusive::claim(&file, path, false)?;
         file.set_len(0).map_err(io)?;
         file.set_len(size).map_err(io)?;
-        Ok(FileDevice {
-            file,
-            size,
-            _claim: claim,
-            direct: open_direct(path),
-            direct_on: AtomicBool::new(true),
-            direct_writes: AtomicU64::new(0),
-        })
+        Ok(FileDevice::with(file, size, claim, open_direct(path)))
     }
 }
 
