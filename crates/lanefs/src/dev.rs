@@ -552,15 +552,29 @@ mod tests {
         dev.write_log_at(8192, &blocks).unwrap();
         dev.read_at(8192, &mut back).unwrap();
         assert_eq!(back, blocks.concat());
-        if dev.direct_writes() == 0 {
+        // An aligned run goes past the cache unless this file system refused O_DIRECT
+        // (at open, or by turning it off at the write).
+        if dev.direct.is_some() && dev.direct_on.load(Ordering::Relaxed) {
+            assert_eq!(
+                dev.direct_writes(),
+                1,
+                "an aligned log run was written buffered"
+            );
+        } else {
             eprintln!("note: this file system refused O_DIRECT; the log was written buffered");
         }
-        // Misaligned in memory: buffered, the same bytes.
+        // Misaligned in memory: not past the cache.
+        let before = dev.direct_writes();
         let odd: Vec<&[u8]> = vec![&v[start + 1..start + 4097]];
         dev.write_log_at(4096, &odd).unwrap();
         let mut one = vec![0u8; 4096];
         dev.read_at(4096, &mut one).unwrap();
         assert_eq!(one, odd[0]);
+        assert_eq!(
+            dev.direct_writes(),
+            before,
+            "a misaligned run went past the cache"
+        );
         assert!(dev.write_log_at(1 << 20, &blocks).is_err(), "past the end");
     }
 }
