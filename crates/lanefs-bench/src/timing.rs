@@ -292,6 +292,31 @@ impl Drop for AbortOnPanic<'_> {
     }
 }
 
+/// The CPUs this process may run on, in order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this thread.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` is below CPU_SETSIZE, the set's capacity.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// Keep the calling thread on `cpu` (best effort: an unpinned thread still runs right).
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` came from `allowed_cpus`, so it is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this thread.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+}
+
 /// Spawn `threads` workers running `body(i)`; on a spawn failure abort the ones started.
 fn spawn_all<'scope, 'env, T, F>(
     scope: &'scope Scope<'scope, 'env>,
@@ -304,12 +329,18 @@ where
     T: Send + 'scope,
     F: Fn(usize) -> Result<T, Stop> + Sync,
 {
+    let cpus = allowed_cpus();
+    let pin = threads <= cpus.len();
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
+        let cpu = cpus.get(i).copied().filter(|_| pin);
         let spawned = std::thread::Builder::new()
             .name(format!("{name}-{i}"))
             .spawn_scoped(scope, move || {
                 let _guard = AbortOnPanic(crew);
+                if let Some(c) = cpu {
+                    pin_to(c);
+                }
                 body(i)
             });
         match spawned {
