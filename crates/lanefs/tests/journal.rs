@@ -6,7 +6,9 @@
 //! - a freed metadata block reused for data is revoked: replay never writes its old copy
 //!   over the new data;
 //! - a failing device aborts the journal, turns the mount read-only, and what was
-//!   committed before stays.
+//!   committed before stays;
+//! - a due transaction takes handles while the commit before it writes, up to half the
+//!   log.
 //!
 //! Method: images from `mkfs.ext4` on a memory device; a "crash" is the device's bytes
 //! taken while the file system is still mounted (every write so far, nothing after), then
@@ -540,4 +542,174 @@ fn a_crashed_image_replays_in_memory_on_a_read_only_mount_and_a_bad_journal_is_n
         e.to_string().contains("journal superblock"),
         "error does not name the journal superblock: {e}"
     );
+}
+
+/// A memory device whose writes stop at a gate while it is shut (the commit thread stuck in
+/// its log writes, as behind a slow disk), until the test opens it.
+struct HeldDev {
+    inner: MemDevice,
+    state: std::sync::Mutex<Held>,
+    cv: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct Held {
+    shut: bool,
+    /// A write is waiting at the gate.
+    waiting: bool,
+}
+
+impl HeldDev {
+    fn pass(&self) {
+        let mut s = self.state.lock().unwrap();
+        while s.shut {
+            s.waiting = true;
+            self.cv.notify_all();
+            s = self.cv.wait(s).unwrap();
+        }
+        s.waiting = false;
+    }
+    fn set_shut(&self, shut: bool) {
+        self.state.lock().unwrap().shut = shut;
+        self.cv.notify_all();
+    }
+    /// Wait until a write waits at the shut gate; false after `limit`.
+    fn wait_for_writer(&self, limit: Duration) -> bool {
+        let s = self.state.lock().unwrap();
+        let (s, _) = self
+            .cv
+            .wait_timeout_while(s, limit, |s| !s.waiting)
+            .unwrap();
+        s.waiting
+    }
+}
+
+impl BlockDevice for HeldDev {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.inner.read_at(off, buf)
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
+        self.pass();
+        self.inner.write_at(off, buf)
+    }
+    fn flush(&self) -> Result<()> {
+        self.pass();
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+#[test]
+fn a_due_transaction_takes_handles_while_the_commit_before_writes() {
+    let test = "a_due_transaction_takes_handles_while_the_commit_before_writes";
+    // 4 KiB blocks, a 1,024-block log: a transaction is due past 341 buffers and handles
+    // wait past 512. Each 16 creates dirty one more inode-table block.
+    let Some((dir, img)) = image(
+        test,
+        128 << 20,
+        &["-b", "4096", "-J", "size=4", "-N", "32768"],
+    ) else {
+        return;
+    };
+    let dev = Arc::new(HeldDev {
+        inner: MemDevice::from_vec(img),
+        state: Default::default(),
+        cv: Default::default(),
+    });
+    // A commit thread that commits only when asked (a due transaction) in this test's time.
+    let fs = Arc::new(
+        Fs::mount(
+            dev.clone(),
+            MountOptions {
+                commit_interval: Duration::from_secs(3600),
+                ..MountOptions::default()
+            },
+        )
+        .expect("mount"),
+    );
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, O).expect("mkdir").ino;
+    let create = |range: std::ops::Range<u32>| {
+        for i in range {
+            let f = fs
+                .create(d, format!("f{i}").as_bytes(), 0o644, O)
+                .expect("create")
+                .ino;
+            fs.release(f).expect("release");
+        }
+    };
+    let before = fs.journal_stats().commits;
+    // Shut the device, then fill the first transaction past due: the commit thread takes
+    // it and stops at its first write.
+    dev.set_shut(true);
+    create(0..6000);
+    assert!(
+        dev.wait_for_writer(Duration::from_secs(30)),
+        "the commit thread never wrote the first due transaction"
+    );
+    // The next transaction: 5,500 creates dirty at least 344 inode-table blocks (past due)
+    // and, with their directory blocks, well under 512. None of them may wait for the
+    // stuck commit. A watchdog opens the device after 20 s so that a failure ends.
+    let opened_by_watchdog = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let (dev, opened, done) = (dev.clone(), opened_by_watchdog.clone(), done.clone());
+        std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            while !done.load(Ordering::SeqCst) {
+                if t.elapsed() > Duration::from_secs(20) {
+                    opened.store(true, Ordering::SeqCst);
+                    dev.set_shut(false);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    create(6000..11_500);
+    done.store(true, Ordering::SeqCst);
+    watchdog.join().expect("watchdog");
+    assert!(
+        !opened_by_watchdog.load(Ordering::SeqCst),
+        "creates in a due transaction waited for the commit before it"
+    );
+    assert_eq!(
+        fs.journal_stats().commits,
+        before,
+        "a commit finished while the device was shut"
+    );
+    // 4,000 more dirty 250 more table blocks: past half the log, the creates wait.
+    let more = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            for i in 11_500..15_500u32 {
+                let f = fs
+                    .create(d, format!("f{i}").as_bytes(), 0o644, O)
+                    .expect("create")
+                    .ino;
+                fs.release(f).expect("release");
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !more.is_finished(),
+        "a transaction grew past half the log while the commit before it was stuck"
+    );
+    dev.set_shut(false);
+    more.join().expect("creates past the limit");
+    fs.sync().expect("sync");
+    assert!(
+        fs.journal_stats().commits >= before + 2,
+        "both transactions commit"
+    );
+    for i in (0..15_500u32).step_by(7) {
+        lookup(&fs, d, &format!("f{i}")).unwrap_or_else(|e| panic!("f{i} lost: {e}"));
+    }
+    let fs = Arc::into_inner(fs).expect("one owner");
+    fs.unmount().expect("unmount");
+    let p = dir.path().join("held");
+    std::fs::write(&p, dev.inner.snapshot()).expect("write image");
+    common::assert_fsck_clean(&p);
 }

@@ -175,8 +175,11 @@ pub struct Journal {
     commit: Mutex<CommitState>,
     committed: AtomicU64,
     aborted: AtomicBool,
-    /// A running transaction past this many buffers is committed at the next handle start.
+    /// A running transaction past this many buffers is due: the next handle start asks
+    /// the commit thread for it (or commits it, without one).
     max_tx: usize,
+    /// Past this many, a handle start waits for the due transaction to close.
+    hard_tx: usize,
     on_commit: std::sync::OnceLock<Box<dyn Fn(u64) + Send + Sync>>,
     /// A second device holding ordered data (the realtime data device): flushed with the
     /// log device, so data written before a commit is durable before its commit block
@@ -228,6 +231,13 @@ impl Journal {
             Some(l) => (l.first(), (l.len() as usize / 3).clamp(8, cap)),
             None => (0, cap),
         };
+        // A due transaction grows on while the commit before finishes, up to half the log
+        // (the other half is slack for an operation that starts under the limit and
+        // overshoots it: a transaction longer than the log cannot commit).
+        let hard_tx = match &log {
+            Some(l) => (2 * max_tx).min(l.len() as usize / 2).max(max_tx),
+            None => 2 * max_tx,
+        };
         Journal {
             has_log: log.is_some(),
             flushes_begun: AtomicU64::new(0),
@@ -265,6 +275,7 @@ impl Journal {
             committed: AtomicU64::new(next_tid - 1),
             aborted: AtomicBool::new(false),
             max_tx,
+            hard_tx,
             on_commit: std::sync::OnceLock::new(),
             data_dev: std::sync::OnceLock::new(),
             before_commit: std::sync::OnceLock::new(),
@@ -311,6 +322,21 @@ impl Journal {
         self.kicked.swap(false, Ordering::AcqRel)
     }
 
+    /// Ask the commit thread to commit the running transaction, waking it at the first
+    /// ask since it last looked. False if there is no commit thread.
+    fn ask_commit(&self) -> bool {
+        let Some(kick) = self.kick.get() else {
+            return false;
+        };
+        if !self.kick_live.load(Ordering::Acquire) {
+            return false;
+        }
+        if !self.kicked.swap(true, Ordering::AcqRel) {
+            kick();
+        }
+        true
+    }
+
     /// Wait for the commit thread to close transaction `tid`. False if it did not within
     /// a while (no thread, or it is stuck behind IO): the caller commits itself.
     fn wait_closed(&self, tid: u64) -> bool {
@@ -343,13 +369,22 @@ impl Journal {
     }
 
     /// Start a handle (lock order: after inode locks, before group and buffer locks).
-    /// Commits first when the running transaction has outgrown a third of the log.
+    ///
+    /// A running transaction past `max_tx` buffers (a third of the log) is due: the start
+    /// asks the commit thread for it and goes on in it while the thread finishes the
+    /// commit before, up to `hard_tx` (half the log); past that, or with no commit
+    /// thread, it waits for the transaction to close or commits it. jbd2 waits at its one
+    /// limit. Measured 2026-11-28 (2,000,000 removes in one directory, one thread,
+    /// transactions of a third of a 256 MiB log): handles waited at that one limit 98
+    /// times, 0.69 s of a 6.2 s phase, while the commit thread wrote the transaction
+    /// before; with the second limit, 56 times and 0.04 s.
     pub fn start(&self) -> Handle<'_> {
         let lane = gate::my_lane();
         loop {
             let tid = self.running.load(Ordering::Acquire);
             let t = self.slot(tid);
-            if t.nbufs.load(Ordering::Relaxed) > self.max_tx && !self.is_aborted() {
+            let n = t.nbufs.load(Ordering::Relaxed);
+            if n > self.max_tx && !self.is_aborted() && (n > self.hard_tx || !self.ask_commit()) {
                 // Best effort: a failed commit aborts the journal, which the operation
                 // notices at its next check.
                 if !self.wait_closed(tid) {
