@@ -544,6 +544,35 @@ fn a_crashed_image_replays_in_memory_on_a_read_only_mount_and_a_bad_journal_is_n
     );
 }
 
+/// An image with 4 KiB blocks and a 1,024-block log: a transaction is due past 341
+/// buffers and handles wait past 512; each 16 creates dirty one more inode-table block.
+fn small_log_image(test: &str) -> Option<(tempfile::TempDir, Vec<u8>)> {
+    image(
+        test,
+        128 << 20,
+        &["-b", "4096", "-J", "size=4", "-N", "32768"],
+    )
+}
+
+/// A commit thread that, in a test's time, commits only when asked (a due transaction).
+fn asked_commits_only() -> MountOptions {
+    MountOptions {
+        commit_interval: Duration::from_secs(3600),
+        ..MountOptions::default()
+    }
+}
+
+/// Create (and close) files `f{i}` in `d` for each `i` of `range`.
+fn create_files(fs: &Fs, d: Ino, range: std::ops::Range<u32>) {
+    for i in range {
+        let f = fs
+            .create(d, format!("f{i}").as_bytes(), 0o644, O)
+            .expect("create")
+            .ino;
+        fs.release(f).expect("release");
+    }
+}
+
 /// A memory device whose writes stop at a gate while it is shut (the commit thread stuck in
 /// its log writes, as behind a slow disk), until the test opens it.
 struct HeldDev {
@@ -604,13 +633,7 @@ impl BlockDevice for HeldDev {
 #[test]
 fn a_due_transaction_takes_handles_while_the_commit_before_writes() {
     let test = "a_due_transaction_takes_handles_while_the_commit_before_writes";
-    // 4 KiB blocks, a 1,024-block log: a transaction is due past 341 buffers and handles
-    // wait past 512. Each 16 creates dirty one more inode-table block.
-    let Some((dir, img)) = image(
-        test,
-        128 << 20,
-        &["-b", "4096", "-J", "size=4", "-N", "32768"],
-    ) else {
+    let Some((dir, img)) = small_log_image(test) else {
         return;
     };
     let dev = Arc::new(HeldDev {
@@ -618,32 +641,13 @@ fn a_due_transaction_takes_handles_while_the_commit_before_writes() {
         state: Default::default(),
         cv: Default::default(),
     });
-    // A commit thread that commits only when asked (a due transaction) in this test's time.
-    let fs = Arc::new(
-        Fs::mount(
-            dev.clone(),
-            MountOptions {
-                commit_interval: Duration::from_secs(3600),
-                ..MountOptions::default()
-            },
-        )
-        .expect("mount"),
-    );
+    let fs = Arc::new(Fs::mount(dev.clone(), asked_commits_only()).expect("mount"));
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, O).expect("mkdir").ino;
-    let create = |range: std::ops::Range<u32>| {
-        for i in range {
-            let f = fs
-                .create(d, format!("f{i}").as_bytes(), 0o644, O)
-                .expect("create")
-                .ino;
-            fs.release(f).expect("release");
-        }
-    };
     let before = fs.journal_stats().commits;
     // Shut the device, then fill the first transaction past due: the commit thread takes
     // it and stops at its first write.
     dev.set_shut(true);
-    create(0..6000);
+    create_files(&fs, d, 0..6000);
     assert!(
         dev.wait_for_writer(Duration::from_secs(30)),
         "the commit thread never wrote the first due transaction"
@@ -667,7 +671,7 @@ fn a_due_transaction_takes_handles_while_the_commit_before_writes() {
             }
         })
     };
-    create(6000..11_500);
+    create_files(&fs, d, 6000..11_500);
     done.store(true, Ordering::SeqCst);
     watchdog.join().expect("watchdog");
     assert!(
@@ -682,15 +686,7 @@ fn a_due_transaction_takes_handles_while_the_commit_before_writes() {
     // 4,000 more dirty 250 more table blocks: past half the log, the creates wait.
     let more = {
         let fs = fs.clone();
-        std::thread::spawn(move || {
-            for i in 11_500..15_500u32 {
-                let f = fs
-                    .create(d, format!("f{i}").as_bytes(), 0o644, O)
-                    .expect("create")
-                    .ino;
-                fs.release(f).expect("release");
-            }
-        })
+        std::thread::spawn(move || create_files(&fs, d, 11_500..15_500))
     };
     std::thread::sleep(Duration::from_secs(2));
     assert!(
@@ -717,32 +713,14 @@ fn a_due_transaction_takes_handles_while_the_commit_before_writes() {
 #[test]
 fn each_due_transaction_is_committed_once_and_whole() {
     let test = "each_due_transaction_is_committed_once_and_whole";
-    // A 1,024-block log: a transaction is due past 341 buffers. 20,000 creates dirty
-    // about 1,250 inode-table blocks and their directory's leaves.
-    let Some((_dir, img)) = image(
-        test,
-        128 << 20,
-        &["-b", "4096", "-J", "size=4", "-N", "32768"],
-    ) else {
+    let Some((_dir, img)) = small_log_image(test) else {
         return;
     };
-    let fs = Fs::mount(
-        Arc::new(MemDevice::from_vec(img)),
-        MountOptions {
-            commit_interval: Duration::from_secs(3600),
-            ..MountOptions::default()
-        },
-    )
-    .expect("mount");
+    let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), asked_commits_only()).expect("mount");
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, O).expect("mkdir").ino;
     let before = fs.journal_stats();
-    for i in 0..20_000u32 {
-        let f = fs
-            .create(d, format!("f{i}").as_bytes(), 0o644, O)
-            .expect("create")
-            .ino;
-        fs.release(f).expect("release");
-    }
+    // About 1,250 inode-table blocks and the directory's leaves.
+    create_files(&fs, d, 0..20_000);
     // Only due transactions committed so far (no timer, no sync): each at least its
     // 341 buffers, logged with its descriptor blocks.
     let after = fs.journal_stats();

@@ -325,18 +325,23 @@ impl Journal {
         self.kicked.swap(false, Ordering::AcqRel)
     }
 
+    /// The way to wake the commit thread, while it runs.
+    fn live_kick(&self) -> Option<&(dyn Fn() + Send + Sync)> {
+        let kick = self.kick.get()?;
+        self.kick_live
+            .load(Ordering::Acquire)
+            .then_some(kick.as_ref())
+    }
+
     /// Ask the commit thread to commit transaction `tid` (the running one), once per
     /// transaction: the handles that go on in it while the thread gets to it must not ask
     /// again, or the thread, having taken the ask, would find it again after that commit
     /// and commit the next transaction long before it is due (2,000,000 creates committed
     /// 23 times instead of 15). False if there is no commit thread.
     fn ask_commit(&self, tid: u64) -> bool {
-        let Some(kick) = self.kick.get() else {
+        let Some(kick) = self.live_kick() else {
             return false;
         };
-        if !self.kick_live.load(Ordering::Acquire) {
-            return false;
-        }
         if self.asked.fetch_max(tid, Ordering::AcqRel) < tid {
             self.kicked.store(true, Ordering::Release);
             kick();
@@ -347,12 +352,9 @@ impl Journal {
     /// Wait for the commit thread to close transaction `tid`. False if it did not within
     /// a while (no thread, or it is stuck behind IO): the caller commits itself.
     fn wait_closed(&self, tid: u64) -> bool {
-        let Some(kick) = self.kick.get() else {
+        let Some(kick) = self.live_kick() else {
             return false;
         };
-        if !self.kick_live.load(Ordering::Acquire) {
-            return false;
-        }
         self.kicked.store(true, Ordering::Release);
         kick();
         let mut g = self.gate.lock();
