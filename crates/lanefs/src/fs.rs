@@ -16,7 +16,7 @@ use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_INLINE_DATA};
 use crate::disk::superblock::{self as sbm, compat, incompat, ro_compat, Superblock};
 use crate::error::{Error, Result};
 use crate::ialloc::InodeAllocator;
-use crate::icache::{ICache, IRef};
+use crate::icache::{Got, ICache, IRef, NewInode};
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::{self, Handle, Journal, LogArea, Replay};
 pub use crate::rtalloc::RtAllocPolicy;
@@ -795,20 +795,42 @@ impl Fs {
 
     /// The cached inode `ino`, loading it from disk on a miss.
     fn iget(&self, ino: Ino) -> Result<IRef> {
+        match self.iget_or_read(ino)? {
+            Held::Cached(i) => Ok(i),
+            Held::Read(claim, d) => Ok(self.publish_read(claim, d)),
+        }
+    }
+
+    /// The cached inode `ino`, or, on a miss, its bytes read from disk under a claim on
+    /// its number ([`ICache::get_or_claim`]): the caller caches it
+    /// ([`Fs::publish_read`]) or works on the bytes and drops the claim. A claim holder
+    /// must not wait for the journal (a handle's owner may be waiting on the claim).
+    fn iget_or_read(&self, ino: Ino) -> Result<Held<'_>> {
         if ino < 1 || ino > self.al.geo.inodes() {
             return Err(Error::NotFound);
         }
-        self.icache.get(ino, || {
-            let d = inode::read_disk_inode(&self.ial, &self.bufs, ino)?;
-            if d.links() == 0 || FileType::from_mode(d.mode()).is_none() {
-                return Err(Error::NotFound);
+        match self.icache.get_or_claim(ino) {
+            Got::Cached(i) => Ok(Held::Cached(i)),
+            // A failed read drops the claim, which removes the placeholder and wakes the
+            // lookups waiting on it.
+            Got::Claimed(claim) => {
+                let d = inode::read_disk_inode(&self.ial, &self.bufs, ino)?;
+                if d.links() == 0 || FileType::from_mode(d.mode()).is_none() {
+                    return Err(Error::NotFound);
+                }
+                Ok(Held::Read(claim, d))
             }
-            let i = inode::new_inode(ino, d);
-            self.bind_device(&i);
-            // Its last change may be in any uncommitted transaction: fsync commits them.
-            i.state.write().tid = self.journal.running_tid();
-            Ok(i)
-        })
+        }
+    }
+
+    /// Cache an inode read under `claim`; returns a use of it.
+    fn publish_read(&self, claim: NewInode<'_>, d: DiskInode) -> IRef {
+        let ino = claim.ino();
+        let i = inode::new_inode(ino, d);
+        self.bind_device(&i);
+        // Its last change may be in any uncommitted transaction: fsync commits them.
+        i.state.write().tid = self.journal.running_tid();
+        claim.finish(i)
     }
 
     /// Read-lock an inode's state with its extent map loaded.
@@ -937,6 +959,14 @@ fn needs_extents(d: &DiskInode, bs: u32) -> bool {
         Some(FileType::Symlink) => !is_fast_symlink(d, bs),
         _ => false,
     }
+}
+
+/// What [`Fs::iget_or_read`] found.
+enum Held<'a> {
+    /// The inode was cached.
+    Cached(IRef),
+    /// It was not: its bytes as read, and the claim on its number.
+    Read(NewInode<'a>, DiskInode),
 }
 
 /// Whether a symlink keeps its target in `i_block` (ext4_inode_is_fast_symlink): an

@@ -742,26 +742,37 @@ impl ICache {
         ino: u64,
         load: impl FnOnce() -> std::result::Result<Inode, E>,
     ) -> std::result::Result<IRef, E> {
-        let claim = loop {
+        match self.get_or_claim(ino) {
+            Got::Cached(r) => Ok(r),
+            // A failed (or panicking) load drops the claim, which removes the placeholder
+            // and wakes the lookups waiting on it.
+            Got::Claimed(claim) => Ok(claim.finish(load()?)),
+        }
+    }
+
+    /// The cached inode `ino` (a lookup: marked referenced), or, when it is not cached,
+    /// a claim on its number: a placeholder that lookups of the number wait on until the
+    /// claim is finished with the inode or dropped. A caller may also work on the inode's
+    /// disk bytes under the claim and drop it without ever caching the inode (an unlink of
+    /// a cold inode, `Fs::remove`).
+    pub fn get_or_claim(&self, ino: u64) -> Got<'_> {
+        loop {
             if let Some(r) = self.find_use(ino, true) {
-                return Ok(r);
+                return Got::Cached(r);
             }
             let setup = Setup::new(ino);
             let slot = Slot::New(setup.clone());
             // Another lookup or a create may have claimed the number meanwhile.
             if self.put(ino, slot.clone(), |_| false).is_ok() {
-                break NewInode {
+                return Got::Claimed(NewInode {
                     cache: self,
                     ino,
                     slot,
                     setup,
                     done: false,
-                };
+                });
             }
-        };
-        // A failed (or panicking) load drops the claim, which removes the placeholder and
-        // wakes the lookups waiting on it.
-        Ok(claim.finish(load()?))
+        }
     }
 
     /// Replace placeholder `slot` by the set-up `inode`; returns a use of it.
@@ -1066,6 +1077,14 @@ impl Drop for ICache {
     }
 }
 
+/// What [`ICache::get_or_claim`] found.
+pub enum Got<'a> {
+    /// The inode was cached: a use of it.
+    Cached(IRef),
+    /// It was not: the caller holds its number.
+    Claimed(NewInode<'a>),
+}
+
 /// A new inode's claim on its number: [`NewInode::finish`] publishes the inode;
 /// dropping the claim unfinished removes it and wakes waiters (a failed create).
 pub struct NewInode<'a> {
@@ -1077,6 +1096,11 @@ pub struct NewInode<'a> {
 }
 
 impl NewInode<'_> {
+    /// The number claimed.
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
     /// Publish the set-up inode; returns a use of it.
     pub fn finish(mut self, inode: Inode) -> IRef {
         debug_assert_eq!(inode.ino, self.ino);

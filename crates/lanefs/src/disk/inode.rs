@@ -267,6 +267,24 @@ impl DiskInode {
     pub fn iblock_mut(&mut self) -> &mut [u8] {
         &mut self.raw[0x28..0x28 + IBLOCK_SIZE]
     }
+    /// Whether the inode owns no block: none counted in `i_blocks`, no xattr block, not
+    /// inline, and an empty block map (an extent root of no entries, or no block pointer
+    /// in a block-mapped inode). Freeing such an inode frees no block.
+    pub fn owns_no_block(&self) -> bool {
+        if le32(&self.raw, 0x1C) != 0 || le16(&self.raw, 0x74) != 0 || self.file_acl() != 0 {
+            return false;
+        }
+        let fl = self.flags();
+        if fl & FL_INLINE_DATA != 0 {
+            return false;
+        }
+        let root = self.iblock();
+        if fl & FL_EXTENTS != 0 {
+            le16(root, 0) == super::extent::EXT_MAGIC && le16(root, 2) == 0
+        } else {
+            root.iter().all(|&b| b == 0)
+        }
+    }
     /// Generation number.
     pub fn generation(&self) -> u32 {
         le32(&self.raw, 0x64)

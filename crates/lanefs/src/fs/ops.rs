@@ -1,6 +1,6 @@
 //! Namespace operations: lookup, create, link, unlink, rename, readdir, attributes.
 
-use super::{now, Fs, LINK_MAX};
+use super::{now, Fs, Held, LINK_MAX};
 use crate::bmap;
 use crate::dir::Probe;
 use crate::disk::extent::{self, Node};
@@ -9,7 +9,7 @@ use crate::disk::inode::{
 };
 use crate::disk::superblock::ro_compat;
 use crate::error::{Error, Result};
-use crate::icache::IRef;
+use crate::icache::{IRef, NewInode};
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::Handle;
 use crate::types::*;
@@ -683,7 +683,23 @@ impl Fs {
             return Err(Error::NotFound);
         };
         let cino = found.ino;
-        let c = self.iget(cino)?;
+        // Started before the child is claimed: a claim's holder must not wait for the
+        // journal (`Fs::iget_or_read`).
+        let h = self.journal.start();
+        let c = match self.iget_or_read(cino)? {
+            Held::Cached(c) => c,
+            Held::Read(claim, cd) => {
+                if !want_dir && !flags::pinned(&dst) && self.frees_cold(&cd) {
+                    let t = now();
+                    ctx.remove_found(&h, dir, &mut dst, name, found)?;
+                    dst.d.set_mtime(t);
+                    dst.d.set_ctime(t);
+                    self.store(&h, &d, &mut dst)?;
+                    return self.free_cold(&h, claim, cd, t);
+                }
+                self.publish_read(claim, cd)
+            }
+        };
         let mut cst = c.state.write();
         self.load(&c, &mut cst)?;
         // As Linux's may_delete: before the type checks.
@@ -700,7 +716,6 @@ impl Fs {
         if is_dir && !ctx.is_empty(cino, &cst)? {
             return Err(Error::NotEmpty);
         }
-        let h = self.journal.start();
         ctx.remove_found(&h, dir, &mut dst, name, found)?;
         let t = now();
         if is_dir {
@@ -719,6 +734,44 @@ impl Fs {
         if gone {
             self.icache.remove(cino, &c);
         }
+        Ok(())
+    }
+
+    /// Whether unlinking the inode whose bytes `d` were read from disk (so it is not
+    /// cached, hence not open) frees it and nothing else: a non-directory of one link,
+    /// not immutable or append-only, that owns no block, and no attribute can name an
+    /// EA inode. Such an unlink ([`Fs::free_cold`]) never caches the inode: most removes
+    /// of a directory too large for the inode cache are of this kind (mdtest, `rm -r` of
+    /// empty files), and caching a doomed inode, then evicting it, was a fifth of each.
+    fn frees_cold(&self, d: &DiskInode) -> bool {
+        let kind = FileType::from_mode(d.mode());
+        d.links() == 1
+            && kind.is_some_and(|k| k != FileType::Directory)
+            && d.flags() & (FL_IMMUTABLE | FL_APPEND) == 0
+            && d.owns_no_block()
+            && !self.ea_inode
+    }
+
+    /// Free the inode [`Fs::frees_cold`] chose (its last name is gone in `h`) as
+    /// [`Fs::free_inode`] would, its bytes written straight to its table block. The claim
+    /// on its number goes once it is freed: a lookup by number meanwhile waits, then
+    /// reads it freed (not found).
+    fn free_cold(
+        &self,
+        h: &Handle,
+        claim: NewInode<'_>,
+        mut d: DiskInode,
+        t: Timespec,
+    ) -> Result<()> {
+        let ino = claim.ino();
+        debug_assert!(d.links() == 1 && d.owns_no_block());
+        d.set_links(0);
+        d.set_ctime(t);
+        d.set_size(0);
+        d.set_dtime(t.sec as u32);
+        inode::store_inode(&self.ial, &self.bufs, h, ino, &mut d, false)?;
+        self.ial.free(h, &self.al, ino, false)?;
+        drop(claim);
         Ok(())
     }
 
