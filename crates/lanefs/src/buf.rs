@@ -128,6 +128,12 @@ impl Buf {
         self.seal.store(0, Ordering::Release);
         self.verified.store(true, Ordering::Release);
     }
+    /// Whether the buffer is its block's cached one (false once evicted or forgotten).
+    /// A holder of the buffer keeps it from eviction ([`BufCache`] evicts only blocks
+    /// nobody holds), so only a forget (the block freed) turns this false under it.
+    pub fn is_cached(&self) -> bool {
+        self.cached.load(Ordering::Relaxed)
+    }
     /// Whether the block was verified since it was read (or was written here).
     pub fn is_verified(&self) -> bool {
         self.verified.load(Ordering::Acquire)

@@ -149,9 +149,22 @@ impl Digest {
     }
 }
 
-/// The digests of one directory's leaves, by logical block.
+/// Most index blocks (dx root and nodes) one directory holds: the root and the second
+/// level of a directory of about 16 million names (a 2,000,000-name directory has 33).
+pub const INDEX_HELD: usize = 64;
+
+/// The digests of one directory's leaves, by logical block, and its index blocks held.
 pub struct LeafDigests {
     leaves: Vec<Option<Digest>>,
+    /// The directory's htree index blocks (root and nodes) as a probe last fetched them,
+    /// held, by logical block (sorted): a probe takes them without the buffer cache's
+    /// lookup and shard lock. A held buffer is never evicted (the cache evicts only
+    /// blocks nobody holds) and a directory's blocks neither move nor are freed while it
+    /// lives, so a held buffer stays its block's cached one; it is checked
+    /// ([`Buf::is_cached`]) anyway. Charged at a block each.
+    index: Vec<(u32, Arc<Buf>)>,
+    /// What the held index blocks are charged.
+    index_bytes: usize,
     /// Bytes the digests hold (their records and slots).
     bytes: usize,
     /// Most bytes kept before they are all dropped.
@@ -163,6 +176,8 @@ impl LeafDigests {
     pub fn new(budget: usize) -> LeafDigests {
         LeafDigests {
             leaves: Vec::new(),
+            index: Vec::new(),
+            index_bytes: 0,
             bytes: 0,
             budget,
         }
@@ -170,7 +185,33 @@ impl LeafDigests {
 
     /// Bytes held (for the inode cache's accounting).
     pub fn bytes(&self) -> usize {
-        self.bytes + self.leaves.capacity() * std::mem::size_of::<Option<Digest>>()
+        self.bytes
+            + self.leaves.capacity() * std::mem::size_of::<Option<Digest>>()
+            + self.index_bytes
+    }
+
+    /// The held buffer of index block `lblk`, if it is held and still cached.
+    pub fn index_block(&self, lblk: u32) -> Option<&Arc<Buf>> {
+        let i = self.index.binary_search_by_key(&lblk, |e| e.0).ok()?;
+        Some(&self.index[i].1).filter(|b| b.is_cached())
+    }
+
+    /// Hold `b`, the buffer of index block `lblk`, of `len` bytes (up to [`INDEX_HELD`]
+    /// blocks and a quarter of the budget); one held for `lblk` before is replaced.
+    pub fn hold_index(&mut self, lblk: u32, b: &Arc<Buf>, len: usize) {
+        let cost = std::mem::size_of::<(u32, Arc<Buf>)>() + len;
+        match self.index.binary_search_by_key(&lblk, |e| e.0) {
+            Ok(i) => self.index[i].1 = b.clone(),
+            Err(i)
+                if self.index.len() < INDEX_HELD
+                    && self.index_bytes + cost <= self.budget / 4 =>
+            {
+                self.index.insert(i, (lblk, b.clone()));
+                self.index_bytes += cost;
+            }
+            Err(_) => {}
+        }
+        debug_assert!(self.index.windows(2).all(|w| w[0].0 < w[1].0));
     }
 
     /// The block and buffer leaf `lblk`'s digest was built from, if it has one (a hint

@@ -54,8 +54,13 @@ impl Path {
 
 impl DirCtx<'_> {
     /// Block 0 of an htree: its root info, checked (the checksum once per read).
-    fn read_root(&self, ino: u64, st: &InodeState) -> Result<(DxRootInfo, Arc<Buf>)> {
-        let b = self.block(st, ino, 0)?;
+    fn read_root(
+        &self,
+        ino: u64,
+        st: &InodeState,
+        dg: &mut Digests,
+    ) -> Result<(DxRootInfo, Arc<Buf>)> {
+        let b = self.index_block(st, ino, dg, 0)?;
         let info = {
             let d = b.read();
             let info = dd::decode_root_info(&d, b.blk)?;
@@ -92,8 +97,14 @@ impl DirCtx<'_> {
     }
 
     /// Walk the index to the leaf for `name`.
-    pub(super) fn probe(&self, ino: u64, st: &InodeState, name: &[u8]) -> Result<Path> {
-        let (info, root) = self.read_root(ino, st)?;
+    pub(super) fn probe(
+        &self,
+        ino: u64,
+        st: &InodeState,
+        dg: &mut Digests,
+        name: &[u8],
+    ) -> Result<Path> {
+        let (info, root) = self.read_root(ino, st, dg)?;
         let version = self.hash_version(&info);
         let (hash, _) = self.hash(name, version);
         let mut path = Path {
@@ -135,7 +146,7 @@ impl DirCtx<'_> {
                 path.leaf = child;
                 return Ok(path);
             }
-            buf = self.block(st, ino, child)?;
+            buf = self.index_block(st, ino, dg, child)?;
             lblk = child;
             count_off = DX_NODE_COUNT_OFF;
         }
@@ -192,7 +203,7 @@ impl DirCtx<'_> {
         loop {
             let path = match path.take() {
                 Some(p) => p,
-                None => self.probe(ino, st, name)?,
+                None => self.probe(ino, st, dg, name)?,
             };
             let b = self.leaf_block(st, ino, dg, path.leaf)?;
             if self.try_insert(h, ino, st, dg, path.leaf, &b, path.room, name, child, ft)? {
@@ -376,7 +387,7 @@ impl DirCtx<'_> {
 
     /// Leaf logical blocks of an htree with the lowest hash each may hold, in hash order.
     pub(super) fn htree_leaves(&self, ino: u64, st: &InodeState) -> Result<Vec<(u32, u32)>> {
-        let (info, root) = self.read_root(ino, st)?;
+        let (info, root) = self.read_root(ino, st, &mut Digests::Off)?;
         let mut level = self.level_entries_of(&root, DX_ROOT_COUNT_OFF)?;
         for _ in 0..info.indirect_levels {
             let mut next = Vec::new();
@@ -398,7 +409,7 @@ impl DirCtx<'_> {
 
     /// The hash version readdir orders an htree's names by.
     pub(super) fn htree_version(&self, ino: u64, st: &InodeState) -> Result<u8> {
-        Ok(self.hash_version(&self.read_root(ino, st)?.0))
+        Ok(self.hash_version(&self.read_root(ino, st, &mut Digests::Off)?.0))
     }
 }
 

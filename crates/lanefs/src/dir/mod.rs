@@ -169,6 +169,36 @@ impl DirCtx<'_> {
         self.block(st, ino, lblk)
     }
 
+    /// The buffer of htree index block `lblk`: the one the directory holds
+    /// ([`LeafDigests::index_block`]), else mapped and looked up, and held when the
+    /// digests may change.
+    fn index_block(
+        &self,
+        st: &InodeState,
+        ino: u64,
+        dg: &mut Digests,
+        lblk: u32,
+    ) -> Result<Arc<Buf>> {
+        let held = match dg {
+            Digests::Off => None,
+            Digests::Read(g) => g.index_block(lblk),
+            Digests::Write(g) => g.index_block(lblk),
+        };
+        if let Some(b) = held {
+            debug_assert_eq!(
+                self.phys(st, ino, lblk).ok(),
+                Some(b.blk),
+                "directory {ino} index block {lblk}: the held buffer is another block"
+            );
+            return Ok(b.clone());
+        }
+        let b = self.block(st, ino, lblk)?;
+        if let Some(g) = dg.write() {
+            g.hold_index(lblk, &b, self.al.geo.bs as usize);
+        }
+        Ok(b)
+    }
+
     /// Verify a leaf block's checksum the first time it is used after a read.
     fn check_leaf(&self, ino: u64, st: &InodeState, b: &Buf, d: &[u8]) -> Result<()> {
         if self.csum() && !b.is_verified() {
@@ -312,7 +342,7 @@ impl DirCtx<'_> {
             });
         }
         let (slot, path) = if self.is_htree(st) {
-            let mut path = self.probe(ino, st, name)?;
+            let mut path = self.probe(ino, st, &mut dg, name)?;
             (
                 self.htree_search(ino, st, &mut dg, &mut path, name)?,
                 Some(path),
