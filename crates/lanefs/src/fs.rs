@@ -814,19 +814,19 @@ impl Fs {
             // A failed read drops the claim, which removes the placeholder and wakes the
             // lookups waiting on it.
             Got::Claimed(claim) => {
-                let d = inode::read_disk_inode(&self.ial, &self.bufs, ino)?;
+                let (d, b, off) = inode::read_disk_inode_in(&self.ial, &self.bufs, ino)?;
                 if d.links() == 0 || FileType::from_mode(d.mode()).is_none() {
                     return Err(Error::NotFound);
                 }
-                Ok(Held::Read(claim, d))
+                Ok(Held::Read(claim, Cold { d, b, off }))
             }
         }
     }
 
     /// Cache an inode read under `claim`; returns a use of it.
-    fn publish_read(&self, claim: NewInode<'_>, d: DiskInode) -> IRef {
+    fn publish_read(&self, claim: NewInode<'_>, c: Cold) -> IRef {
         let ino = claim.ino();
-        let i = inode::new_inode(ino, d);
+        let i = inode::new_inode(ino, c.d);
         self.bind_device(&i);
         // Its last change may be in any uncommitted transaction: fsync commits them.
         i.state.write().tid = self.journal.running_tid();
@@ -965,8 +965,16 @@ fn needs_extents(d: &DiskInode, bs: u32) -> bool {
 enum Held<'a> {
     /// The inode was cached.
     Cached(IRef),
-    /// It was not: its bytes as read, and the claim on its number.
-    Read(NewInode<'a>, DiskInode),
+    /// It was not: the claim on its number, and the inode as read.
+    Read(NewInode<'a>, Cold),
+}
+
+/// An inode read from disk and not cached: its bytes, and its table block's buffer with
+/// its offset there.
+struct Cold {
+    d: DiskInode,
+    b: Arc<Buf>,
+    off: usize,
 }
 
 /// Whether a symlink keeps its target in `i_block` (ext4_inode_is_fast_symlink): an

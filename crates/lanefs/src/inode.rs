@@ -309,6 +309,16 @@ pub fn init_empty_map(st: &mut InodeState, extents: bool) {
 
 /// Read inode `ino` from its table and verify its checksum.
 pub fn read_disk_inode(ial: &InodeAllocator, bufs: &BufCache, ino: u64) -> Result<DiskInode> {
+    Ok(read_disk_inode_in(ial, bufs, ino)?.0)
+}
+
+/// [`read_disk_inode`], and the table block's buffer with the inode's offset in it (for
+/// a write back without a second lookup, [`store_inode_at`]).
+pub fn read_disk_inode_in(
+    ial: &InodeAllocator,
+    bufs: &BufCache,
+    ino: u64,
+) -> Result<(DiskInode, Arc<Buf>, usize)> {
     let loc = ial.inode_loc(ino)?;
     let geo = ial.geo();
     let b = bufs.get(loc.blk)?;
@@ -324,7 +334,7 @@ pub fn read_disk_inode(ial: &InodeAllocator, bufs: &BufCache, ino: u64) -> Resul
             format!("extra_isize {extra} invalid"),
         ));
     }
-    Ok(d)
+    Ok((d, b, loc.off))
 }
 
 /// Write the inode's bytes (with a fresh checksum) into its table block. With
@@ -338,20 +348,38 @@ pub fn store_inode(
     keep_dtime: bool,
 ) -> Result<()> {
     let loc = ial.inode_loc(ino)?;
-    let geo = ial.geo();
     let b = bufs.get(loc.blk)?;
+    store_inode_at(ial, h, &b, loc.off, ino, d, keep_dtime);
+    Ok(())
+}
+
+/// [`store_inode`] into `b`, the inode's table block, at `off` (as
+/// [`read_disk_inode_in`] found them).
+pub fn store_inode_at(
+    ial: &InodeAllocator,
+    h: &Handle,
+    b: &Arc<Buf>,
+    off: usize,
+    ino: u64,
+    d: &mut DiskInode,
+    keep_dtime: bool,
+) {
+    let geo = ial.geo();
+    debug_assert_eq!(
+        ial.inode_loc(ino).ok().map(|l| (l.blk, l.off)),
+        Some((b.blk, off))
+    );
     {
         let mut w = b.write();
         if keep_dtime {
-            d.set_dtime(crate::disk::le32(&w, loc.off + crate::disk::inode::I_DTIME));
+            d.set_dtime(crate::disk::le32(&w, off + crate::disk::inode::I_DTIME));
         }
         if geo.csum {
             d.update_checksum(geo.seed, ino as u32);
         }
-        w[loc.off..loc.off + d.raw.len()].copy_from_slice(&d.raw);
+        w[off..off + d.raw.len()].copy_from_slice(&d.raw);
     }
-    h.dirty(&b);
-    Ok(())
+    h.dirty(b);
 }
 
 /// Store inode `i` (bytes `d`) in handle `h`'s transaction: the bytes go to its stage,

@@ -203,8 +203,7 @@ impl LeafDigests {
         match self.index.binary_search_by_key(&lblk, |e| e.0) {
             Ok(i) => self.index[i].1 = b.clone(),
             Err(i)
-                if self.index.len() < INDEX_HELD
-                    && self.index_bytes + cost <= self.budget / 4 =>
+                if self.index.len() < INDEX_HELD && self.index_bytes + cost <= self.budget / 4 =>
             {
                 self.index.insert(i, (lblk, b.clone()));
                 self.index_bytes += cost;

@@ -263,3 +263,55 @@ fn digests_are_charged_to_the_inode_cache() {
         charged[1]
     );
 }
+
+/// A directory holds its htree index blocks (root and nodes) with its digests, and a probe
+/// takes them from there. Goal: that changes nothing a two-level htree holds, through
+/// node splits, a buffer cache so small that every other block is evicted all the time
+/// (the held ones cannot be), and a remount. Method: a 1 KiB-block image, names of about
+/// 200 bytes (four to a leaf, so a few hundred names fill the root and the tree grows a
+/// second level); 2,500 creates, every third name unlinked, lookups of every name after,
+/// then the listing, the kernel's view through debugfs (two index levels) and e2fsck.
+#[test]
+fn held_index_blocks_keep_a_two_level_htree_exact() {
+    let td = tempfile::tempdir().unwrap();
+    let img = fresh(td.path(), "two.img", 1024);
+    let o = Owner::default();
+    let opts = MountOptions {
+        bufcache_limit: 256 << 10,
+        ..MountOptions::default()
+    };
+    let long = |i: usize| format!("{i:06}-{}", "n".repeat(190)).into_bytes();
+    let mut model = BTreeMap::new();
+    {
+        let fs = Fs::mount_path(&img, opts.clone()).unwrap();
+        let d = fs.mkdir(ROOT_INO, b"d", 0o755, o).unwrap().ino;
+        for i in 0..2500 {
+            let a = fs.create(d, &long(i), 0o644, o).unwrap();
+            fs.release(a.ino).unwrap();
+            model.insert(long(i), a.ino);
+        }
+        for i in (0..2500).step_by(3) {
+            fs.unlink(d, &long(i)).unwrap();
+            model.remove(&long(i));
+        }
+        for i in 0..2500 {
+            match model.get(&long(i)) {
+                Some(&ino) => assert_eq!(fs.lookup(d, &long(i)).unwrap().ino, ino, "{i}"),
+                None => assert_eq!(fs.lookup(d, &long(i)), Err(Error::NotFound), "{i}"),
+            }
+        }
+        assert_eq!(listing(&fs, d), model);
+        fs.unmount().unwrap();
+    }
+    let htree = common::debugfs(&img, "htree d").expect("debugfs htree");
+    assert!(
+        htree.contains("Indirect levels: 1"),
+        "a two-level tree: {}",
+        htree.lines().take(8).collect::<Vec<_>>().join("\n")
+    );
+    common::assert_fsck_clean(&img);
+    let fs = Fs::mount_path(&img, opts).unwrap();
+    let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
+    assert_eq!(listing(&fs, d), model);
+    fs.unmount().unwrap();
+}

@@ -1,6 +1,6 @@
 //! Namespace operations: lookup, create, link, unlink, rename, readdir, attributes.
 
-use super::{now, Fs, Held, LINK_MAX};
+use super::{now, Cold, Fs, Held, LINK_MAX};
 use crate::bmap;
 use crate::dir::Probe;
 use crate::disk::extent::{self, Node};
@@ -689,7 +689,7 @@ impl Fs {
         let c = match self.iget_or_read(cino)? {
             Held::Cached(c) => c,
             Held::Read(claim, cd) => {
-                if !want_dir && !flags::pinned(&dst) && self.frees_cold(&cd) {
+                if !want_dir && !flags::pinned(&dst) && self.frees_cold(&cd.d) {
                     let t = now();
                     ctx.remove_found(&h, dir, &mut dst, name, found)?;
                     dst.d.set_mtime(t);
@@ -756,20 +756,15 @@ impl Fs {
     /// [`Fs::free_inode`] would, its bytes written straight to its table block. The claim
     /// on its number goes once it is freed: a lookup by number meanwhile waits, then
     /// reads it freed (not found).
-    fn free_cold(
-        &self,
-        h: &Handle,
-        claim: NewInode<'_>,
-        mut d: DiskInode,
-        t: Timespec,
-    ) -> Result<()> {
+    fn free_cold(&self, h: &Handle, claim: NewInode<'_>, c: Cold, t: Timespec) -> Result<()> {
         let ino = claim.ino();
+        let Cold { mut d, b, off } = c;
         debug_assert!(d.links() == 1 && d.owns_no_block());
         d.set_links(0);
         d.set_ctime(t);
         d.set_size(0);
         d.set_dtime(t.sec as u32);
-        inode::store_inode(&self.ial, &self.bufs, h, ino, &mut d, false)?;
+        inode::store_inode_at(&self.ial, h, &b, off, ino, &mut d, false);
         self.ial.free(h, &self.al, ino, false)?;
         drop(claim);
         Ok(())
