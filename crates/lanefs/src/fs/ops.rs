@@ -683,21 +683,26 @@ impl Fs {
             return Err(Error::NotFound);
         };
         let cino = found.ino;
-        // Started before the child is claimed: a claim's holder must not wait for the
-        // journal (`Fs::iget_or_read`).
-        let h = self.journal.start();
-        let c = match self.iget_or_read(cino)? {
-            Held::Cached(c) => c,
-            Held::Read(claim, cd) => {
-                if !want_dir && !flags::pinned(&dst) && self.frees_cold(&cd.d) {
-                    let t = now();
-                    ctx.remove_found(&h, dir, &mut dst, name, found)?;
-                    dst.d.set_mtime(t);
-                    dst.d.set_ctime(t);
-                    self.store(&h, &d, &mut dst)?;
-                    return self.free_cold(&h, claim, cd, t);
+        let c = {
+            // A cold free's handle starts before the child is claimed: a claim's holder
+            // must not wait for the journal (`Fs::iget_or_read`). Any other remove drops
+            // it and starts its own after locking the child (the journal's lock order:
+            // inode locks first; a thread holding the child's lock may be waiting in
+            // `Journal::start` for the commit this handle would hold up).
+            let h = self.journal.start();
+            match self.iget_or_read(cino)? {
+                Held::Cached(c) => c,
+                Held::Read(claim, cd) => {
+                    if !want_dir && !flags::pinned(&dst) && self.frees_cold(&cd.d) {
+                        let t = now();
+                        ctx.remove_found(&h, dir, &mut dst, name, found)?;
+                        dst.d.set_mtime(t);
+                        dst.d.set_ctime(t);
+                        self.store(&h, &d, &mut dst)?;
+                        return self.free_cold(&h, claim, cd, t);
+                    }
+                    self.publish_read(claim, cd)
                 }
-                self.publish_read(claim, cd)
             }
         };
         let mut cst = c.state.write();
@@ -716,6 +721,7 @@ impl Fs {
         if is_dir && !ctx.is_empty(cino, &cst)? {
             return Err(Error::NotEmpty);
         }
+        let h = self.journal.start();
         ctx.remove_found(&h, dir, &mut dst, name, found)?;
         let t = now();
         if is_dir {
@@ -800,6 +806,9 @@ impl Fs {
         st.d.set_links(0);
         st.d.set_dtime(now().sec as u32);
         st.freed = true;
+        // A freed directory's digests and held index blocks (forgotten buffers) go now,
+        // not when the last opener lets the inode go.
+        st.digests = None;
         i.gone.store(true, Ordering::Release);
         self.store(h, i, st)?;
         self.ial.free(h, &self.al, ino, kind == FileType::Directory)
@@ -988,11 +997,12 @@ impl Fs {
         if !self.atime_due(&i.state.read().d, t) {
             return Ok(());
         }
-        let h = self.journal.start();
+        // The inode's lock before the handle (the journal's lock order).
         let mut st = i.state.write();
         if st.freed || !self.atime_due(&st.d, t) {
             return Ok(());
         }
+        let h = self.journal.start();
         st.d.set_atime(t);
         self.store(&h, &i, &mut st)
     }
