@@ -26,6 +26,7 @@
 //!   new inode starts unreferenced, and a close or fsync ([`ICache::peek`]) does not
 //!   mark it: a file created, closed and not looked up again goes at the first pass.
 
+use crate::hint::prefetch;
 use crate::inode::Inode;
 use crate::numhash::{fib_bits, NumHash};
 use crate::sync::{my_lane, Mutex, ICACHE_BUCKET, ICACHE_GLOBAL, LANES};
@@ -458,20 +459,6 @@ const SWEEP_TARGET_EIGHTHS: u64 = 7;
 
 /// How many buckets ahead of the hand a sweep asks for the first inode's lines.
 const SWEEP_AHEAD: usize = 8;
-
-/// Ask for the cache line at address `a` (a hint, never a read: any address will do).
-#[allow(unsafe_code)]
-fn prefetch(a: usize) {
-    // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has, and is a hint that
-    // reads nothing the program can see: it never faults, whatever the address (a freed
-    // or unmapped one included), so it has no memory-safety precondition.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(a as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = a;
-}
 
 /// Bytes and inodes charged to the cache, counted in per-thread lanes and folded into the
 /// shared totals a batch at a time (the kernel's `percpu_counter`, as its `nr_inodes`): a

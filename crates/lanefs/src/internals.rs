@@ -26,6 +26,8 @@ pub mod dirty;
 pub mod disk;
 #[path = "extmap.rs"]
 pub mod extmap;
+#[path = "hint.rs"]
+pub mod hint;
 #[path = "ialloc.rs"]
 pub mod ialloc;
 #[path = "icache.rs"]

@@ -27,6 +27,7 @@ use std::sync::{Arc, Weak};
 use crate::buf::Buf;
 use crate::disk::dir::{self as dd, Hit};
 use crate::error::Result;
+use crate::hint::prefetch;
 use crate::numhash::mix;
 
 /// The tag of a free record (inode 0): no name's tag is 0.
@@ -58,6 +59,9 @@ pub struct Digest {
     buf: Weak<Buf>,
     /// That buffer's block (so a fetch can find the shard without touching the buffer).
     blk: u64,
+    /// Where the buffer's bytes were when the digest was built: only ever a prefetch
+    /// address ([`LeafDigests::prefetch`]), never read through.
+    data: usize,
     /// The buffer's write generation it describes.
     gen: u64,
     /// One per record, in block order: offset in the high 16 bits, tag in the low.
@@ -79,7 +83,16 @@ impl Digest {
     /// The live entry called `name` (tag `t`), read from the leaf's bytes `d` at the
     /// records whose tags match.
     pub fn find(&self, d: &[u8], name: &[u8], t: u16) -> Option<Hit> {
-        for (i, &r) in self.recs.iter().enumerate() {
+        self.find_from(d, name, t, 0)
+    }
+
+    /// [`Digest::find`] from record `from` on: the caller knows no record before it has
+    /// tag `t` ([`LeafDigests::prefetch`] found the first that does).
+    pub fn find_from(&self, d: &[u8], name: &[u8], t: u16, from: usize) -> Option<Hit> {
+        debug_assert!(self.recs[..from.min(self.recs.len())]
+            .iter()
+            .all(|&r| r as u16 != t));
+        for (i, &r) in self.recs.iter().enumerate().skip(from) {
             if r as u16 != t {
                 continue;
             }
@@ -103,6 +116,11 @@ impl Digest {
         self.recs.capacity() * 4
     }
 
+    /// Which buffer and write generation it describes: equal stamps, equal records.
+    pub fn stamp(&self) -> (usize, u64) {
+        (self.buf.as_ptr() as usize, self.gen)
+    }
+
     /// Whether it describes `b` as `b` was `writes` writes ago.
     fn describes(&self, b: &Arc<Buf>, writes: u64) -> bool {
         std::ptr::eq(self.buf.as_ptr(), Arc::as_ptr(b)) && self.gen + writes == b.write_gen()
@@ -121,6 +139,7 @@ impl Digest {
         Ok(Digest {
             buf: Arc::downgrade(b),
             blk: b.blk,
+            data: d.as_ptr() as usize,
             gen: b.write_gen(),
             recs,
             room,
@@ -218,6 +237,28 @@ impl LeafDigests {
     pub fn hint(&self, lblk: u32) -> Option<(u64, &Weak<Buf>)> {
         let g = self.leaves.get(lblk as usize)?.as_ref()?;
         Some((g.blk, &g.buf))
+    }
+
+    /// Ask the CPU for what a search of leaf `lblk` for a name of tag `t` reads after its
+    /// records: the leaf's buffer and the entry of the first record whose tag matches
+    /// (and the record before it, which an unlink rewrites), at the addresses the digest
+    /// saw. In a directory too large for the CPU's caches each is a miss that otherwise
+    /// waits for the one before it (the buffer's locks come between the records and the
+    /// entry). A hint: a stale digest costs a wasted prefetch, nothing is read here.
+    /// Returns where the search can start ([`Digest::find_from`]: the first record with
+    /// tag `t`, or the end) for the digest of that [`Digest::stamp`], so the records are
+    /// scanned once.
+    pub fn prefetch(&self, lblk: u32, t: u16) -> Option<(usize, (usize, u64))> {
+        let g = self.leaves.get(lblk as usize)?.as_ref()?;
+        prefetch(g.buf.as_ptr() as usize);
+        let first = g.recs.iter().position(|&r| r as u16 == t);
+        if let Some(i) = first {
+            prefetch(g.data + off_of(g.recs[i]));
+            if let Some(&p) = i.checked_sub(1).and_then(|j| g.recs.get(j)) {
+                prefetch(g.data + off_of(p));
+            }
+        }
+        Some((first.unwrap_or(g.recs.len()), g.stamp()))
     }
 
     /// The digest of leaf `lblk` if it describes `b`'s bytes now.

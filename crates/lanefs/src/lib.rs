@@ -151,8 +151,8 @@ mod types;
 // etc. inside the crate.
 pub mod internals;
 pub(crate) use internals::{
-    alloc, buf, dirty, disk, extmap, ialloc, icache, inode, journal, leafdigest, numhash, page,
-    rtalloc, sync, usegate,
+    alloc, buf, dirty, disk, extmap, hint, ialloc, icache, inode, journal, leafdigest, numhash,
+    page, rtalloc, sync, usegate,
 };
 
 // Layers nothing outside the crate uses.

@@ -238,6 +238,12 @@ impl DirCtx<'_> {
         lblk: u32,
         name: &[u8],
     ) -> Result<(Option<Slot>, Option<usize>)> {
+        let t = leafdigest::tag(name);
+        let scanned = match dg {
+            Digests::Off => None,
+            Digests::Read(g) => g.prefetch(lblk, t),
+            Digests::Write(g) => g.prefetch(lblk, t),
+        };
         let b = self.leaf_block(st, ino, dg, lblk)?;
         let (hit, room) = {
             let d = b.read();
@@ -248,10 +254,15 @@ impl DirCtx<'_> {
                 Digests::Write(g) => Some(g.get_or_build(lblk, &b, &d, self.csum())?),
             };
             match g {
-                Some(g) => (
-                    g.find(&d, name, leafdigest::tag(name)),
-                    g.room(dd::rec_len_for(name.len())),
-                ),
+                Some(g) => {
+                    // Where the prefetch's scan of the same records stopped (a digest
+                    // rebuilt since has another stamp and is scanned whole).
+                    let from = scanned.filter(|s| s.1 == g.stamp()).map_or(0, |s| s.0);
+                    (
+                        g.find_from(&d, name, t, from),
+                        g.room(dd::rec_len_for(name.len())),
+                    )
+                }
                 None => dd::search_block_room(&d, self.csum(), b.blk, name)?,
             }
         };
