@@ -64,6 +64,15 @@ enum Digests<'a> {
 }
 
 impl Digests<'_> {
+    /// The digests to read, in either mode.
+    fn read(&self) -> Option<&LeafDigests> {
+        match self {
+            Digests::Off => None,
+            Digests::Read(g) => Some(g),
+            Digests::Write(g) => Some(g),
+        }
+    }
+
     fn write(&mut self) -> Option<&mut LeafDigests> {
         match self {
             Digests::Write(g) => Some(g),
@@ -153,11 +162,7 @@ impl DirCtx<'_> {
     /// shrinks; its blocks are freed only with the inode, and a freed block leaves the
     /// cache).
     fn leaf_block(&self, st: &InodeState, ino: u64, dg: &Digests, lblk: u32) -> Result<Arc<Buf>> {
-        let hint = match dg {
-            Digests::Off => None,
-            Digests::Read(g) => g.hint(lblk),
-            Digests::Write(g) => g.hint(lblk),
-        };
+        let hint = dg.read().and_then(|g| g.hint(lblk));
         if let Some(b) = hint.and_then(|(blk, w)| self.bufs.get_hinted(blk, w)) {
             debug_assert_eq!(
                 self.phys(st, ino, lblk).ok(),
@@ -179,11 +184,7 @@ impl DirCtx<'_> {
         dg: &mut Digests,
         lblk: u32,
     ) -> Result<Arc<Buf>> {
-        let held = match dg {
-            Digests::Off => None,
-            Digests::Read(g) => g.index_block(lblk),
-            Digests::Write(g) => g.index_block(lblk),
-        };
+        let held = dg.read().and_then(|g| g.index_block(lblk));
         if let Some(b) = held {
             debug_assert_eq!(
                 self.phys(st, ino, lblk).ok(),
@@ -239,11 +240,7 @@ impl DirCtx<'_> {
         name: &[u8],
     ) -> Result<(Option<Slot>, Option<usize>)> {
         let t = leafdigest::tag(name);
-        let scanned = match dg {
-            Digests::Off => None,
-            Digests::Read(g) => g.prefetch(lblk, t),
-            Digests::Write(g) => g.prefetch(lblk, t),
-        };
+        let scanned = dg.read().and_then(|g| g.prefetch(lblk, t));
         let b = self.leaf_block(st, ino, dg, lblk)?;
         let (hit, room) = {
             let d = b.read();
