@@ -252,10 +252,20 @@ impl LeafDigests {
         let g = self.leaves.get(lblk as usize)?.as_ref()?;
         prefetch(g.buf.as_ptr() as usize);
         let first = g.recs.iter().position(|&r| r as u16 == t);
-        if let Some(i) = first {
-            prefetch(g.data + off_of(g.recs[i]));
-            if let Some(&p) = i.checked_sub(1).and_then(|j| g.recs.get(j)) {
-                prefetch(g.data + off_of(p));
+        match first {
+            Some(i) => {
+                prefetch(g.data + off_of(g.recs[i]));
+                if let Some(&p) = i.checked_sub(1).and_then(|j| g.recs.get(j)) {
+                    prefetch(g.data + off_of(p));
+                }
+            }
+            // No such name here: most likely a create, which writes its entry into the
+            // record with room (and the line after it, where the entry goes when the
+            // record keeps its own).
+            None => {
+                let at = g.data + g.room.0 as usize;
+                prefetch(at);
+                prefetch(at + 64);
             }
         }
         Some((first.unwrap_or(g.recs.len()), g.stamp()))
