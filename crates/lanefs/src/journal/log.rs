@@ -149,7 +149,8 @@ impl LogArea {
         mut pos: u32,
         blocks: &[B],
     ) -> Result<u32> {
-        let mut run: Vec<&[u8]> = Vec::new();
+        // At most all of them in one run: sized once, not grown by doubling.
+        let mut run: Vec<&[u8]> = Vec::with_capacity(blocks.len());
         let mut run_start = 0u64;
         for b in blocks {
             let p = self.phys(pos);
