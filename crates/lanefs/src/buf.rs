@@ -13,6 +13,7 @@ use crate::dirty::{DirtyCount, DirtyFlag};
 use crate::disk::seal::Seal;
 use crate::error::Result;
 use crate::numhash::{fib_bits, NumHash};
+use crate::resident::Resident;
 use crate::sync::{
     Mutex, Padded, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_FROZEN, BUF_SHARD,
 };
@@ -68,7 +69,7 @@ pub struct Buf {
     verified: AtomicBool,
     /// The block is in its shard's map (changed only under the shard's lock): a holder of a
     /// `Weak` to it may take it back ([`BufCache::get_hinted`]) while this holds.
-    cached: AtomicBool,
+    cached: Resident,
     /// How many times the bytes were opened for writing ([`Buf::write`]): a structure
     /// derived from the bytes (a directory leaf's digest) is current while this has not
     /// moved since it was derived.
@@ -132,7 +133,7 @@ impl Buf {
     /// A holder of the buffer keeps it from eviction ([`BufCache`] evicts only blocks
     /// nobody holds), so only a forget (the block freed) turns this false under it.
     pub fn is_cached(&self) -> bool {
-        self.cached.load(Ordering::Relaxed)
+        self.cached.get()
     }
     /// Whether the block was verified since it was read (or was written here).
     pub fn is_verified(&self) -> bool {
@@ -303,14 +304,14 @@ impl BufCache {
     /// The buffer `hint` refers to (a buffer of block `blk` the caller got before: a
     /// directory leaf's digest keeps one) while it is still the cached one, found without
     /// looking the block up in the shard's map (whose control bytes and slot are two cache
-    /// misses in a large cache). The check and the upgrade happen under the shard's lock,
-    /// which every removal from the map holds too: a buffer found in the map there stays
-    /// the cached one, as a held buffer is never evicted. `None`: look it up. (`blk` comes
-    /// with the hint so that the caller needs no block map to find the shard.)
+    /// misses in a large cache) and without the shard's lock (whose line two threads
+    /// working in different directories passed back and forth): the upgrade counts the
+    /// caller in, and [`Resident::confirm`] then shows the buffer was not evicted, as an
+    /// eviction takes only a buffer nobody holds ([`Resident::try_clear`]). `None`: look it
+    /// up, as for a hint of another block than `blk`.
     pub fn get_hinted(&self, blk: u64, hint: &Weak<Buf>) -> Option<Arc<Buf>> {
-        let _sh = self.shard(blk).lock();
-        hint.upgrade()
-            .filter(|b| b.blk == blk && b.cached.load(Ordering::Relaxed))
+        let b = hint.upgrade()?;
+        (b.blk == blk && b.cached.confirm()).then_some(b)
     }
 
     /// A block that is about to be overwritten whole: no read, contents zeroed.
@@ -377,7 +378,7 @@ impl BufCache {
             seal: AtomicU64::new(0),
             verified: AtomicBool::new(false),
             wgen: AtomicU64::new(0),
-            cached: AtomicBool::new(true),
+            cached: Resident::new(true),
             freeze: AtomicBool::new(false),
             frozen: Mutex::new(&BUF_FROZEN, None),
         });
@@ -448,7 +449,7 @@ impl BufCache {
             let mut sh = self.shard(blk).lock();
             let b = sh.map.remove(&blk);
             if let Some(b) = &b {
-                b.cached.store(false, Ordering::Relaxed);
+                b.cached.clear();
             }
             b
         };
@@ -480,10 +481,18 @@ fn evict(sh: &mut Shard, limit: usize) -> (usize, usize) {
         .collect();
     let (mut gone, mut kept) = (0, 0);
     for k in victims {
+        // A hinted reader may have taken the buffer since it was picked (it takes no shard
+        // lock): it then stays.
+        if !sh
+            .map
+            .get(&k)
+            .is_some_and(|b| b.cached.try_clear(|| Arc::strong_count(b)))
+        {
+            continue;
+        }
         let Some(b) = sh.map.remove(&k) else {
             continue;
         };
-        b.cached.store(false, Ordering::Relaxed);
         match Arc::try_unwrap(b) {
             Ok(b) if sh.spare.len() < limit / 4 => {
                 sh.spare.push(b.data.into_inner());
