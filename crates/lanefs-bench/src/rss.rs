@@ -25,7 +25,7 @@ fn parse_hwm(status: &str) -> Option<u64> {
 
 /// How the program's heap gives its free memory back, when it is not glibc's malloc (set
 /// once by the program that chose the allocator: the `lanefs` command uses mimalloc,
-/// which keeps freed pages resident for a second before it purges them).
+/// which keeps freed pages resident for ten seconds before it purges them).
 static HEAP_TRIM: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
 /// Have [`reset_peak`] give freed heap back with `trim` instead of glibc's `malloc_trim`.

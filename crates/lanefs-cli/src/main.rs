@@ -123,9 +123,10 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// taken again within seconds, so a page given back after a second was mostly faulted in
 /// and zeroed again soon after: 16,856 page faults in a 2,000,000-file mdtest run, 3,610
 /// at 10 s, and its creates 2 % and removes 8 % faster (medians of seven alternated pairs;
-/// README, "The heap keeps freed pages for ten seconds"). The resident set stays within
-/// the caches' limits either way, and the bench's trim before each run still gives
-/// everything back; `MIMALLOC_PURGE_DELAY` overrides it.
+/// README, "The heap keeps freed pages for ten seconds"). What the caches free stays
+/// resident up to 10 s longer (the caches' own accounting keeps to their limits); the
+/// bench's trim before each run still gives everything back; `MIMALLOC_PURGE_DELAY`
+/// overrides it.
 const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 
 /// Set mimalloc's options before the command runs (unless the environment set them).
@@ -135,7 +136,8 @@ fn tune_heap() {
     unsafe { libmimalloc_sys::mi_option_set_default(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
 }
 
-/// Give mimalloc's freed pages back now (it purges them a second after they are freed):
+/// Give mimalloc's freed pages back now (it purges them [`PURGE_DELAY_MS`] after they are
+/// freed):
 /// the bench resets the peak resident set before each run, which must not count memory an
 /// earlier run freed.
 fn trim_heap() {

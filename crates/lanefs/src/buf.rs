@@ -13,7 +13,6 @@ use crate::dirty::{DirtyCount, DirtyFlag};
 use crate::disk::seal::Seal;
 use crate::error::Result;
 use crate::numhash::{fib_bits, NumHash};
-use crate::resident::Resident;
 use crate::sync::{
     Mutex, Padded, RwLock, RwLockReadGuard, RwLockWriteGuard, BUFFER, BUF_FROZEN, BUF_SHARD,
 };
@@ -69,7 +68,7 @@ pub struct Buf {
     verified: AtomicBool,
     /// The block is in its shard's map (changed only under the shard's lock): a holder of a
     /// `Weak` to it may take it back ([`BufCache::get_hinted`]) while this holds.
-    cached: Resident,
+    cached: AtomicBool,
     /// How many times the bytes were opened for writing ([`Buf::write`]): a structure
     /// derived from the bytes (a directory leaf's digest) is current while this has not
     /// moved since it was derived.
@@ -133,7 +132,7 @@ impl Buf {
     /// A holder of the buffer keeps it from eviction ([`BufCache`] evicts only blocks
     /// nobody holds), so only a forget (the block freed) turns this false under it.
     pub fn is_cached(&self) -> bool {
-        self.cached.get()
+        self.cached.load(Ordering::Relaxed)
     }
     /// Whether the block was verified since it was read (or was written here).
     pub fn is_verified(&self) -> bool {
@@ -211,6 +210,8 @@ pub struct BufCache {
     copies: std::sync::atomic::AtomicUsize,
     /// Spare block memory the shards keep (counts against the limit too).
     spares: std::sync::atomic::AtomicUsize,
+    /// Blocks evicted since the cache was made.
+    evicted: AtomicU64,
 }
 
 impl BufCache {
@@ -240,6 +241,7 @@ impl BufCache {
             cached: std::sync::atomic::AtomicUsize::new(0),
             copies: std::sync::atomic::AtomicUsize::new(0),
             spares: std::sync::atomic::AtomicUsize::new(0),
+            evicted: AtomicU64::new(0),
         }
     }
 
@@ -254,6 +256,7 @@ impl BufCache {
                 * bs,
             dirty_bytes: self.dirty_count() as u64 * bs,
             limit: self.limit,
+            evicted: self.evicted.load(Ordering::Relaxed),
         }
     }
 
@@ -305,13 +308,20 @@ impl BufCache {
     /// directory leaf's digest keeps one) while it is still the cached one, found without
     /// looking the block up in the shard's map (whose control bytes and slot are two cache
     /// misses in a large cache) and without the shard's lock (whose line two threads
-    /// working in different directories passed back and forth): the upgrade counts the
-    /// caller in, and [`Resident::confirm`] then shows the buffer was not evicted, as an
-    /// eviction takes only a buffer nobody holds ([`Resident::try_clear`]). `None`: look it
-    /// up, as for a hint of another block than `blk`.
+    /// working in different directories passed back and forth). An eviction and the
+    /// upgrade race on the buffer's one strong count, as the kernel's reclaim
+    /// (`folio_ref_freeze`) and lockless page-cache lookup (`folio_try_get`) do on a
+    /// folio's: the eviction takes it from 1 (the map's) to 0 in one compare-exchange
+    /// (`Arc::try_unwrap`), the upgrade increments it only from non-zero, so exactly one of
+    /// them wins; an eviction that lost puts the buffer back before it lets go of the shard
+    /// lock ([`evict`]), so a buffer a hint gave back stays its block's cached one. The
+    /// flag is checked too: a forget (the block freed) takes a buffer out while held, but
+    /// never one a hint can still name (a directory's leaves are freed with the directory,
+    /// under its lock, and its digests with them). `None`: look it up, as for a hint of
+    /// another block than `blk`.
     pub fn get_hinted(&self, blk: u64, hint: &Weak<Buf>) -> Option<Arc<Buf>> {
-        let b = hint.upgrade()?;
-        (b.blk == blk && b.cached.confirm()).then_some(b)
+        hint.upgrade()
+            .filter(|b| b.blk == blk && b.cached.load(Ordering::Relaxed))
     }
 
     /// A block that is about to be overwritten whole: no read, contents zeroed.
@@ -378,7 +388,7 @@ impl BufCache {
             seal: AtomicU64::new(0),
             verified: AtomicBool::new(false),
             wgen: AtomicU64::new(0),
-            cached: Resident::new(true),
+            cached: AtomicBool::new(true),
             freeze: AtomicBool::new(false),
             frozen: Mutex::new(&BUF_FROZEN, None),
         });
@@ -398,6 +408,8 @@ impl BufCache {
         sh.spare.truncate(keep);
         let (gone, kept) = evict(sh, bound);
         self.cached.fetch_sub(gone + kept, Ordering::Relaxed);
+        self.evicted
+            .fetch_add((gone + kept) as u64, Ordering::Relaxed);
         self.spares.fetch_add(kept, Ordering::Relaxed);
         self.spares.fetch_sub(trimmed, Ordering::Relaxed);
     }
@@ -449,7 +461,7 @@ impl BufCache {
             let mut sh = self.shard(blk).lock();
             let b = sh.map.remove(&blk);
             if let Some(b) = &b {
-                b.cached.clear();
+                b.cached.store(false, Ordering::Relaxed);
             }
             b
         };
@@ -479,26 +491,32 @@ fn evict(sh: &mut Shard, limit: usize) -> (usize, usize) {
         .map(|(k, _)| *k)
         .take(sh.map.len().saturating_sub(target))
         .collect();
+    take_out(sh, &victims, limit)
+}
+
+/// Take the picked blocks `victims` out of the map, keeping the memory of up to a quarter
+/// of `limit` as spares; a block someone took since it was picked stays.
+fn take_out(sh: &mut Shard, victims: &[u64], limit: usize) -> (usize, usize) {
     let (mut gone, mut kept) = (0, 0);
-    for k in victims {
-        // A hinted reader may have taken the buffer since it was picked (it takes no shard
-        // lock): it then stays.
-        if !sh
-            .map
-            .get(&k)
-            .is_some_and(|b| b.cached.try_clear(|| Arc::strong_count(b)))
-        {
-            continue;
-        }
+    for &k in victims {
         let Some(b) = sh.map.remove(&k) else {
             continue;
         };
+        // From 1 to 0 or not at all: a hint's upgrade (no shard lock) may have counted
+        // itself in since the buffer was picked ([`BufCache::get_hinted`]); the buffer then
+        // goes back, still the cached one.
         match Arc::try_unwrap(b) {
-            Ok(b) if sh.spare.len() < limit / 4 => {
-                sh.spare.push(b.data.into_inner());
-                kept += 1;
+            Ok(b) => {
+                if sh.spare.len() < limit / 4 {
+                    sh.spare.push(b.data.into_inner());
+                    kept += 1;
+                } else {
+                    gone += 1;
+                }
             }
-            _ => gone += 1,
+            Err(b) => {
+                sh.map.insert(k, b);
+            }
         }
     }
     (gone, kept)
@@ -621,6 +639,32 @@ mod tests {
             Some(h) => assert!(Arc::ptr_eq(&c.get_hinted(5, &hint).unwrap(), &h)),
             None => assert!(c.get_hinted(5, &hint).is_none()),
         }
+    }
+
+    /// A block a hint took back between an eviction's pick and its compare-exchange (the
+    /// window `get_hinted` leaves, having no shard lock) stays in the map, the same buffer,
+    /// and the eviction counts nothing; one nobody took leaves the map.
+    #[test]
+    fn an_eviction_puts_back_a_block_taken_since_its_pick() {
+        let bs = 1024;
+        let dev = Arc::new(crate::dev::MemDevice::new(8 << 20));
+        let c = BufCache::new(dev, bs, 1 << 20);
+        let held = c.get(7).unwrap();
+        let hint = Arc::downgrade(&held);
+        drop(held);
+        // Picked with a count of 1 (the map's); then the hint counts itself in.
+        let taken = c.get_hinted(7, &hint).expect("cached");
+        let mut sh = c.shard(7).lock();
+        assert_eq!(take_out(&mut sh, &[7], 64), (0, 0));
+        assert!(Arc::ptr_eq(sh.map.get(&7).expect("put back"), &taken));
+        drop(taken);
+        assert_eq!(take_out(&mut sh, &[7], 64), (0, 1));
+        assert!(!sh.map.contains_key(&7));
+        drop(sh);
+        assert!(
+            c.get_hinted(7, &hint).is_none(),
+            "an evicted block's hint is dead"
+        );
     }
 
     /// A frozen block yields its bytes as they were when frozen: copied by the commit

@@ -405,6 +405,9 @@ impl Bucket {
     /// [`Bucket::retire`] for many entries at once, in one deferred drop that asks for the
     /// lines of the entries a few ahead of the one it drops: a sweep's victims are the
     /// coldest inodes in the cache, and each drop was a few misses waited for one by one.
+    /// The thread's deferred drops are flushed to the global queue at once: a batch left
+    /// in the bag of a thread that then went quiet would hold uncharged inodes (and a
+    /// realtime file's device claim) for as long as it stays quiet.
     fn retire_all(vs: Vec<usize>) {
         if vs.is_empty() {
             return;
@@ -425,6 +428,7 @@ impl Bucket {
                 }
             })
         };
+        g.flush();
     }
 
     /// Drop the chain's count of the unlinked `v` after every current pin ends.
@@ -498,11 +502,31 @@ const SWEEP_TARGET_EIGHTHS: u64 = 7;
 const SWEEP_AHEAD: usize = 8;
 /// How many victims ahead of the one it drops a sweep's deferred drop asks for lines.
 const RELEASE_AHEAD: usize = 4;
-/// Victims a sweep hands to one deferred drop ([`Bucket::retire_all`]): a 2 KiB vector,
-/// from the allocator's small pages (a vector of a whole sweep's victims, tens of
-/// thousands, took fresh pages as it grew: 1.4 % of a 2,000,000-file create in page
-/// faults).
-const RELEASE_BATCH: usize = 256;
+/// Victims a sweep hands to one deferred drop ([`Bucket::retire_all`]), at least: a small
+/// vector (one of a whole sweep's victims, tens of thousands, took fresh pages as it grew:
+/// 1.4 % of a 2,000,000-file create in page faults), and a bounded drop for whichever
+/// thread's pin runs it (an epoch collect runs up to 8 bags of 64 deferred drops).
+const RELEASE_BATCH: usize = 64;
+
+/// Entries a sweep unlinked and has not handed to the epoch yet; dropping it hands them
+/// over too (a panic in the middle of a sweep does not leak them).
+struct Victims(Vec<usize>);
+
+impl Victims {
+    /// Hand the entries so far to one deferred drop.
+    fn retire(&mut self) {
+        Bucket::retire_all(std::mem::replace(
+            &mut self.0,
+            Vec::with_capacity(RELEASE_BATCH),
+        ));
+    }
+}
+
+impl Drop for Victims {
+    fn drop(&mut self) {
+        Bucket::retire_all(std::mem::take(&mut self.0));
+    }
+}
 
 /// Bytes and inodes charged to the cache, counted in per-thread lanes and folded into the
 /// shared totals a batch at a time (the kernel's `percpu_counter`, as its `nr_inodes`): a
@@ -1010,7 +1034,7 @@ impl ICache {
         match &self.table {
             Table::Bucket(b) => {
                 let n = b.len();
-                let mut victims = Vec::with_capacity(RELEASE_BATCH);
+                let mut victims = Victims(Vec::with_capacity(RELEASE_BATCH));
                 for _ in 0..2 * n {
                     if below() {
                         break;
@@ -1021,27 +1045,26 @@ impl ICache {
                     if bk.head.get() == 0 {
                         continue;
                     }
-                    let _g = bk.lock.lock();
-                    let mut pred = &bk.head;
-                    loop {
-                        let v = pred.get();
-                        if v == 0 {
-                            break;
-                        }
-                        if self.evict(&bk.slot_locked(v)) {
-                            victims.push(bk.unlink_keep_locked(pred, v));
-                            if victims.len() == RELEASE_BATCH {
-                                Bucket::retire_all(std::mem::replace(
-                                    &mut victims,
-                                    Vec::with_capacity(RELEASE_BATCH),
-                                ));
+                    {
+                        let _g = bk.lock.lock();
+                        let mut pred = &bk.head;
+                        loop {
+                            let v = pred.get();
+                            if v == 0 {
+                                break;
                             }
-                        } else {
-                            pred = bk.next_locked(v);
+                            if self.evict(&bk.slot_locked(v)) {
+                                victims.0.push(bk.unlink_keep_locked(pred, v));
+                            } else {
+                                pred = bk.next_locked(v);
+                            }
                         }
                     }
+                    // Outside the bucket's lock: the flush may run other drops.
+                    if victims.0.len() >= RELEASE_BATCH {
+                        victims.retire();
+                    }
                 }
-                Bucket::retire_all(victims);
             }
             Table::Global(m) => {
                 for _ in 0..2 {

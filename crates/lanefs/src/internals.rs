@@ -42,8 +42,6 @@ pub mod leafdigest;
 pub mod numhash;
 #[path = "page/mod.rs"]
 pub mod page;
-#[path = "resident.rs"]
-pub mod resident;
 #[path = "rtalloc/mod.rs"]
 pub mod rtalloc;
 #[path = "sync.rs"]

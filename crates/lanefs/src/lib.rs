@@ -152,7 +152,7 @@ mod types;
 pub mod internals;
 pub(crate) use internals::{
     alloc, buf, dirty, disk, extmap, hint, ialloc, icache, inode, journal, leafdigest, numhash,
-    page, resident, rtalloc, sync, usegate,
+    page, rtalloc, sync, usegate,
 };
 
 // Layers nothing outside the crate uses.

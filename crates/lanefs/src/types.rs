@@ -282,6 +282,8 @@ pub struct BufCacheStats {
     pub dirty_bytes: u64,
     /// The limit clean blocks are evicted under (`bufcache_limit=`).
     pub limit: u64,
+    /// Blocks evicted since mount.
+    pub evicted: u64,
 }
 
 /// Who is asking: owner of newly created inodes.

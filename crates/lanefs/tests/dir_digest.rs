@@ -141,8 +141,13 @@ fn churn(img: &Path, opts: &MountOptions, seed: u64, steps: usize) -> BTreeMap<V
 }
 
 fn fresh(td: &Path, name: &str, block_size: u32) -> std::path::PathBuf {
+    fresh_sized(td, name, block_size, 64 << 20)
+}
+
+/// [`fresh`] of `size` bytes.
+fn fresh_sized(td: &Path, name: &str, block_size: u32, size: u64) -> std::path::PathBuf {
     let img = td.join(name);
-    let dev = FileDevice::create(&img, 64 << 20).unwrap();
+    let dev = FileDevice::create(&img, size).unwrap();
     let opts = MkfsOptions {
         block_size: Some(block_size),
         ..MkfsOptions::default()
@@ -317,19 +322,21 @@ fn held_index_blocks_keep_a_two_level_htree_exact() {
 }
 
 /// Leaves found through their digests' hints without the shard's lock
-/// (`BufCache::get_hinted`, `Resident`) while other threads' work evicts them: three
+/// (`BufCache::get_hinted`) while other threads' work evicts them: three
 /// threads create, unlink and look up names in their own directories of 1 KiB blocks under
-/// a 256 KiB buffer cache, with commits every millisecond and a fourth thread syncing (a
+/// the smallest buffer cache (1,024 blocks, whatever the limit asks; about 1,500 inode
+/// table blocks in use), with commits every millisecond and a fourth thread syncing (a
 /// synced leaf is clean, so evictable). A create or unlink written into a leaf that had
 /// left the cache would be lost at the next read of the block: each thread checks every
-/// name of its model after each round, then the listings, a remount and e2fsck. The
-/// handshake's own race (a reader between its upgrade and its check, an eviction between
-/// its clear and its count: a few instructions) is too narrow for a run to hit; the loom
-/// model `tests/loom_resident.rs` covers it.
+/// name of its model after each round, then the listings, a remount and e2fsck. The race
+/// itself (a hint's upgrade between an eviction's pick and its compare-exchange, a few
+/// instructions) is too narrow for a run to hit; the unit test
+/// `buf::tests::an_eviction_puts_back_a_block_taken_since_its_pick` puts a hint there.
 #[test]
 fn hinted_leaves_stay_exact_while_other_threads_evict() {
     let td = tempfile::tempdir().unwrap();
-    let img = fresh(td.path(), "evict.img", 1024);
+    // 16,384 inodes (mkfs's default ratio at 256 MiB), room for the threads' 9,000 names.
+    let img = fresh_sized(td.path(), "evict.img", 1024, 256 << 20);
     let o = Owner::default();
     let opts = MountOptions {
         bufcache_limit: 256 << 10,
@@ -360,9 +367,9 @@ fn hinted_leaves_stay_exact_while_other_threads_evict() {
                 s.spawn(move || {
                     let mut rng = Rng(0x5eed + t as u64);
                     let mut model = BTreeMap::new();
-                    for round in 0..12 {
-                        for _ in 0..150 {
-                            let n = format!("{t}-{:05}-{}", rng.below(900), "x".repeat(40));
+                    for round in 0..10 {
+                        for _ in 0..400 {
+                            let n = format!("{t}-{:05}-{}", rng.below(3000), "x".repeat(40));
                             let n = n.into_bytes();
                             match model.get(&n) {
                                 Some(_) if rng.below(2) == 0 => {
@@ -385,11 +392,17 @@ fn hinted_leaves_stay_exact_while_other_threads_evict() {
                 })
             })
             .collect();
-        let models = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        // Every worker joined before the syncer is stopped and any panic passed on (a
+        // panic passed on first would leave the scope waiting for the syncer forever).
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         syncer.join().unwrap();
-        models
+        joined.into_iter().map(|m| m.unwrap()).collect()
     });
+    assert!(
+        fs.bufcache_stats().evicted > 0,
+        "the buffer cache never evicted: the test checks nothing"
+    );
     for (d, model) in dirs.iter().zip(&models) {
         assert_eq!(&listing(&fs, *d), model);
     }
