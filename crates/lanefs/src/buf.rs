@@ -314,7 +314,7 @@ impl BufCache {
     /// folio's: the eviction takes it from 1 (the map's) to 0 in one compare-exchange
     /// (`Arc::try_unwrap`), the upgrade increments it only from non-zero, so exactly one of
     /// them wins; an eviction that lost puts the buffer back before it lets go of the shard
-    /// lock ([`evict`]), so a buffer a hint gave back stays its block's cached one. The
+    /// lock (`evict`), so a buffer a hint gave back stays its block's cached one. The
     /// flag is checked too: a forget (the block freed) takes a buffer out while held, but
     /// never one a hint can still name (a directory's leaves are freed with the directory,
     /// under its lock, and its digests with them). `None`: look it up, as for a hint of
