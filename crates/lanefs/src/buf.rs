@@ -612,10 +612,7 @@ mod tests {
     /// the map (evicted or forgotten): the block is then looked up (read again).
     #[test]
     fn a_hint_is_taken_only_while_cached() {
-        let bs = 1024;
-        let dev = Arc::new(crate::dev::MemDevice::new(8 << 20));
-        let limit = (SHARDS * MIN_SHARD_BLOCKS * bs) as u64;
-        let c = BufCache::new(dev, bs, limit);
+        let c = cache_1k((SHARDS * MIN_SHARD_BLOCKS * 1024) as u64);
         let b = c.get(5).unwrap();
         let hint = Arc::downgrade(&b);
         assert!(Arc::ptr_eq(&c.get_hinted(5, &hint).unwrap(), &b));
@@ -641,14 +638,17 @@ mod tests {
         }
     }
 
+    /// A cache of 1 KiB blocks over 8 MiB of memory, bounded by `limit` bytes.
+    fn cache_1k(limit: u64) -> BufCache {
+        BufCache::new(Arc::new(crate::dev::MemDevice::new(8 << 20)), 1024, limit)
+    }
+
     /// A block a hint took back between an eviction's pick and its compare-exchange (the
     /// window `get_hinted` leaves, having no shard lock) stays in the map, the same buffer,
     /// and the eviction counts nothing; one nobody took leaves the map.
     #[test]
     fn an_eviction_puts_back_a_block_taken_since_its_pick() {
-        let bs = 1024;
-        let dev = Arc::new(crate::dev::MemDevice::new(8 << 20));
-        let c = BufCache::new(dev, bs, 1 << 20);
+        let c = cache_1k(1 << 20);
         let held = c.get(7).unwrap();
         let hint = Arc::downgrade(&held);
         drop(held);
@@ -673,8 +673,7 @@ mod tests {
     #[test]
     fn a_frozen_block_logs_its_bytes_of_the_pause() {
         let bs = 1024;
-        let dev = Arc::new(crate::dev::MemDevice::new(8 << 20));
-        let c = BufCache::new(dev, bs, 1 << 20);
+        let c = cache_1k(1 << 20);
         let b = c.get(3).unwrap();
         b.write().fill(1);
         b.set_seal(Seal::DirLeaf(7));

@@ -391,8 +391,7 @@ impl Bucket {
 
     /// Unlink `old` (linked at `pred`; lock held); its count is dropped as in `replace`.
     fn unlink_locked(&self, pred: &Link, old: usize) {
-        pred.set(self.next_locked(old).get());
-        Self::retire(old);
+        Self::retire(self.unlink_keep_locked(pred, old));
     }
 
     /// Unlink `old` (linked at `pred`; lock held) and hand the chain's count of it to the

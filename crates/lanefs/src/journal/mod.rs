@@ -759,7 +759,7 @@ impl Journal {
     /// Write every committed copy home, flush, and empty the log (tail = head).
     fn checkpoint_locked(&self, cs: &mut CommitState) -> Result<()> {
         let bs = self.bs as u64;
-        let mut run: Vec<&[u8]> = Vec::with_capacity(cs.cp.len());
+        let mut run: Vec<&[u8]> = Vec::new();
         let mut run_start = 0u64;
         for (&blk, (data, _)) in &cs.cp {
             if !run.is_empty() && run_start + run.len() as u64 != blk {
