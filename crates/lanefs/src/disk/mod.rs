@@ -60,6 +60,18 @@ pub fn put64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Word `w` of a little-endian bitmap: its bits `64w..64w + 64`, bit `i` at `1 << (i % 64)`.
+#[inline]
+pub fn bitmap_word(map: &[u8], w: usize) -> u64 {
+    le64(map, w * 8)
+}
+
+/// Store word `w` of a little-endian bitmap ([`bitmap_word`]).
+#[inline]
+pub fn put_bitmap_word(map: &mut [u8], w: usize, v: u64) {
+    put64(map, w * 8, v);
+}
+
 /// Bit `i` of a little-endian bitmap.
 #[inline]
 pub fn test_bit(map: &[u8], i: usize) -> bool {
