@@ -6,7 +6,7 @@
 //! parent unless its flex group is crowded), files in their parent's flex group (or the
 //! parent's group and a quadratic probe without flex_bg).
 //!
-//! Each group keeps two atomic copies of its bitmap ([`Maps`]): `used`, the bitmap plus
+//! Each group keeps two atomic copies of its bitmap (`Maps`): `used`, the bitmap plus
 //! inodes freed by transactions not yet committed, and `live`, the bitmap as the running
 //! transaction leaves it. Searches read `used` without any lock; a bit is claimed by an
 //! atomic test-and-set on it under the group's inode lock (class `igroup`), where `live`
