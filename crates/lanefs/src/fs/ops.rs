@@ -431,6 +431,9 @@ impl Fs {
                 return Err(e);
             }
         };
+        // One clock read for the new inode's times and the directory's mtime and ctime
+        // (the kernel's coarse clock gives them one value too).
+        let t = now();
         let mut cst = self.init_inode(
             ino,
             mode,
@@ -438,6 +441,7 @@ impl Fs {
             rdev,
             kind,
             target.is_some_and(|t| t.len() >= 60),
+            t,
         );
         self.inherit_rt(&dst, kind, &mut cst);
         let res = self
@@ -456,7 +460,6 @@ impl Fs {
         if kind == FileType::Directory {
             inc_dir_links(&mut dst.d);
         }
-        let t = now();
         dst.d.set_mtime(t);
         dst.d.set_ctime(t);
         self.store(&h, &d, &mut dst)?;
@@ -472,6 +475,7 @@ impl Fs {
         Ok((attr, claim.finish(new)))
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn init_inode(
         &self,
         ino: Ino,
@@ -480,12 +484,12 @@ impl Fs {
         rdev: u32,
         kind: FileType,
         slow_link: bool,
+        t: Timespec,
     ) -> InodeState {
         let mut d = DiskInode::new(self.al.geo.inode_size as usize);
         d.set_mode(mode);
         d.set_uid(owner.uid);
         d.set_gid(owner.gid);
-        let t = now();
         d.set_atime(t);
         d.set_mtime(t);
         d.set_ctime(t);

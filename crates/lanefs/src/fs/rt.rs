@@ -388,6 +388,7 @@ impl Fs {
             0,
             FileType::Regular,
             false,
+            crate::types::Timespec::now(),
         );
         let i = inode::new_inode(ino, st.d.clone());
         let h = self.journal.start();
