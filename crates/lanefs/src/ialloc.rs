@@ -57,9 +57,11 @@ pub struct InodeLoc {
 struct LineBreak;
 
 /// One group's inode allocation state: what searches read (the locations, the search
-/// bitmap, the bitmap buffer) on the first lines, what every claim writes (the lock and
-/// counters) on lines of their own, and no line shared with another group, so threads
-/// creating in one group do not bounce the lines the others only read.
+/// bitmap, the bitmap buffer) on the first lines, what every claim writes (the counters,
+/// the lock and what it guards for a claim) on one line of its own, a free's list of
+/// uncommitted frees on the next, and no line shared with another group, so threads
+/// creating in one group do not bounce the lines the others only read, and pass one
+/// line between them per claim.
 #[repr(C, align(128))]
 struct IGroup {
     bitmap: u64,
@@ -74,16 +76,17 @@ struct IGroup {
     /// the lock's line, which each claim writes).
     has_free: AtomicBool,
     _hot: LineBreak,
-    /// The counters and pending frees, under the group's inode lock.
-    st: Mutex<IState>,
-    /// Free inodes (mirror of `st.free`, read without the lock by group choice).
+    /// Free inodes: changed only under the group's inode lock, read without it by group
+    /// choice.
     free: AtomicU32,
-    /// Directories (mirror of `st.dirs`).
+    /// Directories: changed only under the lock, as `free`.
     dirs: AtomicU32,
     /// Counters or bitmap changed since the last seal.
     pending: AtomicBool,
     /// Some frees wait for their transaction to commit.
     has_busy: AtomicBool,
+    /// The rest of the group's state, under its inode lock.
+    st: Mutex<IState>,
 }
 
 /// A group's two atomic bitmaps, one bit per inode, bits past the group's last inode set.
@@ -103,22 +106,35 @@ type CursorLine = Padded<[AtomicU32; CURSORS_PER_LINE]>;
 
 const CURSORS_PER_LINE: usize = 32;
 
-/// Under the group's inode lock.
+/// Under the group's inode lock: what a claim reads and writes first (on the line of the
+/// counters and the lock), a free's list after.
+#[repr(C)]
 struct IState {
-    free: u32,
-    dirs: u32,
     itable_unused: u32,
     /// The bitmap is uninitialized on disk (INODE_UNINIT): all free.
     uninit: bool,
+    /// Inode bits allocated by transaction `.0`: freed by that same transaction before it
+    /// commits, they are reusable at once (nothing on disk ever saw them in use). A line
+    /// per chunk, as the search bitmap's.
+    fresh: Option<(u64, Box<[BitLine]>)>,
     /// Free bits of the live bitmap less `free` when the maps were built: 0 on a
     /// consistent image, and unchanged by claims and frees (checked at each seal).
     skew: i64,
     /// Inode bits freed by transactions not yet committed: (bit, transaction). Still set
     /// in `used`, clear in the bitmap block.
     busy: Vec<(u32, u64)>,
-    /// Inode bits allocated by transaction `.0`: freed by that same transaction before it
-    /// commits, they are reusable at once (nothing on disk ever saw them in use).
-    fresh: Option<(u64, Box<[u64]>)>,
+}
+
+/// One chunk's words of a plain bitmap, alone on a cache line.
+#[repr(align(64))]
+#[derive(Clone, Copy, Default)]
+struct BitLine([u64; CHUNK_WORDS]);
+
+impl BitLine {
+    /// Bit `i` of a map of lines, its word and mask.
+    fn locate(map: &mut [BitLine], i: usize) -> (&mut u64, u64) {
+        (&mut map[i / CHUNK].0[i % CHUNK / 64], 1 << (i % 64))
+    }
 }
 
 /// Inode allocation over all groups.
@@ -227,8 +243,6 @@ impl InodeAllocator {
                 st: Mutex::new(
                     &IGROUP,
                     IState {
-                        free: d.free_inodes(),
-                        dirs: d.used_dirs(),
                         itable_unused: d.itable_unused(),
                         uninit: d.flags() & BG_INODE_UNINIT != 0,
                         skew: 0,
@@ -357,7 +371,7 @@ impl InodeAllocator {
             built
         });
         if won {
-            st.skew = maps.live.zeros(ipg) as i64 - i64::from(st.free);
+            st.skew = maps.live.zeros(ipg) as i64 - i64::from(grp.free.load(Ordering::Relaxed));
         }
         drop(st);
         Ok(maps)
@@ -442,7 +456,7 @@ impl InodeAllocator {
             h.dirty(ib);
             al.dirty_desc(h, g);
             let mut st = grp.st.lock();
-            if st.free == 0 {
+            if grp.free.load(Ordering::Relaxed) == 0 {
                 return Ok(None);
             }
             let got = if !test_and_set(used, bit) {
@@ -505,15 +519,16 @@ impl InodeAllocator {
         bit: usize,
         is_dir: bool,
     ) -> Option<u64> {
-        debug_assert!(st.free > 0, "free inode count underflow");
-        st.free -= 1;
-        grp.free.store(st.free, Ordering::Relaxed);
-        if st.free == 0 {
+        // The counters change only under the lock: a load and a store, no atomic update.
+        let free = grp.free.load(Ordering::Relaxed);
+        debug_assert!(free > 0, "free inode count underflow");
+        grp.free.store(free - 1, Ordering::Relaxed);
+        if free == 1 {
             grp.has_free.store(false, Ordering::Relaxed);
         }
         if is_dir {
-            st.dirs += 1;
-            grp.dirs.store(st.dirs, Ordering::Relaxed);
+            let dirs = grp.dirs.load(Ordering::Relaxed);
+            grp.dirs.store(dirs + 1, Ordering::Relaxed);
         }
         // itable_unused counts the never-used inodes at the table's end (ext4_claim_inode).
         let used_upto = self.geo.ipg - st.itable_unused.min(self.geo.ipg);
@@ -521,12 +536,13 @@ impl InodeAllocator {
             st.itable_unused = self.geo.ipg - bit as u32 - 1;
         }
         let tid = h.tid();
-        let words = (self.geo.ipg as usize).div_ceil(64);
+        let lines = (self.geo.ipg as usize).div_ceil(CHUNK);
         if !matches!(&st.fresh, Some((t, _)) if *t == tid) {
-            st.fresh = Some((tid, vec![0u64; words].into_boxed_slice()));
+            st.fresh = Some((tid, vec![BitLine::default(); lines].into_boxed_slice()));
         }
         if let Some((_, map)) = st.fresh.as_mut() {
-            map[bit / 64] |= 1 << (bit % 64);
+            let (w, m) = BitLine::locate(map, bit);
+            *w |= m;
         }
         grp.pending.store(true, Ordering::Release);
         self.fresh_block(grp, bit)
@@ -581,24 +597,26 @@ impl InodeAllocator {
             used.test(bit),
             "inode {ino}: in use on disk but free in the search bitmap"
         );
+        let free = grp.free.load(Ordering::Relaxed);
         debug_assert!(
-            st.free < self.geo.ipg,
+            free < self.geo.ipg,
             "group {g}: free inode count at its limit"
         );
-        st.free += 1;
-        grp.free.store(st.free, Ordering::Relaxed);
-        if st.free == 1 {
+        grp.free.store(free + 1, Ordering::Relaxed);
+        if free == 0 {
             grp.has_free.store(true, Ordering::Relaxed);
         }
         if is_dir {
-            st.dirs = st.dirs.saturating_sub(1);
-            grp.dirs.store(st.dirs, Ordering::Relaxed);
+            let dirs = grp.dirs.load(Ordering::Relaxed);
+            grp.dirs.store(dirs.saturating_sub(1), Ordering::Relaxed);
         }
         let tid = h.tid();
         let same_tx = match &mut st.fresh {
-            Some((t, map)) if *t == tid && map[bit / 64] & (1 << (bit % 64)) != 0 => {
-                map[bit / 64] &= !(1 << (bit % 64));
-                true
+            Some((t, map)) if *t == tid => {
+                let (w, m) = BitLine::locate(map, bit);
+                let was = *w & m != 0;
+                *w &= !m;
+                was
             }
             _ => false,
         };
@@ -649,7 +667,8 @@ impl InodeAllocator {
             let st = grp.st.lock();
             if let (false, Some(m), Some(ib)) = (st.uninit, grp.maps.get(), grp.ibuf.get()) {
                 debug_assert_eq!(
-                    m.live.zeros(self.geo.ipg as usize) as i64 - i64::from(st.free),
+                    m.live.zeros(self.geo.ipg as usize) as i64
+                        - i64::from(grp.free.load(Ordering::Relaxed)),
                     st.skew,
                     "group {g}: a claim or free moved the free count and the live bitmap apart"
                 );
@@ -672,8 +691,8 @@ impl InodeAllocator {
             al.set_inode_fields(
                 g as u32,
                 InodeFields {
-                    free: st.free,
-                    dirs: st.dirs,
+                    free: grp.free.load(Ordering::Relaxed),
+                    dirs: grp.dirs.load(Ordering::Relaxed),
                     itable_unused: st.itable_unused,
                     uninit: st.uninit,
                     bitmap_csum,
@@ -969,11 +988,45 @@ mod tests {
     /// after what searches read, and no two groups share a line.
     #[test]
     fn a_group_keeps_its_lock_off_the_lines_searches_read() {
-        let hot = std::mem::offset_of!(IGroup, st);
+        let hot = std::mem::offset_of!(IGroup, free);
         assert!(
             hot >= 128 && hot.is_multiple_of(128),
-            "lock at offset {hot}"
+            "counters at offset {hot}"
         );
+        // A claim's counters, lock and state on that one line; a free's list after it.
+        let g = IGroup {
+            bitmap: 0,
+            table: 0,
+            maps: OnceLock::new(),
+            ibuf: OnceLock::new(),
+            has_free: AtomicBool::new(false),
+            _hot: LineBreak,
+            free: AtomicU32::new(0),
+            dirs: AtomicU32::new(0),
+            pending: AtomicBool::new(false),
+            has_busy: AtomicBool::new(false),
+            st: Mutex::new(
+                &IGROUP,
+                IState {
+                    itable_unused: 0,
+                    uninit: false,
+                    fresh: None,
+                    skew: 0,
+                    busy: Vec::new(),
+                },
+            ),
+        };
+        let base = &g as *const IGroup as usize;
+        let st = g.st.lock();
+        let at = |p: usize| p - base;
+        let fresh = at(&st.fresh as *const _ as usize);
+        let lock = at(&g.st as *const _ as usize);
+        assert!(lock + 16 <= hot + 64, "lock at {lock}");
+        assert!(
+            fresh + std::mem::size_of_val(&st.fresh) <= hot + 64,
+            "the fresh map at {fresh}"
+        );
+        drop(st);
         for cold in [
             std::mem::offset_of!(IGroup, table),
             std::mem::offset_of!(IGroup, maps),
