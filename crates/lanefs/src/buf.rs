@@ -66,6 +66,10 @@ pub struct Buf {
     /// The bytes were checked (checksum, structure) when read, or written here since:
     /// not checked again while cached.
     verified: AtomicBool,
+    /// Which of the block's first 64 records (an inode table block's inodes) were
+    /// checked since the block was read, or written here whole with their checksum:
+    /// bit `i` for record `i` ([`Buf::record_checked`]).
+    checked: AtomicU64,
     /// The block is in its shard's map (changed only under the shard's lock): a holder of a
     /// `Weak` to it may take it back ([`BufCache::get_hinted`]) while this holds.
     cached: AtomicBool,
@@ -127,6 +131,19 @@ impl Buf {
     fn renew(&self) {
         self.seal.store(0, Ordering::Release);
         self.verified.store(true, Ordering::Release);
+        self.checked.store(0, Ordering::Release);
+    }
+    /// Whether record `i` of the block was checked since the block was read, or written
+    /// here ([`Buf::set_record_checked`]); records past the 64th never are.
+    pub fn record_checked(&self, i: usize) -> bool {
+        i < 64 && self.checked.load(Ordering::Acquire) & (1 << i) != 0
+    }
+    /// Record `i` was checked, or written whole with its checksum (a write only when it
+    /// was not marked already, so a block many threads read stays shared in caches).
+    pub fn set_record_checked(&self, i: usize) {
+        if i < 64 && !self.record_checked(i) {
+            self.checked.fetch_or(1 << i, Ordering::AcqRel);
+        }
     }
     /// Whether the buffer is its block's cached one (false once evicted or forgotten).
     /// A holder of the buffer keeps it from eviction ([`BufCache`] evicts only blocks
@@ -387,6 +404,7 @@ impl BufCache {
             forgotten: AtomicBool::new(false),
             seal: AtomicU64::new(0),
             verified: AtomicBool::new(false),
+            checked: AtomicU64::new(0),
             wgen: AtomicU64::new(0),
             cached: AtomicBool::new(true),
             freeze: AtomicBool::new(false),
@@ -446,6 +464,7 @@ impl BufCache {
     pub fn insert_pinned(&self, blk: u64, data: &[u8]) {
         let b = self.insert(blk, None);
         b.write().copy_from_slice(data);
+        b.checked.store(0, Ordering::Release);
         self.dirty(&b);
     }
 
@@ -641,6 +660,36 @@ mod tests {
     /// A cache of 1 KiB blocks over 8 MiB of memory, bounded by `limit` bytes.
     fn cache_1k(limit: u64) -> BufCache {
         BufCache::new(Arc::new(crate::dev::MemDevice::new(8 << 20)), 1024, limit)
+    }
+
+    /// A record's check mark holds while the block stays cached, and goes with the bytes
+    /// it was made for: a block taken for reuse, a re-read after eviction, a replayed copy.
+    #[test]
+    fn record_marks_go_with_the_bytes_they_were_made_for() {
+        let c = cache_1k(1 << 20);
+        let b = c.get(5).unwrap();
+        assert!(
+            !b.record_checked(3),
+            "read from the device: nothing checked"
+        );
+        b.set_record_checked(3);
+        b.set_record_checked(70);
+        assert!(b.record_checked(3) && !b.record_checked(4));
+        assert!(!b.record_checked(70), "past the 64th record: never marked");
+        assert!(
+            c.get(5).unwrap().record_checked(3),
+            "the cached buffer keeps its marks"
+        );
+        assert!(
+            !c.get_new_keep(5).record_checked(3),
+            "a block taken for reuse"
+        );
+        b.set_record_checked(3);
+        c.insert_pinned(5, &[0u8; 1024]);
+        assert!(!b.record_checked(3), "a replayed copy");
+        drop(b);
+        c.forget(5);
+        assert!(!c.get(5).unwrap().record_checked(3), "read again");
     }
 
     /// A block a hint took back between an eviction's pick and its compare-exchange (the
