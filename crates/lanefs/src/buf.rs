@@ -91,9 +91,21 @@ impl Buf {
         self.data.read()
     }
     /// Write access to the bytes; the caller marks the buffer dirty through its handle.
-    /// Moves the write generation.
+    /// Moves the write generation, and drops the records' check marks
+    /// ([`Buf::record_checked`]): a block written as something else (a cross-linked
+    /// block on a corrupt image) is checked again as an inode table.
     /// If a commit has yet to copy the bytes it logs, they are copied aside first.
     pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
+        let g = self.write_records();
+        if self.checked.load(Ordering::Relaxed) != 0 {
+            self.checked.store(0, Ordering::Release);
+        }
+        g
+    }
+    /// [`Buf::write`] for a change of whole records, each written with its checksum
+    /// and marked ([`Buf::set_record_checked`]) under the guard: the other records' marks
+    /// stay.
+    pub fn write_records(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
         let g = self.data.write();
         // The flag is set while no handle runs and cleared under this lock (here or, with
         // the shared lock, by the commit): one of the two copies the bytes, once.
@@ -134,7 +146,8 @@ impl Buf {
         self.checked.store(0, Ordering::Release);
     }
     /// Whether record `i` of the block was checked since the block was read, or written
-    /// here ([`Buf::set_record_checked`]); records past the 64th never are.
+    /// here ([`Buf::set_record_checked`]); records past the 64th never are. Read it under
+    /// the same guard as the record's bytes: marks change only under the write guard.
     pub fn record_checked(&self, i: usize) -> bool {
         i < 64 && self.checked.load(Ordering::Acquire) & (1 << i) != 0
     }
@@ -463,8 +476,12 @@ impl BufCache {
     /// Put replayed contents in the cache, pinned (a read-only mount's replay overlay).
     pub fn insert_pinned(&self, blk: u64, data: &[u8]) {
         let b = self.insert(blk, None);
-        b.write().copy_from_slice(data);
-        b.checked.store(0, Ordering::Release);
+        {
+            let mut w = b.write();
+            w.copy_from_slice(data);
+            // Replayed bytes: checked again when read.
+            b.verified.store(false, Ordering::Release);
+        }
         self.dirty(&b);
     }
 
@@ -680,6 +697,14 @@ mod tests {
             c.get(5).unwrap().record_checked(3),
             "the cached buffer keeps its marks"
         );
+        drop(b.write_records());
+        assert!(
+            b.record_checked(3),
+            "a write of whole records keeps the others' marks"
+        );
+        drop(b.write());
+        assert!(!b.record_checked(3), "a write of anything else");
+        b.set_record_checked(3);
         assert!(
             !c.get_new_keep(5).record_checked(3),
             "a block taken for reuse"

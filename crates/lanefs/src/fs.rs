@@ -1133,7 +1133,35 @@ fn read_gdt(geo: &Geometry, bufs: &BufCache) -> Result<(Vec<GroupDesc>, Vec<Arc<
         validate_desc(geo, g, &d)?;
         descs.push(d);
     }
+    check_no_overlap(geo, &descs)?;
     Ok((descs, gdt))
+}
+
+/// No two groups' bitmaps or inode tables share a block: an inode is then one table's
+/// record only (its checksum, seeded with its number, is not checked again once read:
+/// [`Buf::record_checked`]), and a bitmap block one group's.
+fn check_no_overlap(geo: &Geometry, descs: &[GroupDesc]) -> Result<()> {
+    let itb = (u64::from(geo.ipg) * u64::from(geo.inode_size)).div_ceil(u64::from(geo.bs));
+    let mut spans: Vec<(u64, u64, u32)> = Vec::with_capacity(descs.len() * 3);
+    for (g, d) in (0u32..).zip(descs) {
+        spans.push((d.block_bitmap(), 1, g));
+        spans.push((d.inode_bitmap(), 1, g));
+        spans.push((d.inode_table(), itb, g));
+    }
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        if w[0].0 + w[0].1 > w[1].0 {
+            return Err(Error::corrupt(
+                "group descriptor",
+                u64::from(w[1].2),
+                format!(
+                    "bitmap or inode table at block {} overlaps group {}'s",
+                    w[1].0, w[0].2
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn validate_desc(geo: &Geometry, g: u32, d: &GroupDesc) -> Result<()> {

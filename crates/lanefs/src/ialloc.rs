@@ -121,7 +121,7 @@ struct IState {
     /// consistent image, and unchanged by claims and frees (checked at each seal).
     skew: i64,
     /// Inode bits freed by transactions not yet committed: (bit, transaction). Still set
-    /// in `used`, clear in the bitmap block.
+    /// in `used`, clear in `live` (and in the bitmap block from the next seal).
     busy: Vec<(u32, u64)>,
 }
 
@@ -520,9 +520,11 @@ impl InodeAllocator {
         is_dir: bool,
     ) -> Option<u64> {
         // The counters change only under the lock: a load and a store, no atomic update.
+        // A count below the bitmap's free bits (a corrupt descriptor, `skew` > 0) can
+        // reach 0 with bits still free; it stays 0.
         let free = grp.free.load(Ordering::Relaxed);
-        debug_assert!(free > 0, "free inode count underflow");
-        grp.free.store(free - 1, Ordering::Relaxed);
+        debug_assert!(free > 0 || st.skew > 0, "free inode count underflow");
+        grp.free.store(free.saturating_sub(1), Ordering::Relaxed);
         if free == 1 {
             grp.has_free.store(false, Ordering::Relaxed);
         }
@@ -592,15 +594,19 @@ impl InodeAllocator {
                 format!("inode {ino} already free"),
             ));
         }
+        let free = grp.free.load(Ordering::Relaxed);
+        if free >= self.geo.ipg {
+            // A descriptor counting every inode free while the bitmap has this one in use.
+            return Err(Error::corrupt(
+                "group descriptor",
+                u64::from(g),
+                format!("free inode count {free} with inode {ino} in use"),
+            ));
+        }
         maps.live.clear(bit);
         debug_assert!(
             used.test(bit),
             "inode {ino}: in use on disk but free in the search bitmap"
-        );
-        let free = grp.free.load(Ordering::Relaxed);
-        debug_assert!(
-            free < self.geo.ipg,
-            "group {g}: free inode count at its limit"
         );
         grp.free.store(free + 1, Ordering::Relaxed);
         if free == 0 {

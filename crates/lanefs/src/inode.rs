@@ -174,7 +174,7 @@ impl crate::journal::LogItem for InodeStage {
             return;
         };
         let len = s.d.raw.len();
-        let mut w = b.write();
+        let mut w = b.write_records();
         if s.keep_dtime {
             let dtime = crate::disk::le32(&w, off + crate::disk::inode::I_DTIME);
             s.d.set_dtime(dtime);
@@ -308,7 +308,8 @@ pub fn init_empty_map(st: &mut InodeState, extents: bool) {
     st.ext_dirty = true;
 }
 
-/// Read inode `ino` from its table and verify its checksum.
+/// Read inode `ino` from its table and verify its checksum (unless it was checked since
+/// its block was read, or written here: [`crate::buf::Buf::record_checked`]).
 pub fn read_disk_inode(ial: &InodeAllocator, bufs: &BufCache, ino: u64) -> Result<DiskInode> {
     Ok(read_disk_inode_in(ial, bufs, ino)?.0)
 }
@@ -323,11 +324,18 @@ pub fn read_disk_inode_in(
     let loc = ial.inode_loc(ino)?;
     let geo = ial.geo();
     let b = bufs.get(loc.blk)?;
-    let d = DiskInode::from_bytes(&b.read()[loc.off..loc.off + geo.inode_size as usize]);
     // An inode checked since its block was read, or written here with its checksum, is
     // not checked again (a large directory's unlinks read back inodes the cache evicted).
+    // The mark is read under the guard the bytes are copied under.
     let rec = loc.off / geo.inode_size as usize;
-    if geo.csum && !b.record_checked(rec) {
+    let (d, checked) = {
+        let r = b.read();
+        (
+            DiskInode::from_bytes(&r[loc.off..loc.off + geo.inode_size as usize]),
+            b.record_checked(rec),
+        )
+    };
+    if geo.csum && !checked {
         if d.checksum() != d.compute_checksum(geo.seed, ino as u32) {
             return Err(Error::corrupt("inode", ino, "checksum mismatch"));
         }
@@ -377,7 +385,7 @@ pub fn store_inode_at(
         Some((b.blk, off))
     );
     {
-        let mut w = b.write();
+        let mut w = b.write_records();
         if keep_dtime {
             d.set_dtime(crate::disk::le32(&w, off + crate::disk::inode::I_DTIME));
         }
