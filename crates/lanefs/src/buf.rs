@@ -146,8 +146,9 @@ impl Buf {
         self.checked.store(0, Ordering::Release);
     }
     /// Whether record `i` of the block was checked since the block was read, or written
-    /// here ([`Buf::set_record_checked`]); records past the 64th never are. Read it under
-    /// the same guard as the record's bytes: marks change only under the write guard.
+    /// here ([`Buf::set_record_checked`]); records past the 64th never are. Read and set
+    /// it under a guard of the record's bytes: a write that drops the marks takes the
+    /// write guard.
     pub fn record_checked(&self, i: usize) -> bool {
         i < 64 && self.checked.load(Ordering::Acquire) & (1 << i) != 0
     }

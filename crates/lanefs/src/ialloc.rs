@@ -345,9 +345,12 @@ impl InodeAllocator {
         }
         let ib = self.ibuf(g)?;
         let ipg = self.geo.ipg as usize;
-        // Under the lock: a concurrent first use builds the same maps (one is kept), and
-        // nothing changes the block meanwhile (only a seal writes it, and it takes the lock).
-        let st = grp.st.lock();
+        // Built once, under the lock (a thread that lost the race finds them here), while
+        // nothing changes the block (only a seal writes it, and it takes the lock).
+        let mut st = grp.st.lock();
+        if let Some(m) = grp.maps.get() {
+            return Ok(m);
+        }
         let map = ib.read();
         let word = |w: usize| {
             // Past the group's last inode the bits read as used.
@@ -364,17 +367,8 @@ impl InodeAllocator {
             live: SearchMap::new(ipg, word),
         };
         drop(map);
-        let mut st = st;
-        let mut won = false;
-        let maps = grp.maps.get_or_init(|| {
-            won = true;
-            built
-        });
-        if won {
-            st.skew = maps.live.zeros(ipg) as i64 - i64::from(grp.free.load(Ordering::Relaxed));
-        }
-        drop(st);
-        Ok(maps)
+        st.skew = built.live.zeros(ipg) as i64 - i64::from(grp.free.load(Ordering::Relaxed));
+        Ok(grp.maps.get_or_init(|| built))
     }
 
     /// Whether inode `ino` is in use (for validating directory entries): in the group's
@@ -557,7 +551,8 @@ impl InodeAllocator {
     /// block is taken after it (kept if a neighbour claimed since has cached it) and
     /// pinned in the transaction, so it is not evicted before the new inode is stored.
     fn fresh_block(&self, grp: &IGroup, bit: usize) -> Option<u64> {
-        let used = &grp.maps.get()?.used;
+        let maps = grp.maps.get()?;
+        let used = &maps.used;
         let ipb = (self.geo.bs / self.geo.inode_size) as usize;
         let first = bit / ipb * ipb;
         let end = (first + ipb).min(self.geo.ipg as usize);
@@ -567,9 +562,7 @@ impl InodeAllocator {
         }
         // An inode in use now is in `used` too (which adds the frees not yet committed).
         debug_assert!(
-            grp.maps
-                .get()
-                .is_none_or(|m| (first..end).all(|i| i == bit || !m.live.test(i))),
+            (first..end).all(|i| i == bit || !maps.live.test(i)),
             "inode table block of bit {bit}: a neighbour is live"
         );
         Some(grp.table + (first / ipb) as u64)
@@ -671,27 +664,25 @@ impl InodeAllocator {
                 continue;
             }
             let st = grp.st.lock();
-            if let (false, Some(m), Some(ib)) = (st.uninit, grp.maps.get(), grp.ibuf.get()) {
-                debug_assert_eq!(
-                    m.live.zeros(self.geo.ipg as usize) as i64
-                        - i64::from(grp.free.load(Ordering::Relaxed)),
-                    st.skew,
-                    "group {g}: a claim or free moved the free count and the live bitmap apart"
-                );
-                let mut map = ib.write();
-                // Whole words from the map (whose bits past the group's last inode are
-                // set), then the block's padding: all set, as mke2fs leaves it.
-                for w in 0..map.len() / 8 {
-                    put_bitmap_word(&mut map, w, m.live.word_or_full(w));
+            // A pending group has its maps (a claim or free built them) unless uninit.
+            let bitmap_csum = match (st.uninit, grp.maps.get(), grp.ibuf.get()) {
+                (false, Some(m), Some(ib)) => {
+                    debug_assert_eq!(
+                        m.live.zeros(self.geo.ipg as usize) as i64
+                            - i64::from(grp.free.load(Ordering::Relaxed)),
+                        st.skew,
+                        "group {g}: a claim or free moved the free count and the live bitmap apart"
+                    );
+                    let mut map = ib.write();
+                    // Whole words from the map (whose bits past the group's last inode are
+                    // set), then the block's padding: all set, as mke2fs leaves it.
+                    for w in 0..map.len() / 8 {
+                        put_bitmap_word(&mut map, w, m.live.word_or_full(w));
+                    }
+                    self.geo
+                        .csum
+                        .then(|| bitmap_csum(self.geo.seed, &map, self.geo.ipg as usize / 8, true))
                 }
-            }
-            let bitmap_csum = match (self.geo.csum, st.uninit, grp.ibuf.get()) {
-                (true, false, Some(b)) => Some(bitmap_csum(
-                    self.geo.seed,
-                    &b.read(),
-                    self.geo.ipg as usize / 8,
-                    true,
-                )),
                 _ => None,
             };
             al.set_inode_fields(

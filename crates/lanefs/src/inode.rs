@@ -326,21 +326,20 @@ pub fn read_disk_inode_in(
     let b = bufs.get(loc.blk)?;
     // An inode checked since its block was read, or written here with its checksum, is
     // not checked again (a large directory's unlinks read back inodes the cache evicted).
-    // The mark is read under the guard the bytes are copied under.
+    // Mark and bytes are read, checked and marked under one guard: a write that drops
+    // the marks cannot come between.
     let rec = loc.off / geo.inode_size as usize;
-    let (d, checked) = {
+    let d = {
         let r = b.read();
-        (
-            DiskInode::from_bytes(&r[loc.off..loc.off + geo.inode_size as usize]),
-            b.record_checked(rec),
-        )
-    };
-    if geo.csum && !checked {
-        if d.checksum() != d.compute_checksum(geo.seed, ino as u32) {
-            return Err(Error::corrupt("inode", ino, "checksum mismatch"));
+        let d = DiskInode::from_bytes(&r[loc.off..loc.off + geo.inode_size as usize]);
+        if geo.csum && !b.record_checked(rec) {
+            if d.checksum() != d.compute_checksum(geo.seed, ino as u32) {
+                return Err(Error::corrupt("inode", ino, "checksum mismatch"));
+            }
+            b.set_record_checked(rec);
         }
-        b.set_record_checked(rec);
-    }
+        d
+    };
     let extra = usize::from(d.extra_isize());
     if d.raw.len() > 128 && (128 + extra > d.raw.len() || extra % 4 != 0) {
         return Err(Error::corrupt(

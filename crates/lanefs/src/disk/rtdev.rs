@@ -310,17 +310,8 @@ pub fn bit(b: &[u8], i: usize) -> bool {
     b[i / 8] & (1 << (i % 8)) != 0
 }
 
-/// The 64-bit word `w` of a bitmap block.
-#[inline]
-pub fn word(b: &[u8], w: usize) -> u64 {
-    le64(b, w * 8)
-}
-
-/// Store the 64-bit word `w` of a bitmap block.
-#[inline]
-pub fn set_word(b: &mut [u8], w: usize, v: u64) {
-    put64(b, w * 8, v);
-}
+/// The 64-bit word `w` of a bitmap block, and its store: any little-endian bitmap's.
+pub use super::{bitmap_word as word, put_bitmap_word as set_word};
 
 /// The summary counter at byte `off` of a summary block.
 #[inline]
