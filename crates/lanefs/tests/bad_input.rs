@@ -1464,6 +1464,25 @@ fn groups_sharing_a_table_or_bitmap_are_refused() {
     }
 }
 
+/// A descriptor (checksum intact) counting every inode of its group free while files
+/// live there: unlinking one is refused as a corrupt descriptor, not a counter past the
+/// group's size (nor, in a debug build, a panic).
+#[test]
+fn a_free_count_of_the_whole_group_refuses_an_unlink() {
+    let Some(b) = base("a_free_count_of_the_whole_group_refuses_an_unlink") else {
+        return;
+    };
+    let mut img = b.img.clone();
+    set(&mut img, b.gd_off(0) + 0xE, 2, b.ipg);
+    fix_gd(b, &mut img, 0);
+    let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), MountOptions::default())
+        .expect("the count is within the group: mounted");
+    match fs.unlink(ROOT_INO, b"small") {
+        Ok(()) => panic!("unlinked with every inode of the group counted free"),
+        Err(e) => assert!(e.to_string().contains("group descriptor"), "unlink: {e}"),
+    }
+}
+
 #[test]
 fn inode_damage() {
     let Some(b) = base("inode_damage") else {
