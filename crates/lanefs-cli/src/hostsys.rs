@@ -1,10 +1,6 @@
 //! The few host system calls std does not offer, each wrapped once.
 
-use lanefs::Timespec;
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 
 /// Effective user id of this process.
 pub fn euid() -> u32 {
@@ -23,47 +19,6 @@ pub fn default_sigpipe() {
     // SAFETY: restoring the default disposition of SIGPIPE is always allowed.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
-/// `path` as a C string.
-fn c_path(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
-}
-
-/// A libc timespec for `t`.
-fn c_time(t: Timespec) -> libc::timespec {
-    libc::timespec {
-        tv_sec: t.sec as libc::time_t,
-        tv_nsec: t.nsec as libc::c_long,
-    }
-}
-
-/// Set access and modification time of `path` with nanoseconds; with `follow == false`
-/// a symbolic link itself is changed.
-pub fn set_times(path: &Path, atime: Timespec, mtime: Timespec, follow: bool) -> io::Result<()> {
-    let p = c_path(path)?;
-    let times = [c_time(atime), c_time(mtime)];
-    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
-    // SAFETY: `p` is a valid NUL-terminated string and `times` holds two timespecs.
-    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), flags) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Create a device node, FIFO or socket at `path` with full `mode` and host `dev`.
-pub fn mknod(path: &Path, mode: u32, dev: u64) -> io::Result<()> {
-    let p = c_path(path)?;
-    // SAFETY: `p` is a valid NUL-terminated string.
-    let rc = unsafe { libc::mknod(p.as_ptr(), mode as libc::mode_t, dev as libc::dev_t) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
@@ -111,75 +66,6 @@ pub fn seek_data_hole(file: &std::fs::File, off: u64, hole: bool) -> io::Result<
     } else {
         Err(e)
     }
-}
-
-/// The xattr names of `path` (not following a final symlink).
-pub fn list_xattrs(path: &Path) -> io::Result<Vec<Vec<u8>>> {
-    let p = c_path(path)?;
-    let mut buf = vec![0u8; 4096];
-    loop {
-        // SAFETY: `p` is NUL terminated and `buf` is writable for the length passed.
-        let n = unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            buf.truncate(n as usize);
-            return Ok(buf
-                .split(|&b| b == 0)
-                .filter(|n| !n.is_empty())
-                .map(<[u8]>::to_vec)
-                .collect());
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
-            Some(libc::ENOTSUP) => return Ok(Vec::new()),
-            _ => return Err(e),
-        }
-    }
-}
-
-/// The value of xattr `name` of `path` (not following a final symlink).
-pub fn get_xattr(path: &Path, name: &[u8]) -> io::Result<Vec<u8>> {
-    let (p, n) = (c_path(path)?, c_name(name)?);
-    let mut buf = vec![0u8; 4096];
-    loop {
-        // SAFETY: `p` and `n` are NUL terminated; `buf` is writable for the length passed.
-        let r =
-            unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if r >= 0 {
-            buf.truncate(r as usize);
-            return Ok(buf);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
-            _ => return Err(e),
-        }
-    }
-}
-
-/// Set xattr `name` of `path` to `value` (not following a final symlink).
-pub fn set_xattr(path: &Path, name: &[u8], value: &[u8]) -> io::Result<()> {
-    let (p, n) = (c_path(path)?, c_name(name)?);
-    // SAFETY: `p` and `n` are NUL terminated; `value` is readable for its length.
-    let r = unsafe {
-        libc::lsetxattr(
-            p.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// An xattr name as a C string.
-fn c_name(name: &[u8]) -> io::Result<CString> {
-    CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 #[cfg(test)]

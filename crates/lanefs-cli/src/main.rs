@@ -7,6 +7,7 @@ mod cli;
 mod copy;
 mod error;
 mod format;
+mod hostdir;
 mod hostsys;
 mod imgpath;
 mod modify;

@@ -1,26 +1,101 @@
 //! Copying host files and trees into an image.
+//!
+//! The host tree is walked by descriptor ([`HostDir`]): a source path is followed as
+//! the user gave it, and below it every name is opened relative to its directory's
+//! descriptor with `O_NOFOLLOW`. A directory or file swapped for a symlink while the
+//! copy runs is therefore never followed out of the tree: a file's data, xattrs and
+//! attributes are read from the descriptor that was opened and checked (`fstat`), and a
+//! directory that turns out to be something else is an error naming it. The walk keeps
+//! its own stack (depth costs heap) and refuses a directory that contains itself (a bind
+//! mount).
 
 use super::{nonzero_pieces, read_full, show, timespec, CHUNK};
 use crate::error::{CmdResult, Context, Error, Failure};
-use crate::hostsys::{get_xattr, list_xattrs, rdev_to_ext4, seek_data_hole};
+use crate::hostdir::{self, HostDir, HostType};
+use crate::hostsys::{rdev_to_ext4, seek_data_hole};
 use crate::imgpath::{resolve_dest, Dest, ImageArg};
 use crate::progress::Progress;
 use crate::session::{join_display, with_fs};
 use lanefs::{Attr, FileType, Fs, Ino, Owner, SetAttr, XattrFlags};
+use rustix::fs::Stat;
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::fs::Metadata;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Mutex;
 
+/// What a host entry is (from `fstat` or `fstatat`).
+#[derive(Clone, Copy)]
+struct Meta {
+    kind: HostType,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    nlink: u64,
+    dev: u64,
+    ino: u64,
+    rdev: u64,
+    size: u64,
+    atime: lanefs::Timespec,
+    mtime: lanefs::Timespec,
+}
+
+impl From<Stat> for Meta {
+    fn from(st: Stat) -> Meta {
+        Meta {
+            kind: HostType::from_raw_mode(st.st_mode),
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            nlink: st.st_nlink,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            rdev: st.st_rdev,
+            size: st.st_size.max(0) as u64,
+            atime: timespec(st.st_atime, st.st_atime_nsec as i64),
+            mtime: timespec(st.st_mtime, st.st_mtime_nsec as i64),
+        }
+    }
+}
+
+impl Meta {
+    /// The owner it gets in the image.
+    fn owner(&self) -> Owner {
+        Owner {
+            uid: self.uid,
+            gid: self.gid,
+            umask: 0,
+        }
+    }
+
+    /// Its permission bits.
+    fn perm(&self) -> u16 {
+        (self.mode & 0o7777) as u16
+    }
+
+    /// Whether `other` is the same host inode.
+    fn same(&self, other: &Meta) -> bool {
+        (self.dev, self.ino) == (other.dev, other.ino)
+    }
+}
+
+/// One source as given: the directory holding it and its name, or, for a path with no
+/// last name (`.`, `..`, `/`), the directory itself.
+struct Source {
+    path: PathBuf,
+    meta: Meta,
+    at: Option<(HostDir, Vec<u8>)>,
+}
+
 /// Copy `srcs` from the host to `dst` inside an image.
 pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i32> {
-    let metas = host_sources(srcs, recursive)?;
+    let sources = host_sources(srcs, recursive)?;
     let progress = if Progress::wanted() {
-        Progress::new(srcs.iter().map(|s| host_total(s)).sum())
+        Progress::new(sources.iter().map(host_total).sum())
     } else {
         Progress::hidden()
     };
@@ -49,9 +124,9 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i
                 jobs: tx,
                 failed: &failed,
             };
-            for (src, meta) in srcs.iter().zip(&metas) {
-                let (dir, name, shown) = place(&dest, src, dst)?;
-                copier.entry(src, meta, dir, &name, &shown)?;
+            for src in &sources {
+                let (dir, name, shown) = place(&dest, &src.path, dst)?;
+                copier.top(src, dir, &name, &shown)?;
             }
             Ok(())
         });
@@ -63,34 +138,72 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i
     result
 }
 
-/// The metadata of each source, refusing directories without `-r`.
-fn host_sources(srcs: &[PathBuf], recursive: bool) -> CmdResult<Vec<Metadata>> {
-    let mut metas = Vec::with_capacity(srcs.len());
+/// Each source opened where it is (a final symlink is not followed), refusing directories
+/// without `-r`.
+fn host_sources(srcs: &[PathBuf], recursive: bool) -> CmdResult<Vec<Source>> {
+    let mut found = Vec::with_capacity(srcs.len());
     for src in srcs {
-        let meta = std::fs::symlink_metadata(src).ctx(src.display())?;
-        if meta.is_dir() && !recursive {
-            return Err(Failure::new(
-                src.display(),
-                Error::msg("is a directory (use -r)"),
-            ));
+        let shown = src.display();
+        let (meta, at) = match src.file_name() {
+            Some(name) => {
+                let parent = match src.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                let dir = HostDir::open_path(parent).ctx(parent.display())?;
+                let meta = dir
+                    .lstat(name)
+                    .ctx(&shown)?
+                    .ok_or_else(|| Failure::new(&shown, lanefs::Error::NotFound))?;
+                (Meta::from(meta), Some((dir, name.as_bytes().to_vec())))
+            }
+            None => {
+                let dir = HostDir::open_path(src).ctx(&shown)?;
+                (Meta::from(dir.stat().ctx(&shown)?), None)
+            }
+        };
+        if meta.kind == HostType::Directory && !recursive {
+            return Err(Failure::new(shown, Error::msg("is a directory (use -r)")));
         }
-        metas.push(meta);
+        found.push(Source {
+            path: src.clone(),
+            meta,
+            at,
+        });
     }
-    Ok(metas)
+    Ok(found)
 }
 
-/// Bytes of regular files under `path` (symlinks not followed).
-fn host_total(path: &Path) -> u64 {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return 0;
-    };
-    if !meta.is_dir() {
-        return if meta.is_file() { meta.len() } else { 0 };
+/// Bytes of regular files under `src` (symlinks not followed; unreadable parts count 0).
+fn host_total(src: &Source) -> u64 {
+    if src.meta.kind != HostType::Directory {
+        return if src.meta.kind == HostType::RegularFile {
+            src.meta.size
+        } else {
+            0
+        };
     }
-    let Ok(entries) = std::fs::read_dir(path) else {
-        return 0;
+    let first = match &src.at {
+        Some((dir, name)) => dir.open_dir(OsStr::from_bytes(name)),
+        None => HostDir::open_path(&src.path),
     };
-    entries.flatten().map(|e| host_total(&e.path())).sum()
+    let (mut total, mut stack) = (0, first.into_iter().collect::<Vec<_>>());
+    let mut seen = HashSet::new();
+    while let Some(dir) = stack.pop() {
+        let Ok(st) = dir.stat() else { continue };
+        if !seen.insert((st.st_dev, st.st_ino)) {
+            continue;
+        }
+        for name in dir.names().unwrap_or_default() {
+            let name = OsStr::from_bytes(&name);
+            match dir.lstat(name).ok().flatten().map(Meta::from) {
+                Some(m) if m.kind == HostType::Directory => stack.extend(dir.open_dir(name).ok()),
+                Some(m) if m.kind == HostType::RegularFile => total += m.size,
+                _ => {}
+            }
+        }
+    }
+    total
 }
 
 /// The last component of host path `src`.
@@ -127,20 +240,6 @@ fn place(dest: &Dest, src: &Path, dst: &ImageArg) -> CmdResult<(Ino, Vec<u8>, St
     }
 }
 
-/// The owner a host file has.
-fn owner_of(meta: &Metadata) -> Owner {
-    Owner {
-        uid: meta.uid(),
-        gid: meta.gid(),
-        umask: 0,
-    }
-}
-
-/// Permission bits of a host file.
-fn perm_of(meta: &Metadata) -> u16 {
-    (meta.mode() & 0o7777) as u16
-}
-
 /// Threads writing file data: one per CPU, at most 8.
 fn workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
@@ -154,10 +253,11 @@ struct Ctx<'a> {
 }
 
 /// One regular file whose name exists (open, as create leaves it): its data, xattrs and
-/// attributes are still to be written.
+/// attributes are still to be written from `file`, the host file opened and checked.
 struct Job {
-    src: PathBuf,
-    meta: Metadata,
+    file: File,
+    path: PathBuf,
+    meta: Meta,
     ino: Ino,
     truncate: bool,
     shown: String,
@@ -186,6 +286,25 @@ fn work(ctx: Ctx<'_>, rx: &Mutex<Receiver<Job>>, failed: &Mutex<Option<Failure>>
     }
 }
 
+/// Where a host entry's xattrs are read from.
+enum XattrSource<'a> {
+    /// A file or directory open as this descriptor.
+    Fd(std::os::fd::BorrowedFd<'a>),
+    /// A symlink or node: this name in this directory (not followed).
+    At(&'a HostDir, &'a OsStr),
+}
+
+/// A host directory being copied: its descriptor, the image directory it fills, and the
+/// names still to copy.
+struct Frame {
+    host: HostDir,
+    path: PathBuf,
+    meta: Meta,
+    ino: Ino,
+    shown: String,
+    names: std::vec::IntoIter<Vec<u8>>,
+}
+
 /// The walk of one copy into one mounted image.
 struct Copier<'a> {
     ctx: Ctx<'a>,
@@ -206,21 +325,75 @@ impl Copier<'_> {
         }
     }
 
-    /// Copy host `src` (not followed if a symlink) to `dir/name`, shown as `shown`.
+    /// Copy source `src` to `dir/name`, shown as `shown`.
+    fn top(&self, src: &Source, dir: Ino, name: &[u8], shown: &str) -> CmdResult<()> {
+        match &src.at {
+            Some((parent, host_name)) => self.entry(
+                parent,
+                OsStr::from_bytes(host_name),
+                &src.path,
+                src.meta,
+                dir,
+                name,
+                shown,
+            ),
+            None => {
+                let host = HostDir::open_path(&src.path).ctx(src.path.display())?;
+                let meta = Meta::from(host.stat().ctx(src.path.display())?);
+                if !meta.same(&src.meta) {
+                    return Err(changed(&src.path));
+                }
+                self.tree(host, src.path.clone(), meta, dir, name, shown)
+            }
+        }
+    }
+
+    /// Copy host entry `host_name` of `parent` (at host path `path`, as `meta` says it
+    /// was when listed; not followed if a symlink) to `dir/name`, shown as `shown`.
+    #[allow(clippy::too_many_arguments)]
     fn entry(
         &self,
-        src: &Path,
-        meta: &Metadata,
+        parent: &HostDir,
+        host_name: &OsStr,
+        path: &Path,
+        meta: Meta,
         dir: Ino,
         name: &[u8],
         shown: &str,
     ) -> CmdResult<()> {
-        let existing = self.existing(dir, name, shown)?;
-        if meta.is_dir() {
-            return self.directory(src, meta, dir, name, existing, shown);
+        if meta.kind == HostType::Directory {
+            let host = parent
+                .open_dir(host_name)
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::ENOTDIR | libc::ELOOP) => changed(path),
+                    _ => Failure::new(path.display(), e),
+                })?;
+            let meta = Meta::from(host.stat().ctx(path.display())?);
+            return self.tree(host, path.to_path_buf(), meta, dir, name, shown);
         }
-        let linked = (meta.nlink() > 1)
-            .then(|| self.links.borrow().get(&(meta.dev(), meta.ino())).copied())
+        // A regular file is opened now: what is copied is what this descriptor reads.
+        let (meta, file) = if meta.kind == HostType::RegularFile {
+            let file = parent
+                .open_read(host_name)
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::ELOOP) => changed(path),
+                    _ => Failure::new(path.display(), e),
+                })?;
+            let now = Meta::from(
+                rustix::fs::fstat(&file)
+                    .map_err(std::io::Error::from)
+                    .ctx(path.display())?,
+            );
+            if now.kind != HostType::RegularFile {
+                return Err(changed(path));
+            }
+            (now, Some(file))
+        } else {
+            (meta, None)
+        };
+        let existing = self.existing(dir, name, shown)?;
+        let linked = (meta.nlink > 1)
+            .then(|| self.links.borrow().get(&(meta.dev, meta.ino)).copied())
             .flatten();
         if let Some(target) = linked {
             return self.link(target, dir, name, existing, shown);
@@ -233,41 +406,38 @@ impl Copier<'_> {
                     Error::msg("cannot overwrite a directory with a non-directory"),
                 ));
             }
-            if meta.is_file() && old.kind == FileType::Regular {
+            if file.is_some() && old.kind == FileType::Regular {
                 reuse = Some(old.ino);
             } else {
                 self.ctx.fs.unlink(dir, name).ctx(shown)?;
             }
         }
-        let ft = meta.file_type();
-        let ino = if ft.is_file() {
-            self.file(src, meta, dir, name, reuse, shown)?
-        } else if ft.is_symlink() {
-            let target = std::fs::read_link(src).ctx(src.display())?;
-            let target = target.as_os_str().as_bytes();
+        let ino = if let Some(file) = file {
+            self.file(file, path, meta, dir, name, reuse, shown)?
+        } else if meta.kind == HostType::Symlink {
+            let target = parent.read_link(host_name).ctx(path.display())?;
             self.ctx
                 .fs
-                .symlink(dir, name, target, owner_of(meta))
+                .symlink(dir, name, &target, meta.owner())
                 .ctx(shown)?
                 .ino
         } else {
-            let rdev = rdev_to_ext4(meta.rdev());
+            let rdev = rdev_to_ext4(meta.rdev);
             self.ctx
                 .fs
-                .mknod(dir, name, meta.mode(), rdev, owner_of(meta))
+                .mknod(dir, name, meta.mode, rdev, meta.owner())
                 .ctx(shown)?
                 .ino
         };
-        if meta.nlink() > 1 {
-            self.links
-                .borrow_mut()
-                .insert((meta.dev(), meta.ino()), ino);
+        if meta.nlink > 1 {
+            self.links.borrow_mut().insert((meta.dev, meta.ino), ino);
         }
-        if ft.is_file() {
+        if meta.kind == HostType::RegularFile {
             // Its worker sets its attributes once the data is in.
             return Ok(());
         }
-        self.ctx.finish(src, ino, meta, shown)
+        self.ctx
+            .finish(XattrSource::At(parent, host_name), path, ino, &meta, shown)
     }
 
     /// Make `dir/name` another name of image inode `target` (replacing what was there).
@@ -294,51 +464,104 @@ impl Copier<'_> {
         Ok(())
     }
 
-    /// Copy host directory `src` and everything in it, then its attributes.
-    fn directory(
+    /// Make (or reuse) image directory `dir/name` for host directory `host`.
+    fn make_dir(&self, meta: &Meta, dir: Ino, name: &[u8], shown: &str) -> CmdResult<Ino> {
+        match self.existing(dir, name, shown)? {
+            Some(old) if old.kind == FileType::Directory => Ok(old.ino),
+            Some(_) => Err(Failure::new(
+                shown,
+                Error::msg("cannot overwrite a non-directory with a directory"),
+            )),
+            None => Ok(self
+                .ctx
+                .fs
+                .mkdir(dir, name, meta.perm(), meta.owner())
+                .ctx(shown)?
+                .ino),
+        }
+    }
+
+    /// Copy host directory `host` (at `path`) and everything in it to `dir/name`, each
+    /// directory's attributes after its last name.
+    fn tree(
         &self,
-        src: &Path,
-        meta: &Metadata,
+        host: HostDir,
+        path: PathBuf,
+        meta: Meta,
         dir: Ino,
         name: &[u8],
-        existing: Option<Attr>,
         shown: &str,
     ) -> CmdResult<()> {
-        let ino = match existing {
-            Some(old) if old.kind == FileType::Directory => old.ino,
-            Some(_) => {
-                return Err(Failure::new(
-                    shown,
-                    Error::msg("cannot overwrite a non-directory with a directory"),
-                ))
+        let ino = self.make_dir(&meta, dir, name, shown)?;
+        let mut on_path = HashSet::from([(meta.dev, meta.ino)]);
+        let names = host.names().ctx(path.display())?;
+        let mut stack = vec![Frame {
+            host,
+            path,
+            meta,
+            ino,
+            shown: shown.to_string(),
+            names: names.into_iter(),
+        }];
+        while let Some(top) = stack.last_mut() {
+            let Some(child) = top.names.next() else {
+                let done = stack.pop().expect("a frame");
+                on_path.remove(&(done.meta.dev, done.meta.ino));
+                let fd = std::os::fd::AsFd::as_fd(&done.host);
+                self.ctx.finish(
+                    XattrSource::Fd(fd),
+                    &done.path,
+                    done.ino,
+                    &done.meta,
+                    &done.shown,
+                )?;
+                continue;
+            };
+            let host_name = OsStr::from_bytes(&child);
+            let path = top.path.join(host_name);
+            let shown = join_display(&top.shown, &child);
+            let Some(meta) = top.host.lstat(host_name).ctx(path.display())? else {
+                // Removed since it was listed: as if it never was.
+                continue;
+            };
+            let meta = Meta::from(meta);
+            if meta.kind != HostType::Directory {
+                self.entry(&top.host, host_name, &path, meta, top.ino, &child, &shown)?;
+                continue;
             }
-            None => {
-                self.ctx
-                    .fs
-                    .mkdir(dir, name, perm_of(meta), owner_of(meta))
-                    .ctx(shown)?
-                    .ino
+            let host = top
+                .host
+                .open_dir(host_name)
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::ENOTDIR | libc::ELOOP) => changed(&path),
+                    _ => Failure::new(path.display(), e),
+                })?;
+            let meta = Meta::from(host.stat().ctx(path.display())?);
+            if !on_path.insert((meta.dev, meta.ino)) {
+                let msg = "a directory that contains itself (a bind mount?)";
+                return Err(Failure::new(path.display(), Error::msg(msg)));
             }
-        };
-        let mut children: Vec<_> = std::fs::read_dir(src)
-            .and_then(|it| it.collect::<std::io::Result<Vec<_>>>())
-            .ctx(src.display())?;
-        children.sort_by_key(|e| e.file_name());
-        for child in children {
-            let path = child.path();
-            let child_meta = std::fs::symlink_metadata(&path).ctx(path.display())?;
-            let child_name = child.file_name();
-            let child_shown = join_display(shown, child_name.as_bytes());
-            self.entry(&path, &child_meta, ino, child_name.as_bytes(), &child_shown)?;
+            let ino = self.make_dir(&meta, top.ino, &child, &shown)?;
+            let names = host.names().ctx(path.display())?;
+            stack.push(Frame {
+                host,
+                path,
+                meta,
+                ino,
+                shown,
+                names: names.into_iter(),
+            });
         }
-        self.ctx.finish(src, ino, meta, shown)
+        Ok(())
     }
 
     /// Make regular file `dir/name` (or reuse `reuse`) and hand its data to a worker.
+    #[allow(clippy::too_many_arguments)]
     fn file(
         &self,
-        src: &Path,
-        meta: &Metadata,
+        file: File,
+        path: &Path,
+        meta: Meta,
         dir: Ino,
         name: &[u8],
         reuse: Option<Ino>,
@@ -355,14 +578,15 @@ impl Copier<'_> {
             None => {
                 self.ctx
                     .fs
-                    .create(dir, name, perm_of(meta), owner_of(meta))
+                    .create(dir, name, meta.perm(), meta.owner())
                     .ctx(shown)?
                     .ino
             }
         };
         let job = Job {
-            src: src.to_path_buf(),
-            meta: meta.clone(),
+            file,
+            path: path.to_path_buf(),
+            meta,
             ino,
             truncate: reuse.is_some(),
             shown: shown.to_string(),
@@ -374,26 +598,36 @@ impl Copier<'_> {
     }
 }
 
+/// The error for a host entry that changed kind while the copy ran.
+fn changed(path: &Path) -> Failure {
+    Failure::new(
+        path.display(),
+        Error::msg("changed while being copied (now a symlink or another kind); not followed"),
+    )
+}
+
 impl Ctx<'_> {
     /// Write one file's data, release it, then give it its xattrs and attributes.
     fn run(&self, buf: &mut [u8], job: &Job) -> CmdResult<()> {
-        let written = self.fill(buf, &job.src, job.ino, job.truncate, &job.shown);
+        let written = self.fill(buf, job);
         let released = self.fs.release(job.ino).ctx(&job.shown);
         written?;
         released?;
-        self.finish(&job.src, job.ino, &job.meta, &job.shown)
+        let fd = std::os::fd::AsFd::as_fd(&job.file);
+        self.finish(
+            XattrSource::Fd(fd),
+            &job.path,
+            job.ino,
+            &job.meta,
+            &job.shown,
+        )
     }
 
-    /// Write the data of `src` into open file `ino` (emptied first if `truncate`).
-    fn fill(
-        &self,
-        buf: &mut [u8],
-        src: &Path,
-        ino: Ino,
-        truncate: bool,
-        shown: &str,
-    ) -> CmdResult<()> {
-        if truncate {
+    /// Write the data of the job's host file into its open image file (emptied first if
+    /// it existed).
+    fn fill(&self, buf: &mut [u8], job: &Job) -> CmdResult<()> {
+        let (file, src, ino, shown) = (&job.file, job.path.display(), job.ino, &job.shown);
+        if job.truncate {
             self.fs
                 .setattr(
                     ino,
@@ -404,13 +638,12 @@ impl Ctx<'_> {
                 )
                 .ctx(shown)?;
         }
-        let file = std::fs::File::open(src).ctx(src.display())?;
-        let len = file.metadata().ctx(src.display())?.len();
+        let len = job.meta.size;
         // Only the host file's data segments are read; its holes stay holes here.
         let (mut pos, mut copied) = (0u64, 0u64);
-        while let Some(start) = seek_data_hole(&file, pos, false).ctx(src.display())? {
-            let end = seek_data_hole(&file, start, true)
-                .ctx(src.display())?
+        while let Some(start) = seek_data_hole(file, pos, false).ctx(&src)? {
+            let end = seek_data_hole(file, start, true)
+                .ctx(&src)?
                 .unwrap_or(len)
                 .max(start);
             let mut off = start;
@@ -424,7 +657,7 @@ impl Ctx<'_> {
                 let n = read_full(&mut buf[..want], |filled, b| {
                     Ok(file.read_at(b, off + filled as u64)?)
                 })
-                .ctx(src.display())?;
+                .ctx(&src)?;
                 if n == 0 {
                     break;
                 }
@@ -470,32 +703,41 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Copy the extended attributes and ACLs of host `src` to `ino`, as `cp -a` does: one
-    /// the image cannot take is a warning (none for "not supported"), not a failure.
-    fn xattrs(&self, src: &Path, ino: Ino, shown: &str) -> CmdResult<()> {
-        let names = match list_xattrs(src) {
+    /// Copy the extended attributes and ACLs of `src` (host path `path`) to `ino`, as
+    /// `cp -a` does: one the image cannot take is a warning (none for "not supported"),
+    /// not a failure.
+    fn xattrs(&self, src: &XattrSource<'_>, path: &Path, ino: Ino, shown: &str) -> CmdResult<()> {
+        let names = match src {
+            XattrSource::Fd(fd) => hostdir::xattr_names_fd(fd),
+            XattrSource::At(dir, name) => dir.xattr_names_at(name),
+        };
+        let names = match names {
             Ok(n) => n,
             Err(e) => {
-                self.warn(src.display(), &e.to_string());
+                self.warn(path.display(), &e.to_string());
                 return Ok(());
             }
         };
-        for name in names {
-            let value = match get_xattr(src, &name) {
+        for key in names {
+            let value = match src {
+                XattrSource::Fd(fd) => hostdir::xattr_fd(fd, &key),
+                XattrSource::At(dir, name) => dir.xattr_at(name, &key),
+            };
+            let value = match value {
                 Ok(v) => v,
                 Err(e) => {
-                    self.warn(src.display(), &format!("reading {}: {e}", show(&name)));
+                    self.warn(path.display(), &format!("reading {}: {e}", show(&key)));
                     continue;
                 }
             };
-            match self.fs.setxattr(ino, &name, &value, XattrFlags::Any) {
+            match self.fs.setxattr(ino, &key, &value, XattrFlags::Any) {
                 Ok(()) | Err(lanefs::Error::NotSupported(_)) => {}
                 Err(
                     e @ (lanefs::Error::Corrupt { .. }
                     | lanefs::Error::Io(_)
                     | lanefs::Error::ReadOnly),
                 ) => return Err(Failure::new(shown, e)),
-                Err(e) => self.warn(shown, &format!("setting {}: {e}", show(&name))),
+                Err(e) => self.warn(shown, &format!("setting {}: {e}", show(&key))),
             }
         }
         Ok(())
@@ -507,15 +749,22 @@ impl Ctx<'_> {
         self.progress.warn(&line);
     }
 
-    /// Give `ino` the owner, permissions and times of host `meta`.
-    fn finish(&self, src: &Path, ino: Ino, meta: &Metadata, shown: &str) -> CmdResult<()> {
-        self.xattrs(src, ino, shown)?;
+    /// Give `ino` the xattrs, owner, permissions and times of host `meta`.
+    fn finish(
+        &self,
+        src: XattrSource<'_>,
+        path: &Path,
+        ino: Ino,
+        meta: &Meta,
+        shown: &str,
+    ) -> CmdResult<()> {
+        self.xattrs(&src, path, ino, shown)?;
         let set = SetAttr {
-            perm: (!meta.file_type().is_symlink()).then(|| perm_of(meta)),
-            uid: Some(meta.uid()),
-            gid: Some(meta.gid()),
-            atime: Some(timespec(meta.atime(), meta.atime_nsec())),
-            mtime: Some(timespec(meta.mtime(), meta.mtime_nsec())),
+            perm: (meta.kind != HostType::Symlink).then(|| meta.perm()),
+            uid: Some(meta.uid),
+            gid: Some(meta.gid),
+            atime: Some(meta.atime),
+            mtime: Some(meta.mtime),
             ..SetAttr::default()
         };
         self.fs.setattr(ino, &set).ctx(shown)?;
