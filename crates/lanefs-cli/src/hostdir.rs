@@ -246,7 +246,7 @@ fn ids(uid: u32, gid: u32) -> (Option<rustix::fs::Uid>, Option<rustix::fs::Gid>)
 pub fn timestamps(atime: lanefs::Timespec, mtime: lanefs::Timespec) -> Timestamps {
     let t = |t: lanefs::Timespec| rustix::fs::Timespec {
         tv_sec: t.sec,
-        tv_nsec: i64::from(t.nsec).into(),
+        tv_nsec: i64::from(t.nsec),
     };
     Timestamps {
         last_access: t(atime),
