@@ -430,3 +430,42 @@ fn host_directories_swapped_for_symlinks_during_copy_in_are_not_followed() {
         .collect();
     assert!(leaked.is_empty(), "secrets came in: {leaked:?}");
 }
+
+/// A tree deeper than the usual 1024 open descriptors copies out and back in: the walks
+/// hold a descriptor per level (and `cp` raises its soft limit to the hard one), and
+/// keep their stack on the heap.
+#[test]
+fn trees_deeper_than_the_descriptor_limit_copy_both_ways() {
+    const DEPTH: usize = 1500;
+    let a = area();
+    let image = a.root.join("deep.img");
+    ok(lanefs(&["mkfs", &s(&image), "--size", "64M", "-b", "4096"]));
+    {
+        let fs = lanefs::Fs::mount_path(&image, lanefs::MountOptions::default()).unwrap();
+        let owner = lanefs::Owner {
+            uid: 0,
+            gid: 0,
+            umask: 0o022,
+        };
+        let mut dir = lanefs::ROOT_INO;
+        for _ in 0..DEPTH {
+            dir = fs.mkdir(dir, b"a", 0o755, owner).unwrap().ino;
+        }
+        fs.create(dir, b"bottom", 0o644, owner).unwrap();
+        fs.unmount().unwrap();
+    }
+    let out = a.out.join("copy");
+    ok(lanefs(&["cp", "-r", &at(&image, "/a"), &s(&out)]));
+    let mut p = out.clone();
+    for _ in 1..DEPTH {
+        p.push("a");
+    }
+    assert!(
+        p.join("bottom").is_file(),
+        "the bottom of the tree came out"
+    );
+    ok(lanefs(&["cp", "-r", &s(&out), &at(&image, "/back")]));
+    let bottom = format!("/back{}/bottom", "/a".repeat(DEPTH - 1));
+    ok(lanefs(&["stat", &at(&image, &bottom)]));
+    ok(lanefs(&["fsck", &s(&image)]));
+}

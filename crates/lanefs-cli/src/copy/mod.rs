@@ -23,6 +23,7 @@ pub fn cp(args: &CpArgs) -> CmdResult<i32> {
             Error::msg("missing source and destination"),
         ));
     };
+    crate::hostsys::raise_fd_limit();
     let src_images: Vec<Option<ImageArg>> = srcs.iter().map(|s| split_image_arg(s)).collect();
     let in_image = src_images.iter().filter(|s| s.is_some()).count();
     match split_image_arg(dst) {
