@@ -64,6 +64,12 @@ const XFLAG_EXTSZINHERIT: u32 = 0x1000;
 /// The realtime xflags, which map to lanefs's realtime flag and hint, not ext4 flags.
 const XFLAG_RT_ALL: u32 = XFLAG_REALTIME | XFLAG_RTINHERIT | XFLAG_EXTSIZE | XFLAG_EXTSZINHERIT;
 
+/// ext4's data-journalling flag (`chattr +j`), which only CAP_SYS_RESOURCE may change.
+const FL_JOURNAL_DATA: u32 = 0x4000;
+/// The flags ext4 lets only a capable caller change: immutable and append-only
+/// (CAP_LINUX_IMMUTABLE), data journalling (CAP_SYS_RESOURCE).
+const FL_CAPABLE_ONLY: u32 = fl::FL_IMMUTABLE | fl::FL_APPEND | FL_JOURNAL_DATA;
+
 /// The FS_XFLAG_* bits of ext4 inode flags `f`.
 fn xflags_of(f: u32) -> u32 {
     XFLAG_MAP
@@ -91,13 +97,15 @@ pub struct LaneFuse {
     writeback_cache: bool,
     max_write: Option<u32>,
     errors: ErrorPolicy,
-    /// The kernel checks permissions, POSIX ACLs included (FUSE_POSIX_ACL).
+    /// The kernel checks permissions (`default_permissions`: with `allow_other` or
+    /// `allow_root`, or when asked for), POSIX ACLs included (FUSE_POSIX_ACL).
     posix_acl: bool,
 }
 
 impl LaneFuse {
     /// Serve `fs` with the frontend options of `cfg`; `kernel_checks` when the kernel
-    /// checks permissions (`default_permissions`), which then covers POSIX ACLs too.
+    /// checks permissions (`default_permissions`, always so when users other than the
+    /// mounter can reach the mount), which then covers POSIX ACLs too.
     pub fn new(fs: Arc<Fs>, cfg: &MountConfig, kernel_checks: bool) -> LaneFuse {
         LaneFuse {
             fs,
@@ -206,6 +214,38 @@ impl LaneFuse {
         let append_only = f & fl::FL_APPEND != 0;
         if immutable || (append_only && (flags & libc::O_APPEND == 0 || flags & libc::O_TRUNC != 0))
         {
+            return Err(Error::NotPermitted);
+        }
+        Ok(())
+    }
+
+    /// Whether the caller of `req` may change `ino`'s inode flags at all: its owner or
+    /// root (vfs_fileattr_set's inode_owner_or_capable; uid 0 stands for CAP_FOWNER,
+    /// which the daemon cannot see).
+    fn may_change_flags(&self, req: &Request, ino: Ino) -> lanefs::Result<()> {
+        if req.uid() != 0 && self.fs.getattr(ino)?.uid != req.uid() {
+            return Err(Error::NotPermitted);
+        }
+        Ok(())
+    }
+
+    /// ext4's checks on a change of `ino`'s inode flags to `new` by the caller of `req`
+    /// (vfs_fileattr_set, ext4_fileattr_set): only the file's owner or root may change
+    /// flags, only root the immutable, append-only (CAP_LINUX_IMMUTABLE) and
+    /// data-journalling (CAP_SYS_RESOURCE) ones; and a file that stays immutable keeps
+    /// its other flags, whoever asks (ext4_ioctl_check_immutable). The VFS makes the
+    /// first two checks itself, with the caller's real capabilities, before the daemon
+    /// sees the request; the daemon makes them again so that nothing but root ever sets
+    /// or clears immutable or append-only through it, whatever the mount's options.
+    fn may_set_flags(&self, req: &Request, ino: Ino, new: u32) -> lanefs::Result<()> {
+        self.may_change_flags(req, ino)?;
+        let old = self.fs.get_flags(ino)?;
+        if req.uid() != 0 && (old ^ new) & FL_CAPABLE_ONLY != 0 {
+            return Err(Error::NotPermitted);
+        }
+        // As ext4, against the masked request and the whole of the old flags.
+        let new = new & fl::FL_USER_MODIFIABLE;
+        if old & new & fl::FL_IMMUTABLE != 0 && (old ^ new) & !fl::FL_IMMUTABLE != 0 {
             return Err(Error::NotPermitted);
         }
         Ok(())
@@ -810,10 +850,13 @@ impl Filesystem for LaneFuse {
 
     /// `lsattr`/`chattr`: FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (the kernel's fileattr code
     /// sends them with a 4-byte int whatever the command's encoded size, after checking
-    /// ownership and CAP_LINUX_IMMUTABLE itself); any other command is ENOTTY.
+    /// ownership and CAP_LINUX_IMMUTABLE itself), FS_IOC_FSGETXATTR and FSSETXATTR; any
+    /// other command is ENOTTY. A set by a caller neither the file's owner nor root, or
+    /// a change of immutable, append-only or data journalling by one other than root, is
+    /// EPERM here too (`may_set_flags`).
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -836,7 +879,10 @@ impl Filesystem for LaneFuse {
                     return reply.error(Errno::EINVAL);
                 };
                 let f = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-                match self.fs.set_flags(i, f) {
+                match self
+                    .may_set_flags(req, i, f)
+                    .and_then(|()| self.fs.set_flags(i, f))
+                {
                     Ok(_) => reply.ioctl(0, &[]),
                     Err(e) => reply.error(self.errno("setflags", i, e)),
                 }
@@ -851,17 +897,23 @@ impl Filesystem for LaneFuse {
                     return reply.error(Errno::EINVAL);
                 };
                 let word = |k: usize| u32::from_ne_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+                let new = |old: u32| (old & !flags_of(u32::MAX)) | flags_of(word(0));
+                // The owner (or root) first, as vfs_fileattr_set.
+                if let Err(e) = self.may_change_flags(req, i) {
+                    return reply.error(self.errno("fssetxattr", i, e));
+                }
                 // Project ids and xflags without an ext4 or realtime meaning: not here.
                 let known = xflags_of(u32::MAX) | XFLAG_RT_ALL;
                 if word(12) != 0 || word(0) & !known != 0 {
                     return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
                 }
-                let r = self.fsx_set_rt(i, word(0), word(4)).and_then(|()| {
-                    self.fs.get_flags(i).and_then(|old| {
-                        self.fs
-                            .set_flags(i, (old & !flags_of(u32::MAX)) | flags_of(word(0)))
-                    })
-                });
+                let r = self
+                    .fs
+                    .get_flags(i)
+                    .and_then(|old| self.may_set_flags(req, i, new(old)))
+                    .and_then(|()| self.fsx_set_rt(i, word(0), word(4)))
+                    .and_then(|()| self.fs.get_flags(i))
+                    .and_then(|old| self.fs.set_flags(i, new(old)));
                 match r {
                     Ok(_) => reply.ioctl(0, &[]),
                     Err(e) => reply.error(self.errno("fssetxattr", i, e)),
@@ -923,12 +975,18 @@ impl Filesystem for LaneFuse {
         }
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let i = to_ino(ino);
         match self.fs.listxattr(i) {
             Ok(names) => {
                 let mut buf = Vec::new();
+                // As ext4_xattr_trusted_list: trusted.* names only for root (CAP_SYS_ADMIN;
+                // the VFS refuses anyone else their values, and FUSE passes the list as is).
+                let trusted = req.uid() == 0;
                 for n in names {
+                    if !trusted && n.starts_with(b"trusted.") {
+                        continue;
+                    }
                     buf.extend_from_slice(&n);
                     buf.push(0);
                 }
@@ -949,7 +1007,8 @@ impl Filesystem for LaneFuse {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        // Called only without default_permissions: the daemon answers from the mode bits.
+        // Called only without default_permissions (a mount only its non-root mounter
+        // reaches, unless asked for): the daemon answers from the mode bits.
         let i = to_ino(ino);
         let a = match self.fs.getattr(i) {
             Ok(a) => a,

@@ -27,9 +27,10 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Let root in besides the owner (`allow_root`).
     pub allow_root: bool,
-    /// The kernel checks permissions against the inode's mode (`default_permissions`);
-    /// `None` until given: on when running as root with `allow_other`.
-    pub default_permissions: Option<bool>,
+    /// `default_permissions` was given: the kernel checks permissions even on a mount
+    /// only the mounter reaches. Implied by `allow_other` and `allow_root`
+    /// ([`MountConfig::kernel_checks_permissions`]); nothing turns it off.
+    pub default_permissions: bool,
     /// Request threads, each with its own cloned /dev/fuse fd (`threads=N`).
     pub threads: usize,
     /// Let the kernel cache writes (`writeback_cache`).
@@ -54,7 +55,7 @@ impl Default for MountConfig {
             engine: MountOptions::default(),
             allow_other: false,
             allow_root: false,
-            default_permissions: None,
+            default_permissions: false,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             writeback_cache: false,
             attr_timeout: Duration::from_secs(1),
@@ -128,7 +129,7 @@ impl MountConfig {
             }
             "default_permissions" => {
                 no_value()?;
-                self.default_permissions = Some(true);
+                self.default_permissions = true;
             }
             "threads" => {
                 let v = need()?;
@@ -185,10 +186,15 @@ impl MountConfig {
         Ok(())
     }
 
-    /// Whether the kernel checks permissions: as given, else on for root with
-    /// `allow_other`.
-    pub fn kernel_checks_permissions(&self, root: bool) -> bool {
-        self.default_permissions.unwrap_or(root && self.allow_other)
+    /// Whether the kernel checks permissions (`default_permissions`, and POSIX ACLs with
+    /// it): whenever users other than the mounter can reach the mount (`allow_other`,
+    /// `allow_root`), whoever mounts, so that every access is checked as ext4 checks it
+    /// (mode bits, owner and groups, ACLs, sticky directories, the capabilities of the
+    /// real root), the mounter's own included; or when `default_permissions` is given.
+    /// There is no option to turn it off. Without it (a mount only its non-root mounter
+    /// reaches, who owns the image's bytes anyway) the daemon checks no mode bits.
+    pub fn kernel_checks_permissions(&self) -> bool {
+        self.default_permissions || self.allow_other || self.allow_root
     }
 }
 
@@ -218,5 +224,27 @@ mod tests {
         assert!(err("errors=continue").contains("errors=continue"));
         assert!(err("allow_other=1").contains("takes no value"));
         assert!(err("max_write=12").contains("max_write=12"));
+    }
+
+    #[test]
+    fn other_users_imply_kernel_permission_checks() {
+        let checks = |s: &str| {
+            let mut c = MountConfig::default();
+            c.parse(s).unwrap();
+            c.kernel_checks_permissions()
+        };
+        // Only the mounter reaches the mount: no checks unless asked for.
+        assert!(!checks(""));
+        assert!(!checks("ro,threads=2"));
+        assert!(checks("default_permissions"));
+        // Anyone else can: always, whoever mounts (the answer no longer depends on root).
+        assert!(checks("allow_other"));
+        assert!(checks("allow_root"));
+        assert!(checks("allow_other,default_permissions"));
+        assert!(checks("ro,allow_root,nosuid"));
+        // Nothing turns them off.
+        let err = |s: &str| MountConfig::default().parse(s).unwrap_err();
+        assert!(err("allow_other,no_default_permissions").contains("no_default_permissions"));
+        assert!(err("default_permissions=0").contains("takes no value"));
     }
 }

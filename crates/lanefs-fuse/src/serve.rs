@@ -116,7 +116,8 @@ pub fn serve(
         MountOption::FSName(fsname.clone()),
         MountOption::Subtype(SUBTYPE.into()),
     ];
-    let checks = cfg.kernel_checks_permissions(root);
+    // allow_other and allow_root bring default_permissions, for any mounter.
+    let checks = cfg.kernel_checks_permissions();
     if checks {
         opts.push(MountOption::DefaultPermissions);
     }
