@@ -277,3 +277,226 @@ pub fn daemon_pid(dir: &Path) -> Option<i32> {
     }
     None
 }
+
+/// The accounts tests that switch between unprivileged users need (`.ci/run` makes them):
+/// `lanefs-a` mounts, `lanefs-b` is the other user, `lanefs-g` a group neither belongs to
+/// by /etc/group (tests give it as a supplementary group with `setpriv --groups`).
+#[derive(Debug, Clone, Copy)]
+pub struct Users {
+    pub a: u32,
+    pub a_gid: u32,
+    pub b: u32,
+    pub b_gid: u32,
+    pub g: u32,
+}
+
+impl Users {
+    /// Look the accounts up (prints the SKIP line when one is missing, or `setpriv`).
+    pub fn get(test: &str) -> Option<Users> {
+        if !have("setpriv") {
+            skip(test, "setpriv not installed (package util-linux)");
+            return None;
+        }
+        let id = |args: &[&str]| -> Option<u32> {
+            let out = Command::new("id").args(args).output().ok()?;
+            String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+        };
+        let group = |name: &str| -> Option<u32> {
+            let out = Command::new("getent").args(["group", name]).output().ok()?;
+            String::from_utf8_lossy(&out.stdout)
+                .split(':')
+                .nth(2)?
+                .trim()
+                .parse()
+                .ok()
+        };
+        let users = (|| {
+            Some(Users {
+                a: id(&["-u", "lanefs-a"])?,
+                a_gid: id(&["-g", "lanefs-a"])?,
+                b: id(&["-u", "lanefs-b"])?,
+                b_gid: id(&["-g", "lanefs-b"])?,
+                g: group("lanefs-g")?,
+            })
+        })();
+        if users.is_none() {
+            skip(
+                test,
+                "needs users lanefs-a, lanefs-b and group lanefs-g (as .ci/run makes them: \
+                 useradd -M -s /usr/sbin/nologin lanefs-a; ...; groupadd lanefs-g)",
+            );
+            return None;
+        }
+        // fusermount3 opens /dev/fuse as the user: udev makes it 0666, a hand-made node
+        // may not be.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata("/dev/fuse").map_or(0, |m| m.permissions().mode());
+        if mode & 0o006 != 0o006 {
+            skip(
+                test,
+                &format!(
+                    "/dev/fuse is mode {:o}: users cannot mount (chmod 0666 /dev/fuse, as udev does)",
+                    mode & 0o777
+                ),
+            );
+            return None;
+        }
+        users
+    }
+
+    /// `setpriv` switching to user `lanefs-a` with no supplementary group, then `args`.
+    pub fn as_a(&self) -> Command {
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={}", self.a))
+            .arg(format!("--regid={}", self.a_gid))
+            .arg("--clear-groups");
+        c
+    }
+
+    /// A directory under /tmp that `lanefs-a` owns (mode 755), for its images and mount
+    /// points; removed on drop.
+    pub fn a_dir(&self, prefix: &str) -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(t.path(), Some(self.a), Some(self.a_gid)).unwrap();
+        t
+    }
+
+    /// The `lanefs` binary as `lanefs-a` can run it: the one cargo built, or a copy in
+    /// `dir` (one of `a_dir`'s) when the build is out of that user's reach (a workspace
+    /// under /root, say).
+    pub fn lanefs_for_a(&self, dir: &Path) -> PathBuf {
+        let reach = run(self.as_a().args(["test", "-x", LANEFS]));
+        if reach.status.success() {
+            return PathBuf::from(LANEFS);
+        }
+        let copy = dir.join("lanefs");
+        if !copy.exists() {
+            std::fs::copy(LANEFS, &copy).unwrap();
+        }
+        copy
+    }
+
+    /// `lanefs mount IMAGE DIR -o OPTS` run by `lanefs-a` (through fusermount3, the daemon
+    /// running as `lanefs-a`); `image` is given to `lanefs-a` first and `dir` made and
+    /// given to it. Panics with the command's message on failure.
+    pub fn mount_as_a(&self, image: &Path, dir: &Path, opts: &str) -> Mount {
+        std::fs::create_dir_all(dir).unwrap();
+        for p in [image, dir] {
+            std::os::unix::fs::chown(p, Some(self.a), Some(self.a_gid)).unwrap();
+        }
+        let lanefs = self.lanefs_for_a(image.parent().unwrap());
+        let mut cmd = self.as_a();
+        cmd.arg(lanefs).arg("mount").arg(image).arg(dir);
+        if !opts.is_empty() {
+            cmd.args(["-o", opts]);
+        }
+        let out = run(&mut cmd);
+        assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "lanefs mount as lanefs-a: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Mount::adopt(image, dir)
+    }
+
+    /// `lanefs umount` run by `lanefs-a` (fusermount3 -u), for a mount only `lanefs-a`
+    /// reaches (root cannot even look up its mount point there).
+    pub fn umount_as_a(&self, m: Mount) {
+        let lanefs = self.lanefs_for_a(m.image.parent().unwrap());
+        let out = run(self.as_a().arg(lanefs).arg("umount").arg(&m.dir));
+        assert!(
+            out.status.success(),
+            "lanefs umount as lanefs-a: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            wait_released(&m.image, Duration::from_secs(30)),
+            "the daemon of {} did not exit",
+            m.dir.display()
+        );
+        m.forget();
+    }
+}
+
+/// `user_allow_other` in /etc/fuse.conf while any guard lives (so that a user's
+/// fusermount3 takes `allow_other`): the first guard adds the line (making the file if
+/// there is none), the last one dropped, even by a panic, puts back exactly what was
+/// there before (the bytes, or no file). Guards of tests running at once share it.
+pub struct UserAllowOther(());
+
+/// The guards alive, and what /etc/fuse.conf held before the first (None: no file).
+static FUSE_CONF: std::sync::Mutex<(usize, Option<Option<Vec<u8>>>)> =
+    std::sync::Mutex::new((0, None));
+
+const FUSE_CONF_PATH: &str = "/etc/fuse.conf";
+
+impl UserAllowOther {
+    pub fn new() -> UserAllowOther {
+        let mut g = FUSE_CONF.lock().unwrap_or_else(|e| e.into_inner());
+        if g.0 == 0 {
+            let before = match std::fs::read(FUSE_CONF_PATH) {
+                Ok(b) => Some(b),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => panic!("{FUSE_CONF_PATH}: {e}"),
+            };
+            let on = before.as_deref().is_some_and(|b| {
+                String::from_utf8_lossy(b)
+                    .lines()
+                    .any(|l| l.trim() == "user_allow_other")
+            });
+            if !on {
+                let mut now = before.clone().unwrap_or_default();
+                if !now.is_empty() && !now.ends_with(b"\n") {
+                    now.push(b'\n');
+                }
+                now.extend_from_slice(b"user_allow_other\n");
+                std::fs::write(FUSE_CONF_PATH, now)
+                    .unwrap_or_else(|e| panic!("{FUSE_CONF_PATH}: {e}"));
+            }
+            g.1 = Some(before);
+        }
+        g.0 += 1;
+        UserAllowOther(())
+    }
+}
+
+impl Default for UserAllowOther {
+    fn default() -> UserAllowOther {
+        UserAllowOther::new()
+    }
+}
+
+impl Drop for UserAllowOther {
+    fn drop(&mut self) {
+        let mut g = FUSE_CONF.lock().unwrap_or_else(|e| e.into_inner());
+        g.0 -= 1;
+        if g.0 == 0 {
+            match g.1.take() {
+                Some(Some(bytes)) => {
+                    let _ = std::fs::write(FUSE_CONF_PATH, bytes);
+                }
+                Some(None) => {
+                    let _ = std::fs::remove_file(FUSE_CONF_PATH);
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// The super options of the mount at `dir` (canonical) in /proc/self/mountinfo (the
+/// last field: `rw,user_id=...,default_permissions,allow_other`).
+pub fn super_options(dir: &Path) -> Option<String> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let want = dir.to_str()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(want))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(str::to_string)
+}
