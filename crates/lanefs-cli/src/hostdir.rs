@@ -5,19 +5,23 @@
 //! source). Below it, every name is a single component, checked by [`check_name`], opened
 //! relative to the descriptor of its directory with `O_NOFOLLOW`; a directory is opened
 //! with `O_DIRECTORY | O_NOFOLLOW`, so a symlink put in a directory's place, before or
-//! during the copy, is an error and never followed. New files are created with `O_EXCL`,
-//! so an existing name is never written through. The few calls with no descriptor form
-//! for a symlink or a device node (`lsetxattr`, `llistxattr`, `lgetxattr`) go through
-//! `/proc/self/fd/DIR/NAME`: the directory is the descriptor itself (a magic link), and
-//! `NAME`, the last component, is not followed by the `l` calls.
+//! during the copy, is an error and never followed. New files are created with `O_EXCL`
+//! and finished through their descriptor. A symlink or node, which has no descriptor to
+//! finish it through, is made and finished in a private directory of the copy's own
+//! ([`HostDir::stage`]) and only then renamed to its name, so nobody can swap something
+//! else under the name between its creation and its chown or chmod. The calls with no
+//! descriptor form for a symlink or a node (`lsetxattr`, `llistxattr`, `lgetxattr`) go
+//! through `/proc/self/fd/DIR/NAME`: the directory is the descriptor itself (a magic
+//! link), and `NAME`, the last component, is not followed by the `l` calls.
 
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Stat, Timestamps};
+use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timestamps};
 
 pub use rustix::fs::FileType as HostType;
 
@@ -49,24 +53,37 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
 
 impl HostDir {
     /// Open the directory at `path` as the user gave it (symlinks in it followed: the
-    /// user's own path).
+    /// user's own path), to reach names in it: `O_PATH`, so search permission is enough;
+    /// it cannot be listed or have its own attributes set.
     pub fn open_path(path: &Path) -> io::Result<HostDir> {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(os)?;
+        Ok(HostDir { fd })
+    }
+
+    /// The same, opened for reading: it can be listed and have its attributes set.
+    pub fn open_path_readable(path: &Path) -> io::Result<HostDir> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(os)?;
         Ok(HostDir { fd })
     }
 
-    /// Open `rel`, a relative path of names this copy made, beneath `self`: no symlink,
-    /// no `..` out, no magic link (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS).
-    pub fn open_beneath(&self, rel: &Path) -> io::Result<HostDir> {
-        if rel.as_os_str().is_empty() {
-            return self.try_clone();
+    /// Open `names`, a chain of single names this copy made, beneath `self`, one
+    /// component at a time with `O_NOFOLLOW`: no symlink, no `..`.
+    pub fn open_beneath<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a OsStr>,
+    ) -> io::Result<HostDir> {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut dir = self.try_clone()?;
+        for name in names {
+            if check_name(name.as_bytes()).is_err() {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            let fd = rustix::fs::openat(&dir.fd, name, flags, Mode::empty()).map_err(os)?;
+            dir = HostDir { fd };
         }
-        let resolve =
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        let fd =
-            rustix::fs::openat2(&self.fd, rel, DIR_FLAGS, Mode::empty(), resolve).map_err(os)?;
-        Ok(HostDir { fd })
+        Ok(dir)
     }
 
     /// Another descriptor of the same directory.
@@ -191,17 +208,46 @@ impl HostDir {
         rustix::fs::chownat(&self.fd, name, u, g, AtFlags::SYMLINK_NOFOLLOW).map_err(os)
     }
 
-    /// Set the permissions of node or FIFO `name` (never a symlink: the node is opened
-    /// with O_PATH | O_NOFOLLOW, checked, and changed through its descriptor's magic link).
-    pub fn chmod_at(&self, name: &OsStr, perm: u32) -> io::Result<()> {
-        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty()).map_err(os)?;
-        let st = rustix::fs::fstat(&fd).map_err(os)?;
-        if HostType::from_raw_mode(st.st_mode) == HostType::Symlink {
-            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    /// Set the permissions of node or FIFO `name`. fchmodat follows a last symlink, so
+    /// this is for a private directory ([`HostDir::stage`]) holding a node the copy made.
+    pub fn chmod_staged(&self, name: &OsStr, perm: u32) -> io::Result<()> {
+        let mode = Mode::from_raw_mode(perm & 0o7777);
+        rustix::fs::chmodat(&self.fd, name, mode, AtFlags::empty()).map_err(os)
+    }
+
+    /// A private directory in this one, for making a symlink or node with all its
+    /// attributes before it is renamed to its name: made with mode 700 under a fresh name,
+    /// opened without following, and checked to be this process's own (so nobody but this
+    /// process, or root, can change what is in it). Returns it and its name here.
+    pub fn stage(&self) -> io::Result<(HostDir, std::ffi::OsString)> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = std::ffi::OsString::from(format!(".lanefs-cp.{}.{n}", std::process::id()));
+            match rustix::fs::mkdirat(&self.fd, &name, Mode::from_raw_mode(0o700)) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::EXIST) => continue,
+                Err(e) => return Err(os(e)),
+            }
+            let dir = self.open_dir(&name)?;
+            let st = dir.stat()?;
+            if st.st_uid != crate::hostsys::euid() || st.st_mode & 0o7777 != 0o700 {
+                return Err(io::Error::other(
+                    "a private directory of the copy was replaced",
+                ));
+            }
+            return Ok((dir, name));
         }
-        let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        rustix::fs::chmod(p.as_str(), Mode::from_raw_mode(perm & 0o7777)).map_err(os)
+    }
+
+    /// Move `name` of this directory to `to_name` in `to` (replacing a non-directory).
+    pub fn rename_to(&self, name: &OsStr, to: &HostDir, to_name: &OsStr) -> io::Result<()> {
+        rustix::fs::renameat(&self.fd, name, &to.fd, to_name).map_err(os)
+    }
+
+    /// Remove empty subdirectory `name`.
+    pub fn remove_dir(&self, name: &OsStr) -> io::Result<()> {
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR).map_err(os)
     }
 
     /// Set the times of `name`, not following a symlink.
@@ -338,17 +384,16 @@ mod tests {
         std::fs::create_dir(&root).unwrap();
         std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
         std::os::unix::fs::symlink(outside.join("f"), root.join("flink")).unwrap();
-        let d = HostDir::open_path(&root).unwrap();
+        let d = HostDir::open_path_readable(&root).unwrap();
         let n = OsStr::new;
         // A symlink where a directory is wanted: not a directory, not followed.
         assert!(d.open_dir(n("link")).is_err());
         assert!(d.make_dir(n("link")).unwrap().is_none());
-        assert!(d.open_beneath(Path::new("link")).is_err());
-        assert!(d.open_beneath(Path::new("../outside")).is_err());
+        assert!(d.open_beneath([n("link")]).is_err());
+        assert!(d.open_beneath([n(".."), n("outside")]).is_err());
         // Creating over a symlink (dangling or not) fails instead of writing through it.
         assert!(d.create_file(n("flink")).is_err());
         assert!(d.open_read(n("flink")).is_err());
-        assert!(d.chmod_at(n("flink"), 0o777).is_err());
         d.set_times_at(
             n("flink"),
             &timestamps(lanefs::Timespec::default(), lanefs::Timespec::default()),
@@ -359,14 +404,29 @@ mod tests {
         let sub = d.make_dir(n("sub")).unwrap().unwrap();
         sub.create_file(n("f")).unwrap();
         assert!(d
-            .open_beneath(Path::new("sub"))
+            .open_beneath([n("sub")])
             .unwrap()
             .lstat(n("f"))
             .unwrap()
             .is_some());
+        let (stage, name) = d.stage().unwrap();
+        stage.mknod(n("fifo"), libc::S_IFIFO | 0o600, 0).unwrap();
+        stage.chmod_staged(n("fifo"), 0o4644).unwrap();
+        stage.rename_to(n("fifo"), &d, n("fifo")).unwrap();
+        d.remove_dir(&name).unwrap();
+        let m = std::fs::symlink_metadata(root.join("fifo")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&m.permissions()),
+            0o01_4644
+        );
         assert_eq!(
             d.names().unwrap(),
-            vec![b"flink".to_vec(), b"link".to_vec(), b"sub".to_vec()]
+            vec![
+                b"fifo".to_vec(),
+                b"flink".to_vec(),
+                b"link".to_vec(),
+                b"sub".to_vec()
+            ]
         );
     }
 }

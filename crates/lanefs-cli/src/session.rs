@@ -77,8 +77,19 @@ pub fn read_dir_all(fs: &Fs, dir: Ino) -> lanefs::Result<Vec<DirEntry>> {
 }
 
 /// `dir/name` for messages, with `dir` shown as given.
+/// Control characters in `name` (a newline, an escape sequence from a crafted image) are
+/// shown escaped, so a message stays one line and prints no terminal control.
 pub fn join_display(dir: &str, name: &[u8]) -> String {
-    let name = String::from_utf8_lossy(name);
+    let name: String = String::from_utf8_lossy(name)
+        .chars()
+        .flat_map(|c| {
+            let escaped = c.is_control().then(|| c.escape_default());
+            escaped
+                .into_iter()
+                .flatten()
+                .chain((!c.is_control()).then_some(c))
+        })
+        .collect();
     if dir.ends_with('/') {
         format!("{dir}{name}")
     } else {

@@ -370,6 +370,65 @@ fn names_already_in_the_destination_are_replaced_never_followed() {
         fs::symlink_metadata(a.out.join("h2")).unwrap(),
     );
     assert!(h2.is_file() && h1.ino() == h2.ino(), "h2 is a link to h1");
+    // Symlinks and FIFOs are made and finished in a private directory, then renamed into
+    // place over what was there: no private directory is left behind.
+    let image2 = a.root.join("special.img");
+    ok(lanefs(&[
+        "mkfs",
+        &s(&image2),
+        "--size",
+        "64M",
+        "-b",
+        "4096",
+    ]));
+    let special = a.root.join("special");
+    fs::create_dir(&special).unwrap();
+    symlink("target", special.join("sl")).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg("-m")
+        .arg("640")
+        .arg(special.join("fifo"))
+        .status()
+        .unwrap()
+        .success());
+    ok(lanefs(&["cp", "-r", &s(&special), &at(&image2, "/")]));
+    symlink(a.outside.join("passwd"), a.out.join("fifo")).unwrap();
+    let srcs = ["/special/sl", "/special/fifo"].map(|n| at(&image2, n));
+    ok(lanefs(&["cp", "-r", &srcs[0], &srcs[1], &s(&a.out)]));
+    assert_eq!(
+        fs::read_link(a.out.join("sl")).unwrap(),
+        Path::new("target")
+    );
+    let fifo = fs::symlink_metadata(a.out.join("fifo")).unwrap();
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        fifo.file_type().is_fifo() && fifo.mode() & 0o7777 == 0o640,
+        "{:o}",
+        fifo.mode()
+    );
+    // The same directory twice, and a trailing slash naming a symlinked directory.
+    ok(lanefs(&[
+        "cp",
+        "-r",
+        &at(&image2, "/special"),
+        &at(&image2, "/special"),
+        &s(&a.out),
+    ]));
+    symlink(&special, a.root.join("via")).unwrap();
+    ok(lanefs(&[
+        "cp",
+        "-r",
+        &format!("{}/", s(&a.root.join("via"))),
+        &at(&image2, "/"),
+    ]));
+    ok(lanefs(&["stat", &at(&image2, "/via/fifo")]));
+    let left: Vec<_> = fs::read_dir(&a.out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".lanefs"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(snapshot(&a.outside), before);
     // A directory over a symlink to a directory: refused, nothing written through.
     symlink(&a.outside, a.out.join("d")).unwrap();
     let line = failure(&lanefs(&["cp", "-r", &at(&image, "/d"), &s(&a.out)]));

@@ -144,7 +144,11 @@ fn host_sources(srcs: &[PathBuf], recursive: bool) -> CmdResult<Vec<Source>> {
     let mut found = Vec::with_capacity(srcs.len());
     for src in srcs {
         let shown = src.display();
-        let (meta, at) = match src.file_name() {
+        // A path ending in `/` (or `/.`) names what it leads to, as for `cp -a`: the
+        // directory itself, a symlink to one followed.
+        let bytes = src.as_os_str().as_bytes();
+        let whole = bytes.ends_with(b"/") || bytes.ends_with(b"/.") || bytes == b".";
+        let (meta, at) = match src.file_name().filter(|_| !whole) {
             Some(name) => {
                 let parent = match src.parent() {
                     Some(p) if !p.as_os_str().is_empty() => p,
@@ -158,7 +162,7 @@ fn host_sources(srcs: &[PathBuf], recursive: bool) -> CmdResult<Vec<Source>> {
                 (Meta::from(meta), Some((dir, name.as_bytes().to_vec())))
             }
             None => {
-                let dir = HostDir::open_path(src).ctx(&shown)?;
+                let dir = HostDir::open_path_readable(src).ctx(&shown)?;
                 (Meta::from(dir.stat().ctx(&shown)?), None)
             }
         };
@@ -185,7 +189,7 @@ fn host_total(src: &Source) -> u64 {
     }
     let first = match &src.at {
         Some((dir, name)) => dir.open_dir(OsStr::from_bytes(name)),
-        None => HostDir::open_path(&src.path),
+        None => HostDir::open_path_readable(&src.path),
     };
     let (mut total, mut stack) = (0, first.into_iter().collect::<Vec<_>>());
     let mut seen = HashSet::new();
@@ -338,7 +342,7 @@ impl Copier<'_> {
                 shown,
             ),
             None => {
-                let host = HostDir::open_path(&src.path).ctx(src.path.display())?;
+                let host = HostDir::open_path_readable(&src.path).ctx(src.path.display())?;
                 let meta = Meta::from(host.stat().ctx(src.path.display())?);
                 if !meta.same(&src.meta) {
                     return Err(changed(&src.path));

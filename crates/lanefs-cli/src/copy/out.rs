@@ -73,6 +73,7 @@ pub fn copy_out(srcs: &[ImageArg], dst: &Path, recursive: bool) -> CmdResult<i32
             root: euid() == 0,
             base,
             base_path,
+            nodes: RefCell::new(Vec::new()),
             links: RefCell::new(HashMap::new()),
             dirs: RefCell::new(HashSet::new()),
             buf: RefCell::new(vec![0u8; CHUNK]),
@@ -176,35 +177,103 @@ struct Copier<'a> {
     /// The copy buffer, allocated once (a fresh 1 MiB per file cost more than the copy
     /// of a small file).
     buf: RefCell<Vec<u8>>,
-    /// Image inodes with more than one name, and where (relative to `base`) their first
-    /// name was copied: later names become hard links to it, as `cp -a` does.
-    links: RefCell<HashMap<Ino, PathBuf>>,
-    /// Image directories copied so far: one met again is a hard link to a directory or a
-    /// cycle, which the copy refuses.
+    /// Every directory copied, as its parent's index here and its name: a path is
+    /// rebuilt from these when a message or a hard link needs it, so memory grows with
+    /// the number of directories, not with depth times depth.
+    nodes: RefCell<Vec<Node>>,
+    /// Image inodes with more than one name, and where their first name was copied (its
+    /// directory's node and its name): later names become hard links to it, as `cp -a`
+    /// does.
+    links: RefCell<HashMap<Ino, (usize, Vec<u8>)>>,
+    /// Image directories of the source being copied: one met again is a hard link to a
+    /// directory or a cycle, which the copy refuses.
     dirs: RefCell<HashSet<Ino>>,
+}
+
+/// A copied directory: its parent's node (`None` for a source's top) and its name, the
+/// same in the image and on the host (empty for the destination itself); a top also
+/// keeps how the source was written, for messages.
+struct Node {
+    parent: Option<usize>,
+    name: Vec<u8>,
+    shown: Option<String>,
 }
 
 /// A directory being copied: the host directory it fills and what is left to copy.
 struct Frame {
     attr: Attr,
-    shown: String,
-    /// The host directory, and its path relative to `base`.
+    node: usize,
     dir: HostDir,
-    rel: PathBuf,
     entries: std::vec::IntoIter<DirEntry>,
 }
 
 impl Copier<'_> {
-    /// Host path of `rel` for messages.
-    fn host(&self, rel: &Path) -> String {
-        self.base_path.join(rel).display().to_string()
+    /// The host names from `base` down to `node`, top first.
+    fn names(&self, node: usize) -> Vec<Vec<u8>> {
+        let nodes = self.nodes.borrow();
+        let mut names = Vec::new();
+        let mut at = Some(node);
+        while let Some(i) = at {
+            if !nodes[i].name.is_empty() {
+                names.push(nodes[i].name.clone());
+            }
+            at = nodes[i].parent;
+        }
+        names.reverse();
+        names
+    }
+
+    /// Host path of `name` in directory `node` (or of `node` itself), for messages.
+    fn host(&self, node: usize, name: Option<&[u8]>) -> String {
+        let mut p = self.base_path.clone();
+        for n in self.names(node).iter().map(Vec::as_slice).chain(name) {
+            p.push(OsStr::from_bytes(n));
+        }
+        p.display().to_string()
+    }
+
+    /// How `name` in directory `node` (or `node` itself) is written in the image, for
+    /// messages.
+    fn shown(&self, node: usize, name: Option<&[u8]>) -> String {
+        let nodes = self.nodes.borrow();
+        let mut below = Vec::new();
+        let mut at = node;
+        let top = loop {
+            match (&nodes[at].shown, nodes[at].parent) {
+                (Some(s), _) => break s.clone(),
+                (None, Some(p)) => {
+                    below.push(nodes[at].name.as_slice());
+                    at = p;
+                }
+                (None, None) => break String::new(),
+            }
+        };
+        below.reverse();
+        below
+            .into_iter()
+            .chain(name)
+            .fold(top, |s, n| join_display(&s, n))
+    }
+
+    /// A new node.
+    fn node(&self, parent: Option<usize>, name: &[u8], shown: Option<String>) -> usize {
+        let mut nodes = self.nodes.borrow_mut();
+        nodes.push(Node {
+            parent,
+            name: name.to_vec(),
+            shown,
+        });
+        nodes.len() - 1
     }
 
     /// Copy source `attr` (shown as `shown`) to `name` in `base`, or into `base` itself.
     fn top(&self, attr: &Attr, shown: &str, name: Option<&OsStr>) -> CmdResult<()> {
+        self.dirs.borrow_mut().clear();
         let Some(name) = name else {
-            let dir = self.base.try_clone().ctx(self.host(Path::new("")))?;
-            return self.tree(attr, shown, dir, PathBuf::new());
+            self.dirs.borrow_mut().insert(attr.ino);
+            let node = self.node(None, b"", Some(shown.to_string()));
+            let dir = HostDir::open_path_readable(&self.base_path).ctx(self.host(node, None))?;
+            return self.tree(attr, node, dir);
         };
         if let Err(why) = check_name(name.as_bytes()) {
             return Err(Failure::new(
@@ -212,69 +281,60 @@ impl Copier<'_> {
                 Error::msg(format!("cannot copy {why}")),
             ));
         }
+        let base = self.node(None, b"", Some(String::new()));
         if attr.kind == FileType::Directory {
-            let dir = self.enter(&self.base, Path::new(""), name, attr, shown)?;
-            return self.tree(attr, shown, dir, PathBuf::from(name));
+            let node = self.node(Some(base), name.as_bytes(), Some(shown.to_string()));
+            let dir = self.enter(&self.base, node, attr)?;
+            return self.tree(attr, node, dir);
         }
-        self.leaf(&self.base, Path::new(""), name, attr, shown)
+        self.leaf(&self.base, base, name, attr, shown)
     }
 
-    /// Copy directory `attr` into host directory `dir` (at `rel`), its whole tree, each
+    /// Copy directory `attr` into host directory `dir` (at `node`), its whole tree, each
     /// directory's attributes after its last entry.
-    fn tree(&self, attr: &Attr, shown: &str, dir: HostDir, rel: PathBuf) -> CmdResult<()> {
-        let mut stack = vec![self.frame(attr, shown, dir, rel)?];
+    fn tree(&self, attr: &Attr, node: usize, dir: HostDir) -> CmdResult<()> {
+        let mut stack = vec![self.frame(attr, node, dir)?];
         while let Some(top) = stack.last_mut() {
             let Some(e) = top.entries.next() else {
                 let done = stack.pop().expect("a frame");
-                self.finish_fd(&done.attr, &done.dir, &self.host(&done.rel))?;
+                self.finish_fd(&done.attr, &done.dir, &self.host(done.node, None))?;
                 continue;
             };
-            let shown = join_display(&top.shown, &e.name);
+            let shown = self.shown(top.node, Some(&e.name));
             let child = self.fs.getattr(e.ino).ctx(&shown)?;
             let name = OsStr::from_bytes(&e.name);
             if child.kind == FileType::Directory {
-                let dir = self.enter(&top.dir, &top.rel, name, &child, &shown)?;
-                let rel = top.rel.join(name);
-                let frame = self.frame(&child, &shown, dir, rel)?;
+                let node = self.node(Some(top.node), &e.name, None);
+                let dir = self.enter(&top.dir, node, &child)?;
+                let frame = self.frame(&child, node, dir)?;
                 stack.push(frame);
             } else {
-                self.leaf(&top.dir, &top.rel, name, &child, &shown)?;
+                self.leaf(&top.dir, top.node, name, &child, &shown)?;
             }
         }
         Ok(())
     }
 
-    /// A frame for image directory `attr` copied into `dir`.
-    fn frame(&self, attr: &Attr, shown: &str, dir: HostDir, rel: PathBuf) -> CmdResult<Frame> {
-        if !self.dirs.borrow_mut().insert(attr.ino) {
-            let msg = "a directory met twice (a hard link to a directory, or a cycle in the image)";
-            return Err(Failure::new(shown, Error::msg(msg)));
-        }
-        let entries = image_entries(self.fs, attr.ino, shown)?.into_iter();
+    /// A frame for image directory `attr` copied into `dir` (at `node`).
+    fn frame(&self, attr: &Attr, node: usize, dir: HostDir) -> CmdResult<Frame> {
+        let entries = image_entries(self.fs, attr.ino, &self.shown(node, None))?.into_iter();
         Ok(Frame {
             attr: attr.clone(),
-            shown: shown.to_string(),
+            node,
             dir,
-            rel,
             entries,
         })
     }
 
-    /// Make (or open, when one is already there) host directory `name` in `parent`.
-    fn enter(
-        &self,
-        parent: &HostDir,
-        rel: &Path,
-        name: &OsStr,
-        attr: &Attr,
-        shown: &str,
-    ) -> CmdResult<HostDir> {
-        if self.dirs.borrow().contains(&attr.ino) {
+    /// Make (or open, when one is already there) host directory `node` in `parent`.
+    fn enter(&self, parent: &HostDir, node: usize, attr: &Attr) -> CmdResult<HostDir> {
+        if !self.dirs.borrow_mut().insert(attr.ino) {
             let msg = "a directory met twice (a hard link to a directory, or a cycle in the image)";
-            return Err(Failure::new(shown, Error::msg(msg)));
+            return Err(Failure::new(self.shown(node, None), Error::msg(msg)));
         }
-        let host = self.host(&rel.join(name));
-        match parent.make_dir(name).ctx(&host)? {
+        let name = self.nodes.borrow()[node].name.clone();
+        let host = self.host(node, None);
+        match parent.make_dir(OsStr::from_bytes(&name)).ctx(&host)? {
             Some(d) => Ok(d),
             None => Err(Failure::new(
                 host,
@@ -283,18 +343,17 @@ impl Copier<'_> {
         }
     }
 
-    /// Copy non-directory `attr` (shown as `shown`) to `name` in `dir` (at `rel`): what
-    /// was there is replaced, never followed.
+    /// Copy non-directory `attr` (shown as `shown`) to `name` in `dir` (at `node`):
+    /// what was there is replaced, never followed.
     fn leaf(
         &self,
         dir: &HostDir,
-        rel: &Path,
+        node: usize,
         name: &OsStr,
         attr: &Attr,
         shown: &str,
     ) -> CmdResult<()> {
-        let at = rel.join(name);
-        let host = self.host(&at);
+        let host = self.host(node, Some(name.as_bytes()));
         if let Some(old) = dir.lstat(name).ctx(&host)? {
             if HostType::from_raw_mode(old.st_mode) == HostType::Directory {
                 let msg = "cannot overwrite a directory with a non-directory";
@@ -303,11 +362,15 @@ impl Copier<'_> {
             dir.remove(name).ctx(&host)?;
         }
         if attr.nlink > 1 {
-            if let Some(first) = self.links.borrow().get(&attr.ino) {
-                let from = first.parent().unwrap_or(Path::new(""));
-                let from_name = first.file_name().unwrap_or_default();
-                let from_dir = self.base.open_beneath(from).ctx(self.host(from))?;
-                return dir.link_from(name, &from_dir, from_name).ctx(&host);
+            if let Some((first_dir, first)) = self.links.borrow().get(&attr.ino) {
+                let names = self.names(*first_dir);
+                let from_dir = self
+                    .base
+                    .open_beneath(names.iter().map(|n| OsStr::from_bytes(n)))
+                    .ctx(self.host(*first_dir, None))?;
+                return dir
+                    .link_from(name, &from_dir, OsStr::from_bytes(first))
+                    .ctx(&host);
             }
         }
         match attr.kind {
@@ -316,20 +379,15 @@ impl Copier<'_> {
                 self.data(attr, shown, &file, &host)?;
                 self.finish_fd(attr, &file, &host)?;
             }
-            FileType::Symlink => {
-                let target = self.fs.readlink(attr.ino).ctx(shown)?;
-                dir.symlink(name, &target).ctx(&host)?;
-                self.finish_at(attr, dir, name, &host)?;
-            }
             _ => {
-                if !self.node(attr, dir, name, &host)? {
+                if !self.special(attr, dir, name, shown, &host)? {
                     return Ok(());
                 }
-                self.finish_at(attr, dir, name, &host)?;
             }
         }
         if attr.nlink > 1 {
-            self.links.borrow_mut().insert(attr.ino, at);
+            let first = (node, name.as_bytes().to_vec());
+            self.links.borrow_mut().insert(attr.ino, first);
         }
         Ok(())
     }
@@ -373,8 +431,18 @@ impl Copier<'_> {
         file.set_len(attr.size).ctx(host)
     }
 
-    /// Create a device node, FIFO or socket; false when skipped (devices need root).
-    fn node(&self, attr: &Attr, dir: &HostDir, name: &OsStr, host: &str) -> CmdResult<bool> {
+    /// Make symlink, device node, FIFO or socket `name` in `dir`, finished (owner, xattrs,
+    /// mode, times) in a private directory beside it and only then renamed to its name,
+    /// so nothing else can be under the name while its owner and mode are set. False when
+    /// skipped (devices need root).
+    fn special(
+        &self,
+        attr: &Attr,
+        dir: &HostDir,
+        name: &OsStr,
+        shown: &str,
+        host: &str,
+    ) -> CmdResult<bool> {
         let is_device = matches!(attr.kind, FileType::CharDevice | FileType::BlockDevice);
         if is_device && !self.root {
             let line =
@@ -382,9 +450,23 @@ impl Copier<'_> {
             self.progress.warn(&line);
             return Ok(false);
         }
-        dir.mknod(name, attr.mode(), rdev_from_ext4(attr.rdev))
-            .ctx(host)?;
-        Ok(true)
+        let target = match attr.kind {
+            FileType::Symlink => Some(self.fs.readlink(attr.ino).ctx(shown)?),
+            _ => None,
+        };
+        let (stage, stage_name) = dir.stage().ctx(host)?;
+        let made = match &target {
+            Some(t) => stage.symlink(name, t),
+            None => stage.mknod(name, attr.mode(), rdev_from_ext4(attr.rdev)),
+        }
+        .ctx(host)
+        .and_then(|()| self.finish_staged(attr, &stage, name, host))
+        .and_then(|()| stage.rename_to(name, dir, name).ctx(host));
+        if made.is_err() {
+            let _ = stage.remove(name);
+        }
+        let removed = dir.remove_dir(&stage_name).ctx(host);
+        made.and(removed).map(|()| true)
     }
 
     /// Copy the extended attributes and ACLs of `attr` with `set`, as `cp -a` does: one
@@ -421,16 +503,23 @@ impl Copier<'_> {
         hostdir::set_times_fd(fd, &timestamps(attr.atime, attr.mtime)).ctx(host)
     }
 
-    /// The same for symlink or node `name` in `dir`, never following a symlink.
-    fn finish_at(&self, attr: &Attr, dir: &HostDir, name: &OsStr, host: &str) -> CmdResult<()> {
+    /// The same for symlink or node `name` in private directory `stage`.
+    fn finish_staged(
+        &self,
+        attr: &Attr,
+        stage: &HostDir,
+        name: &OsStr,
+        host: &str,
+    ) -> CmdResult<()> {
         if self.root {
-            permitted(dir.chown_at(name, attr.uid, attr.gid)).ctx(host)?;
+            permitted(stage.chown_at(name, attr.uid, attr.gid)).ctx(host)?;
         }
-        self.xattrs(attr, host, |k, v| dir.set_xattr_at(name, k, v))?;
+        self.xattrs(attr, host, |k, v| stage.set_xattr_at(name, k, v))?;
         if attr.kind != FileType::Symlink {
-            dir.chmod_at(name, u32::from(attr.perm)).ctx(host)?;
+            stage.chmod_staged(name, u32::from(attr.perm)).ctx(host)?;
         }
-        dir.set_times_at(name, &timestamps(attr.atime, attr.mtime))
+        stage
+            .set_times_at(name, &timestamps(attr.atime, attr.mtime))
             .ctx(host)
     }
 }
