@@ -9,44 +9,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+
+mod cli_common;
+use cli_common::*;
 use std::sync::mpsc;
 use std::time::Duration;
-
-fn lanefs<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lanefs"))
-        .args(args)
-        .output()
-        .expect("run lanefs")
-}
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "failed ({:?}): {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// The one `lanefs: ...` line of a failure.
-fn one_line_failure(out: &Output) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "unexpected success");
-    assert!(!err.contains("panicked"), "panic: {err}");
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "expected one line, got {err:?}");
-    lines[0].to_string()
-}
-
-fn s(p: &Path) -> String {
-    p.display().to_string()
-}
-
-fn at(image: &Path, path: &str) -> String {
-    format!("{}:{path}", image.display())
-}
 
 /// A 4 KiB-block image (the tests need ext4's 16 TiB files and 4 KiB xattr blocks; mkfs
 /// would pick 1 KiB blocks below 512 MiB, as mke2fs does).

@@ -17,42 +17,10 @@
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn lanefs<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lanefs"))
-        .args(args)
-        .output()
-        .expect("run lanefs")
-}
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "failed ({:?}): {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// The one `lanefs: ...` line of a failure (no panic, one line).
-fn failure(out: &Output) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "unexpected success: {err}");
-    assert!(!err.contains("panicked"), "panic: {err}");
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "expected one line, got {err:?}");
-    lines[0].to_string()
-}
-
-fn s(p: &Path) -> String {
-    p.display().to_string()
-}
-
-fn at(image: &Path, path: &str) -> String {
-    format!("{}:{path}", image.display())
-}
+mod cli_common;
+use cli_common::*;
 
 fn required() -> bool {
     std::env::var("LANEFS_REQUIRE_PRIVILEGED").as_deref() == Ok("1")
@@ -227,7 +195,7 @@ fn names_twice_in_a_directory_are_refused_in_every_type_order() {
                 (at(&image, "/"), s(&a.root.join("fresh"))),
             ];
             for (src, dst) in cases {
-                let line = failure(&lanefs(&["cp", "-r", &src, &dst]));
+                let line = one_line_failure(&lanefs(&["cp", "-r", &src, &dst]));
                 assert!(
                     line.contains("x_twice_1") && line.contains("twice"),
                     "{first:?} then {second:?}: {line}"
@@ -258,7 +226,7 @@ fn names_that_are_not_one_component_are_refused() {
         rename_raw(&image, "/d", made.as_bytes(), patched.as_bytes());
         let before = snapshot(&a.outside);
         for dst in [a.out.clone(), a.out.join("deeper")] {
-            let line = failure(&lanefs(&["cp", "-r", &at(&image, "/d"), &s(&dst)]));
+            let line = one_line_failure(&lanefs(&["cp", "-r", &at(&image, "/d"), &s(&dst)]));
             assert!(line.contains(why), "{patched}: {line}");
             assert_eq!(snapshot(&a.outside), before, "{patched}");
         }
@@ -312,7 +280,7 @@ fn directories_met_twice_are_refused() {
         debugfs(&image, true, link);
         let before = snapshot(&a.outside);
         let start = std::time::Instant::now();
-        let line = failure(&lanefs(&["cp", "-r", &at(&image, "/"), &s(&a.out)]));
+        let line = one_line_failure(&lanefs(&["cp", "-r", &at(&image, "/"), &s(&a.out)]));
         assert!(
             shown.iter().any(|n| line.contains(n)) && line.contains("met twice"),
             "{link}: {line}"
@@ -431,9 +399,9 @@ fn names_already_in_the_destination_are_replaced_never_followed() {
     assert_eq!(snapshot(&a.outside), before);
     // A directory over a symlink to a directory: refused, nothing written through.
     symlink(&a.outside, a.out.join("d")).unwrap();
-    let line = failure(&lanefs(&["cp", "-r", &at(&image, "/d"), &s(&a.out)]));
+    let line = one_line_failure(&lanefs(&["cp", "-r", &at(&image, "/d"), &s(&a.out)]));
     assert!(line.contains("cannot overwrite a non-directory"), "{line}");
-    let line = failure(&lanefs(&["cp", "-r", &at(&image, "/"), &s(&a.out)]));
+    let line = one_line_failure(&lanefs(&["cp", "-r", &at(&image, "/"), &s(&a.out)]));
     assert!(line.contains("cannot overwrite a non-directory"), "{line}");
     assert_eq!(snapshot(&a.outside), before);
 }
