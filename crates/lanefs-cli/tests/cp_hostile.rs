@@ -374,14 +374,13 @@ fn names_already_in_the_destination_are_replaced_never_followed() {
         "{:o}",
         fifo.mode()
     );
-    // The same directory twice, and a trailing slash naming a symlinked directory.
-    ok(lanefs(&[
-        "cp",
-        "-r",
-        &at(&image2, "/special"),
-        &at(&image2, "/special"),
-        &s(&a.out),
-    ]));
+    // One directory inside another source is copied with each (directories met twice
+    // are counted per source), and a trailing slash names a symlinked directory.
+    let merged = a.root.join("merged");
+    fs::create_dir(&merged).unwrap();
+    let srcs = ["/special", "/"].map(|n| at(&image2, n));
+    ok(lanefs(&["cp", "-r", &srcs[0], &srcs[1], &s(&merged)]));
+    assert!(merged.join("special").join("fifo").exists());
     symlink(&special, a.root.join("via")).unwrap();
     ok(lanefs(&[
         "cp",
@@ -505,4 +504,31 @@ fn trees_deeper_than_the_descriptor_limit_copy_both_ways() {
     let bottom = format!("/back{}/bottom", "/a".repeat(DEPTH - 1));
     ok(lanefs(&["stat", &at(&image, &bottom)]));
     ok(lanefs(&["fsck", &s(&image)]));
+}
+
+/// Two sources of one name are refused, not copied one over the other (as GNU cp's
+/// "will not overwrite just-created"), both ways.
+#[test]
+fn sources_of_one_name_do_not_replace_each_other() {
+    let a = area();
+    for d in ["a", "b"] {
+        fs::create_dir(a.tree.join(d)).unwrap();
+        fs::write(a.tree.join(d).join("f"), d.as_bytes()).unwrap();
+    }
+    let image = a.root.join("names.img");
+    ok(lanefs(&["mkfs", &s(&image), "--size", "64M", "-b", "4096"]));
+    let (fa, fb) = (a.tree.join("a").join("f"), a.tree.join("b").join("f"));
+    let line = one_line_failure(&lanefs(&["cp", &s(&fa), &s(&fb), &at(&image, "/")]));
+    assert!(line.contains("just-created"), "{line}");
+    ok(lanefs(&[
+        "cp",
+        "-r",
+        &s(&a.tree.join("a")),
+        &s(&a.tree.join("b")),
+        &at(&image, "/"),
+    ]));
+    let (ia, ib) = (at(&image, "/a/f"), at(&image, "/b/f"));
+    let line = one_line_failure(&lanefs(&["cp", &ia, &ib, &s(&a.out)]));
+    assert!(line.contains("just-created"), "{line}");
+    assert_eq!(fs::read(a.out.join("f")).unwrap(), b"a");
 }

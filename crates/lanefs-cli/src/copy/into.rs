@@ -84,11 +84,24 @@ impl Meta {
 }
 
 /// One source as given: the directory holding it and its name, or, for a path with no
-/// last name (`.`, `..`, `/`), the directory itself.
+/// last name (`.`, `..`, `/`, or ending in `/`), the directory itself. The directory is
+/// opened again when the source's turn comes (a descriptor per source held from the start
+/// would run out on `cp dir/* IMG:/`).
 struct Source {
     path: PathBuf,
     meta: Meta,
-    at: Option<(HostDir, Vec<u8>)>,
+    at: Option<(PathBuf, Vec<u8>)>,
+}
+
+impl Source {
+    /// The directory holding the source, opened.
+    fn parent(&self) -> CmdResult<Option<(HostDir, &OsStr)>> {
+        let Some((parent, name)) = &self.at else {
+            return Ok(None);
+        };
+        let dir = HostDir::open_path(parent).ctx(parent.display())?;
+        Ok(Some((dir, OsStr::from_bytes(name))))
+    }
 }
 
 /// Copy `srcs` from the host to `dst` inside an image.
@@ -124,8 +137,13 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i
                 jobs: tx,
                 failed: &failed,
             };
+            let mut made = HashSet::new();
             for src in &sources {
                 let (dir, name, shown) = place(&dest, &src.path, dst)?;
+                if !made.insert((dir, name.clone())) {
+                    let msg = format!("will not overwrite just-created {shown} with it");
+                    return Err(Failure::new(src.path.display(), Error::msg(msg)));
+                }
                 copier.top(src, dir, &name, &shown)?;
             }
             Ok(())
@@ -159,7 +177,8 @@ fn host_sources(srcs: &[PathBuf], recursive: bool) -> CmdResult<Vec<Source>> {
                     .lstat(name)
                     .ctx(&shown)?
                     .ok_or_else(|| Failure::new(&shown, lanefs::Error::NotFound))?;
-                (Meta::from(meta), Some((dir, name.as_bytes().to_vec())))
+                let at = (parent.to_path_buf(), name.as_bytes().to_vec());
+                (Meta::from(meta), Some(at))
             }
             None => {
                 let dir = HostDir::open_path_readable(src).ctx(&shown)?;
@@ -187,9 +206,10 @@ fn host_total(src: &Source) -> u64 {
             0
         };
     }
-    let first = match &src.at {
-        Some((dir, name)) => dir.open_dir(OsStr::from_bytes(name)),
-        None => HostDir::open_path_readable(&src.path),
+    let first = match src.parent() {
+        Ok(Some((dir, name))) => dir.open_dir(name),
+        Ok(None) => HostDir::open_path_readable(&src.path),
+        Err(_) => return 0,
     };
     let (mut total, mut stack) = (0, first.into_iter().collect::<Vec<_>>());
     let mut seen = HashSet::new();
@@ -299,14 +319,24 @@ enum XattrSource<'a> {
 }
 
 /// A host directory being copied: its descriptor, the image directory it fills, and the
-/// names still to copy.
+/// names still to copy. Its path is rebuilt from the stack's names when needed (a path
+/// per frame would cost depth times depth).
 struct Frame {
     host: HostDir,
-    path: PathBuf,
+    /// Its name in its parent (empty for the tree's top).
+    name: Vec<u8>,
     meta: Meta,
     ino: Ino,
-    shown: String,
     names: std::vec::IntoIter<Vec<u8>>,
+}
+
+/// The host path and the image path (for messages) of `name` in the directory on top of
+/// `stack`, or of that directory itself, for a tree copied from `path` to `shown`.
+fn located(stack: &[Frame], path: &Path, shown: &str, name: Option<&[u8]>) -> (PathBuf, String) {
+    let names = stack.iter().skip(1).map(|f| f.name.as_slice()).chain(name);
+    names.fold((path.to_path_buf(), shown.to_string()), |(p, s), n| {
+        (p.join(OsStr::from_bytes(n)), join_display(&s, n))
+    })
 }
 
 /// The walk of one copy into one mounted image.
@@ -331,16 +361,15 @@ impl Copier<'_> {
 
     /// Copy source `src` to `dir/name`, shown as `shown`.
     fn top(&self, src: &Source, dir: Ino, name: &[u8], shown: &str) -> CmdResult<()> {
-        match &src.at {
-            Some((parent, host_name)) => self.entry(
-                parent,
-                OsStr::from_bytes(host_name),
-                &src.path,
-                src.meta,
-                dir,
-                name,
-                shown,
-            ),
+        match src.parent()? {
+            Some((parent, host_name)) => {
+                let meta = parent
+                    .lstat(host_name)
+                    .ctx(src.path.display())?
+                    .ok_or_else(|| Failure::new(src.path.display(), lanefs::Error::NotFound))?;
+                let meta = Meta::from(meta);
+                self.entry(&parent, host_name, &src.path, meta, dir, name, shown)
+            }
             None => {
                 let host = HostDir::open_path_readable(&src.path).ctx(src.path.display())?;
                 let meta = Meta::from(host.stat().ctx(src.path.display())?);
@@ -501,58 +530,54 @@ impl Copier<'_> {
         let names = host.names().ctx(path.display())?;
         let mut stack = vec![Frame {
             host,
-            path,
+            name: Vec::new(),
             meta,
             ino,
-            shown: shown.to_string(),
             names: names.into_iter(),
         }];
         while let Some(top) = stack.last_mut() {
             let Some(child) = top.names.next() else {
+                let (here, here_shown) = located(&stack, &path, shown, None);
                 let done = stack.pop().expect("a frame");
                 on_path.remove(&(done.meta.dev, done.meta.ino));
                 let fd = std::os::fd::AsFd::as_fd(&done.host);
-                self.ctx.finish(
-                    XattrSource::Fd(fd),
-                    &done.path,
-                    done.ino,
-                    &done.meta,
-                    &done.shown,
-                )?;
+                let src = XattrSource::Fd(fd);
+                self.ctx
+                    .finish(src, &here, done.ino, &done.meta, &here_shown)?;
                 continue;
             };
+            let (child_path, child_shown) = located(&stack, &path, shown, Some(&child));
+            let top = stack.last().expect("a frame");
             let host_name = OsStr::from_bytes(&child);
-            let path = top.path.join(host_name);
-            let shown = join_display(&top.shown, &child);
-            let Some(meta) = top.host.lstat(host_name).ctx(path.display())? else {
+            let Some(meta) = top.host.lstat(host_name).ctx(child_path.display())? else {
                 // Removed since it was listed: as if it never was.
                 continue;
             };
             let meta = Meta::from(meta);
             if meta.kind != HostType::Directory {
-                self.entry(&top.host, host_name, &path, meta, top.ino, &child, &shown)?;
+                let (h, i) = (&top.host, top.ino);
+                self.entry(h, host_name, &child_path, meta, i, &child, &child_shown)?;
                 continue;
             }
             let host = top
                 .host
                 .open_dir(host_name)
                 .map_err(|e| match e.raw_os_error() {
-                    Some(libc::ENOTDIR | libc::ELOOP) => changed(&path),
-                    _ => Failure::new(path.display(), e),
+                    Some(libc::ENOTDIR | libc::ELOOP) => changed(&child_path),
+                    _ => Failure::new(child_path.display(), e),
                 })?;
-            let meta = Meta::from(host.stat().ctx(path.display())?);
+            let meta = Meta::from(host.stat().ctx(child_path.display())?);
             if !on_path.insert((meta.dev, meta.ino)) {
                 let msg = "a directory that contains itself (a bind mount?)";
-                return Err(Failure::new(path.display(), Error::msg(msg)));
+                return Err(Failure::new(child_path.display(), Error::msg(msg)));
             }
-            let ino = self.make_dir(&meta, top.ino, &child, &shown)?;
-            let names = host.names().ctx(path.display())?;
+            let ino = self.make_dir(&meta, top.ino, &child, &child_shown)?;
+            let names = host.names().ctx(child_path.display())?;
             stack.push(Frame {
                 host,
-                path,
+                name: child,
                 meta,
                 ino,
-                shown,
                 names: names.into_iter(),
             });
         }

@@ -78,6 +78,7 @@ pub fn copy_out(srcs: &[ImageArg], dst: &Path, recursive: bool) -> CmdResult<i32
             dirs: RefCell::new(HashSet::new()),
             buf: RefCell::new(vec![0u8; CHUNK]),
         };
+        let mut made = HashSet::new();
         for (src, f) in srcs.iter().zip(&found) {
             let name = match (&new_name, &f.entry) {
                 (Some(n), _) => Some(n.clone()),
@@ -86,12 +87,25 @@ pub fn copy_out(srcs: &[ImageArg], dst: &Path, recursive: bool) -> CmdResult<i32
                 // go into that directory itself.
                 (None, None) => None,
             };
+            if !made.insert(name.clone()) {
+                let host = base_path_of(dst, into_dir, name.as_deref());
+                let msg = format!("will not overwrite just-created {host} with it");
+                return Err(Failure::new(src.display(), Error::msg(msg)));
+            }
             copier.top(&f.attr, &src.display(), name.as_deref())?;
         }
         Ok(0)
     });
     progress.finish();
     result
+}
+
+/// The host path a source goes to, for messages.
+fn base_path_of(dst: &Path, into_dir: bool, name: Option<&OsStr>) -> String {
+    match (into_dir, name) {
+        (true, Some(n)) => dst.join(n).display().to_string(),
+        _ => dst.display().to_string(),
+    }
 }
 
 /// Resolve every source (a final symlink is not followed), refusing directories without `-r`.
