@@ -100,6 +100,20 @@ pub struct LaneFuse {
     /// The kernel checks permissions (`default_permissions`: with `allow_other` or
     /// `allow_root`, or when asked for), POSIX ACLs included (FUSE_POSIX_ACL).
     posix_acl: bool,
+    /// FUSE-over-io_uring, when queues are ready for it: asked for at FUSE_INIT if the
+    /// kernel offers it; what was decided is left here for `serve`.
+    uring: Option<UringOffer>,
+}
+
+/// What the frontend may negotiate at FUSE_INIT for the io_uring transport.
+#[derive(Debug, Clone)]
+pub struct UringOffer {
+    /// The queues' payload size, which becomes the mount's `max_write`.
+    pub payload: u32,
+    /// Fail the mount when the kernel does not offer it.
+    pub required: bool,
+    /// Set at FUSE_INIT: whether the flag went into the reply, or why not.
+    pub decided: Arc<std::sync::Mutex<Option<Result<(), String>>>>,
 }
 
 impl LaneFuse {
@@ -115,7 +129,13 @@ impl LaneFuse {
             max_write: cfg.max_write,
             errors: cfg.errors,
             posix_acl: kernel_checks,
+            uring: None,
         }
+    }
+
+    /// Offer FUSE-over-io_uring at FUSE_INIT (the queues are ready).
+    pub fn offer_uring(&mut self, offer: UringOffer) {
+        self.uring = Some(offer);
     }
 
     /// The engine's errno for `e`; corruption and device errors are logged, reported as
@@ -472,6 +492,38 @@ impl Filesystem for LaneFuse {
         let _ = config.add_capabilities(want & have);
         if let Some(w) = self.max_write {
             let _ = config.set_max_write(w);
+        }
+        if let Some(offer) = &self.uring {
+            let decided = if have.contains(InitFlags::FUSE_OVER_IO_URING) {
+                // Every request must fit an entry's payload: writes (max_write) and reads
+                // (max_pages, which fuser derives from max_write and max_readahead).
+                let fits = config.set_max_write(offer.payload).is_ok()
+                    && config.set_max_readahead(offer.payload).map_or_else(
+                        |most| most <= offer.payload && config.set_max_readahead(most).is_ok(),
+                        |_| true,
+                    );
+                if fits
+                    && config
+                        .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                        .is_ok()
+                {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "a request could exceed the queues' {} bytes",
+                        offer.payload
+                    ))
+                }
+            } else {
+                Err("the kernel does not offer it (Linux 6.14+ with \
+                     /sys/module/fuse/parameters/enable_uring set to 1)"
+                    .to_string())
+            };
+            let refused = offer.required.then(|| decided.clone().err()).flatten();
+            *offer.decided.lock().unwrap_or_else(|e| e.into_inner()) = Some(decided);
+            if let Some(why) = refused {
+                return Err(std::io::Error::other(format!("io_uring: {why}")));
+            }
         }
         // Timestamps carry nanoseconds.
         let _ = config.set_time_granularity(Duration::from_nanos(1));

@@ -10,7 +10,8 @@ pub mod frontend;
 pub mod log;
 pub mod options;
 pub mod serve;
+pub mod uring;
 
 pub use frontend::LaneFuse;
-pub use options::{ErrorPolicy, MountConfig};
+pub use options::{ErrorPolicy, MountConfig, UringMode};
 pub use serve::{mount_source, preflight, serve, unmount_path, SUBTYPE};

@@ -18,6 +18,19 @@ pub enum ErrorPolicy {
     Panic,
 }
 
+/// Which transport carries requests: FUSE-over-io_uring where the kernel offers it (the
+/// default), always (`io_uring`: the mount fails without it), or never (`no_io_uring`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UringMode {
+    /// io_uring when the kernel offers it, else /dev/fuse (one log line says which).
+    #[default]
+    Auto,
+    /// io_uring or no mount.
+    Required,
+    /// /dev/fuse only.
+    Off,
+}
+
 /// Everything `lanefs mount -o ...` can set.
 #[derive(Debug, Clone)]
 pub struct MountConfig {
@@ -41,6 +54,10 @@ pub struct MountConfig {
     pub entry_timeout: Duration,
     /// Largest write request (`max_write=BYTES`).
     pub max_write: Option<u32>,
+    /// FUSE-over-io_uring (`io_uring`, `no_io_uring`; default: where offered).
+    pub io_uring: UringMode,
+    /// Entries per io_uring queue (`io_uring_depth=N`, one queue per CPU).
+    pub io_uring_depth: usize,
     /// `errors=remount-ro|panic`.
     pub errors: ErrorPolicy,
     /// The mount's source as `/proc/mounts` shows it (`fsname=` or `source=`).
@@ -61,6 +78,8 @@ impl Default for MountConfig {
             attr_timeout: Duration::from_secs(1),
             entry_timeout: Duration::from_secs(1),
             max_write: None,
+            io_uring: UringMode::Auto,
+            io_uring_depth: 8,
             errors: ErrorPolicy::RemountRo,
             fsname: None,
             vfs_flags: Vec::new(),
@@ -143,6 +162,22 @@ impl MountConfig {
                 no_value()?;
                 self.writeback_cache = true;
             }
+            "io_uring" => {
+                no_value()?;
+                self.io_uring = UringMode::Required;
+            }
+            "no_io_uring" => {
+                no_value()?;
+                self.io_uring = UringMode::Off;
+            }
+            "io_uring_depth" => {
+                let v = need()?;
+                self.io_uring_depth = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=128).contains(n))
+                    .ok_or_else(|| format!("option io_uring_depth={v}: expected 1 to 128"))?;
+            }
             "attr_timeout" => self.attr_timeout = secs()?,
             "entry_timeout" => self.entry_timeout = secs()?,
             "max_write" => {
@@ -224,6 +259,14 @@ mod tests {
         assert!(err("errors=continue").contains("errors=continue"));
         assert!(err("allow_other=1").contains("takes no value"));
         assert!(err("max_write=12").contains("max_write=12"));
+        assert!(err("io_uring=1").contains("takes no value"));
+        assert!(err("io_uring_depth=0").contains("io_uring_depth=0"));
+        let mut u = MountConfig::default();
+        assert_eq!(u.io_uring, UringMode::Auto);
+        u.parse("io_uring,io_uring_depth=4").unwrap();
+        assert_eq!((u.io_uring, u.io_uring_depth), (UringMode::Required, 4));
+        u.parse("no_io_uring").unwrap();
+        assert_eq!(u.io_uring, UringMode::Off);
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! engine so the image is clean.
 
 use crate::frontend::LaneFuse;
+use crate::frontend::UringOffer;
 use crate::log;
-use crate::options::MountConfig;
+use crate::options::{MountConfig, UringMode};
+use crate::uring::{self, Transport};
 use fuser::{Config, MountOption, Session, SessionACL};
 use lanefs::Fs;
 use std::ffi::CString;
@@ -155,7 +157,28 @@ pub fn serve(
     config.n_threads = Some(cfg.threads);
     config.clone_fd = true;
 
-    let frontend = LaneFuse::new(fs.clone(), cfg, checks);
+    let mut frontend = LaneFuse::new(fs.clone(), cfg, checks);
+    // FUSE-over-io_uring: the queues are made before the handshake, so the frontend asks
+    // for it at FUSE_INIT only when they exist.
+    let prepared = match cfg.io_uring {
+        UringMode::Off => Err("turned off (-o no_io_uring)".to_string()),
+        _ => uring::prepare(cfg.io_uring_depth, uring_payload(cfg)),
+    };
+    let decided = Arc::new(std::sync::Mutex::new(None));
+    match &prepared {
+        Ok(p) => frontend.offer_uring(UringOffer {
+            payload: p.payload as u32,
+            required: cfg.io_uring == UringMode::Required,
+            decided: decided.clone(),
+        }),
+        Err(why) if cfg.io_uring == UringMode::Required => {
+            let msg = format!("io_uring: {why}");
+            ready(Err(msg.clone()));
+            let _ = fs.unmount();
+            return Err(msg);
+        }
+        Err(_) => {}
+    }
     // As root, mount(2) directly with the type fuse.lanefs (fuser's own direct mount says
     // plain "fuse"); otherwise fusermount3 does it, subtype and all.
     let session = if root {
@@ -172,12 +195,57 @@ pub fn serve(
     let session = match session {
         Ok(s) => s,
         Err(msg) => {
+            if let Ok(p) = prepared {
+                p.stop();
+            }
             ready(Err(msg.clone()));
             let _ = fs.unmount();
             return Err(msg);
         }
     };
+    let decided = decided.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let (transport, rings) = match (prepared, decided) {
+        (Ok(p), Some(Ok(()))) => {
+            let transport = Transport::Uring {
+                queues: p.queues(),
+                depth: p.depth,
+            };
+            match std::os::fd::AsFd::as_fd(&session).try_clone_to_owned() {
+                Ok(fd) => (transport, p.start(fd, session.dispatcher())),
+                // Without a descriptor for the queues the kernel would wait for them:
+                // nothing to do but fail the mount.
+                Err(e) => {
+                    p.stop();
+                    let msg = format!("io_uring: duplicating /dev/fuse: {e}");
+                    ready(Err(msg.clone()));
+                    drop(session);
+                    let _ = fs.unmount();
+                    return Err(msg);
+                }
+            }
+        }
+        (Ok(p), decided) => {
+            p.stop();
+            let why = decided
+                .and_then(Result::err)
+                .unwrap_or_else(|| "not negotiated".into());
+            (Transport::DevFuse(why), Vec::new())
+        }
+        (Err(why), _) => (Transport::DevFuse(why), Vec::new()),
+    };
     ready(Ok(()));
+    // After `ready`: a daemon logs to syslog from here on, `-f` to stderr.
+    log::line(&match &transport {
+        Transport::Uring { queues, depth } => format!(
+            "{}: serving through FUSE-over-io_uring ({queues} queues of {depth} entries)",
+            mountpoint.display()
+        ),
+        Transport::DevFuse(why) => format!(
+            "{}: serving through /dev/fuse ({} threads); io_uring: {why}",
+            mountpoint.display(),
+            cfg.threads
+        ),
+    });
 
     // A signal unmounts; the request loops then see the connection end.
     let mp = mountpoint.to_path_buf();
@@ -203,6 +271,10 @@ pub fn serve(
     if let Err(e) = &served {
         log::line(&format!("FUSE session ended: {e}"));
     }
+    // The connection is gone: every queue's entries came back with ENOTCONN.
+    for t in rings {
+        let _ = t.join();
+    }
     // Every request thread has stopped and the frontend is gone: this is the last
     // reference, and unmounting writes everything back.
     match Arc::try_unwrap(fs) {
@@ -214,6 +286,12 @@ pub fn serve(
         log::line(&msg);
         msg
     })
+}
+
+/// The io_uring queues' payload: the mount's `max_write`, 1 MiB unless given (as
+/// libfuse; fuser's own default of 16 MiB would cost 16 MiB an entry).
+fn uring_payload(cfg: &MountConfig) -> usize {
+    cfg.max_write.map_or(1 << 20, |w| w as usize)
 }
 
 fn geteuid() -> u32 {
