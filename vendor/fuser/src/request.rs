@@ -73,7 +73,7 @@ impl<'a> RequestWithSender<'a> {
     fn sender(&self) -> ReplySender {
         match &self.sink {
             Some(sink) => ReplySender::Sink(sink.clone(), self.ch.clone()),
-            None => self.sender(),
+            None => ReplySender::Channel(self.ch.clone()),
         }
     }
 
