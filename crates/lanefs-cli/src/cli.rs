@@ -48,6 +48,9 @@ pub enum Command {
     Mount(MountArgs),
     /// Unmount a lanefs mount and wait until the image is written back.
     Umount(UmountArgs),
+    /// Serve an empty in-memory file system through the same FUSE frontend and transports
+    /// (the FUSE ceiling `bench --compare` measures the mount against; nothing is kept).
+    Memfs(MemfsArgs),
 }
 
 impl Command {
@@ -67,6 +70,7 @@ impl Command {
             Command::Bench(_) => "bench",
             Command::Mount(_) => "mount",
             Command::Umount(_) => "umount",
+            Command::Memfs(_) => "memfs",
         }
     }
 }
@@ -329,8 +333,22 @@ pub struct MountArgs {
     /// default_permissions, threads=N, writeback_cache, attr_timeout=SECS,
     /// entry_timeout=SECS, max_write=BYTES, commit=SECS, errors=remount-ro|panic,
     /// fsname=NAME (or source=NAME), the VFS flags (nosuid, nodev, noexec, noatime, sync,
-    /// dirsync, ...) and the engine's mb_trylock=0|1, mb_stream_goal=global|inode|slots,
-    /// mb_optimize_scan=0|1, rtdev=DATA, rt_alloc=lean|plain.
+    /// dirsync, ...), io_uring, no_io_uring, io_uring_depth=N, and the engine's
+    /// mb_trylock=0|1, mb_stream_goal=global|inode|slots, mb_optimize_scan=0|1, rtdev=DATA,
+    /// rt_alloc=lean|plain.
+    #[arg(short = 'o', value_name = "OPTS")]
+    pub options: Vec<String>,
+    /// Stay in the foreground and log to stderr.
+    #[arg(short = 'f', long = "foreground")]
+    pub foreground: bool,
+}
+
+/// Options of `memfs`.
+#[derive(Debug, Args)]
+pub struct MemfsArgs {
+    /// Directory to mount it on.
+    pub mountpoint: PathBuf,
+    /// Mount options, as for `mount` (those of the FUSE frontend and the transport).
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
     /// Stay in the foreground and log to stderr.

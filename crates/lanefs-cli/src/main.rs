@@ -184,6 +184,7 @@ fn dispatch(command: &Command) -> CmdResult<i32> {
         Command::Cp(a) => copy::cp(a),
         Command::Bench(a) => bench::bench(a),
         Command::Mount(a) => mount::mount(a),
+        Command::Memfs(a) => mount::memfs(a),
         Command::Umount(a) => mount::umount(a),
     }
 }

@@ -6,9 +6,11 @@
 //! one line (or nothing) and exits. `umount` unmounts and then waits until the daemon has
 //! let go of the image, so the image is clean when it returns.
 
-use crate::cli::{MountArgs, UmountArgs};
+use crate::cli::{MemfsArgs, MountArgs, UmountArgs};
 use crate::error::{CmdResult, Context, Error, Failure};
-use lanefs_fuse::{mount_source, preflight, serve, unmount_path, MountConfig, SUBTYPE};
+use lanefs_fuse::{
+    mount_source, preflight, serve, serve_memfs, unmount_path, MountConfig, SUBTYPE,
+};
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -34,8 +36,33 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
     }
     let image = a.image.canonicalize().ctx(a.image.display())?;
     let mp = preflight(&a.mountpoint).map_err(|e| Failure::new("", Error::msg(e)))?;
-    if a.foreground {
-        return serve(&image, &mp, &cfg, |_| {})
+    run(&mp, &cfg, a.foreground, |mp, cfg, ready| {
+        serve(&image, mp, cfg, ready)
+    })
+}
+
+/// `lanefs memfs MOUNTPOINT [-o OPTS] [-f]`: the in-memory ceiling, served as `mount`
+/// serves an image.
+pub fn memfs(a: &MemfsArgs) -> CmdResult<i32> {
+    let mut cfg = MountConfig::default();
+    for o in &a.options {
+        cfg.parse(o)
+            .map_err(|e| Failure::new("-o", Error::msg(e)))?;
+    }
+    let mp = preflight(&a.mountpoint).map_err(|e| Failure::new("", Error::msg(e)))?;
+    run(&mp, &cfg, a.foreground, serve_memfs)
+}
+
+/// Serve with `server` in the foreground, or fork a daemon that does and report its
+/// first line.
+fn run(
+    mp: &Path,
+    cfg: &MountConfig,
+    foreground: bool,
+    server: impl Fn(&Path, &MountConfig, Box<dyn FnOnce(Result<(), String>)>) -> Result<(), String>,
+) -> CmdResult<i32> {
+    if foreground {
+        return server(mp, cfg, Box::new(|_| {}))
             .map(|()| 0)
             .map_err(|e| Failure::new("", Error::msg(e)));
     }
@@ -46,7 +73,7 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
         -1 => Err(Failure::new("fork", std::io::Error::last_os_error())),
         0 => {
             drop(rd);
-            std::process::exit(daemon(&image, &mp, &cfg, wr));
+            std::process::exit(daemon(mp, cfg, wr, server));
         }
         _ => {
             drop(wr);
@@ -66,23 +93,32 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
 }
 
 /// The daemon: a session of its own, the mount, and the status line to the parent.
-fn daemon(image: &Path, mp: &Path, cfg: &MountConfig, status: OwnedFd) -> i32 {
+fn daemon(
+    mp: &Path,
+    cfg: &MountConfig,
+    status: OwnedFd,
+    server: impl Fn(&Path, &MountConfig, Box<dyn FnOnce(Result<(), String>)>) -> Result<(), String>,
+) -> i32 {
     // SAFETY: setsid has no preconditions; failure (already a group leader) is harmless.
     unsafe { libc::setsid() };
     let _ = std::env::set_current_dir("/");
-    let mut status = Some(std::fs::File::from(status));
-    let r = serve(image, mp, cfg, |r| {
-        let Some(mut f) = status.take() else { return };
-        let _ = match &r {
-            Ok(()) => f.write_all(b"ok"),
-            Err(e) => f.write_all(e.as_bytes()),
-        };
-        drop(f);
-        if r.is_ok() {
-            detach_stdio();
-            lanefs_fuse::log::to_syslog();
-        }
-    });
+    let status = std::fs::File::from(status);
+    let r = server(
+        mp,
+        cfg,
+        Box::new(move |r| {
+            let mut f = status;
+            let _ = match &r {
+                Ok(()) => f.write_all(b"ok"),
+                Err(e) => f.write_all(e.as_bytes()),
+            };
+            drop(f);
+            if r.is_ok() {
+                detach_stdio();
+                lanefs_fuse::log::to_syslog();
+            }
+        }),
+    );
     i32::from(r.is_err())
 }
 

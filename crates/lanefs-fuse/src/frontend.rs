@@ -9,6 +9,7 @@
 
 use crate::log;
 use crate::options::{ErrorPolicy, MountConfig};
+use crate::uring::UringOffer;
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
@@ -105,17 +106,6 @@ pub struct LaneFuse {
     uring: Option<UringOffer>,
 }
 
-/// What the frontend may negotiate at FUSE_INIT for the io_uring transport.
-#[derive(Debug, Clone)]
-pub struct UringOffer {
-    /// The queues' payload size, which becomes the mount's `max_write`.
-    pub payload: u32,
-    /// Fail the mount when the kernel does not offer it.
-    pub required: bool,
-    /// Set at FUSE_INIT: whether the flag went into the reply, or why not.
-    pub decided: Arc<std::sync::Mutex<Option<Result<(), String>>>>,
-}
-
 impl LaneFuse {
     /// Serve `fs` with the frontend options of `cfg`; `kernel_checks` when the kernel
     /// checks permissions (`default_permissions`, always so when users other than the
@@ -133,9 +123,11 @@ impl LaneFuse {
         }
     }
 
-    /// Offer FUSE-over-io_uring at FUSE_INIT (the queues are ready).
-    pub fn offer_uring(&mut self, offer: UringOffer) {
-        self.uring = Some(offer);
+    /// How an open file is kept: without a FLUSH request at every close
+    /// (FOPEN_NOFLUSH), which this daemon would only answer; the kernel ignores the flag
+    /// under `writeback_cache`, where a close writes the cached pages back.
+    fn open_flags(&self) -> FopenFlags {
+        FopenFlags::FOPEN_NOFLUSH
     }
 
     /// The engine's errno for `e`; corruption and device errors are logged, reported as
@@ -465,6 +457,12 @@ impl LaneFuse {
     }
 }
 
+impl crate::uring::UringCapable for LaneFuse {
+    fn offer_uring(&mut self, offer: UringOffer) {
+        self.uring = Some(offer);
+    }
+}
+
 impl Filesystem for LaneFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let mut want = InitFlags::FUSE_PARALLEL_DIROPS
@@ -494,36 +492,7 @@ impl Filesystem for LaneFuse {
             let _ = config.set_max_write(w);
         }
         if let Some(offer) = &self.uring {
-            let decided = if have.contains(InitFlags::FUSE_OVER_IO_URING) {
-                // Every request must fit an entry's payload: writes (max_write) and reads
-                // (max_pages, which fuser derives from max_write and max_readahead).
-                let fits = config.set_max_write(offer.payload).is_ok()
-                    && config.set_max_readahead(offer.payload).map_or_else(
-                        |most| most <= offer.payload && config.set_max_readahead(most).is_ok(),
-                        |_| true,
-                    );
-                if fits
-                    && config
-                        .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
-                        .is_ok()
-                {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "a request could exceed the queues' {} bytes",
-                        offer.payload
-                    ))
-                }
-            } else {
-                Err("the kernel does not offer it (Linux 6.14+ with \
-                     /sys/module/fuse/parameters/enable_uring set to 1)"
-                    .to_string())
-            };
-            let refused = offer.required.then(|| decided.clone().err()).flatten();
-            *offer.decided.lock().unwrap_or_else(|e| e.into_inner()) = Some(decided);
-            if let Some(why) = refused {
-                return Err(std::io::Error::other(format!("io_uring: {why}")));
-            }
+            crate::uring::negotiate(offer, config)?;
         }
         // Timestamps carry nanoseconds.
         let _ = config.set_time_granularity(Duration::from_nanos(1));
@@ -727,7 +696,7 @@ impl Filesystem for LaneFuse {
         if let Err(e) = self.may_open(i, flags.0).and_then(|()| self.fs.open(i)) {
             return reply.error(self.errno("open", i, e));
         }
-        reply.opened(FileHandle(0), FopenFlags::empty());
+        reply.opened(FileHandle(0), self.open_flags());
     }
 
     fn read(
@@ -1138,7 +1107,7 @@ impl Filesystem for LaneFuse {
                 &self.file_attr(&a),
                 Generation(a.generation.into()),
                 FileHandle(0),
-                FopenFlags::empty(),
+                self.open_flags(),
             ),
             Err(e) => reply.error(self.errno("create", dir, e)),
         }

@@ -8,10 +8,11 @@
 
 pub mod frontend;
 pub mod log;
+pub mod memfs;
 pub mod options;
 pub mod serve;
 pub mod uring;
 
 pub use frontend::LaneFuse;
 pub use options::{ErrorPolicy, MountConfig, UringMode};
-pub use serve::{mount_source, preflight, serve, unmount_path, SUBTYPE};
+pub use serve::{mount_source, preflight, serve, serve_memfs, unmount_path, SUBTYPE};

@@ -3,10 +3,9 @@
 //! engine so the image is clean.
 
 use crate::frontend::LaneFuse;
-use crate::frontend::UringOffer;
 use crate::log;
 use crate::options::{MountConfig, UringMode};
-use crate::uring::{self, Transport};
+use crate::uring::{self, Transport, UringCapable, UringOffer};
 use fuser::{Config, MountOption, Session, SessionACL};
 use lanefs::Fs;
 use std::ffi::CString;
@@ -108,14 +107,52 @@ pub fn serve(
             return Err(msg);
         }
     };
-    let root = geteuid() == 0;
-    let read_only = fs.is_read_only();
+    let checks = cfg.kernel_checks_permissions();
+    let frontend = LaneFuse::new(fs.clone(), cfg, checks);
     let fsname = cfg
         .fsname
         .clone()
         .unwrap_or_else(|| image.display().to_string());
+    let served = run_session(frontend, mountpoint, cfg, &fsname, fs.is_read_only(), ready);
+    // Every request thread has stopped and the frontend is gone: this is the last
+    // reference, and unmounting writes everything back.
+    let unmounted = match Arc::try_unwrap(fs) {
+        Ok(fs) => Arc::new(fs).unmount(),
+        Err(fs) => fs.unmount(),
+    }
+    .map_err(|e| {
+        let msg = format!("{}: writing back at unmount: {e}", image.display());
+        log::line(&msg);
+        msg
+    });
+    served.and(unmounted)
+}
+
+/// Serve a [`MemFs`](crate::memfs::MemFs) at `mountpoint` through the same transports,
+/// until unmounted: the FUSE ceiling `lanefs bench --compare` measures lanefs against.
+pub fn serve_memfs(
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    ready: impl FnOnce(Result<(), String>),
+) -> Result<(), String> {
+    let fsname = cfg.fsname.clone().unwrap_or_else(|| "memfs".to_string());
+    let fs = crate::memfs::MemFs::new(cfg);
+    run_session(fs, mountpoint, cfg, &fsname, cfg.engine.read_only, ready)
+}
+
+/// Mount `frontend` at `mountpoint` and serve it until the connection ends: the options,
+/// the transport (FUSE-over-io_uring where negotiated, else /dev/fuse), the signals.
+fn run_session<FS: UringCapable>(
+    mut frontend: FS,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    fsname: &str,
+    read_only: bool,
+    ready: impl FnOnce(Result<(), String>),
+) -> Result<(), String> {
+    let root = geteuid() == 0;
     let mut opts = vec![
-        MountOption::FSName(fsname.clone()),
+        MountOption::FSName(fsname.to_string()),
         MountOption::Subtype(SUBTYPE.into()),
     ];
     // allow_other and allow_root bring default_permissions, for any mounter.
@@ -157,12 +194,11 @@ pub fn serve(
     config.n_threads = Some(cfg.threads);
     config.clone_fd = true;
 
-    let mut frontend = LaneFuse::new(fs.clone(), cfg, checks);
     // FUSE-over-io_uring: the queues are made before the handshake, so the frontend asks
     // for it at FUSE_INIT only when they exist.
     let prepared = match cfg.io_uring {
         UringMode::Off => Err("turned off (-o no_io_uring)".to_string()),
-        _ => uring::prepare(cfg.io_uring_depth, uring_payload(cfg)),
+        _ => uring::prepare::<FS>(cfg.io_uring_depth, uring_payload(cfg)),
     };
     let decided = Arc::new(std::sync::Mutex::new(None));
     match &prepared {
@@ -174,15 +210,19 @@ pub fn serve(
         Err(why) if cfg.io_uring == UringMode::Required => {
             let msg = format!("io_uring: {why}");
             ready(Err(msg.clone()));
-            let _ = fs.unmount();
             return Err(msg);
         }
         Err(_) => {}
     }
+    // With io_uring the /dev/fuse threads only take forgets (one per evicted inode) and
+    // interrupts: one thread, so they come in batches instead of waking a thread per CPU.
+    if prepared.is_ok() && uring::offered() {
+        config.n_threads = Some(1);
+    }
     // As root, mount(2) directly with the type fuse.lanefs (fuser's own direct mount says
     // plain "fuse"); otherwise fusermount3 does it, subtype and all.
     let session = if root {
-        direct_mount(mountpoint, &fsname, &opts, cfg, checks, read_only).and_then(|fd| {
+        direct_mount(mountpoint, fsname, &opts, cfg, checks, read_only).and_then(|fd| {
             Session::from_fd(frontend, fd, acl, config.clone()).map_err(|e| {
                 let _ = unmount_path(mountpoint, true);
                 format!("FUSE handshake: {e}")
@@ -199,7 +239,6 @@ pub fn serve(
                 p.stop();
             }
             ready(Err(msg.clone()));
-            let _ = fs.unmount();
             return Err(msg);
         }
     };
@@ -218,8 +257,6 @@ pub fn serve(
                     p.stop();
                     let msg = format!("io_uring: duplicating /dev/fuse: {e}");
                     ready(Err(msg.clone()));
-                    drop(session);
-                    let _ = fs.unmount();
                     return Err(msg);
                 }
             }
@@ -275,17 +312,7 @@ pub fn serve(
     for t in rings {
         let _ = t.join();
     }
-    // Every request thread has stopped and the frontend is gone: this is the last
-    // reference, and unmounting writes everything back.
-    match Arc::try_unwrap(fs) {
-        Ok(fs) => Arc::new(fs).unmount(),
-        Err(fs) => fs.unmount(),
-    }
-    .map_err(|e| {
-        let msg = format!("{}: writing back at unmount: {e}", image.display());
-        log::line(&msg);
-        msg
-    })
+    Ok(())
 }
 
 /// The io_uring queues' payload: the mount's `max_write`, 1 MiB unless given (as

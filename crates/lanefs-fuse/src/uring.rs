@@ -31,9 +31,8 @@
 //! staged and copied into the entry's buffers once the handler has returned (the
 //! handler borrows the request's payload while it runs).
 
-use crate::frontend::LaneFuse;
 use crate::log;
-use fuser::{Dispatcher, RawReplySink};
+use fuser::{Dispatcher, Filesystem, InitFlags, KernelConfig, RawReplySink};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::alloc::Layout;
 use std::io::IoSlice;
@@ -75,9 +74,67 @@ pub enum Transport {
     DevFuse(String),
 }
 
+/// A file system served over FUSE-over-io_uring when offered: it keeps the offer and
+/// negotiates it in its `init` ([`negotiate`]).
+pub trait UringCapable: Filesystem {
+    /// The queues are ready: ask for FUSE_OVER_IO_URING at FUSE_INIT.
+    fn offer_uring(&mut self, offer: UringOffer);
+}
+
+/// What a file system may negotiate at FUSE_INIT for the io_uring transport.
+#[derive(Debug, Clone)]
+pub struct UringOffer {
+    /// The queues' payload size, which becomes the mount's `max_write`.
+    pub payload: u32,
+    /// Fail the mount when the kernel does not offer it.
+    pub required: bool,
+    /// Set at FUSE_INIT: whether the flag went into the reply, or why not.
+    pub decided: Arc<Mutex<Option<Result<(), String>>>>,
+}
+
+/// At FUSE_INIT: ask for FUSE_OVER_IO_URING if the kernel offers it and every request
+/// fits the queues' entries; record the decision in the offer. An error (refusing the
+/// mount) when the offer was required and cannot be met.
+pub fn negotiate(offer: &UringOffer, config: &mut KernelConfig) -> std::io::Result<()> {
+    let decided = if config
+        .capabilities()
+        .contains(InitFlags::FUSE_OVER_IO_URING)
+    {
+        // Every request must fit an entry's payload: writes (max_write) and reads
+        // (max_pages, which fuser derives from max_write and max_readahead).
+        let fits = config.set_max_write(offer.payload).is_ok()
+            && config.set_max_readahead(offer.payload).map_or_else(
+                |most| most <= offer.payload && config.set_max_readahead(most).is_ok(),
+                |_| true,
+            );
+        if fits
+            && config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_ok()
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "a request could exceed the queues' {} bytes",
+                offer.payload
+            ))
+        }
+    } else {
+        Err("the kernel does not offer it (Linux 6.14+ with \
+             /sys/module/fuse/parameters/enable_uring set to 1)"
+            .to_string())
+    };
+    let refused = offer.required.then(|| decided.clone().err()).flatten();
+    *offer.decided.lock().unwrap_or_else(|e| e.into_inner()) = Some(decided);
+    match refused {
+        Some(why) => Err(std::io::Error::other(format!("io_uring: {why}"))),
+        None => Ok(()),
+    }
+}
+
 /// The queue threads, ready and waiting for the go.
-pub struct Prepared {
-    go: Vec<Sender<Go>>,
+pub struct Prepared<FS: Filesystem> {
+    go: Vec<Sender<Go<FS>>>,
     threads: Vec<JoinHandle<()>>,
     /// Largest request payload (the mount's `max_write`).
     pub payload: usize,
@@ -86,10 +143,10 @@ pub struct Prepared {
 }
 
 /// What a queue thread gets when the handshake is done: serve with this, or stop.
-enum Go {
+enum Go<FS: Filesystem> {
     Serve {
         fd: Arc<OwnedFd>,
-        dispatcher: Arc<Dispatcher<LaneFuse>>,
+        dispatcher: Arc<Dispatcher<FS>>,
     },
     Stop,
 }
@@ -109,9 +166,16 @@ pub fn possible_cpus() -> Result<usize, String> {
     Ok(last + 1)
 }
 
+/// Whether this kernel offers FUSE-over-io_uring to new mounts (the fuse module's
+/// `enable_uring` parameter).
+pub fn offered() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| matches!(v.trim(), "Y" | "1"))
+}
+
 /// Start one thread per possible CPU, pinned to it, with its ring and `depth` entries of
 /// `payload` bytes; returns once every one is ready (or the first failure).
-pub fn prepare(depth: usize, payload: usize) -> Result<Prepared, String> {
+pub fn prepare<FS: Filesystem>(depth: usize, payload: usize) -> Result<Prepared<FS>, String> {
     let queues = possible_cpus()?;
     let payload = payload.max(MIN_PAYLOAD);
     let mut go = Vec::with_capacity(queues);
@@ -150,7 +214,7 @@ pub fn prepare(depth: usize, payload: usize) -> Result<Prepared, String> {
     Ok(prepared)
 }
 
-impl Prepared {
+impl<FS: Filesystem> Prepared<FS> {
     /// The number of queues (possible CPUs).
     pub fn queues(&self) -> usize {
         self.go.len()
@@ -158,7 +222,7 @@ impl Prepared {
 
     /// Let every queue register its entries and serve, through the session's /dev/fuse
     /// descriptor `fd` and `dispatcher`. Returns the threads, to join after unmount.
-    pub fn start(self, fd: OwnedFd, dispatcher: Dispatcher<LaneFuse>) -> Vec<JoinHandle<()>> {
+    pub fn start(self, fd: OwnedFd, dispatcher: Dispatcher<FS>) -> Vec<JoinHandle<()>> {
         let (fd, dispatcher) = (Arc::new(fd), Arc::new(dispatcher));
         for tx in &self.go {
             let _ = tx.send(Go::Serve {
@@ -196,12 +260,12 @@ fn pin(cpu: usize) -> std::io::Result<()> {
 }
 
 /// One queue: build, report ready, wait for the go, serve.
-fn queue_thread(
+fn queue_thread<FS: Filesystem>(
     qid: usize,
     depth: usize,
     payload: usize,
     ready: &Sender<Result<(), String>>,
-    go: &Receiver<Go>,
+    go: &Receiver<Go<FS>>,
 ) {
     // A CPU this thread may not run on still has a queue; it is served from elsewhere.
     let _ = pin(qid);
@@ -350,12 +414,12 @@ fn command(
 }
 
 /// Register every entry, then serve completions until every entry is gone (unmount).
-fn serve(
+fn serve<FS: Filesystem>(
     ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
     entries: &mut [Entry],
     qid: u16,
     fd: &OwnedFd,
-    dispatcher: &Dispatcher<LaneFuse>,
+    dispatcher: &Dispatcher<FS>,
 ) -> Result<(), String> {
     for (i, e) in entries.iter_mut().enumerate() {
         let sqe = command(fd, CMD_REGISTER, qid, 0, i, Some(&e.iov));
@@ -419,7 +483,7 @@ fn push(
 
 /// Serve the request entry `e` holds and put its reply in its buffers; returns the
 /// commit id to send it with.
-fn handle(e: &mut Entry, dispatcher: &Dispatcher<LaneFuse>) -> u64 {
+fn handle<FS: Filesystem>(e: &mut Entry, dispatcher: &Dispatcher<FS>) -> u64 {
     let payload_cap = e.payload;
     let sink = e.sink.clone();
     let mem = e.bytes();
