@@ -1,6 +1,9 @@
-//! `lanefs bench --compare`: the same workloads through real syscalls, in one run, on three
-//! mounts of images `mkfs.ext4` made alike: lanefs's FUSE mount (`lanefs mount -f`),
-//! fuse2fs (`fuse2fs -f`) and the kernel's ext4 on a loop device (`mount -o loop`).
+//! `lanefs bench --compare`: the same workloads through real syscalls, in one run, on
+//! mounts of images `mkfs.ext4` made alike: lanefs's FUSE mount (`lanefs mount -f`), the
+//! FUSE ceiling (`lanefs memfs -f`: an in-memory file system behind the same frontend and
+//! transport, no image), each of the two again over /dev/fuse (`-o no_io_uring`) when
+//! FUSE-over-io_uring is the default, fuse2fs (`fuse2fs -f`) and the kernel's ext4 on a
+//! loop device (`mount -o loop`).
 //!
 //! Every repetition, at every thread count, runs the control loop and then each workload
 //! on each mount in turn (target by target, as variants interleave in the engine's runs),
@@ -30,7 +33,7 @@ pub const WORKLOADS: &[&str] = &["fallocate2", "mdtest", workloads::bufio64k::NA
 /// Size of each image when none is given: room for every workload at a few threads.
 pub const IMAGE_SIZE: u64 = 1 << 30;
 
-pub use crate::report::{CONTROL_TARGET, FUSE2FS, KERNEL, LANEFS};
+pub use crate::report::{CONTROL_TARGET, FUSE2FS, KERNEL, LANEFS, LANEFS_DEV, MEMFS, MEMFS_DEV};
 
 /// Bytes per inode the images are made with (`mkfs.ext4 -i`).
 const BYTES_PER_INODE: u64 = 16384;
@@ -38,6 +41,23 @@ const BYTES_PER_INODE: u64 = 16384;
 const MOUNT_WAIT: Duration = Duration::from_secs(30);
 /// How long a daemon may take to write back and exit after its unmount.
 const EXIT_WAIT: Duration = Duration::from_secs(300);
+
+/// The goals of issue 43 at 2 threads: workload, phase, lanefs / the in-memory ceiling at
+/// the same transport, lanefs / the kernel's ext4 (0: none).
+const CEILING_GOALS: &[(&str, &str, f64, f64)] = &[
+    ("fallocate2", "fallocate", 0.0, 0.5),
+    ("mdtest", "create", 0.9, 0.33),
+    ("mdtest", "remove", 0.9, 0.5),
+    ("bufio64k", "write", 0.7, 0.6),
+    ("bufio64k", "read", 0.9, 0.0),
+];
+
+/// Whether new FUSE mounts get FUSE-over-io_uring (the fuse module's `enable_uring`):
+/// then the run also mounts lanefs and the ceiling over /dev/fuse.
+fn uring_offered() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| matches!(v.trim(), "Y" | "1"))
+}
 
 /// The goals of issue 11 at 2 threads against fuse2fs: workload, phase, lanefs / fuse2fs.
 const GOALS: &[(&str, &str, f64)] = &[
@@ -372,13 +392,32 @@ fn mount_one(
     let image = work.join(format!("{name}.img"));
     let dir = work.join(format!("mnt-{name}"));
     std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-    make_image(&image, size)?;
+    // The in-memory ceiling has no image.
+    let image = if name == MEMFS || name == MEMFS_DEV {
+        PathBuf::new()
+    } else {
+        make_image(&image, size)?;
+        image
+    };
     let log = work.join(format!("{name}.log"));
     let (kind, daemon) = match name {
-        LANEFS => {
+        LANEFS | LANEFS_DEV | MEMFS | MEMFS_DEV => {
             let mut cmd = Command::new(lanefs_exe);
-            cmd.arg("mount").arg(&image).arg(&dir);
-            cmd.args(["-o", "allow_other", "-f"]);
+            if name == LANEFS || name == LANEFS_DEV {
+                cmd.arg("mount").arg(&image).arg(&dir);
+            } else {
+                cmd.arg("memfs").arg(&dir);
+            }
+            let dev = name == LANEFS_DEV || name == MEMFS_DEV;
+            cmd.args([
+                "-o",
+                if dev {
+                    "allow_other,no_io_uring"
+                } else {
+                    "allow_other"
+                },
+                "-f",
+            ]);
             let child = spawn_daemon(name, &mut cmd, &dir, &log)?;
             (Kind::Lanefs(lanefs_exe.to_path_buf()), Some((child, log)))
         }
@@ -461,7 +500,7 @@ fn progress(cfg: &BenchConfig, out: &mut dyn Write, r: &Record) -> Result<(), St
 }
 
 /// Run a compare run (`cfg.target` is [`crate::TargetSpec::Compare`]): make and mount the
-/// three images, run every workload at every thread count on each, interleaved, take every
+/// images, run every workload at every thread count on each, interleaved, take every
 /// mount down, check the images with `e2fsck -fn` and print the table; `obs` hears of
 /// every timed run.
 pub fn run(
@@ -503,7 +542,14 @@ pub fn run(
         .map_err(|e| format!("{}: {e}", work.path().display()))?;
     // Declared after `work`, so it drops (unmounting) before the directory is removed.
     let mut mounts = Mounts::default();
-    for name in [LANEFS, FUSE2FS, KERNEL] {
+    let mut names = vec![LANEFS, MEMFS];
+    if uring_offered() {
+        // The default transport is io_uring: /dev/fuse beside it, both for lanefs and
+        // for the ceiling.
+        names.extend([LANEFS_DEV, MEMFS_DEV]);
+    }
+    names.extend([FUSE2FS, KERNEL]);
+    for name in names {
         mount_one(&mut mounts, name, &work_dir, size, exe)?;
     }
     let pids: Vec<String> = mounts
@@ -587,6 +633,7 @@ pub fn run(
     let unclean: Vec<String> = mounts
         .0
         .iter()
+        .filter(|m| !m.image.as_os_str().is_empty())
         .filter_map(|m| fsck_clean(m.name, &m.image).err())
         .collect();
     if cfg.verbose {
@@ -598,7 +645,7 @@ pub fn run(
     if let Some(e) = unclean.first() {
         return Err(e.clone());
     }
-    say(out, "e2fsck -fn: all three images clean after the run")?;
+    say(out, "e2fsck -fn: every image clean after the run")?;
     Ok(records)
 }
 
@@ -719,8 +766,11 @@ pub fn render(records: &[Record]) -> String {
     let mut out = table.to_string();
     out.push('\n');
     out.push_str(&format!(
-        "{LANEFS} = lanefs mount -f -o allow_other; {FUSE2FS} = fuse2fs -f -o allow_other; \
-         {KERNEL} = mount -o loop; threads marked * are more than the CPUs\n\
+        "{LANEFS} = lanefs mount -f -o allow_other (FUSE-over-io_uring where the kernel \
+         offers it); {LANEFS_DEV} = the same with -o no_io_uring (/dev/fuse); {MEMFS}, \
+         {MEMFS_DEV} = lanefs memfs, an in-memory file system behind the same frontend and \
+         transport: the FUSE ceiling; {FUSE2FS} = fuse2fs -f -o allow_other; {KERNEL} = \
+         mount -o loop; threads marked * are more than the CPUs\n\
          ops/s = total over threads, median of the reps; vs fuse2fs = median / fuse2fs's at \
          the same threads; scaling vs {fewest} = total ops/s / the total at {fewest} thread(s) \
          (above 1: the total rises)\n\
@@ -740,8 +790,78 @@ pub fn render(records: &[Record]) -> String {
     }
     if threads.contains(&1) && threads.contains(&2) {
         out.push_str(&render_goals(records, &series));
+        out.push_str(&render_ceiling(records, &series));
     }
     out
+}
+
+/// Issue 43's goals at 2 threads: lanefs against the in-memory ceiling over the same
+/// transport, and against the kernel's ext4, for each transport the run had.
+fn render_ceiling(records: &[Record], series: &[(&str, &str)]) -> String {
+    let mut table = Table::new();
+    table
+        .load_style(presets::UTF8_FULL_CONDENSED)
+        .set_header(vec![
+            "workload",
+            "phase",
+            "transport",
+            "lanefs @1",
+            "lanefs @2",
+            "x ceiling @2",
+            "goal",
+            "x kernel @2",
+            "goal",
+        ]);
+    let verdict = |goal: f64, v: Option<f64>| match (goal > 0.0, v) {
+        (false, _) => "-".to_string(),
+        (true, Some(v)) => format!("{goal}x: {}", if v >= goal { "met" } else { "missed" }),
+        (true, None) => format!("{goal}x: -"),
+    };
+    // Without /dev/fuse rows the default transport was /dev/fuse itself.
+    let both = records.iter().any(|r| r.target == LANEFS_DEV);
+    let default = if both { "io_uring" } else { "/dev/fuse" };
+    let mut rows = 0;
+    for &(w, p) in series {
+        let (cg, kg) = CEILING_GOALS
+            .iter()
+            .find(|g| g.0 == w && g.1 == p)
+            .map_or((0.0, 0.0), |g| (g.2, g.3));
+        for (lanefs, ceiling, transport) in [
+            (LANEFS, MEMFS, default),
+            (LANEFS_DEV, MEMFS_DEV, "/dev/fuse"),
+        ] {
+            let two = median(records, w, p, lanefs, 2);
+            if two.is_none() {
+                continue;
+            }
+            let x_ceiling = div(two, median(records, w, p, ceiling, 2));
+            let x_kernel = div(two, median(records, w, p, KERNEL, 2));
+            table.add_row(vec![
+                w.to_string(),
+                p.to_string(),
+                transport.to_string(),
+                median(records, w, p, lanefs, 1).map_or("-".into(), fmt_rate),
+                fmt_rate(two.unwrap_or(0.0)),
+                fmt_x(x_ceiling),
+                verdict(cg, x_ceiling),
+                fmt_x(x_kernel),
+                verdict(kg, x_kernel),
+            ]);
+            rows += 1;
+        }
+    }
+    if rows == 0 {
+        return String::new();
+    }
+    for i in 3..9 {
+        if let Some(col) = table.column_mut(i) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    format!(
+        "issue 43's goals at 2 threads: lanefs against the FUSE ceiling ({MEMFS} over the \
+         same transport) and against the kernel's ext4 in this run:\n{table}\n"
+    )
 }
 
 /// The goals table of [`render`] alone (the compact output's), when `records` have 1 and 2
@@ -754,7 +874,7 @@ pub fn goals(records: &[Record]) -> String {
         push_unique(&mut threads, r.threads);
     }
     if threads.contains(&1) && threads.contains(&2) {
-        render_goals(records, &series)
+        render_goals(records, &series) + &render_ceiling(records, &series)
     } else {
         String::new()
     }
@@ -883,8 +1003,16 @@ mod tests {
         );
         assert_eq!(row("fallocate2", FUSE2FS, "2")[9], "0.80x");
         assert!(text.contains("scaling at 2 vs 1: 1.90x"), "{text}");
+        // Issue 11's table, then issue 43's (no ceiling in these records: "-").
+        let (eleven, forty_three) = text.split_once("issue 43's goals").expect("both tables");
+        let create = forty_three
+            .lines()
+            .find(|l| l.contains("create"))
+            .unwrap_or_default();
+        assert!(create.contains("0.9x: -") && create.contains("/dev/fuse"), "{create}");
         let goal = |w: &str| -> String {
-            text.lines()
+            eleven
+                .lines()
                 .rev()
                 .find(|l| l.contains(w))
                 .unwrap_or_default()

@@ -29,8 +29,9 @@ pub enum TargetSpec {
         /// Block size the image is formatted with (1024 to 65536).
         block_size: u32,
     },
-    /// `--compare`: real syscalls on three mounts of images `mkfs.ext4` made alike: `lanefs
-    /// mount` (FUSE), fuse2fs (FUSE) and the kernel's ext4 on a loop device, run
+    /// `--compare`: real syscalls on mounts of images `mkfs.ext4` made alike: `lanefs
+    /// mount` (FUSE; also over /dev/fuse when io_uring is the default), `lanefs memfs`
+    /// (the FUSE ceiling, no image), fuse2fs (FUSE) and the kernel's ext4 on a loop device, run
     /// interleaved (see the `compare` module). Needs root, /dev/fuse, fuse2fs and loop devices,
     /// and [`BenchConfig::lanefs_exe`].
     Compare {

@@ -1,8 +1,8 @@
 //! lanefs-bench: the workloads of `lanefs bench` (see `shared/design/WORKLOADS.md`), run
 //! with the same code against the engine in-process or against a directory of any mounted
 //! file system, with a control loop at every thread count as the ceiling of the machine;
-//! or ([`TargetSpec::Compare`], module [`compare`]) through three mounts side by side:
-//! lanefs's FUSE mount, fuse2fs and the kernel's ext4.
+//! or ([`TargetSpec::Compare`], module [`compare`]) through mounts side by side: lanefs's
+//! FUSE mount, the FUSE ceiling (`lanefs memfs`), fuse2fs and the kernel's ext4.
 //!
 //! ```no_run
 //! use lanefs_bench::{run, BenchConfig, TargetSpec};

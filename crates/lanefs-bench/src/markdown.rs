@@ -90,8 +90,8 @@ fn target_text(target: &TargetSpec) -> String {
         ),
         TargetSpec::Path(dir) => format!("real syscalls in {}", dir.display()),
         TargetSpec::Compare { size } => format!(
-            "real syscalls on three mounts of alike mkfs.ext4 images of {}: lanefs's FUSE \
-             mount, fuse2fs and the kernel's ext4 (loop device)",
+            "real syscalls on mounts of alike mkfs.ext4 images of {}: lanefs's FUSE \
+             mount, the FUSE ceiling (lanefs memfs), fuse2fs and the kernel's ext4 (loop device)",
             size_text(*size)
         ),
     }

@@ -16,6 +16,14 @@ mod run;
 /// A compare run's target names in records and tables (`lanefs bench --compare`), in
 /// the order its runs interleave: lanefs's FUSE mount.
 pub const LANEFS: &str = "lanefs-fuse";
+/// lanefs's FUSE mount over /dev/fuse (`-o no_io_uring`), when the default transport is
+/// FUSE-over-io_uring.
+pub const LANEFS_DEV: &str = "lanefs-devfuse";
+/// The FUSE ceiling: `lanefs memfs`, an in-memory file system behind the same frontend
+/// and transport as [`LANEFS`].
+pub const MEMFS: &str = "memfs";
+/// The same over /dev/fuse, beside [`LANEFS_DEV`].
+pub const MEMFS_DEV: &str = "memfs-devfuse";
 /// fuse2fs (e2fsprogs' FUSE driver), the baseline of a compare run's ratios.
 pub const FUSE2FS: &str = "fuse2fs";
 /// The kernel's ext4 on a loop device.

@@ -314,10 +314,12 @@ pub struct BenchArgs {
     /// tables compare each with it per thread count.
     #[arg(long, value_name = "LIST")]
     pub variants: Vec<String>,
-    /// Run on three mounts of alike mkfs.ext4 images, interleaved, in one table: lanefs
-    /// mount (FUSE), fuse2fs and the kernel's ext4 (loop device), with ratios against
-    /// fuse2fs, scaling and the FUSE daemons' CPU time per operation. Needs root, /dev/fuse,
-    /// fuse2fs and loop devices.
+    /// Run on mounts of alike mkfs.ext4 images, interleaved, in one table: lanefs mount
+    /// (FUSE), the FUSE ceiling (lanefs memfs, in memory, the same frontend and transport),
+    /// each also over /dev/fuse where FUSE-over-io_uring is the default, fuse2fs and the
+    /// kernel's ext4 (loop device), with ratios against fuse2fs, the ceiling and the kernel,
+    /// scaling and the FUSE daemons' CPU time per operation. Needs root, /dev/fuse, fuse2fs
+    /// and loop devices.
     #[arg(long, conflicts_with_all = ["path", "image", "block_size", "lockstat", "variants"])]
     pub compare: bool,
 }

@@ -153,3 +153,46 @@ fn io_uring_where_offered_dev_fuse_otherwise() {
     assert!(wait_released(&img, std::time::Duration::from_secs(10)));
     e2fsck_clean(&img);
 }
+
+/// `lanefs memfs`, the bench's FUSE ceiling, serves the same work through the same
+/// frontend session and transport, daemonized, and unmounts cleanly.
+#[test]
+fn memfs_serves_and_unmounts() {
+    let test = "memfs_serves_and_unmounts";
+    if !fuse_ready(test) {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let mnt = t.path().join("m");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = run(Command::new(LANEFS).arg("memfs").arg(&mnt));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _adopted = Mount::adopt(Path::new("memfs"), &mnt);
+    work(&mnt);
+    // An unlinked open file lives until its last close.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(mnt.join("open"))
+        .unwrap();
+    std::fs::remove_file(mnt.join("open")).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(b"still here", 0).unwrap();
+    let mut back = [0u8; 10];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(&back, b"still here");
+    drop(f);
+    let out = run(Command::new(LANEFS).arg("umount").arg(&mnt));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(&mnt));
+    _adopted.forget();
+}

@@ -45,6 +45,8 @@ struct Node {
     uid: u32,
     gid: u32,
     nlink: u32,
+    /// Open handles: an inode without names lives until its last is released.
+    opens: u32,
     atime: SystemTime,
     mtime: SystemTime,
     ctime: SystemTime,
@@ -92,7 +94,8 @@ impl MemFs {
             .ok_or(Errno::ENOENT)
     }
 
-    /// Make `name` in `parent` a new inode holding `data`; its attributes.
+    /// Make `name` in `parent` a new inode holding `data` (`opened`: with one open
+    /// handle, for create); its attributes.
     fn make(
         &self,
         req: &Request,
@@ -100,10 +103,12 @@ impl MemFs {
         name: &OsStr,
         data: Data,
         mode: u32,
+        opened: bool,
     ) -> Result<FileAttr, Errno> {
         let ino = self.next.fetch_add(1, Ordering::Relaxed);
         let is_dir = matches!(data, Data::Dir(_));
-        let n = node(data, (mode & 0o7777) as u16, req.uid(), req.gid());
+        let mut n = node(data, (mode & 0o7777) as u16, req.uid(), req.gid());
+        n.opens = u32::from(opened);
         let attr = file_attr(ino, &n);
         // The inode first: a lookup finding the name finds the inode.
         self.shard(ino).insert(ino, n);
@@ -167,7 +172,7 @@ impl MemFs {
         let gone = s.get_mut(&ino).is_some_and(|n| {
             n.nlink = n.nlink.saturating_sub(if dir { 2 } else { 1 });
             n.ctime = SystemTime::now();
-            n.nlink == 0
+            n.nlink == 0 && n.opens == 0
         });
         if gone {
             s.remove(&ino);
@@ -186,6 +191,7 @@ fn node(data: Data, perm: u16, uid: u32, gid: u32) -> Node {
         uid,
         gid,
         nlink,
+        opens: 0,
         atime: now,
         mtime: now,
         ctime: now,
@@ -329,7 +335,7 @@ impl Filesystem for MemFs {
             libc::S_IFIFO => Data::Fifo,
             _ => return reply.error(Errno::EPERM),
         };
-        match self.make(req, parent.0, name, data, mode) {
+        match self.make(req, parent.0, name, data, mode, false) {
             Ok(a) => reply.entry(&self.entry_ttl, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
@@ -344,7 +350,7 @@ impl Filesystem for MemFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        match self.make(req, parent.0, name, Data::Dir(BTreeMap::new()), mode) {
+        match self.make(req, parent.0, name, Data::Dir(BTreeMap::new()), mode, false) {
             Ok(a) => reply.entry(&self.entry_ttl, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
@@ -373,7 +379,7 @@ impl Filesystem for MemFs {
         reply: ReplyEntry,
     ) {
         let data = Data::Link(target.as_os_str().as_bytes().to_vec());
-        match self.make(req, parent.0, name, data, 0o777) {
+        match self.make(req, parent.0, name, data, 0o777, false) {
             Ok(a) => reply.entry(&self.entry_ttl, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
@@ -428,7 +434,7 @@ impl Filesystem for MemFs {
                 let mut s = self.shard(old);
                 if s.get_mut(&old).is_some_and(|n| {
                     n.nlink = n.nlink.saturating_sub(1);
-                    n.nlink == 0
+                    n.nlink == 0 && n.opens == 0
                 }) {
                     s.remove(&old);
                 }
@@ -440,9 +446,12 @@ impl Filesystem for MemFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.attr(ino.0) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_NOFLUSH),
-            Err(e) => reply.error(e),
+        match self.shard(ino.0).get_mut(&ino.0) {
+            Some(n) => {
+                n.opens += 1;
+                reply.opened(FileHandle(0), FopenFlags::FOPEN_NOFLUSH)
+            }
+            None => reply.error(Errno::ENOENT),
         }
     }
 
@@ -504,13 +513,20 @@ impl Filesystem for MemFs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let mut s = self.shard(ino.0);
+        if s.get_mut(&ino.0).is_some_and(|n| {
+            n.opens = n.opens.saturating_sub(1);
+            n.nlink == 0 && n.opens == 0
+        }) {
+            s.remove(&ino.0);
+        }
         reply.ok();
     }
 
@@ -589,7 +605,7 @@ impl Filesystem for MemFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.make(req, parent.0, name, Data::File(Vec::new()), mode) {
+        match self.make(req, parent.0, name, Data::File(Vec::new()), mode, true) {
             Ok(a) => reply.created(
                 &self.entry_ttl,
                 &a,
