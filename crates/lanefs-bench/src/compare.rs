@@ -1009,7 +1009,10 @@ mod tests {
             .lines()
             .find(|l| l.contains("create"))
             .unwrap_or_default();
-        assert!(create.contains("0.9x: -") && create.contains("/dev/fuse"), "{create}");
+        assert!(
+            create.contains("0.9x: -") && create.contains("/dev/fuse"),
+            "{create}"
+        );
         let goal = |w: &str| -> String {
             eleven
                 .lines()
