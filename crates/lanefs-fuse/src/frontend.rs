@@ -125,7 +125,9 @@ impl LaneFuse {
 
     /// How an open file is kept: without a FLUSH request at every close
     /// (FOPEN_NOFLUSH), which this daemon would only answer; the kernel ignores the flag
-    /// under `writeback_cache`, where a close writes the cached pages back.
+    /// under `writeback_cache`, where a close writes the cached pages back. (A close then
+    /// also leaves pages dirtied through a shared mapping to write-back or fsync, as
+    /// ext4's close does.)
     fn open_flags(&self) -> FopenFlags {
         FopenFlags::FOPEN_NOFLUSH
     }
@@ -457,6 +459,34 @@ impl LaneFuse {
     }
 }
 
+/// What the frontend asks the kernel for at FUSE_INIT (`lanefs memfs` asks the same, so
+/// that the ceiling pays the same protocol): parallel directory operations, readdirplus,
+/// asynchronous direct IO, cached symlinks, export support; the kernel caching writes
+/// under `writeback_cache`; POSIX ACLs where the kernel checks permissions.
+pub fn init_flags(writeback_cache: bool, posix_acl: bool) -> InitFlags {
+    let mut want = InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_DO_READDIRPLUS
+        | InitFlags::FUSE_READDIRPLUS_AUTO
+        | InitFlags::FUSE_ASYNC_DIO
+        | InitFlags::FUSE_CACHE_SYMLINKS
+        | InitFlags::FUSE_EXPORT_SUPPORT;
+    // Not FUSE_ATOMIC_O_TRUNC: with it the kernel sends O_TRUNC with OPEN and sets
+    // its i_size to 0 when the daemon answers, before the VFS checks the file may be
+    // written (handle_truncate: ETXTBSY for a running executable). An
+    // open(O_RDONLY|O_TRUNC) of a running program then cut the program's view of its
+    // own text while the call failed. Without it the VFS checks first and truncates
+    // with SETATTR, as for any file system.
+    if writeback_cache {
+        want |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    if posix_acl {
+        // The kernel enforces ACLs read through getxattr and leaves the umask to the
+        // daemon (DONT_MASK), which applies it only where no default ACL is inherited.
+        want |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+    }
+    want
+}
+
 impl crate::uring::UringCapable for LaneFuse {
     fn offer_uring(&mut self, offer: UringOffer) {
         self.uring = Some(offer);
@@ -465,26 +495,7 @@ impl crate::uring::UringCapable for LaneFuse {
 
 impl Filesystem for LaneFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut want = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_ASYNC_DIO
-            | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_EXPORT_SUPPORT;
-        // Not FUSE_ATOMIC_O_TRUNC: with it the kernel sends O_TRUNC with OPEN and sets
-        // its i_size to 0 when the daemon answers, before the VFS checks the file may be
-        // written (handle_truncate: ETXTBSY for a running executable). An
-        // open(O_RDONLY|O_TRUNC) of a running program then cut the program's view of its
-        // own text while the call failed. Without it the VFS checks first and truncates
-        // with SETATTR, as for any file system.
-        if self.writeback_cache {
-            want |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        if self.posix_acl {
-            // The kernel enforces ACLs read through getxattr and leaves the umask to the
-            // daemon (DONT_MASK), which applies it only where no default ACL is inherited.
-            want |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
-        }
+        let want = init_flags(self.writeback_cache, self.posix_acl);
         // Whatever this kernel lacks is simply not asked for.
         let have = config.capabilities();
         let _ = config.add_capabilities(want & have);

@@ -7,7 +7,8 @@
 //! in its inode); no call holds two shards but a rename, which takes them in index order.
 //! It keeps what the benchmarks need and little else: regular files, directories,
 //! symlinks, FIFOs; no xattrs, no persistence, no space limit; an inode goes when its
-//! last name does (an unlinked open file reads as gone).
+//! last name and its last open handle do. It asks the kernel for what lanefs's frontend
+//! asks at FUSE_INIT, so that both pay the same protocol.
 
 use crate::options::MountConfig;
 use crate::uring::{negotiate, UringCapable, UringOffer};
@@ -58,6 +59,8 @@ pub struct MemFs {
     next: AtomicU64,
     attr_ttl: Duration,
     entry_ttl: Duration,
+    /// What lanefs's frontend would ask at FUSE_INIT on this mount.
+    init: InitFlags,
     uring: Option<UringOffer>,
 }
 
@@ -71,6 +74,9 @@ impl MemFs {
             next: AtomicU64::new(ROOT + 1),
             attr_ttl: cfg.attr_timeout,
             entry_ttl: cfg.entry_timeout,
+            // Not readdirplus, which this file system does not serve (no benchmark lists).
+            init: crate::frontend::init_flags(cfg.writeback_cache, cfg.kernel_checks_permissions())
+                - (InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO),
             uring: None,
         };
         // SAFETY: getuid and getgid have no preconditions and cannot fail.
@@ -165,7 +171,7 @@ impl MemFs {
                 }
                 p.mtime = SystemTime::now();
                 p.ctime = p.mtime;
-                p.nlink -= u32::from(dir);
+                p.nlink = p.nlink.saturating_sub(u32::from(dir));
             }
         }
         let mut s = self.shard(ino);
@@ -239,10 +245,9 @@ impl UringCapable for MemFs {
 
 impl Filesystem for MemFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // What lanefs's frontend asks for too, so that both pay the same transport.
-        let want = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ASYNC_DIO;
+        // What lanefs's frontend asks for, so that both pay the same protocol.
         let have = config.capabilities();
-        let _ = config.add_capabilities(want & have);
+        let _ = config.add_capabilities(self.init & have);
         let _ = config.set_time_granularity(Duration::from_nanos(1));
         if let Some(offer) = &self.uring {
             negotiate(offer, config)?;
@@ -589,6 +594,18 @@ impl Filesystem for MemFs {
             }
         }
         reply.ok();
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        // No xattrs (the kernel asks for ACLs under default_permissions, as of lanefs).
+        reply.error(Errno::ENODATA);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

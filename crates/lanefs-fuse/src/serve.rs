@@ -151,6 +151,37 @@ fn run_session<FS: UringCapable>(
     ready: impl FnOnce(Result<(), String>),
 ) -> Result<(), String> {
     let root = geteuid() == 0;
+    // A signal unmounts; the request loops then see the connection end. Set up first, so
+    // that nothing can fail between starting the queues and serving.
+    let mp = mountpoint.to_path_buf();
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| format!("signal handlers: {e}"));
+    let mut signals = match signals {
+        Ok(s) => s,
+        Err(msg) => {
+            ready(Err(msg.clone()));
+            return Err(msg);
+        }
+    };
+    let signal_thread = std::thread::Builder::new()
+        .name("lanefs-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                log::line(&format!("signal {sig}: unmounting {}", mp.display()));
+                if let Err(e) = unmount_path(&mp, true) {
+                    log::line(&format!("unmounting {}: {e}", mp.display()));
+                }
+            }
+        })
+        .map_err(|e| format!("signal thread: {e}"));
+    if let Err(msg) = signal_thread {
+        ready(Err(msg.clone()));
+        return Err(msg);
+    }
     let mut opts = vec![
         MountOption::FSName(fsname.to_string()),
         MountOption::Subtype(SUBTYPE.into()),
@@ -203,6 +234,7 @@ fn run_session<FS: UringCapable>(
     let decided = Arc::new(std::sync::Mutex::new(None));
     match &prepared {
         Ok(p) => frontend.offer_uring(UringOffer {
+            max_write: uring_payload(cfg) as u32,
             payload: p.payload as u32,
             required: cfg.io_uring == UringMode::Required,
             decided: decided.clone(),
@@ -242,6 +274,7 @@ fn run_session<FS: UringCapable>(
             return Err(msg);
         }
     };
+    let dev_threads = config.n_threads.unwrap_or(1);
     let decided = decided.lock().unwrap_or_else(|e| e.into_inner()).take();
     let (transport, rings) = match (prepared, decided) {
         (Ok(p), Some(Ok(()))) => {
@@ -257,6 +290,9 @@ fn run_session<FS: UringCapable>(
                     p.stop();
                     let msg = format!("io_uring: duplicating /dev/fuse: {e}");
                     ready(Err(msg.clone()));
+                    if root {
+                        let _ = unmount_path(mountpoint, true);
+                    }
                     return Err(msg);
                 }
             }
@@ -278,31 +314,10 @@ fn run_session<FS: UringCapable>(
             mountpoint.display()
         ),
         Transport::DevFuse(why) => format!(
-            "{}: serving through /dev/fuse ({} threads); io_uring: {why}",
+            "{}: serving through /dev/fuse ({dev_threads} threads); io_uring: {why}",
             mountpoint.display(),
-            cfg.threads
         ),
     });
-
-    // A signal unmounts; the request loops then see the connection end.
-    let mp = mountpoint.to_path_buf();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ])
-    .map_err(|e| format!("signal handlers: {e}"))?;
-    std::thread::Builder::new()
-        .name("lanefs-signals".into())
-        .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                log::line(&format!("signal {sig}: unmounting {}", mp.display()));
-                if let Err(e) = unmount_path(&mp, true) {
-                    log::line(&format!("unmounting {}: {e}", mp.display()));
-                }
-            }
-        })
-        .map_err(|e| format!("signal thread: {e}"))?;
 
     let served = session.run();
     if let Err(e) = &served {

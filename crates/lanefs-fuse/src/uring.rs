@@ -65,6 +65,14 @@ const PAYLOAD_AT: usize = 4096;
 /// The smallest payload the kernel accepts (`FUSE_MIN_READ_BUFFER`).
 const MIN_PAYLOAD: usize = 8192;
 
+/// Why a mount cannot have it, when the kernel does not offer it.
+const NOT_OFFERED: &str =
+    "the kernel does not offer it (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to 1)";
+
+/// The smallest payload buffer: room for a 64 KiB xattr value and its name, whatever
+/// `max_write` is (the kernel puts a request's variable arguments in the payload).
+const XATTR_ROOM: usize = 128 << 10;
+
 /// How the mount chose its transport, for the log line and the tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transport {
@@ -84,7 +92,10 @@ pub trait UringCapable: Filesystem {
 /// What a file system may negotiate at FUSE_INIT for the io_uring transport.
 #[derive(Debug, Clone)]
 pub struct UringOffer {
-    /// The queues' payload size, which becomes the mount's `max_write`.
+    /// The mount's `max_write`.
+    pub max_write: u32,
+    /// The queues' payload buffer: at least `max_write` and the reads the mount allows,
+    /// a whole number of pages.
     pub payload: u32,
     /// Fail the mount when the kernel does not offer it.
     pub required: bool,
@@ -102,7 +113,11 @@ pub fn negotiate(offer: &UringOffer, config: &mut KernelConfig) -> std::io::Resu
     {
         // Every request must fit an entry's payload: writes (max_write) and reads
         // (max_pages, which fuser derives from max_write and max_readahead).
-        let fits = config.set_max_write(offer.payload).is_ok()
+        // The kernel wants max(8192, max_write, max_pages pages) of payload, with
+        // max_pages = max(max_write, max_readahead) in pages: both at most `payload`,
+        // a whole number of pages, fit.
+        let fits = offer.max_write <= offer.payload
+            && config.set_max_write(offer.max_write).is_ok()
             && config.set_max_readahead(offer.payload).map_or_else(
                 |most| most <= offer.payload && config.set_max_readahead(most).is_ok(),
                 |_| true,
@@ -120,9 +135,7 @@ pub fn negotiate(offer: &UringOffer, config: &mut KernelConfig) -> std::io::Resu
             ))
         }
     } else {
-        Err("the kernel does not offer it (Linux 6.14+ with \
-             /sys/module/fuse/parameters/enable_uring set to 1)"
-            .to_string())
+        Err(NOT_OFFERED.to_string())
     };
     let refused = offer.required.then(|| decided.clone().err()).flatten();
     *offer.decided.lock().unwrap_or_else(|e| e.into_inner()) = Some(decided);
@@ -174,10 +187,19 @@ pub fn offered() -> bool {
 }
 
 /// Start one thread per possible CPU, pinned to it, with its ring and `depth` entries of
-/// `payload` bytes; returns once every one is ready (or the first failure).
+/// at least `payload` bytes (rounded up to whole pages, and room for any xattr); returns
+/// once every one is ready and its ring passed [`probe`] (or at the first failure).
 pub fn prepare<FS: Filesystem>(depth: usize, payload: usize) -> Result<Prepared<FS>, String> {
     let queues = possible_cpus()?;
-    let payload = payload.max(MIN_PAYLOAD);
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096);
+    let payload = payload
+        .max(MIN_PAYLOAD)
+        .max(XATTR_ROOM)
+        .next_multiple_of(page);
     let mut go = Vec::with_capacity(queues);
     let mut threads = Vec::with_capacity(queues);
     let (ready_tx, ready_rx) = channel::<Result<(), String>>();
@@ -259,7 +281,7 @@ fn pin(cpu: usize) -> std::io::Result<()> {
     }
 }
 
-/// One queue: build, report ready, wait for the go, serve.
+/// One queue: build, probe, report ready, wait for the go, serve.
 fn queue_thread<FS: Filesystem>(
     qid: usize,
     depth: usize,
@@ -269,20 +291,25 @@ fn queue_thread<FS: Filesystem>(
 ) {
     // A CPU this thread may not run on still has a queue; it is served from elsewhere.
     let _ = pin(qid);
+    // The entries are declared before the ring, so the ring (and any command of it the
+    // kernel still holds) goes first when the thread ends.
+    let mut entries = match (0..depth)
+        .map(|_| Entry::new(payload))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(e) => e,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
     let built = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
         .setup_cqsize(2 * depth as u32)
         .setup_submit_all()
         .build(depth as u32)
         .map_err(|e| format!("io_uring_setup: {e}"));
-    let (mut ring, mut entries) = match built.and_then(|r| {
-        Ok((
-            r,
-            (0..depth)
-                .map(|_| Entry::new(payload))
-                .collect::<Result<Vec<_>, _>>()?,
-        ))
-    }) {
-        Ok(x) => x,
+    let mut ring = match built.and_then(|mut r| probe(&mut r, &entries[0]).map(|()| r)) {
+        Ok(r) => r,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
@@ -293,7 +320,49 @@ fn queue_thread<FS: Filesystem>(
         return;
     };
     if let Err(e) = serve(&mut ring, &mut entries, qid as u16, &fd, &dispatcher) {
-        log::line(&format!("io_uring queue {qid}: {e}"));
+        // The kernel may still hold entries of this queue: requests from tasks on this CPU
+        // would wait for them until the mount is aborted, and the kernel would write into
+        // their buffers. End the daemon instead, as errors=panic does; the connection is
+        // then aborted and the journal replays at the next mount.
+        log::line(&format!(
+            "io_uring queue {qid}: {e}; ending the daemon (the journal replays at the next mount)"
+        ));
+        std::process::abort();
+    }
+}
+
+/// Before FUSE_INIT: a REGISTER against a /dev/fuse descriptor no mount uses must reach
+/// the fuse module and be refused there for having no connection. Anything else (a
+/// security module refusing the command, 128-byte commands unsupported, the module's
+/// `enable_uring` off: EOPNOTSUPP) means the queues could not register on the mount
+/// either, where a failure that is not the module's own would leave requests waiting.
+fn probe(ring: &mut IoUring<squeue::Entry128, cqueue::Entry>, e: &Entry) -> Result<(), String> {
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| format!("/dev/fuse: {e}"))?;
+    let fd = OwnedFd::from(dev);
+    let sqe = command(&fd, CMD_REGISTER, 0, 0, usize::MAX, Some(&e.iov));
+    push(ring, &sqe)?;
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(format!("io_uring_enter: {e}")),
+        }
+    }
+    let res = ring.completion().next().map(|c| c.result());
+    match res {
+        // The fuse module's own refusals of a descriptor without a connection: ENOTCONN
+        // up to 6.17, EPERM since (fuse_get_dev). (A security module's refusal is EACCES.)
+        Some(r) if r == -libc::ENOTCONN || r == -libc::EPERM => Ok(()),
+        Some(r) if r == -libc::EOPNOTSUPP => Err(NOT_OFFERED.to_string()),
+        Some(r) => Err(format!(
+            "a FUSE io_uring command was refused ({})",
+            std::io::Error::from_raw_os_error(-r)
+        )),
+        None => Err("no completion for the probe".into()),
     }
 }
 
@@ -311,11 +380,9 @@ struct Entry {
     live: bool,
     /// The last command sent for it, to send again on EAGAIN/EINTR.
     last: Option<squeue::Entry128>,
+    /// Failed commands in a row (an entry registered again after one).
+    failures: u32,
 }
-
-// SAFETY: an Entry's memory is owned by it alone and touched only by the thread that owns
-// the Entry (the kernel writes it only while a command naming it is in flight).
-unsafe impl Send for Entry {}
 
 impl Entry {
     fn new(payload: usize) -> Result<Entry, String> {
@@ -344,6 +411,7 @@ impl Entry {
             sink: Arc::new(Staged::default()),
             live: true,
             last: None,
+            failures: 0,
         })
     }
 
@@ -414,6 +482,7 @@ fn command(
 }
 
 /// Register every entry, then serve completions until every entry is gone (unmount).
+/// An error means the queue cannot go on while the kernel may still hold its entries.
 fn serve<FS: Filesystem>(
     ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
     entries: &mut [Entry],
@@ -426,11 +495,22 @@ fn serve<FS: Filesystem>(
         e.last = Some(sqe.clone());
         push(ring, &sqe)?;
     }
-    let mut replies = Vec::with_capacity(entries.len());
+    // Transient failures of io_uring_enter (memory, a full completion queue) are retried.
+    let mut transient = 0u32;
     while entries.iter().any(|e| e.live) {
         match ring.submit_and_wait(1) {
-            Ok(_) => {}
+            Ok(_) => transient = 0,
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EBUSY | libc::ENOMEM)
+                ) && transient < 1000 =>
+            {
+                transient += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
             Err(e) => return Err(format!("io_uring_enter: {e}")),
         }
         let done: Vec<(usize, i32)> = ring
@@ -441,29 +521,35 @@ fn serve<FS: Filesystem>(
             let Some(e) = entries.get_mut(i) else {
                 return Err(format!("a completion for entry {i}, which is not ours"));
             };
-            match res {
+            let next = match res {
                 0 => {
+                    e.failures = 0;
                     let commit_id = handle(e, dispatcher);
-                    let sqe = command(fd, CMD_COMMIT_AND_FETCH, qid, commit_id, i, None);
-                    e.last = Some(sqe.clone());
-                    replies.push(sqe);
+                    Some(command(fd, CMD_COMMIT_AND_FETCH, qid, commit_id, i, None))
                 }
-                r if r == -libc::EAGAIN || r == -libc::EINTR => {
-                    if let Some(sqe) = e.last.clone() {
-                        replies.push(sqe);
-                    }
-                }
+                r if r == -libc::EAGAIN || r == -libc::EINTR => e.last.clone(),
                 // Unmounted (or the ring is being torn down): this entry is done.
-                r if r == -libc::ENOTCONN || r == -libc::ECANCELED => e.live = false,
-                r => {
+                r if r == -libc::ENOTCONN || r == -libc::ECANCELED || r == -libc::ECONNABORTED => {
                     e.live = false;
-                    let err = std::io::Error::from_raw_os_error(-r);
-                    log::line(&format!("io_uring queue {qid}: entry {i}: {err}"));
+                    None
                 }
+                // Anything else: the kernel let go of the entry; register it again, a few
+                // times, before giving the queue up.
+                r => {
+                    e.failures += 1;
+                    if e.failures > 3 {
+                        let err = std::io::Error::from_raw_os_error(-r);
+                        return Err(format!("entry {i}: {err}"));
+                    }
+                    Some(command(fd, CMD_REGISTER, qid, 0, i, Some(&e.iov)))
+                }
+            };
+            // Each reply goes out at once, not after the rest of the batch is served.
+            if let Some(sqe) = next {
+                e.last = Some(sqe.clone());
+                push(ring, &sqe)?;
+                ring.submit().map_err(|e| format!("io_uring_enter: {e}"))?;
             }
-        }
-        for sqe in replies.drain(..) {
-            push(ring, &sqe)?;
         }
     }
     Ok(())
@@ -503,19 +589,26 @@ fn handle<FS: Filesystem>(e: &mut Entry, dispatcher: &Dispatcher<FS>) -> u64 {
             rest[IN_HEADER..IN_HEADER + op].copy_from_slice(&head[OP_IN..OP_IN + op]);
             let request = &rest[..IN_HEADER + op + payload_sz];
             *sink.reply.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            let parsed = if start.is_multiple_of(8) {
-                dispatcher.dispatch(request, sink.clone())
-            } else {
-                // fuser reads arguments in place and needs them 8-byte aligned.
-                let mut aligned = vec![0u64; request.len().div_ceil(8)];
-                let view = bytes_of(&mut aligned);
-                view[..request.len()].copy_from_slice(request);
-                dispatcher.dispatch(&view[..request.len()], sink.clone())
-            };
-            if parsed {
-                None
-            } else {
-                Some(libc::EIO)
+            // A handler that panics fails its request, not the queue (the reply it
+            // dropped unwinding is already an EIO).
+            let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if start.is_multiple_of(8) {
+                    dispatcher.dispatch(request, sink.clone())
+                } else {
+                    // fuser reads arguments in place and needs them 8-byte aligned.
+                    let mut aligned = vec![0u64; request.len().div_ceil(8)];
+                    let view = bytes_of(&mut aligned);
+                    view[..request.len()].copy_from_slice(request);
+                    dispatcher.dispatch(&view[..request.len()], sink.clone())
+                }
+            }));
+            match parsed {
+                Ok(true) => None,
+                Ok(false) => Some(libc::EIO),
+                Err(_) => {
+                    log::line(&format!("request {unique}: its handler panicked"));
+                    None
+                }
             }
         }
         _ => Some(libc::EIO),
