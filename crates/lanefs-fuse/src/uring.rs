@@ -188,7 +188,7 @@ pub fn offered() -> bool {
 
 /// Start one thread per possible CPU, pinned to it, with its ring and `depth` entries of
 /// at least `payload` bytes (rounded up to whole pages, and room for any xattr); returns
-/// once every one is ready and its ring passed [`probe`] (or at the first failure).
+/// once every one is ready and its ring passed `probe` (or at the first failure).
 pub fn prepare<FS: Filesystem>(depth: usize, payload: usize) -> Result<Prepared<FS>, String> {
     let queues = possible_cpus()?;
     // SAFETY: sysconf has no preconditions.
