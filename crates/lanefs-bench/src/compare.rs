@@ -678,6 +678,34 @@ fn median(records: &[Record], w: &str, p: &str, t: &str, n: usize) -> Option<f64
     (!c.is_empty()).then(|| summary(c.iter().map(|r| r.ops_per_sec).collect()).0)
 }
 
+/// A table of the compare output with `header`.
+fn table_with(header: Vec<&str>) -> Table {
+    let mut table = Table::new();
+    table
+        .load_style(presets::UTF8_FULL_CONDENSED)
+        .set_header(header);
+    table
+}
+
+/// Right-align the number columns `cols` of `table`.
+fn align_right(table: &mut Table, cols: std::ops::Range<usize>) {
+    for i in cols {
+        if let Some(col) = table.column_mut(i) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+}
+
+/// A goal's cell: `goal` and whether `v` meets it ("-" without a goal, "Nx: -" without
+/// a value).
+fn verdict(goal: Option<f64>, v: Option<f64>) -> String {
+    match (goal, v) {
+        (Some(g), Some(v)) => format!("{g}x: {}", if v >= g { "met" } else { "missed" }),
+        (Some(g), None) => format!("{g}x: -"),
+        (None, _) => "-".to_string(),
+    }
+}
+
 fn fmt_x(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}x"))
 }
@@ -702,22 +730,19 @@ pub fn render(records: &[Record]) -> String {
     }
     threads.sort_unstable();
     let fewest = threads.first().copied().unwrap_or(1);
-    let mut table = Table::new();
-    table
-        .load_style(presets::UTF8_FULL_CONDENSED)
-        .set_header(vec![
-            "workload",
-            "phase",
-            "target",
-            "threads",
-            "ops/s median",
-            "min",
-            "max",
-            "reps",
-            "vs fuse2fs",
-            format!("scaling vs {fewest}").as_str(),
-            "daemon CPU/op",
-        ]);
+    let mut table = table_with(vec![
+        "workload",
+        "phase",
+        "target",
+        "threads",
+        "ops/s median",
+        "min",
+        "max",
+        "reps",
+        "vs fuse2fs",
+        format!("scaling vs {fewest}").as_str(),
+        "daemon CPU/op",
+    ]);
     for &(w, p) in &series {
         for &t in &targets {
             for &n in &threads {
@@ -758,11 +783,7 @@ pub fn render(records: &[Record]) -> String {
             }
         }
     }
-    for i in 3..11 {
-        if let Some(col) = table.column_mut(i) {
-            col.set_cell_alignment(CellAlignment::Right);
-        }
-    }
+    align_right(&mut table, 3..11);
     let mut out = table.to_string();
     out.push('\n');
     out.push_str(&format!(
@@ -798,25 +819,17 @@ pub fn render(records: &[Record]) -> String {
 /// Issue 43's goals at 2 threads: lanefs against the in-memory ceiling over the same
 /// transport, and against the kernel's ext4, for each transport the run had.
 fn render_ceiling(records: &[Record], series: &[(&str, &str)]) -> String {
-    let mut table = Table::new();
-    table
-        .load_style(presets::UTF8_FULL_CONDENSED)
-        .set_header(vec![
-            "workload",
-            "phase",
-            "transport",
-            "lanefs @1",
-            "lanefs @2",
-            "x ceiling @2",
-            "goal",
-            "x kernel @2",
-            "goal",
-        ]);
-    let verdict = |goal: f64, v: Option<f64>| match (goal > 0.0, v) {
-        (false, _) => "-".to_string(),
-        (true, Some(v)) => format!("{goal}x: {}", if v >= goal { "met" } else { "missed" }),
-        (true, None) => format!("{goal}x: -"),
-    };
+    let mut table = table_with(vec![
+        "workload",
+        "phase",
+        "transport",
+        "lanefs @1",
+        "lanefs @2",
+        "x ceiling @2",
+        "goal",
+        "x kernel @2",
+        "goal",
+    ]);
     // Without /dev/fuse rows the default transport was /dev/fuse itself.
     let both = records.iter().any(|r| r.target == LANEFS_DEV);
     let default = if both { "io_uring" } else { "/dev/fuse" };
@@ -843,9 +856,9 @@ fn render_ceiling(records: &[Record], series: &[(&str, &str)]) -> String {
                 median(records, w, p, lanefs, 1).map_or("-".into(), fmt_rate),
                 fmt_rate(two.unwrap_or(0.0)),
                 fmt_x(x_ceiling),
-                verdict(cg, x_ceiling),
+                verdict((cg > 0.0).then_some(cg), x_ceiling),
                 fmt_x(x_kernel),
-                verdict(kg, x_kernel),
+                verdict((kg > 0.0).then_some(kg), x_kernel),
             ]);
             rows += 1;
         }
@@ -853,11 +866,7 @@ fn render_ceiling(records: &[Record], series: &[(&str, &str)]) -> String {
     if rows == 0 {
         return String::new();
     }
-    for i in 3..9 {
-        if let Some(col) = table.column_mut(i) {
-            col.set_cell_alignment(CellAlignment::Right);
-        }
-    }
+    align_right(&mut table, 3..9);
     format!(
         "issue 43's goals at 2 threads: lanefs against the FUSE ceiling ({MEMFS} over the \
          same transport) and against the kernel's ext4 in this run:\n{table}\n"
@@ -883,29 +892,22 @@ pub fn goals(records: &[Record]) -> String {
 /// The issue's goals at 2 threads: lanefs against fuse2fs, and whether lanefs's total
 /// rises from 1 to 2 threads (beside fuse2fs's).
 fn render_goals(records: &[Record], series: &[(&str, &str)]) -> String {
-    let mut table = Table::new();
-    table
-        .load_style(presets::UTF8_FULL_CONDENSED)
-        .set_header(vec![
-            "workload",
-            "phase",
-            "lanefs/fuse2fs @2",
-            "goal",
-            "lanefs 2/1",
-            "fuse2fs 2/1",
-            "rises",
-        ]);
+    let mut table = table_with(vec![
+        "workload",
+        "phase",
+        "lanefs/fuse2fs @2",
+        "goal",
+        "lanefs 2/1",
+        "fuse2fs 2/1",
+        "rises",
+    ]);
     for &(w, p) in series {
         let vs = div(
             median(records, w, p, LANEFS, 2),
             median(records, w, p, FUSE2FS, 2),
         );
         let goal = GOALS.iter().find(|g| g.0 == w && g.1 == p).map(|g| g.2);
-        let goal_text = match (goal, vs) {
-            (Some(g), Some(v)) => format!("{g}x: {}", if v >= g { "met" } else { "missed" }),
-            (Some(g), None) => format!("{g}x: -"),
-            (None, _) => "-".to_string(),
-        };
+        let goal_text = verdict(goal, vs);
         let scale = |t| div(median(records, w, p, t, 2), median(records, w, p, t, 1));
         let lanefs = scale(LANEFS);
         let rises = match lanefs {
@@ -923,11 +925,7 @@ fn render_goals(records: &[Record], series: &[(&str, &str)]) -> String {
             rises.to_string(),
         ]);
     }
-    for i in 2..7 {
-        if let Some(col) = table.column_mut(i) {
-            col.set_cell_alignment(CellAlignment::Right);
-        }
-    }
+    align_right(&mut table, 2..7);
     format!("issue 11's goals at 2 threads against fuse2fs in this run:\n{table}\n")
 }
 

@@ -82,14 +82,7 @@ fn io_uring_where_offered_dev_fuse_otherwise() {
     let t = tempfile::tempdir().unwrap();
     let img = t.path().join("a.img");
     mkfs(&img, "256M", &[]);
-    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
-    let queues = cpus
-        .trim()
-        .split(',')
-        .filter_map(|r| r.rsplit('-').next()?.parse::<usize>().ok())
-        .max()
-        .unwrap()
-        + 1;
+    let queues = lanefs_fuse::uring::possible_cpus().unwrap();
 
     // Offered: one pinned thread per possible CPU serves a queue.
     Param::set(true);

@@ -432,20 +432,34 @@ impl Drop for Entry {
 }
 
 /// A reply as fuser encodes it (`fuse_out_header` and body), staged until the handler has
-/// returned.
+/// returned; the buffer is the entry's for its life, so a reply allocates nothing once it
+/// has grown to the largest.
 #[derive(Debug, Default)]
 struct Staged {
-    reply: Mutex<Option<Vec<u8>>>,
+    reply: Mutex<Reply>,
+}
+
+/// The staged reply: whether one came since the request was dispatched, and its bytes.
+#[derive(Debug, Default)]
+struct Reply {
+    sent: bool,
+    bytes: Vec<u8>,
+}
+
+impl Staged {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Reply> {
+        self.reply.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl RawReplySink for Staged {
     fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
-        let mut bytes = Vec::with_capacity(data.iter().map(|s| s.len()).sum());
+        let mut r = self.lock();
+        r.bytes.clear();
         for s in data {
-            bytes.extend_from_slice(s);
+            r.bytes.extend_from_slice(s);
         }
-        let mut r = self.reply.lock().unwrap_or_else(|e| e.into_inner());
-        *r = Some(bytes);
+        r.sent = true;
         Ok(())
     }
 }
@@ -588,7 +602,7 @@ fn handle<FS: Filesystem>(e: &mut Entry, dispatcher: &Dispatcher<FS>) -> u64 {
             rest[..IN_HEADER].copy_from_slice(&head[..IN_HEADER]);
             rest[IN_HEADER..IN_HEADER + op].copy_from_slice(&head[OP_IN..OP_IN + op]);
             let request = &rest[..IN_HEADER + op + payload_sz];
-            *sink.reply.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            sink.lock().sent = false;
             // A handler that panics fails its request, not the queue (the reply it
             // dropped unwinding is already an EIO).
             let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -613,31 +627,31 @@ fn handle<FS: Filesystem>(e: &mut Entry, dispatcher: &Dispatcher<FS>) -> u64 {
         }
         _ => Some(libc::EIO),
     };
-    let staged = sink.reply.lock().unwrap_or_else(|p| p.into_inner()).take();
-    let (error, body) = match (error, staged) {
-        (None, Some(r)) if r.len() >= OUT_HEADER && r.len() - OUT_HEADER <= payload_cap => {
-            let err = i32::from_ne_bytes(r[4..8].try_into().expect("4 bytes"));
-            (err, r)
+    let staged = sink.lock();
+    let r = &staged.bytes;
+    let body_len = r.len().saturating_sub(OUT_HEADER);
+    let error = match (error, staged.sent) {
+        (None, true) if r.len() >= OUT_HEADER && body_len <= payload_cap => {
+            i32::from_ne_bytes(r[4..8].try_into().expect("4 bytes"))
         }
-        (None, Some(_)) => (-libc::EIO, Vec::new()),
-        (None, None) => {
+        (None, true) => -libc::EIO,
+        (None, false) => {
             log::line(&format!(
                 "request {unique}: no reply by the time its handler returned"
             ));
-            (-libc::EIO, Vec::new())
+            -libc::EIO
         }
-        (Some(e), _) => (-e, Vec::new()),
+        (Some(e), _) => -e,
     };
     // fuse_out_header { len (unused here), error, unique }, then the body in the payload.
-    let body_len = body.len().saturating_sub(OUT_HEADER);
+    let body_len = if error == 0 { body_len } else { 0 };
     mem[0..4].copy_from_slice(&((OUT_HEADER + body_len) as u32).to_ne_bytes());
     mem[4..8].copy_from_slice(&error.to_ne_bytes());
     mem[8..16].copy_from_slice(&unique.to_ne_bytes());
-    if error == 0 && body_len > 0 {
-        mem[PAYLOAD_AT..PAYLOAD_AT + body_len].copy_from_slice(&body[OUT_HEADER..]);
+    if body_len > 0 {
+        mem[PAYLOAD_AT..PAYLOAD_AT + body_len].copy_from_slice(&r[OUT_HEADER..]);
     }
-    let sz = if error == 0 { body_len as u32 } else { 0 };
-    mem[PAYLOAD_SZ..PAYLOAD_SZ + 4].copy_from_slice(&sz.to_ne_bytes());
+    mem[PAYLOAD_SZ..PAYLOAD_SZ + 4].copy_from_slice(&(body_len as u32).to_ne_bytes());
     commit_id
 }
 

@@ -1,0 +1,230 @@
+//! Inode flags through ioctls: `lsattr`/`chattr` (FS_IOC_GETFLAGS/SETFLAGS) and
+//! `xfs_io -c chattr` (FS_IOC_FSGETXATTR/FSSETXATTR, with the realtime flag and extent
+//! size hint as XFS names them), and ext4's checks on who may change which.
+
+use super::LaneFuse;
+use fuser::{Errno, Request};
+use lanefs::internals::disk::inode as fl;
+use lanefs::{Error, FileType, Ino};
+
+/// `_IOR('f', 1, long)`: read the inode flags (`lsattr`).
+const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+/// `_IOW('f', 2, long)`: set the inode flags (`chattr`).
+const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+/// The same two with an `int` argument, as 32-bit callers send them.
+const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
+const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+
+/// `_IOR('X', 31, struct fsxattr)`: read the extended flags (`xfs_io -c lsattr`; the
+/// kernel also asks it before a set).
+const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+/// `_IOW('X', 32, struct fsxattr)`: set them.
+const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+/// `struct fsxattr`: xflags, extsize, nextents, projid, cowextsize, 8 bytes of padding.
+const FSXATTR_SIZE: usize = 28;
+/// ext4 inode flags and the FS_XFLAG_* bits that say the same (fileattr_fill_flags):
+/// sync, immutable, append, nodump, noatime, DAX, project inheritance.
+const XFLAG_MAP: [(u32, u32); 7] = [
+    (fl::FL_SYNC, 0x20),
+    (fl::FL_IMMUTABLE, 0x8),
+    (fl::FL_APPEND, 0x10),
+    (fl::FL_NODUMP, 0x80),
+    (fl::FL_NOATIME, 0x40),
+    (fl::FL_DAX, 0x8000),
+    (fl::FL_PROJINHERIT, 0x200),
+];
+
+/// FS_XFLAG_REALTIME: a file's data is on the realtime device (XFS's flag).
+const XFLAG_REALTIME: u32 = 0x1;
+/// FS_XFLAG_RTINHERIT: a directory's new children are realtime.
+const XFLAG_RTINHERIT: u32 = 0x100;
+/// FS_XFLAG_EXTSIZE and EXTSZINHERIT: the extent size hint of a file, of a directory.
+const XFLAG_EXTSIZE: u32 = 0x800;
+const XFLAG_EXTSZINHERIT: u32 = 0x1000;
+/// The realtime xflags, which map to lanefs's realtime flag and hint, not ext4 flags.
+const XFLAG_RT_ALL: u32 = XFLAG_REALTIME | XFLAG_RTINHERIT | XFLAG_EXTSIZE | XFLAG_EXTSZINHERIT;
+
+/// ext4's data-journalling flag (`chattr +j`), which only CAP_SYS_RESOURCE may change.
+const FL_JOURNAL_DATA: u32 = 0x4000;
+/// The flags ext4 lets only a capable caller change: immutable and append-only
+/// (CAP_LINUX_IMMUTABLE), data journalling (CAP_SYS_RESOURCE).
+const FL_CAPABLE_ONLY: u32 = fl::FL_IMMUTABLE | fl::FL_APPEND | FL_JOURNAL_DATA;
+
+/// The FS_XFLAG_* bits of ext4 inode flags `f`.
+fn xflags_of(f: u32) -> u32 {
+    XFLAG_MAP
+        .iter()
+        .filter(|m| f & m.0 != 0)
+        .fold(0, |a, m| a | m.1)
+}
+
+/// The ext4 inode flags of FS_XFLAG_* bits `x`.
+fn flags_of(x: u32) -> u32 {
+    XFLAG_MAP
+        .iter()
+        .filter(|m| x & m.1 != 0)
+        .fold(0, |a, m| a | m.0)
+}
+
+impl LaneFuse {
+    /// Answer ioctl `cmd` on `i` (its output, at most `out_size` bytes): the flag
+    /// commands above; any other is ENOTTY.
+    pub(super) fn ioctl_cmd(
+        &self,
+        req: &Request,
+        i: Ino,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+    ) -> Result<Vec<u8>, Errno> {
+        match cmd {
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => match self.fs.get_flags(i) {
+                Ok(f) => {
+                    let b = f.to_ne_bytes();
+                    Ok(b[..b.len().min(out_size as usize)].to_vec())
+                }
+                Err(e) => Err(self.errno("getflags", i, e)),
+            },
+            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
+                let Some(b) = in_data.get(..4) else {
+                    return Err(Errno::EINVAL);
+                };
+                let f = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+                match self
+                    .may_set_flags(req, i, f)
+                    .and_then(|()| self.fs.set_flags(i, f))
+                {
+                    Ok(_) => Ok(Vec::new()),
+                    Err(e) => Err(self.errno("setflags", i, e)),
+                }
+            }
+            // The kernel reads these first even for FS_IOC_SETFLAGS (vfs_fileattr_set).
+            FS_IOC_FSGETXATTR => match self.fsx_get(i) {
+                Ok(b) => Ok(b[..b.len().min(out_size as usize)].to_vec()),
+                Err(e) => Err(self.errno("fsgetxattr", i, e)),
+            },
+            FS_IOC_FSSETXATTR => {
+                let Some(b) = in_data.get(..FSXATTR_SIZE) else {
+                    return Err(Errno::EINVAL);
+                };
+                let word = |k: usize| u32::from_ne_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+                let new = |old: u32| (old & !flags_of(u32::MAX)) | flags_of(word(0));
+                // The owner (or root) first, as vfs_fileattr_set.
+                if let Err(e) = self.may_change_flags(req, i) {
+                    return Err(self.errno("fssetxattr", i, e));
+                }
+                // Project ids and xflags without an ext4 or realtime meaning: not here.
+                let known = xflags_of(u32::MAX) | XFLAG_RT_ALL;
+                if word(12) != 0 || word(0) & !known != 0 {
+                    return Err(Errno::from_i32(libc::EOPNOTSUPP));
+                }
+                let r = self
+                    .fs
+                    .get_flags(i)
+                    .and_then(|old| self.may_set_flags(req, i, new(old)))
+                    .and_then(|()| self.fsx_set_rt(i, word(0), word(4)))
+                    .and_then(|()| self.fs.get_flags(i))
+                    .and_then(|old| self.fs.set_flags(i, new(old)));
+                match r {
+                    Ok(_) => Ok(Vec::new()),
+                    Err(e) => Err(self.errno("fssetxattr", i, e)),
+                }
+            }
+            _ => Err(Errno::from_i32(libc::ENOTTY)),
+        }
+    }
+
+    /// Whether the caller of `req` may change `ino`'s inode flags at all: its owner or
+    /// root (vfs_fileattr_set's inode_owner_or_capable; uid 0 stands for CAP_FOWNER,
+    /// which the daemon cannot see).
+    fn may_change_flags(&self, req: &Request, ino: Ino) -> lanefs::Result<()> {
+        if req.uid() != 0 && self.fs.getattr(ino)?.uid != req.uid() {
+            return Err(Error::NotPermitted);
+        }
+        Ok(())
+    }
+
+    /// ext4's checks on a change of `ino`'s inode flags to `new` by the caller of `req`
+    /// (vfs_fileattr_set, ext4_fileattr_set): only the file's owner or root may change
+    /// flags, only root the immutable, append-only (CAP_LINUX_IMMUTABLE) and
+    /// data-journalling (CAP_SYS_RESOURCE) ones; and a file that stays immutable keeps
+    /// its other flags, whoever asks (ext4_ioctl_check_immutable). The VFS makes the
+    /// first two checks itself, with the caller's real capabilities, before the daemon
+    /// sees the request; the daemon makes them again so that nothing but root ever sets
+    /// or clears immutable or append-only through it, whatever the mount's options.
+    fn may_set_flags(&self, req: &Request, ino: Ino, new: u32) -> lanefs::Result<()> {
+        self.may_change_flags(req, ino)?;
+        let old = self.fs.get_flags(ino)?;
+        if req.uid() != 0 && (old ^ new) & FL_CAPABLE_ONLY != 0 {
+            return Err(Error::NotPermitted);
+        }
+        // As ext4, against the masked request and the whole of the old flags.
+        let new = new & fl::FL_USER_MODIFIABLE;
+        if old & new & fl::FL_IMMUTABLE != 0 && (old ^ new) & !fl::FL_IMMUTABLE != 0 {
+            return Err(Error::NotPermitted);
+        }
+        Ok(())
+    }
+
+    /// `struct fsxattr` of `i`: the ext4 flags as xflags, and the realtime flag and extent
+    /// size hint as XFS names them (REALTIME on a file, RTINHERIT on a directory; the hint
+    /// in bytes).
+    fn fsx_get(&self, i: Ino) -> lanefs::Result<[u8; FSXATTR_SIZE]> {
+        let f = self.fs.get_flags(i)?;
+        let mut x = xflags_of(f);
+        let mut extsize = 0u32;
+        if self.fs.rt_geometry().is_some() {
+            let (rt, hint) = self.fs.realtime(i)?;
+            let dir = self.fs.getattr(i)?.kind == FileType::Directory;
+            if rt {
+                x |= if dir { XFLAG_RTINHERIT } else { XFLAG_REALTIME };
+            }
+            if hint > 0 {
+                x |= if dir {
+                    XFLAG_EXTSZINHERIT
+                } else {
+                    XFLAG_EXTSIZE
+                };
+                extsize = hint.saturating_mul(self.fs.block_size());
+            }
+        }
+        let mut b = [0u8; FSXATTR_SIZE];
+        b[..4].copy_from_slice(&x.to_ne_bytes());
+        b[4..8].copy_from_slice(&extsize.to_ne_bytes());
+        Ok(b)
+    }
+
+    /// Apply the realtime part of an FS_IOC_FSSETXATTR: the flag and the hint (bytes),
+    /// each only when it changes (the kernel sends back what FSGETXATTR gave).
+    fn fsx_set_rt(&self, i: Ino, x: u32, extsize: u32) -> lanefs::Result<()> {
+        let want_rt = x & (XFLAG_REALTIME | XFLAG_RTINHERIT) != 0;
+        let hint_flag = x & (XFLAG_EXTSIZE | XFLAG_EXTSZINHERIT) != 0;
+        if self.fs.rt_geometry().is_none() {
+            if want_rt || hint_flag || extsize != 0 {
+                return Err(lanefs::Error::NotSupported(
+                    "the image has no realtime device".into(),
+                ));
+            }
+            return Ok(());
+        }
+        let bs = self.fs.block_size();
+        if !extsize.is_multiple_of(bs) {
+            return Err(lanefs::Error::Invalid(format!(
+                "extent size hint {extsize} bytes is not a multiple of the block size"
+            )));
+        }
+        let (rt, hint) = self.fs.realtime(i)?;
+        let new_hint = if hint_flag || extsize != 0 {
+            extsize / bs
+        } else {
+            0
+        };
+        if want_rt != rt {
+            self.fs.set_realtime(i, want_rt)?;
+        }
+        if new_hint != hint {
+            self.fs.set_extsize(i, new_hint)?;
+        }
+        Ok(())
+    }
+}
