@@ -95,6 +95,14 @@ fn io_uring_where_offered_dev_fuse_otherwise() {
     work(&m.dir);
     m.umount();
     e2fsck_clean(&img);
+    // A max_write that is not a whole number of pages still serves through the queues
+    // (their entries are rounded up to whole pages).
+    let m = Mount::new(&img, &t.path().join("mnt"), "max_write=100000");
+    assert_eq!(uring_threads(&m.dir), queues);
+    std::fs::remove_dir_all(m.path("d")).unwrap();
+    work(&m.dir);
+    m.umount();
+    e2fsck_clean(&img);
     // Turned off by the mount option.
     let m = Mount::new(&img, &t.path().join("mnt"), "no_io_uring");
     assert_eq!(uring_threads(&m.dir), 0);
