@@ -48,7 +48,8 @@ const CEILING_GOALS: &[(&str, &str, f64, f64)] = &[
     ("fallocate2", "fallocate", 0.0, 0.5),
     ("mdtest", "create", 0.9, 0.33),
     ("mdtest", "remove", 0.9, 0.5),
-    ("bufio64k", "write", 0.7, 0.6),
+    ("bufio64k", "write", 0.7, 0.0),
+    ("bufio64k", "synced", 0.7, 0.6),
     ("bufio64k", "read", 0.9, 0.0),
 ];
 
@@ -798,8 +799,9 @@ pub fn render(records: &[Record]) -> String {
          daemon CPU/op = user + system CPU time of the FUSE daemon (all its threads: its \
          process CPU clock, utime + stime) in the measured time / ops; - for the kernel, \
          whose work is not one process\n\
-         bufio64k: one op = one 64 KiB call (MiB/s = ops/s / 16); each read pass drops the \
-         file's page cache first (POSIX_FADV_DONTNEED)\n"
+         bufio64k: one op = one 64 KiB call (MiB/s = ops/s / 16); synced = write with an \
+         fsync after each 8 MiB pass; each read pass drops the file's page cache first \
+         (POSIX_FADV_DONTNEED)\n"
     ));
     let ctl = |n| median(records, control::NAME, control::PHASE, CONTROL_TARGET, n);
     for &n in threads.iter().filter(|&&n| n != fewest) {

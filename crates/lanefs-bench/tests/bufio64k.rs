@@ -1,5 +1,5 @@
-//! Goal: `bufio64k` runs on both kinds of target and reports a write and a read phase with
-//! every thread's 64 KiB calls counted (each read checked against what its thread wrote).
+//! Goal: `bufio64k` runs on both kinds of target and reports a write, a synced (write with
+//! an fsync per pass) and a read phase with every thread's 64 KiB calls counted (each read checked against what its thread wrote).
 //! Method: tiny settings (0.2 s, threads 1 and 2, one repetition) on the engine in-process
 //! (a small temporary image) and on a temporary directory of the host.
 
@@ -19,7 +19,7 @@ fn tiny(target: TargetSpec) -> BenchConfig {
     }
 }
 
-/// Control plus a write and a read phase at each thread count, each with work from every
+/// Control plus a write, a synced and a read phase at each thread count, each with work from every
 /// thread.
 fn check(records: &[Record], target: &str) {
     let mut got: Vec<(String, String, usize)> = records
@@ -30,6 +30,8 @@ fn check(records: &[Record], target: &str) {
     let want: Vec<(String, String, usize)> = [
         ("bufio64k", "read", 1),
         ("bufio64k", "read", 2),
+        ("bufio64k", "synced", 1),
+        ("bufio64k", "synced", 2),
         ("bufio64k", "write", 1),
         ("bufio64k", "write", 2),
         ("control", "loop", 1),
@@ -50,7 +52,8 @@ fn check(records: &[Record], target: &str) {
     }
 }
 
-/// On the engine: both phases, with the journal's counters (the engine has them).
+/// On the engine: every phase, with the journal's counters (the engine has them); the
+/// synced phase's fsyncs commit the journal.
 #[test]
 fn bufio64k_on_the_engine() {
     let cfg = tiny(TargetSpec::Lanefs {
@@ -63,6 +66,9 @@ fn bufio64k_on_the_engine() {
     check(&records, "lanefs");
     for r in records.iter().filter(|r| r.workload == "bufio64k") {
         assert!(r.journal_commits.is_some(), "{r:?}");
+        if r.phase == "synced" {
+            assert!(r.journal_commits > Some(0), "{r:?}");
+        }
     }
     let text = String::from_utf8(out).expect("utf-8 output");
     assert!(text.contains("bufio64k"), "{text}");

@@ -69,6 +69,7 @@ fn compare_runs_every_workload_on_every_mount() {
         ("mdtest", "create"),
         ("mdtest", "remove"),
         ("bufio64k", "write"),
+        ("bufio64k", "synced"),
         ("bufio64k", "read"),
     ];
     // With FUSE-over-io_uring offered, lanefs and the ceiling also run over /dev/fuse.
@@ -106,7 +107,7 @@ fn compare_runs_every_workload_on_every_mount() {
     assert!(text.contains("issue 11's goals at 2 threads"), "{text}");
     // lanefs against the ceiling and the kernel, a row per transport and phase.
     assert!(text.contains("issue 43's goals at 2 threads"), "{text}");
-    for phase in ["create", "remove", "write", "read", "fallocate"] {
+    for phase in ["create", "remove", "write", "synced", "read", "fallocate"] {
         let rows = text
             .lines()
             .map(cells)

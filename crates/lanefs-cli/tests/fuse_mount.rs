@@ -137,8 +137,8 @@ fn errors_before_mounting_are_one_line() {
 }
 
 #[test]
-fn attributes_are_fresh_with_caching_on() {
-    if !fuse_ready("attributes_are_fresh_with_caching_on") {
+fn attributes_and_names_are_fresh_with_caching_on() {
+    if !fuse_ready("attributes_and_names_are_fresh_with_caching_on") {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -147,7 +147,7 @@ fn attributes_are_fresh_with_caching_on() {
     let m = Mount::new(
         &img,
         &t.path().join("mnt"),
-        "attr_timeout=60,entry_timeout=60",
+        "attr_timeout=60,entry_timeout=60,negative_timeout=60",
     );
     let a = m.path("a");
     fs::write(&a, b"hello").unwrap();
@@ -202,6 +202,29 @@ fn attributes_are_fresh_with_caching_on() {
     assert_eq!(st(&m.path("d")).nlink(), 3);
     fs::remove_dir(m.path("d/e")).unwrap();
     assert_eq!(st(&m.path("d")).nlink(), 2);
+    // Names the kernel has cached as missing appear once made, whichever way.
+    let names = ["n-file", "n-dir", "n-link", "n-hard", "n-renamed", "n-fifo"];
+    for n in names {
+        assert!(fs::symlink_metadata(m.path(n)).is_err(), "{n}");
+    }
+    fs::write(m.path("n-file"), b"x").unwrap();
+    fs::create_dir(m.path("n-dir")).unwrap();
+    std::os::unix::fs::symlink("n-file", m.path("n-link")).unwrap();
+    fs::hard_link(m.path("n-file"), m.path("n-hard")).unwrap();
+    fs::write(m.path("n-src"), b"y").unwrap();
+    fs::rename(m.path("n-src"), m.path("n-renamed")).unwrap();
+    let fifo = cstr(&m.path("n-fifo"));
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) },
+        0,
+        "{}",
+        errno()
+    );
+    for n in names {
+        assert!(fs::symlink_metadata(m.path(n)).is_ok(), "{n}");
+    }
+    assert!(fs::symlink_metadata(m.path("n-src")).is_err());
     m.umount();
     e2fsck_clean(&img);
 }

@@ -59,6 +59,7 @@ pub struct MemFs {
     next: AtomicU64,
     attr_ttl: Duration,
     entry_ttl: Duration,
+    negative_ttl: Duration,
     /// What lanefs's frontend would ask at FUSE_INIT on this mount.
     init: InitFlags,
     uring: Option<UringOffer>,
@@ -74,6 +75,7 @@ impl MemFs {
             next: AtomicU64::new(ROOT + 1),
             attr_ttl: cfg.attr_timeout,
             entry_ttl: cfg.entry_timeout,
+            negative_ttl: cfg.negative_timeout,
             // Not readdirplus, which this file system does not serve (no benchmark lists).
             init: crate::frontend::init_flags(cfg.writeback_cache, cfg.kernel_checks_permissions())
                 - (InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO),
@@ -265,7 +267,8 @@ impl Filesystem for MemFs {
         };
         match child.map(|c| self.attr(c)) {
             Some(Ok(a)) => reply.entry(&self.entry_ttl, &a, Generation(0)),
-            _ => reply.error(Errno::ENOENT),
+            Some(Err(e)) => reply.error(e),
+            None => crate::frontend::not_found(reply, &self.negative_ttl),
         }
     }
 

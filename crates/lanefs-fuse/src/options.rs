@@ -52,6 +52,11 @@ pub struct MountConfig {
     pub attr_timeout: Duration,
     /// How long the kernel may cache names (`entry_timeout=SECS`).
     pub entry_timeout: Duration,
+    /// How long the kernel may cache that a name does not exist (`negative_timeout=SECS`;
+    /// 0: it asks again at every lookup). Every name this daemon makes comes from a kernel
+    /// request, which replaces the kernel's negative entry, so caching one is as safe as
+    /// caching a positive one.
+    pub negative_timeout: Duration,
     /// Largest write request (`max_write=BYTES`).
     pub max_write: Option<u32>,
     /// FUSE-over-io_uring (`io_uring`, `no_io_uring`; default: where offered).
@@ -77,6 +82,7 @@ impl Default for MountConfig {
             writeback_cache: false,
             attr_timeout: Duration::from_secs(1),
             entry_timeout: Duration::from_secs(1),
+            negative_timeout: Duration::from_secs(1),
             max_write: None,
             io_uring: UringMode::Auto,
             io_uring_depth: 8,
@@ -180,6 +186,7 @@ impl MountConfig {
             }
             "attr_timeout" => self.attr_timeout = secs()?,
             "entry_timeout" => self.entry_timeout = secs()?,
+            "negative_timeout" => self.negative_timeout = secs()?,
             "max_write" => {
                 let v = need()?;
                 self.max_write = Some(
@@ -245,6 +252,9 @@ mod tests {
         assert!(c.engine.read_only && c.allow_other);
         assert_eq!(c.threads, 3);
         assert_eq!(c.attr_timeout, Duration::from_millis(500));
+        assert_eq!(c.negative_timeout, Duration::from_secs(1));
+        c.parse("negative_timeout=0").unwrap();
+        assert!(c.negative_timeout.is_zero());
         assert_eq!(c.engine.mb_stream_goal, lanefs::StreamGoal::Slots);
         assert_eq!(c.engine.commit_interval, Duration::from_secs(2));
         assert_eq!(c.vfs_flags, vec!["nosuid".to_string()]);

@@ -5,6 +5,10 @@
 //!
 //! - `write`: sequential 64 KiB `pwrite` calls over the file, back to its start at the end
 //!   (buffered overwrites in place, as fio's `rw=write` with `time_based`);
+//! - `synced`: the same calls, with an `fsync` each time the pass reaches the file's end
+//!   (inside the timed loop), so every 8 MiB written goes through write-back and a journal
+//!   commit before the next pass: what a copy that ends in `fsync` costs (fio's
+//!   `end_fsync`), where `write` alone measures little past the kernel's page cache;
 //! - `read`: after the file is made durable (`fdatasync`, untimed), sequential 64 KiB
 //!   `pread` calls over it. Each pass over the file starts by dropping the file's clean
 //!   pages from the kernel's page cache (`POSIX_FADV_DONTNEED`, inside the timed loop, once
@@ -108,6 +112,26 @@ impl Workload for Bufio64k {
             }
             Ok(())
         };
+        // Taken up where `write` left its file: `write`'s call, plus an fsync at each wrap.
+        let synced_setup = |i: usize| -> Result<State, String> {
+            let file = slots
+                .slot(i)?
+                .take()
+                .ok_or_else(|| format!("thread {i}'s file is missing after the write phase"))?;
+            Ok(State {
+                thread: i,
+                file: Some(file),
+                off: 0,
+                buf: vec![fill_byte(i); CHUNK],
+            })
+        };
+        let synced = |s: &mut State| -> Result<(), String> {
+            write(s)?;
+            match &s.file {
+                Some(file) if s.off == 0 => b.fsync(file, false),
+                _ => Ok(()),
+            }
+        };
         let keep = |mut s: State| -> Result<(), String> {
             match s.file.take() {
                 Some(f) => {
@@ -170,8 +194,9 @@ impl Workload for Bufio64k {
         };
         let written = timed_loop("write", ctx.timed(), write_setup, write, keep);
         let results = written.and_then(|w| {
+            let f = timed_loop("synced", ctx.timed(), synced_setup, synced, keep)?;
             let r = timed_loop("read", ctx.timed(), read_setup, read, close)?;
-            Ok(vec![w, r])
+            Ok(vec![w, f, r])
         });
         // Whatever a failed phase left open.
         let mut closed = Ok(());

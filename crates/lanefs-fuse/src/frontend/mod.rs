@@ -38,6 +38,7 @@ pub struct LaneFuse {
     fs: Arc<Fs>,
     attr_ttl: Duration,
     entry_ttl: Duration,
+    negative_ttl: Duration,
     writeback_cache: bool,
     max_write: Option<u32>,
     errors: ErrorPolicy,
@@ -58,6 +59,7 @@ impl LaneFuse {
             fs,
             attr_ttl: cfg.attr_timeout,
             entry_ttl: cfg.entry_timeout,
+            negative_ttl: cfg.negative_timeout,
             writeback_cache: cfg.writeback_cache,
             max_write: cfg.max_write,
             errors: cfg.errors,
@@ -120,10 +122,7 @@ impl LaneFuse {
                 &self.file_attr(&a),
                 Generation(a.generation.into()),
             ),
-            Err(Error::NotFound) if op == "lookup" => {
-                // A negative entry the kernel may cache as long as a positive one.
-                reply.error(Errno::ENOENT)
-            }
+            Err(Error::NotFound) if op == "lookup" => not_found(reply, &self.negative_ttl),
             Err(e) => reply.error(self.errno(op, ino, e)),
         }
     }
@@ -304,6 +303,33 @@ fn owner(req: &Request, umask: u32) -> Owner {
         gid: req.gid(),
         umask: (umask & 0o777) as u16,
     }
+}
+
+/// Answer a lookup of a name that does not exist: an entry with node id 0, which the
+/// kernel keeps as a negative entry for `ttl` (so a second lookup of the name, a failed
+/// `stat` or `open` of it, costs no request), or plain ENOENT when `ttl` is 0.
+pub fn not_found(reply: ReplyEntry, ttl: &Duration) {
+    if ttl.is_zero() {
+        return reply.error(Errno::ENOENT);
+    }
+    let attr = FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    };
+    reply.entry(ttl, &attr, Generation(0))
 }
 
 /// What the frontend asks the kernel for at FUSE_INIT (`lanefs memfs` asks the same, so
