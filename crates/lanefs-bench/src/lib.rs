@@ -4,6 +4,11 @@
 //! or ([`TargetSpec::Compare`], module [`compare`]) through mounts side by side: lanefs's
 //! FUSE mount, the FUSE ceiling (`lanefs memfs`), fuse2fs and the kernel's ext4.
 //!
+//! Each workload runs its seed's variants ([`variant`]), baseline first. How to read the
+//! tables, the variant families, raw mount-option specs and every `--json` field are in
+//! the repository's `docs/bench.md`; each mechanism's page in `docs/` gives its measured
+//! result and the command that reruns it.
+//!
 //! ```no_run
 //! use lanefs_bench::{run, BenchConfig, TargetSpec};
 //!

@@ -1,5 +1,7 @@
 //! `lanefs`: format, check and inspect ext4 images, and work on the files inside them
-//! without mounting.
+//! without mounting; mount them through FUSE (`lanefs mount`, crate `lanefs-fuse`); and
+//! run the benchmarks (`lanefs bench`, crate `lanefs-bench`). The README has the commands
+//! and the mount options; `docs/commands.md` the details, `docs/design.md` the design.
 
 mod bench;
 mod browse;

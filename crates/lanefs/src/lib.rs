@@ -94,7 +94,8 @@
 //! - Durability is ext4's: [`Fs::fsync`] makes one file durable, [`Fs::sync`] everything,
 //!   a commit also runs every [`MountOptions::commit_interval`], and [`Fs::unmount`] leaves
 //!   the image clean. A crash loses at most what was not synced, and never shows a
-//!   rename, create or truncate half done (the README's "Durability contract").
+//!   rename, create or truncate half done (the README's "Durability contract";
+//!   `docs/journal.md` for how, `docs/design.md` for what it assumes of the device).
 //! - The devices are a [`BlockDevice`]: an image file or block device ([`FileDevice`]),
 //!   memory ([`MemDevice`]), or a memory device that builds the images a power cut
 //!   could leave ([`CrashDevice`], for crash tests). Implement the trait for anything
@@ -102,9 +103,10 @@
 //!
 //! # Choosing mount options
 //!
-//! [`MountOptions::default()`] is what a user wants: every seed's mechanism on (the inode
-//! cache's global table excepted, see above), commits every 5 s, `relatime`, caches
-//! sized from the machine's memory. What one changes:
+//! [`MountOptions::default()`] is what a user wants: every seed's mechanism of the table
+//! above on (the inode cache's default is [`IcachePolicy::Bucket`]), directory leaf
+//! digests on, commits every 5 s, `relatime`, caches sized from the machine's memory.
+//! What one changes:
 //!
 //! - [`read_only`](MountOptions::read_only): change nothing, replay the journal in memory
 //!   only. Images with features lanefs reads but does not write (`quota`, `project`,
@@ -130,6 +132,16 @@
 //! `rm` and `cp` into and out of an image without mounting it, `lanefs mount` (a
 //! multi-threaded FUSE mount, crate `lanefs-fuse`) and `lanefs bench` (crate
 //! `lanefs-bench`). The README describes all of it.
+//!
+//! # Design
+//!
+//! The repository's `docs/` holds the design: `docs/design.md` (the layers and the order
+//! they import each other in, the lock order, what the on-disk format assumes about the
+//! storage media) and one page per mechanism, each with how it works, its invariants, the
+//! baseline it is measured against and the command that measures it:
+//! `docs/block-allocation.md` (seed 000), `docs/inode-allocation-and-cache.md` (001 and
+//! 004), `docs/directories.md`, `docs/page-cache.md` (002), `docs/journal.md`,
+//! `docs/realtime.md` (003) and `docs/fuse-frontend.md`.
 //!
 //! [`internals`] holds the engine's layers (on-disk structures, journal, allocators,
 //! caches) for the command, the benchmarks and the tests, without a stability promise.
