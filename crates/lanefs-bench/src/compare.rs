@@ -53,6 +53,27 @@ const CEILING_GOALS: &[(&str, &str, f64, f64)] = &[
     ("bufio64k", "read", 0.9, 0.0),
 ];
 
+/// Where the images live: `/dev/shm` (memory, as the kernel's loop device and every
+/// daemon see alike) when it has `need` bytes free, so that an fsync measures the file
+/// systems rather than the host's disk; else the temporary directory.
+fn image_home(need: u64) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    let c = std::ffi::CString::new("/dev/shm").expect("no NUL");
+    // SAFETY: `c` is a NUL-terminated path and `st` has room for one statvfs, which the
+    // call fills when it returns 0 (only then is it read).
+    let free = (unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } == 0).then(|| {
+        // SAFETY: statvfs returned 0, so it initialised `st`.
+        let st = unsafe { st.assume_init() };
+        st.f_bavail as u64 * st.f_frsize as u64
+    });
+    if shm.is_dir() && free.is_some_and(|f| f >= need) {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// Whether new FUSE mounts get FUSE-over-io_uring (the fuse module's `enable_uring`):
 /// then the run also mounts lanefs and the ceiling over /dev/fuse.
 fn uring_offered() -> bool {
@@ -533,10 +554,11 @@ pub fn run(
         .filter_map(|n| workloads::find(n))
         .collect();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let home = image_home(size.saturating_mul(6));
     let work = tempfile::Builder::new()
         .prefix("lanefs-compare.")
-        .tempdir()
-        .map_err(|e| format!("creating a temporary directory: {e}"))?;
+        .tempdir_in(&home)
+        .map_err(|e| format!("creating a temporary directory in {}: {e}", home.display()))?;
     let work_dir = work
         .path()
         .canonicalize()
@@ -564,10 +586,11 @@ pub fn run(
     say(
         out,
         &format!(
-            "lanefs bench --compare on {}: images of {size} bytes by mkfs.ext4 {}; {} x threads \
+            "lanefs bench --compare on {}: images of {size} bytes in {} by mkfs.ext4 {}; {} x threads \
              {threads:?} x {} reps, {} s per timed run ({} s warm-up), {} files per thread, \
              {cpus} CPUs",
             pids.join(", "),
+            home.display(),
             MKFS_ARGS.join(" "),
             cfg.workloads.join("+"),
             cfg.reps,

@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 /// The command's heap: mimalloc (per-thread free lists, pages of one size class) instead
 /// of glibc's malloc, whose bins fragment when millions of inodes are cached and evicted:
 /// malloc and free were a fifth of a create or remove in a 2,000,000-file directory
-/// (README, "2,000,000 files"). The engine itself does not choose an allocator; an
+/// (`docs/design.md`, "Memory"). The engine itself does not choose an allocator; an
 /// embedder's program does.
 #[global_allocator]
 static HEAP: Heap = Heap;
@@ -126,7 +126,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// taken again within seconds, so a page given back after a second was mostly faulted in
 /// and zeroed again soon after: 16,856 page faults in a 2,000,000-file mdtest run, 3,610
 /// at 10 s, and its creates 2 % and removes 8 % faster (medians of seven alternated pairs;
-/// README, "The heap keeps freed pages for ten seconds"). What the caches free stays
+/// `docs/design.md`, "Memory"). What the caches free stays
 /// resident up to 10 s longer (the caches' own accounting keeps to their limits); the
 /// bench's trim before each run still gives everything back; `MIMALLOC_PURGE_DELAY`
 /// overrides it.

@@ -480,7 +480,7 @@ enum Table {
 }
 
 /// Bytes of limit per bucket when sizing the bucket array: about 0.4 inodes per bucket at
-/// the 648 bytes an empty file's inode is charged (README, `fsmark`), so a lookup that
+/// the 648 bytes an empty file's inode is charged (`docs/bench.md`, `fsmark`), so a lookup that
 /// misses (an evicted inode coming back) mostly finds an empty chain instead of walking
 /// cold entries. 1,024 (1.6 per bucket) cost a remove in a 2,000,000-file directory 0.6
 /// us of chain walking; the array is 24 bytes a bucket, about a tenth of the limit.

@@ -4,7 +4,7 @@
 //! stability promise**: names and signatures here change with the engine. An embedder
 //! needs only what the crate root exports.
 //!
-//! What each module owns is in the README's "Layout" table. The layers nothing outside the
+//! What each module owns is in `docs/design.md`'s "Modules" table. The layers nothing outside the
 //! crate reaches (block mapping, directories, exclusive access, multi-mount protection)
 //! are not here at all.
 //!

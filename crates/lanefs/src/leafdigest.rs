@@ -4,7 +4,7 @@
 //! A create must show its name is missing, which walks the whole leaf (about a hundred
 //! and fifty records of a 4 KiB block, every cache line of it); an unlink walks half of it
 //! on average. In a directory of millions of files the leaves are not in the CPU's caches,
-//! and that walk was a third of a create (README, "2,000,000 files"). The digest is the
+//! and that walk was a third of a create (`docs/directories.md`, "Measured"). The digest is the
 //! records' offsets and tags packed four bytes each, in block order: a search compares
 //! tags in a few lines and reads the block only at a matching tag. It also keeps one
 //! record with room for new entries (the one with the most when it was built), so an

@@ -240,7 +240,7 @@ pub enum IcachePolicy {
     /// Buckets each with their own lock for inserts and removals, lookups without any
     /// lock (`icache=bucket`, the seed's hash-bl design). The default: it won the
     /// two-thread lookups by 13 to 24 % and tied creates and removes on the 2-CPU machine
-    /// lanefs is measured on (see the README).
+    /// lanefs is measured on (`docs/inode-allocation-and-cache.md`).
     #[default]
     Bucket,
     /// One lock for the whole table, taken by every lookup, insert and removal, as the

@@ -9,7 +9,7 @@
 //! maximal runs of free blocks. Every update is incremental and touches only the words
 //! that hold the changed range and its ancestors; the result always equals
 //! [`Buddy::build`] from the same view (tested here and under threads in
-//! `tests/alloc_buddy.rs`).
+//! `tests/alloc_variants.rs`).
 
 /// Orders kept for 4 KiB blocks: chunks of 1 block up to 2^13 (a quarter of a group),
 /// ext4's `MB_NUM_ORDERS` = blocksize_bits + 2.
