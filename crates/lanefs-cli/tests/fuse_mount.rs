@@ -900,3 +900,74 @@ fn errors_panic_stops_the_daemon() {
     );
     m.umount();
 }
+
+/// A file handle (`name_to_handle_at`) of `p`, as its bytes: `struct file_handle` with
+/// room for 128 bytes of handle.
+fn handle_of(p: &Path) -> Vec<u64> {
+    let mut buf = vec![0u64; 1 + 128 / 8];
+    let fh = buf.as_mut_ptr().cast::<libc::file_handle>();
+    let mut mount_id = 0;
+    let c = cstr(p);
+    // SAFETY: `buf` is 8-aligned and holds the header (two u32s) and 128 bytes, which
+    // handle_bytes says; `c` is NUL-terminated; `mount_id` is a valid out pointer.
+    let r = unsafe {
+        (*fh).handle_bytes = 128;
+        libc::name_to_handle_at(libc::AT_FDCWD, c.as_ptr(), fh, &mut mount_id, 0)
+    };
+    assert_eq!(r, 0, "name_to_handle_at {}: errno {}", p.display(), errno());
+    buf
+}
+
+/// Open `handle` on the mount whose root is `root`: the descriptor or the errno.
+fn open_handle(root: &Path, handle: &mut [u64], flags: i32) -> Result<std::fs::File, i32> {
+    use std::os::fd::FromRawFd;
+    let dir = fs::File::open(root).unwrap();
+    // SAFETY: `handle` is a file_handle filled by name_to_handle_at, 8-aligned.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            std::os::fd::AsRawFd::as_raw_fd(&dir),
+            handle.as_mut_ptr().cast(),
+            flags,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: `fd` is a new descriptor owned by nobody else.
+    Ok(unsafe { fs::File::from_raw_fd(fd) })
+}
+
+/// ext4 reopens any live inode from its file handle, also after the kernel's caches
+/// forgot it; so does the mount (the kernel then looks up "." in the node, whatever
+/// its type). A handle of a removed file is stale.
+#[test]
+fn file_handles_reopen_after_the_caches_drop() {
+    if !fuse_ready("file_handles_reopen_after_the_caches_drop") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("h.img");
+    mkfs(&img, "64M", &[]);
+    let m = Mount::new(&img, &t.path().join("mnt"), "allow_other");
+    fs::create_dir_all(m.path("d/e")).unwrap();
+    fs::write(m.path("d/e/f"), b"by handle").unwrap();
+    fs::write(m.path("gone"), b"x").unwrap();
+    let mut hf = handle_of(&m.path("d/e/f"));
+    let mut hd = handle_of(&m.path("d/e"));
+    let mut hg = handle_of(&m.path("gone"));
+    fs::remove_file(m.path("gone")).unwrap();
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    let mut f = open_handle(&m.dir, &mut hf, libc::O_RDONLY).expect("file by handle");
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "by handle");
+    let d = open_handle(&m.dir, &mut hd, libc::O_RDONLY | libc::O_DIRECTORY).expect("dir");
+    assert!(d.metadata().unwrap().is_dir());
+    assert_eq!(
+        open_handle(&m.dir, &mut hg, libc::O_RDONLY).err(),
+        Some(libc::ESTALE)
+    );
+    drop((f, d));
+    m.umount();
+    e2fsck_clean(&img);
+}

@@ -79,6 +79,23 @@ chmod 2775 sg sg2
 as_nobody setfacl -m u:65534:rwx sg
 as_nobody setfacl -m u:65534:rwx sg2
 show sg sg2
+
+# fallocate by a caller without CAP_FSETID clears set-user-ID, and set-group-ID where
+# the file is group-executable or the caller is not in its group (file_remove_privs).
+for m in 6666 6676 6766 6777; do
+  for op in "-l 65536" "-p -o 0 -l 4096" "-z -o 0 -l 4096"; do
+    rm -f kp; head -c 8192 /dev/zero > kp; chmod $m kp
+    as_nobody fallocate $op kp
+    stat -c "$m fallocate $op: %a" kp
+  done
+done
+chmod 6666 kp; fallocate -l 131072 kp; stat -c 'root: %a' kp
+
+# An access ACL with a mask and no named entries is more than the mode: it is stored.
+touch masked
+setfacl -m m::r masked
+getfattr -m - masked 2>&1 | grep -c posix_acl_access
+show masked
 "#;
 
 /// Run `script` (bash, the mount point as `$1`): its output and errors.
@@ -214,6 +231,18 @@ lsattr f
 xfs_io -c 'chattr +a' -c lsattr a 2>&1 | sed 's|^ *||'
 try chattr -a a
 stat -c '%n %s' f a
+# Times to now on an append-only file or directory are allowed; explicit times are not.
+mkdir ad
+chattr +a a ad
+try touch a
+try touch ad
+try touch -d @1 a
+try touch -m -d @1 ad
+chattr -a a ad
+# An inode-flag change is a change: the change time moves at once, also when the
+# attributes were cached a moment before.
+c0=$(stat -c %z f); sleep 0.05; chattr +d f; c1=$(stat -c %z f)
+[ "$c0" != "$c1" ] && echo "chattr moved the change time"
 "#;
 
 #[test]

@@ -109,11 +109,20 @@ pub fn serve(
     };
     let checks = cfg.kernel_checks_permissions();
     let frontend = LaneFuse::new(fs.clone(), cfg, checks);
+    let slot = frontend.notifier_slot();
     let fsname = cfg
         .fsname
         .clone()
         .unwrap_or_else(|| image.display().to_string());
-    let served = run_session(frontend, mountpoint, cfg, &fsname, fs.is_read_only(), ready);
+    let served = run_session(
+        frontend,
+        mountpoint,
+        cfg,
+        &fsname,
+        fs.is_read_only(),
+        Some(slot),
+        ready,
+    );
     // Every request thread has stopped and the frontend is gone: this is the last
     // reference, and unmounting writes everything back.
     let unmounted = match Arc::try_unwrap(fs) {
@@ -137,17 +146,27 @@ pub fn serve_memfs(
 ) -> Result<(), String> {
     let fsname = cfg.fsname.clone().unwrap_or_else(|| "memfs".to_string());
     let fs = crate::memfs::MemFs::new(cfg);
-    run_session(fs, mountpoint, cfg, &fsname, cfg.engine.read_only, ready)
+    run_session(
+        fs,
+        mountpoint,
+        cfg,
+        &fsname,
+        cfg.engine.read_only,
+        None,
+        ready,
+    )
 }
 
 /// Mount `frontend` at `mountpoint` and serve it until the connection ends: the options,
-/// the transport (FUSE-over-io_uring where negotiated, else /dev/fuse), the signals.
+/// the transport (FUSE-over-io_uring where negotiated, else /dev/fuse), the signals;
+/// the session's notifier goes in `notifier` once the session exists.
 fn run_session<FS: UringCapable>(
     mut frontend: FS,
     mountpoint: &Path,
     cfg: &MountConfig,
     fsname: &str,
     read_only: bool,
+    notifier: Option<Arc<std::sync::OnceLock<fuser::Notifier>>>,
     ready: impl FnOnce(Result<(), String>),
 ) -> Result<(), String> {
     let root = geteuid() == 0;
@@ -274,6 +293,9 @@ fn run_session<FS: UringCapable>(
             return Err(msg);
         }
     };
+    if let Some(slot) = notifier {
+        let _ = slot.set(session.notifier());
+    }
     let dev_threads = config.n_threads.unwrap_or(1);
     let decided = decided.lock().unwrap_or_else(|e| e.into_inner()).take();
     let (transport, rings) = match (prepared, decided) {

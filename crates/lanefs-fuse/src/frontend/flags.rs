@@ -94,7 +94,10 @@ impl LaneFuse {
                     .may_set_flags(req, i, f)
                     .and_then(|()| self.fs.set_flags(i, f))
                 {
-                    Ok(_) => Ok(Vec::new()),
+                    Ok(_) => {
+                        self.attributes_changed(i);
+                        Ok(Vec::new())
+                    }
                     Err(e) => Err(self.errno("setflags", i, e)),
                 }
             }
@@ -126,7 +129,10 @@ impl LaneFuse {
                     .and_then(|()| self.fs.get_flags(i))
                     .and_then(|old| self.fs.set_flags(i, new(old)));
                 match r {
-                    Ok(_) => Ok(Vec::new()),
+                    Ok(_) => {
+                        self.attributes_changed(i);
+                        Ok(Vec::new())
+                    }
                     Err(e) => Err(self.errno("fssetxattr", i, e)),
                 }
             }

@@ -14,10 +14,10 @@ use crate::options::{ErrorPolicy, MountConfig};
 use crate::uring::UringOffer;
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 use lanefs::internals::disk::inode as fl;
 use lanefs::{
@@ -27,7 +27,7 @@ use lanefs::{
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The longest name ext4 stores; FUSE lets up to 1024 bytes through to the daemon.
@@ -48,6 +48,9 @@ pub struct LaneFuse {
     /// FUSE-over-io_uring, when queues are ready for it: asked for at FUSE_INIT if the
     /// kernel offers it; what was decided is left here for `serve`.
     uring: Option<UringOffer>,
+    /// Where the session leaves its notifier once it exists: for changes the kernel
+    /// cannot see (an ioctl that changes the change time).
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl LaneFuse {
@@ -65,6 +68,22 @@ impl LaneFuse {
             errors: cfg.errors,
             posix_acl: kernel_checks,
             uring: None,
+            notifier: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The slot the session's notifier goes in (set once the session exists).
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// Drop the kernel's cached attributes of `i` (only attributes: offset -1 keeps
+    /// its pages), after a change that did not come through setattr: an inode-flag
+    /// ioctl changes the change time. The notification only drops a cache, so it may
+    /// be sent from inside a request; if it fails, the cache expires with `attr_timeout`.
+    pub(super) fn attributes_changed(&self, i: Ino) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(INodeNo(to_node(i)), -1, 0);
         }
     }
 
@@ -189,6 +208,35 @@ impl LaneFuse {
             ..SetAttr::default()
         };
         self.fs.setattr(ino, &set).map(|_| ())
+    }
+
+    /// After a change of `ino`'s data by a caller other than root (fallocate and its
+    /// modes): clear set-user-ID, and set-group-ID where the file is group-executable or
+    /// the caller is not in its group, as Linux's `file_remove_privs` does for ext4
+    /// (`setattr_should_drop_suidgid`). The kernel's FUSE client, without
+    /// FUSE_HANDLE_KILLPRIV_V2, keeps the older rule (set-group-ID only with group
+    /// execute) and sends nothing at all for fallocate under V2; so the daemon applies
+    /// the rule itself, from the caller's groups.
+    fn kill_privs(&self, req: &Request, ino: Ino) -> lanefs::Result<()> {
+        let a = self.fs.getattr(ino)?;
+        if req.uid() == 0 || a.kind != FileType::Regular || a.perm & 0o6000 == 0 {
+            return Ok(());
+        }
+        let mut perm = a.perm & !0o4000;
+        if a.perm & 0o2010 == 0o2010 || (a.perm & 0o2000 != 0 && !in_group(req, a.gid)) {
+            perm &= !0o2000;
+        }
+        if perm == a.perm {
+            return Ok(());
+        }
+        let set = SetAttr {
+            perm: Some(perm),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(ino, &set)?;
+        // The kernel still holds the mode it had before the request.
+        self.attributes_changed(ino);
+        Ok(())
     }
 
     /// A read of `ino` succeeded: its access time as the mount's atime policy says (the
@@ -390,6 +438,9 @@ impl Filesystem for LaneFuse {
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         let dir = to_ino(parent);
         match name(n) {
+            // The kernel reopens a file handle's node (FUSE_EXPORT_SUPPORT, after its
+            // cache forgot the node) by looking up "." in it, whatever its type.
+            Ok(b".") => self.entry(reply, "reopen", dir, self.fs.inode_by_number(dir)),
             Ok(n) => self.entry(reply, "lookup", dir, self.fs.lookup(dir, n)),
             Err(e) => reply.error(e),
         }
@@ -422,6 +473,19 @@ impl Filesystem for LaneFuse {
         reply: ReplyAttr,
     ) {
         let i = to_ino(ino);
+        let now = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
+        let only_times = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none();
+        if only_times
+            && (now(&atime) || now(&mtime))
+            && (atime.is_none() || now(&atime))
+            && (mtime.is_none() || now(&mtime))
+        {
+            // utime(NULL): times to now, which an append-only file allows.
+            return match self.fs.set_times_now(i, atime.is_some(), mtime.is_some()) {
+                Ok(a) => reply.attr(&self.attr_ttl, &self.file_attr(&a)),
+                Err(e) => reply.error(self.errno("setattr", i, e)),
+            };
+        }
         let set = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
             uid,
@@ -947,7 +1011,7 @@ impl Filesystem for LaneFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -970,11 +1034,12 @@ impl Filesystem for LaneFuse {
             // As fallocate(2): punching must keep the size.
             return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
         }
+        let r = self.fs.fallocate(i, m, offset, length);
         self.empty(
             reply,
             "fallocate",
             i,
-            self.fs.fallocate(i, m, offset, length),
+            r.and_then(|()| self.kill_privs(req, i)),
         );
     }
 

@@ -566,14 +566,19 @@ pub fn acl_to_disk(acl: &[AclEntry]) -> Vec<u8> {
 }
 
 /// The permission bits an access ACL gives the mode (owner, mask or group, other), and
-/// whether the mode says all the ACL says (posix_acl_equiv_mode: no named entries).
+/// whether the mode says all the ACL says (posix_acl_equiv_mode: no named entries and no
+/// mask; an ACL with a mask is kept as an attribute even when it names no one, as ext4
+/// keeps it).
 pub fn acl_mode(acl: &[AclEntry]) -> (u16, bool) {
     let (mut mode, mut equiv) = (0u16, true);
     for e in acl {
         match e.tag {
             acl::USER_OBJ => mode |= (e.perm & 7) << 6,
             acl::GROUP_OBJ => mode |= (e.perm & 7) << 3,
-            acl::MASK => mode = (mode & !0o070) | ((e.perm & 7) << 3),
+            acl::MASK => {
+                mode = (mode & !0o070) | ((e.perm & 7) << 3);
+                equiv = false;
+            }
             acl::OTHER => mode |= e.perm & 7,
             _ => equiv = false,
         }
@@ -799,5 +804,9 @@ mod tests {
         let minimal = [a[0], a[2], a[4]];
         acl_valid(&minimal).unwrap();
         assert_eq!(acl_mode(&minimal), (0o640, true));
+        // A mask alone makes the ACL more than the mode (posix_acl_equiv_mode).
+        let masked = [a[0], a[2], a[3], a[4]];
+        acl_valid(&masked).unwrap();
+        assert!(!acl_mode(&masked).1);
     }
 }

@@ -152,6 +152,33 @@ impl Fs {
         self.getattr(child)
     }
 
+    /// Attributes of the live inode `ino` reached by its number rather than by a name, as
+    /// a file handle (`open_by_handle_at`, NFS export) reaches it; ext4's
+    /// `ext4_nfs_get_inode`. [`Error::NotFound`] for a number out of range, a reserved
+    /// inode other than the root (the journal, the resize inode, ...), or an inode no
+    /// longer in use; the caller compares the generation the handle carries.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let f = fs.create(ROOT_INO, b"a", 0o644, Owner::default())?;
+    /// fs.release(f.ino)?;
+    /// assert_eq!(fs.inode_by_number(f.ino)?.generation, f.generation);
+    /// assert_eq!(fs.inode_by_number(8), Err(lanefs::Error::NotFound)); // the journal
+    /// fs.unlink(ROOT_INO, b"a")?;
+    /// assert_eq!(fs.inode_by_number(f.ino), Err(lanefs::Error::NotFound));
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
+    pub fn inode_by_number(&self, ino: Ino) -> Result<Attr> {
+        if ino != crate::ROOT_INO && ino < u64::from(self.al.geo.first_ino) {
+            return Err(Error::NotFound);
+        }
+        self.getattr(ino)
+    }
+
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
         let i = self.iget(ino)?;
@@ -186,6 +213,25 @@ impl Fs {
     /// # Ok::<(), lanefs::Error>(())
     /// ```
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> Result<Attr> {
+        self.setattr_as(ino, set, false)
+    }
+
+    /// Set the access and modification times named to now, as `utime(path, NULL)` and
+    /// `utimensat` with `UTIME_NOW` do: unlike explicit times, allowed on an append-only
+    /// inode (Linux's `notify_change` refuses only ATTR_TIMES_SET there); refused on an
+    /// immutable one. The caller has checked ownership or write access.
+    pub fn set_times_now(&self, ino: Ino, atime: bool, mtime: bool) -> Result<Attr> {
+        let t = now();
+        let set = SetAttr {
+            atime: atime.then_some(t),
+            mtime: mtime.then_some(t),
+            ctime: Some(t),
+            ..SetAttr::default()
+        };
+        self.setattr_as(ino, &set, true)
+    }
+
+    fn setattr_as(&self, ino: Ino, set: &SetAttr, times_now: bool) -> Result<Attr> {
         self.check_rw()?;
         let i = self.iget(ino)?;
         let mut st = i.state.write();
@@ -207,7 +253,12 @@ impl Fs {
             || set.atime.is_some()
             || set.mtime.is_some()
             || set.ctime.is_some();
-        if changes && flags::pinned(&st) {
+        let refused = if times_now {
+            flags::immutable(&st)
+        } else {
+            flags::pinned(&st)
+        };
+        if changes && refused {
             return Err(Error::NotPermitted);
         }
         let h = self.journal.start();

@@ -1,0 +1,139 @@
+#!/bin/bash
+# Run fstests (xfstests) against `lanefs mount`.
+#
+#   scripts/xfstests.sh [GROUP | -g GROUP | TEST...]      (as root; default: -g quick)
+#
+# Builds fstests once from the vendored tarball (../shared/vendor/xfstests.tar.gz, or
+# $XFSTESTS_TARBALL) into $XFSTESTS_DIR (default target/xfstests), builds lanefs (release),
+# installs it as mount(8)'s helper /sbin/mount.fuse.lanefs, makes a test and a scratch
+# image with mkfs.ext4 (8 GiB sparse files in $XFSTESTS_DIR/images, made fresh each run),
+# runs ./check with FSTYP=fuse FUSE_SUBTYP=.lanefs, and prints the pass, fail and not-run
+# counts and the failures. With EXPECTED=FILE (default scripts/xfstests.expected), a
+# failure not listed there (one test name per line, then its reason) fails the script;
+# listed tests that now pass are named so the list can shrink.
+#
+# Environment: XFSTESTS_DIR, XFSTESTS_TARBALL, EXPECTED, IMAGE_SIZE (default 8G),
+# LANEFS_BIN (a prebuilt binary; skips the cargo build), MOUNT_OPTS (default
+# allow_other,default_permissions).
+#
+# fstests needs root, its users (fsgqa, fsgqa2, 123456-fsgqa; made here when missing) and
+# its build and run dependencies (see .ci/run). Two edits are made to the unpacked copy,
+# both for FUSE file systems in general: `_fs_type` learns that the mount type
+# `fuse.lanefs` is `fuse` (as it knows fuse.glusterfs), and nothing else.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${XFSTESTS_DIR:-$root/target/xfstests}
+tarball=${XFSTESTS_TARBALL:-$root/../shared/vendor/xfstests.tar.gz}
+expected=${EXPECTED:-$root/scripts/xfstests.expected}
+size=${IMAGE_SIZE:-8G}
+opts=${MOUNT_OPTS:-allow_other,default_permissions}
+
+if [ "$(id -u)" != 0 ]; then
+	echo "xfstests.sh: needs root (mounts, loop devices, fstests' users)" >&2
+	exit 2
+fi
+if [ $# -eq 0 ]; then
+	set -- -g quick
+elif [ $# -eq 1 ] && [[ $1 != -* ]] && [[ $1 != */* ]]; then
+	set -- -g "$1"
+fi
+
+# fstests, built once.
+src=$dir/xfstests
+if [ ! -x "$src/src/fsstress" ] || [ ! -f "$dir/.built" ]; then
+	[ -f "$tarball" ] || { echo "xfstests.sh: no fstests tarball at $tarball" >&2; exit 2; }
+	rm -rf "$src"
+	mkdir -p "$dir"
+	tar -xzf "$tarball" -C "$dir"
+	sed -i 's|-e .s/fuse.glusterfs/glusterfs/.|& -e "s/fuse.lanefs/fuse/"|' "$src/common/rc"
+	grep -q 's/fuse.lanefs/fuse/' "$src/common/rc" ||
+		{ echo "xfstests.sh: could not teach _fs_type about fuse.lanefs" >&2; exit 2; }
+	(cd "$src" && make -j"$(nproc)" >"$dir/build.log" 2>&1) ||
+		{ echo "xfstests.sh: building fstests failed; see $dir/build.log" >&2; exit 2; }
+	touch "$dir/.built"
+fi
+
+# lanefs, and mount(8)'s helper for the type fuse.lanefs.
+if [ -z "${LANEFS_BIN:-}" ]; then
+	(cd "$root" && cargo build --release -q -p lanefs-cli)
+	LANEFS_BIN=$root/target/release/lanefs
+fi
+ln -sf "$(readlink -f "$LANEFS_BIN")" /sbin/mount.fuse.lanefs
+
+# fstests' users and group.
+getent group fsgqa >/dev/null || groupadd fsgqa
+for u in fsgqa fsgqa2 123456-fsgqa; do
+	id "$u" >/dev/null 2>&1 || useradd -m -g fsgqa "$u"
+done
+
+# Fresh images and mount points; nothing of an earlier run stays mounted.
+mkdir -p "$dir/images" /mnt/lanefs-test /mnt/lanefs-scratch
+for m in /mnt/lanefs-test /mnt/lanefs-scratch; do
+	while mountpoint -q "$m"; do umount "$m" || umount -l "$m"; done
+done
+for i in test scratch; do
+	rm -f "$dir/images/$i.img"
+	truncate -s "$size" "$dir/images/$i.img"
+	mkfs.ext4 -q -F "$dir/images/$i.img"
+done
+
+cat >"$src/local.config" <<EOF
+export FSTYP=fuse
+export FUSE_SUBTYP=.lanefs
+export TEST_DEV=$dir/images/test.img
+export TEST_DIR=/mnt/lanefs-test
+export SCRATCH_DEV=$dir/images/scratch.img
+export SCRATCH_MNT=/mnt/lanefs-scratch
+export TEST_FS_MOUNT_OPTS="-o $opts"
+export MOUNT_OPTIONS="-o $opts"
+EOF
+
+cd "$src"
+rm -rf results/check.time
+set +e
+./check "$@" 2>&1 | tee "$dir/check.log"
+set -e
+for m in /mnt/lanefs-test /mnt/lanefs-scratch; do
+	while mountpoint -q "$m"; do umount "$m" || umount -l "$m"; done
+done
+
+# The summary: fstests prints "Ran:", "Not run:" and "Failures:" lines (possibly
+# wrapped); count the names under each.
+names() { awk -v k="$1" '
+	$0 ~ "^"k":" { on = 1; sub("^"k":", ""); }
+	on && /^[A-Z][a-z]+( run)?:/ && $0 !~ "^"k":" { on = 0 }
+	on && /^Failed [0-9]+ of/ { on = 0 }
+	on { for (i = 1; i <= NF; i++) if ($i ~ /^[a-z0-9]+\/[0-9]+$/) print $i }
+' "$dir/check.log" | sort -u; }
+ran=$(names Ran | wc -l)
+failed=$(names Failures)
+notrun=$(names "Not run" | wc -l)
+nfail=$(printf '%s' "$failed" | grep -c . || true)
+echo "xfstests on lanefs: $((ran - nfail)) passed, $nfail failed, $notrun not run ($ran ran)"
+[ -z "$failed" ] || echo "failed: $(echo $failed)"
+
+# Images the run leaves must still be clean ext4 (once the daemons have let them go).
+for i in test scratch; do
+	for _ in $(seq 300); do fuser -s "$dir/images/$i.img" 2>/dev/null || break; sleep 0.2; done
+	e2fsck -fn "$dir/images/$i.img" >"$dir/e2fsck-$i.log" 2>&1 ||
+		echo "xfstests.sh: e2fsck -fn $i.img found errors; see $dir/e2fsck-$i.log"
+done
+
+status=0
+if [ -f "$expected" ]; then
+	for t in $failed; do
+		if ! grep -q "^$t\b" "$expected"; then
+			echo "unexpected failure: $t (see $src/results/$t.out.bad and .full)"
+			status=1
+		fi
+	done
+	for t in $(grep -o '^[a-z0-9]*/[0-9]*' "$expected"); do
+		if names Ran | grep -qx "$t" && ! printf '%s\n' $failed | grep -qx "$t"; then
+			echo "expected to fail but passed: $t (remove it from $expected)"
+		fi
+	done
+elif [ -n "$failed" ]; then
+	status=1
+fi
+exit $status
