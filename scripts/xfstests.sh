@@ -59,6 +59,8 @@ if [ -z "${LANEFS_BIN:-}" ]; then
 	(cd "$root" && cargo build --release -q -p lanefs-cli)
 	LANEFS_BIN=$root/target/release/lanefs
 fi
+# Installed for this run only (the test suites install their own).
+[ -e /sbin/mount.fuse.lanefs ] || trap 'rm -f /sbin/mount.fuse.lanefs' EXIT
 ln -sf "$(readlink -f "$LANEFS_BIN")" /sbin/mount.fuse.lanefs
 
 # fstests' users and group.

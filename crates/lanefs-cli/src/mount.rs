@@ -22,6 +22,10 @@ const WRITEBACK_WAIT: Duration = Duration::from_secs(600);
 
 /// `lanefs mount IMAGE MOUNTPOINT [-o OPTS] [-f]`.
 pub fn mount(a: &MountArgs) -> CmdResult<i32> {
+    let opts: Vec<&str> = a.options.iter().flat_map(|o| o.split(',')).collect();
+    if opts.contains(&"remount") {
+        return remount(&a.mountpoint, &opts);
+    }
     let mut cfg = MountConfig::default();
     for o in &a.options {
         cfg.parse(o)
@@ -39,6 +43,55 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
     run(&mp, &cfg, a.foreground, |mp, cfg, ready| {
         serve(&image, mp, cfg, ready)
     })
+}
+
+/// `mount -o remount,ro|rw MOUNTPOINT` (mount(8) runs the helper with the options and
+/// the mount point): write everything back first when going read-only, then have the
+/// kernel flip the mount (MS_REMOUNT; FUSE takes the read-only flag and the VFS flags
+/// and ignores the rest, as it does for every FUSE file system). The daemon keeps
+/// serving; it notices a read-only mount and updates no access time there.
+fn remount(target: &Path, opts: &[&str]) -> CmdResult<i32> {
+    use rustix::mount::MountFlags;
+    let mp = target.canonicalize().ctx(target.display())?;
+    match lanefs_fuse::mount_source(&mp) {
+        Some((_, kind)) if kind == format!("fuse.{SUBTYPE}") => {}
+        _ => {
+            return Err(Failure::new(
+                mp.display(),
+                Error::msg("remount: not a lanefs mount"),
+            ))
+        }
+    }
+    let mut flags = MountFlags::empty();
+    let mut ro = lanefs_fuse::mountinfo::read_only(&mp);
+    for o in opts {
+        match *o {
+            "ro" => ro = true,
+            "rw" => ro = false,
+            "nosuid" => flags |= MountFlags::NOSUID,
+            "nodev" => flags |= MountFlags::NODEV,
+            "noexec" => flags |= MountFlags::NOEXEC,
+            "noatime" => flags |= MountFlags::NOATIME,
+            "nodiratime" => flags |= MountFlags::NODIRATIME,
+            "sync" => flags |= MountFlags::SYNCHRONOUS,
+            "dirsync" => flags |= MountFlags::DIRSYNC,
+            // The rest (the engine's and FUSE's own options) cannot change on a live
+            // mount; mount(8) passes them along, and the kernel ignores them too.
+            _ => {}
+        }
+    }
+    if ro {
+        flags |= MountFlags::RDONLY;
+        // Everything written so far reaches the image before the mount turns read-only.
+        let dir = std::fs::File::open(&mp).ctx(mp.display())?;
+        rustix::fs::syncfs(&dir)
+            .map_err(std::io::Error::from)
+            .ctx(mp.display())?;
+    }
+    rustix::mount::mount_remount(&mp, flags, c"")
+        .map_err(std::io::Error::from)
+        .ctx(mp.display())?;
+    Ok(0)
 }
 
 /// `lanefs memfs MOUNTPOINT [-o OPTS] [-f]`: the in-memory ceiling, served as `mount`

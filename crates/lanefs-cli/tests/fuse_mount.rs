@@ -565,6 +565,37 @@ fn mount_helper_for_mount_8_and_fstab() {
         "{line}"
     );
     fs::write(dir.join("hello"), b"from mount(8)").unwrap();
+    // remount,ro and back, as ext4: writes refused with EROFS while read-only (what was
+    // written before is in the image), reads still served; rw again writes.
+    let remount = |how: &str| {
+        let out = run(Command::new("mount").args(["-o", how]).arg(&dir));
+        assert!(
+            out.status.success(),
+            "mount -o {how}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    remount("remount,ro");
+    let opts = fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        opts.lines()
+            .any(|l| l.contains(dir.to_str().unwrap()) && l.contains(" ro,")),
+        "{opts}"
+    );
+    let refused = fs::write(dir.join("not"), b"x").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS));
+    assert_eq!(fs::read(dir.join("hello")).unwrap(), b"from mount(8)");
+    let out = run(Command::new(LANEFS)
+        .arg("mount")
+        .arg(&img)
+        .arg(t.path())
+        .args(["-o", "remount,ro"]));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a lanefs mount"),
+        "{out:?}"
+    );
+    remount("remount,rw");
+    fs::write(dir.join("again"), b"rw").unwrap();
     let out = run(Command::new("umount").arg(&dir));
     assert!(
         out.status.success(),
@@ -968,6 +999,50 @@ fn file_handles_reopen_after_the_caches_drop() {
         Some(libc::ESTALE)
     );
     drop((f, d));
+    m.umount();
+    e2fsck_clean(&img);
+}
+
+/// `umount` (the kernel's, as fstests and scripts use) returns while the daemon still
+/// writes back; a `lanefs mount` of the same image right after waits for it and mounts,
+/// rather than failing as "in use by another lanefs". A second mount while the first
+/// still serves is refused.
+#[test]
+fn a_mount_right_after_umount_waits_for_the_old_daemon() {
+    if !fuse_ready("a_mount_right_after_umount_waits_for_the_old_daemon") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("w.img");
+    mkfs(&img, "1G", &[]);
+    let dir = t.path().join("mnt");
+    for round in 0..3 {
+        let m = Mount::new(&img, &dir, "commit=600");
+        // Dirty data the daemon writes back only at its unmount.
+        let data = vec![round as u8 + 1; 1 << 20];
+        let mut f = fs::File::create(m.path(&format!("f{round}"))).unwrap();
+        for _ in 0..300 {
+            f.write_all(&data).unwrap();
+        }
+        drop(f);
+        let other = t.path().join("other");
+        fs::create_dir_all(&other).unwrap();
+        let busy = run(Command::new(LANEFS).arg("mount").arg(&img).arg(&other));
+        assert!(
+            !busy.status.success()
+                && String::from_utf8_lossy(&busy.stderr).contains("in use by another lanefs"),
+            "a second mount while the first serves: {busy:?}"
+        );
+        let out = run(Command::new("umount").arg(&dir));
+        assert!(out.status.success(), "umount: {out:?}");
+        m.forget();
+    }
+    let m = Mount::new(&img, &dir, "");
+    for round in 0..3u8 {
+        let got = fs::read(m.path(&format!("f{round}"))).unwrap();
+        assert_eq!(got.len(), 300 << 20);
+        assert!(got.iter().all(|&b| b == round + 1), "f{round}");
+    }
     m.umount();
     e2fsck_clean(&img);
 }

@@ -17,6 +17,7 @@
 pub mod frontend;
 pub mod log;
 pub mod memfs;
+pub mod mountinfo;
 pub mod options;
 pub mod serve;
 pub mod uring;

@@ -43,51 +43,7 @@ pub fn is_mount_point(path: &Path) -> bool {
     mount_source(path).is_some()
 }
 
-/// The source and file-system type of the mount at `path` (canonical), by
-/// /proc/self/mountinfo.
-pub fn mount_source(path: &Path) -> Option<(String, String)> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = path.as_os_str().as_bytes();
-    let mut found = None;
-    for line in info.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|&x| x == "-") else {
-            continue;
-        };
-        if f.len() < sep + 3 || f.len() < 5 {
-            continue;
-        }
-        if unescape(f[4]).as_slice() == want {
-            // The last mount on a path is the visible one.
-            found = Some((
-                String::from_utf8_lossy(&unescape(f[sep + 2])).into_owned(),
-                f[sep + 1].to_string(),
-            ));
-        }
-    }
-    found
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.
-fn unescape(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
-}
+pub use crate::mountinfo::mount_source;
 
 /// Mount `image` at `mountpoint` (canonical, from `preflight`) and serve it until it is
 /// unmounted (umount, `fusermount3 -u`, `lanefs umount`) or the daemon gets SIGINT,
@@ -108,7 +64,7 @@ pub fn serve(
         }
     };
     let checks = cfg.kernel_checks_permissions();
-    let frontend = LaneFuse::new(fs.clone(), cfg, checks);
+    let frontend = LaneFuse::new(fs.clone(), cfg, checks).with_mountpoint(mountpoint);
     let slot = frontend.notifier_slot();
     let fsname = cfg
         .fsname

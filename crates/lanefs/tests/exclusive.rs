@@ -232,3 +232,42 @@ fn mmp_claims_and_refuses() {
     mmp_write(&img, SEQ_CLEAN, b"othernode");
     assert_fsck_clean(&img);
 }
+
+/// An open that finds the image held by a writer that is closing (its unmount has begun:
+/// `BlockDevice::closing`) waits for it instead of failing, as a mount right after an
+/// unmount must; a holder that is not closing is still refused after half a second.
+/// Runs without root: two opens of one image file in this process conflict as two
+/// processes would (flock and the live mark belong to each open file description).
+#[test]
+fn an_open_waits_for_a_closing_holder() {
+    use lanefs::{BlockDevice, FileDevice};
+    use std::time::{Duration, Instant};
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("c.img");
+    drop(FileDevice::create(&img, 8 << 20).unwrap());
+    let held = FileDevice::open(&img, false).unwrap();
+    let start = Instant::now();
+    let refused = FileDevice::open(&img, false).err().expect("held: refused");
+    assert!(
+        refused.to_string().contains("in use by another lanefs"),
+        "{refused}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let reader = FileDevice::open(&img, true)
+        .err()
+        .expect("held: reader refused");
+    assert!(reader.to_string().contains("open for writing"), "{reader}");
+    held.closing();
+    let start = Instant::now();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(held);
+    });
+    let next = FileDevice::open(&img, false).expect("waited for the closing holder");
+    let waited = start.elapsed();
+    releaser.join().unwrap();
+    assert!(waited >= Duration::from_millis(1400), "{waited:?}");
+    // The new holder is live again: a third open is refused.
+    assert!(FileDevice::open(&img, false).is_err());
+    drop(next);
+}

@@ -51,6 +51,12 @@ pub struct LaneFuse {
     /// Where the session leaves its notifier once it exists: for changes the kernel
     /// cannot see (an ioctl that changes the change time).
     notifier: Arc<OnceLock<Notifier>>,
+    /// Where the kernel has the mount, to see a `remount,ro` (none: never read-only).
+    mountpoint: Option<std::path::PathBuf>,
+    /// Whether the kernel had the mount read-only when last looked at, and when that was
+    /// (milliseconds since `born`).
+    kernel_ro: (std::sync::atomic::AtomicBool, std::sync::atomic::AtomicU64),
+    born: std::time::Instant,
 }
 
 impl LaneFuse {
@@ -69,7 +75,32 @@ impl LaneFuse {
             posix_acl: kernel_checks,
             uring: None,
             notifier: Arc::new(OnceLock::new()),
+            mountpoint: None,
+            kernel_ro: Default::default(),
+            born: std::time::Instant::now(),
         }
+    }
+
+    /// The mount point the kernel will have this mount at.
+    pub fn with_mountpoint(mut self, mp: &std::path::Path) -> LaneFuse {
+        self.mountpoint = Some(mp.to_path_buf());
+        self
+    }
+
+    /// Whether the kernel has the mount read-only now (`mount -o remount,ro`, which the
+    /// daemon is not told of): looked up in /proc/self/mountinfo at most once a second.
+    fn kernel_read_only(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(mp) = &self.mountpoint else {
+            return false;
+        };
+        let now = self.born.elapsed().as_millis() as u64 + 1000;
+        let (ro, at) = &self.kernel_ro;
+        if now.saturating_sub(at.load(Relaxed)) >= 1000 {
+            ro.store(crate::mountinfo::read_only(mp), Relaxed);
+            at.store(now, Relaxed);
+        }
+        ro.load(Relaxed)
     }
 
     /// The slot the session's notifier goes in (set once the session exists).
@@ -242,6 +273,10 @@ impl LaneFuse {
     /// A read of `ino` succeeded: its access time as the mount's atime policy says (the
     /// kernel leaves atime to FUSE daemons). A failure to note it fails nothing.
     fn accessed(&self, ino: Ino) {
+        // A mount the kernel remounted read-only writes nothing, access times included.
+        if self.kernel_read_only() {
+            return;
+        }
         if let Err(e) = self.fs.touch_atime(ino) {
             let _ = self.errno("atime update", ino, e);
         }

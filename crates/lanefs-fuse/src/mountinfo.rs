@@ -1,0 +1,64 @@
+//! /proc/self/mountinfo, read for what a mount point shows: its source, its type, and
+//! whether the kernel has it read-only (after `mount -o remount,ro`).
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// The fields of the visible mount at `path` (canonical): its per-mount options, its
+/// type and its source.
+fn fields(path: &Path) -> Option<(String, String, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = path.as_os_str().as_bytes();
+    let mut found = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|&x| x == "-") else {
+            continue;
+        };
+        if f.len() < sep + 3 || f.len() < 6 {
+            continue;
+        }
+        if unescape(f[4]).as_slice() == want {
+            // The last mount on a path is the visible one.
+            found = Some((
+                f[5].to_string(),
+                f[sep + 1].to_string(),
+                String::from_utf8_lossy(&unescape(f[sep + 2])).into_owned(),
+            ));
+        }
+    }
+    found
+}
+
+/// The source and file-system type of the mount at `path` (canonical), by
+/// /proc/self/mountinfo.
+pub fn mount_source(path: &Path) -> Option<(String, String)> {
+    fields(path).map(|(_, kind, source)| (source, kind))
+}
+
+/// Whether the kernel holds the mount at `path` read-only (its per-mount options say
+/// `ro`); false when `path` is not a mount point.
+pub fn read_only(path: &Path) -> bool {
+    fields(path).is_some_and(|(opts, _, _)| opts.split(',').any(|o| o == "ro"))
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.
+fn unescape(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
