@@ -65,7 +65,7 @@ fn image_home(need: u64) -> PathBuf {
     let free = (unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } == 0).then(|| {
         // SAFETY: statvfs returned 0, so it initialised `st`.
         let st = unsafe { st.assume_init() };
-        st.f_bavail as u64 * st.f_frsize as u64
+        st.f_bavail.saturating_mul(st.f_frsize)
     });
     if shm.is_dir() && free.is_some_and(|f| f >= need) {
         shm.to_path_buf()

@@ -214,13 +214,9 @@ fn attributes_and_names_are_fresh_with_caching_on() {
     fs::write(m.path("n-src"), b"y").unwrap();
     fs::rename(m.path("n-src"), m.path("n-renamed")).unwrap();
     let fifo = cstr(&m.path("n-fifo"));
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) },
-        0,
-        "{}",
-        errno()
-    );
+    // SAFETY: `fifo` is a valid NUL-terminated path that outlives the call.
+    let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
+    assert_eq!(made, 0, "{}", errno());
     for n in names {
         assert!(fs::symlink_metadata(m.path(n)).is_ok(), "{n}");
     }
