@@ -146,22 +146,102 @@ impl ExtentMap {
                 .is_none_or(|(k, _)| u64::from(*k) >= end)
     }
 
-    /// Split so that an extent boundary falls at `lblk`.
-    fn split_at(&mut self, lblk: u32) {
-        if let Some(e) = self.find(lblk) {
-            if e.lblk < lblk {
-                self.touch(e.lblk);
-                let head = lblk - e.lblk;
-                self.map.insert(e.lblk, Extent { len: head, ..e });
-                let tail = Extent {
-                    lblk,
-                    len: e.len - head,
-                    pblk: e.pblk + u64::from(head),
-                    unwritten: e.unwritten,
-                };
-                self.map.insert(lblk, tail);
-            }
+    /// Split the extent containing `lblk` so that an extent boundary falls there; returns
+    /// whether it split one. The mapping stays the same, in one record more
+    /// ([`ExtentMap::join_at`] undoes it).
+    pub fn split_at(&mut self, lblk: u32) -> bool {
+        let Some(e) = self.find(lblk).filter(|e| e.lblk < lblk) else {
+            return false;
+        };
+        self.touch(e.lblk);
+        let head = lblk - e.lblk;
+        self.map.insert(e.lblk, Extent { len: head, ..e });
+        let tail = Extent {
+            lblk,
+            len: e.len - head,
+            pblk: e.pblk + u64::from(head),
+            unwritten: e.unwritten,
+        };
+        self.map.insert(lblk, tail);
+        debug_assert!(head > 0 && tail.len > 0);
+        true
+    }
+
+    /// Merge the extent starting at `lblk` into the one before it when the two continue
+    /// each other (logically and physically, same written state, a length the format
+    /// holds); returns whether it did. The mapping stays the same.
+    pub fn join_at(&mut self, lblk: u32) -> bool {
+        let Some(e) = self.map.get(&lblk).copied() else {
+            return false;
+        };
+        let Some(p) = self.map.range(..lblk).next_back().map(|(_, p)| *p) else {
+            return false;
+        };
+        if !mergeable(&p, &e) {
+            return false;
         }
+        self.map.remove(&lblk);
+        self.touch(p.lblk);
+        self.map.insert(
+            p.lblk,
+            Extent {
+                len: p.len + e.len,
+                ..p
+            },
+        );
+        true
+    }
+
+    /// Move every extent starting at or after `from` down by `by` blocks (the left shift
+    /// of ext4's `ext4_ext_shift_extents`, for FALLOC_FL_COLLAPSE_RANGE). The `by` blocks
+    /// below `from` must be a hole; the first extent moved merges with the one before it
+    /// when the two continue each other, as ext4 merges them.
+    pub fn shift_down(&mut self, from: u32, by: u32) {
+        assert!(by <= from, "shift of {by} blocks down from block {from}");
+        debug_assert!(
+            self.range_is_hole(from - by, by),
+            "shift down onto mapped blocks {}..{from}",
+            from - by
+        );
+        let tail = self.map.split_off(&from);
+        let Some(&first) = tail.keys().next() else {
+            return;
+        };
+        self.touch(first - by);
+        for (k, e) in tail {
+            self.map.insert(k - by, Extent { lblk: k - by, ..e });
+        }
+        self.join_at(first - by);
+    }
+
+    /// Move every extent starting at or after `from` up by `by` blocks, leaving a hole of
+    /// `by` blocks at `from` (the right shift of `ext4_ext_shift_extents`, for
+    /// FALLOC_FL_INSERT_RANGE). No extent may straddle `from` (split it first), and the last
+    /// one must still end at or below block 2^32 - 1 (the caller checks: EINVAL in ext4).
+    pub fn shift_up(&mut self, from: u32, by: u32) {
+        debug_assert!(
+            self.find(from).is_none_or(|e| e.lblk == from),
+            "shift up from block {from} inside an extent"
+        );
+        assert!(
+            self.end() + u64::from(by) <= u64::from(u32::MAX),
+            "shift of {by} blocks up past the last logical block"
+        );
+        let tail = self.map.split_off(&from);
+        let Some(&first) = tail.keys().next() else {
+            return;
+        };
+        // Every extent from `first` on moves: the tree changes from its old place.
+        self.touch(first);
+        for (k, e) in tail {
+            self.map.insert(k + by, Extent { lblk: k + by, ..e });
+        }
+    }
+
+    /// Forget what the last store wrote: the next one rewrites the whole tree (after a
+    /// store that failed part way, when the tree's blocks no longer say what they hold).
+    pub fn mark_all_changed(&mut self) {
+        self.dirty_from = 0;
     }
 
     /// Split extents at `start` and `end`; returns the keys of the extents inside.
@@ -259,5 +339,42 @@ mod tests {
         let freed = m.remove_range(1, 12);
         assert_eq!(freed, vec![(101, 3), (200, 1), (201, 1)]);
         assert_eq!(m.mapped_blocks(), 1 + 1 + 2);
+    }
+
+    #[test]
+    fn split_join_and_shifts_keep_the_mapping_and_mark_the_change() {
+        let mut m = ExtentMap::default();
+        m.insert(e(0, 4, 100, false));
+        m.insert(e(10, 6, 200, true));
+        m.insert(e(20, 2, 300, false));
+        m.mark_stored();
+        // A split changes the records, not the mapping; a join puts them back.
+        assert!(m.split_at(12));
+        assert!(!m.split_at(12) && !m.split_at(7));
+        assert_eq!((m.len(), m.map(13)), (4, Mapping::Mapped(203, true, 3)));
+        assert_eq!(m.dirty_from(), 10);
+        assert!(m.join_at(12) && !m.join_at(20));
+        assert_eq!(m.len(), 3);
+        // Collapse of blocks 4..10 (a hole): what follows moves down 6, and the extent at
+        // 10 does not merge with the one at 0 (not physically contiguous).
+        m.mark_stored();
+        m.shift_down(10, 6);
+        assert_eq!(m.map(4), Mapping::Mapped(200, true, 6));
+        assert_eq!(m.map(14), Mapping::Mapped(300, false, 2));
+        assert_eq!(m.dirty_from(), 4);
+        // Insert of 3 blocks at 4: a hole there, the rest up.
+        m.mark_stored();
+        m.shift_up(4, 3);
+        assert_eq!(m.map(4), Mapping::Hole(3));
+        assert_eq!(m.map(7), Mapping::Mapped(200, true, 6));
+        assert_eq!(m.end(), 19);
+        assert_eq!(m.dirty_from(), 4);
+        // A shift down that brings contiguous blocks together merges them.
+        let mut m = ExtentMap::default();
+        m.insert(e(0, 2, 100, false));
+        m.insert(e(5, 3, 102, false));
+        m.shift_down(5, 3);
+        assert_eq!((m.len(), m.map(0)), (1, Mapping::Mapped(100, false, 5)));
+        assert_eq!(m.mapped_blocks(), 5);
     }
 }

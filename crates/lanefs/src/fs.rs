@@ -31,6 +31,7 @@ mod orphan;
 mod rename;
 mod rt;
 pub use rt::MAX_EXTSIZE;
+mod shift;
 mod xattr;
 use std::sync::Arc;
 

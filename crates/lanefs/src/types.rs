@@ -184,7 +184,8 @@ pub struct StatFs {
     pub name_max: u32,
 }
 
-/// `fallocate` modes.
+/// `fallocate` modes. FALLOC_FL_COLLAPSE_RANGE and FALLOC_FL_INSERT_RANGE, which combine
+/// with no other flag, are calls of their own: `Fs::collapse_range` and `Fs::insert_range`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FallocMode {
     /// Do not change the file size (FALLOC_FL_KEEP_SIZE).
