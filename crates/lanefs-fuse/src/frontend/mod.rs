@@ -1055,6 +1055,31 @@ impl Filesystem for LaneFuse {
         reply: ReplyEmpty,
     ) {
         let i = to_ino(ino);
+        // Collapse and insert range: modes of their own, with no other flag beside them
+        // (vfs_fallocate: EOPNOTSUPP). Linux's fuse_file_fallocate (6.18 and before) refuses
+        // both with EOPNOTSUPP without asking the daemon, so `xfs_io -c fcollapse` on a
+        // mount fails in the kernel; a kernel or client that sends them gets ext4's
+        // behaviour here. The data from `offset` on moved and the size changed: the
+        // kernel's cached pages from there and its attributes are dropped (its dirty pages
+        // must reach the daemon before the request, as fuse_file_fallocate writes a
+        // punched range back first).
+        let shift = libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE;
+        if mode & shift != 0 {
+            let r = match mode {
+                libc::FALLOC_FL_COLLAPSE_RANGE => self.fs.collapse_range(i, offset, length),
+                libc::FALLOC_FL_INSERT_RANGE => self.fs.insert_range(i, offset, length),
+                _ => return reply.error(Errno::from_i32(libc::EOPNOTSUPP)),
+            };
+            if r.is_ok() {
+                if let Some(n) = self.notifier.get() {
+                    // Below s_maxbytes, or the engine refused it.
+                    let from = i64::try_from(offset).unwrap_or(0);
+                    let _ = n.inval_inode(INodeNo(to_node(i)), from, 0);
+                }
+            }
+            let r = r.and_then(|()| self.kill_privs(req, i));
+            return self.empty(reply, "fallocate", i, r);
+        }
         let known =
             libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
         if mode & !known != 0 {

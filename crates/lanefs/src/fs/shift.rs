@@ -210,7 +210,10 @@ impl Fs {
                 Err(Error::FileTooBig)
             }
             // ext4_ext_shift_extents: blocks mapped past the end (fallocated with
-            // KEEP_SIZE) must still fit below the last logical block.
+            // KEEP_SIZE) must still fit below the last logical block. ext4 finds this out
+            // after it has grown the size ("Expand file to avoid data loss if there is
+            // error while shifting": its shift may stop half way) and keeps the growth
+            // with the EINVAL; lanefs, shifting in one transaction, changes nothing.
             Shift::Insert if ext.end() + len / bs > EXT_MAX_BLOCKS => Err(Error::Invalid(
                 "insert range would move mapped blocks past the last logical block".into(),
             )),
