@@ -232,4 +232,3 @@ fn mmp_claims_and_refuses() {
     mmp_write(&img, SEQ_CLEAN, b"othernode");
     assert_fsck_clean(&img);
 }
-
