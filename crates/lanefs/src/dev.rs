@@ -87,9 +87,6 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> Result<()>;
     /// Size in bytes.
     fn size(&self) -> u64;
-    /// The file system on it has started to close (`Fs::unmount`): a device claimed by
-    /// path tells later opens to wait for it rather than fail (see `exclusive`).
-    fn closing(&self) {}
 }
 
 /// An image file or a block device opened by path, claimed for as long as it is open:
@@ -292,9 +289,6 @@ impl BlockDevice for FileDevice {
     }
     fn size(&self) -> u64 {
         self.size
-    }
-    fn closing(&self) {
-        exclusive::closing(&self.file);
     }
 }
 
@@ -510,9 +504,6 @@ impl BlockDevice for ErrorLatch {
     }
     fn size(&self) -> u64 {
         self.inner.size()
-    }
-    fn closing(&self) {
-        self.inner.closing()
     }
 }
 

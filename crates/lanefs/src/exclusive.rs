@@ -13,15 +13,6 @@
 //! - A block device opened read-write is opened with `O_EXCL`: the kernel refuses that
 //!   while the device is mounted, and refuses to mount it while lanefs holds it.
 //!
-//! - A holder of an image file marks itself live with an open-file-description lock on
-//!   its first byte (shared for readers, exclusive for a writer; `fcntl` locks, which
-//!   Linux keeps apart from `flock`), and gives the mark up when it starts to close
-//!   ([`BlockDevice::closing`](crate::BlockDevice::closing), called by `Fs::unmount`). A
-//!   new open that finds the `flock` taken and the mark free waits for the closing
-//!   holder to finish writing back (at most `CLOSING_PATIENCE`) instead of failing: so
-//!   a mount right after `umount`, while the old daemon still writes back, waits as it
-//!   would for the kernel's ext4.
-//!
 //! Read-only opens of a mounted image or device are allowed, as `debugfs` allows them:
 //! nothing is written, and the journal is replayed in memory only.
 
@@ -46,14 +37,6 @@ pub fn claim(file: &File, path: &Path, read_only: bool) -> Result<Claim> {
         return Ok(Claim::default());
     }
     lock(file, path, read_only)?;
-    mark(
-        file,
-        if read_only {
-            libc::F_RDLCK
-        } else {
-            libc::F_WRLCK
-        },
-    );
     if read_only {
         return Ok(Claim::default());
     }
@@ -114,57 +97,7 @@ pub fn busy_device(path: &Path) -> Error {
 /// image can stay held for that window; a real second writer holds it far longer.
 const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Whether an open waits for a closing holder. Off: `exclusive_race` showed a racing
-/// `lanefs cp` then waits for the winner instead of failing (the live mark needs a
-/// second look before it is trusted); the mark is still kept.
-const WAIT_FOR_CLOSING: bool = false;
-
-/// How long a holder that is closing (writing back after its unmount) is waited for.
-const CLOSING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// Set (`F_RDLCK`, `F_WRLCK`) or drop (`F_UNLCK`) the live mark on the first byte of
-/// `file`, an open-file-description lock that never waits. Best effort: a file system
-/// without such locks leaves no mark, and then a closing holder is not waited for.
-#[allow(unsafe_code)] // open-file-description locks: no safe wrapper has them
-fn mark(file: &File, kind: i32) {
-    use std::os::fd::AsRawFd;
-    let mut l = live_byte(kind);
-    // SAFETY: fcntl with F_OFD_SETLK reads the flock struct `l` points to, which lives
-    // across the call; the descriptor is `file`'s own.
-    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) };
-}
-
-/// The flock struct for the live mark: byte 0, length 1.
-#[allow(unsafe_code)] // open-file-description locks: no safe wrapper has them
-fn live_byte(kind: i32) -> libc::flock {
-    // SAFETY: flock is plain old data; all zeroes is a valid value of it.
-    let mut l: libc::flock = unsafe { std::mem::zeroed() };
-    l.l_type = kind as i16;
-    l.l_whence = libc::SEEK_SET as i16;
-    l.l_start = 0;
-    l.l_len = 1;
-    l
-}
-
-/// Whether another open of the image holds the live mark (false also when it cannot be
-/// told: then the holder counts as closing).
-#[allow(unsafe_code)] // open-file-description locks: no safe wrapper has them
-fn holder_live(file: &File) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut l = live_byte(libc::F_WRLCK);
-    // SAFETY: F_OFD_GETLK reads and fills the flock struct `l`, which lives across the
-    // call; the descriptor is `file`'s own.
-    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut l) };
-    r == 0 && l.l_type != libc::F_UNLCK as i16
-}
-
-/// Give up `file`'s live mark: its holder is closing (see the module's docs).
-pub fn closing(file: &File) {
-    mark(file, libc::F_UNLCK);
-}
-
-/// flock the image: exclusive for writing, shared for reading; busy after `LOCK_PATIENCE`
-/// unless the holder is closing (its live mark is gone), which is waited for.
+/// flock the image: exclusive for writing, shared for reading; busy after `LOCK_PATIENCE`.
 fn lock(file: &File, path: &Path, read_only: bool) -> Result<()> {
     let start = std::time::Instant::now();
     loop {
@@ -175,12 +108,7 @@ fn lock(file: &File, path: &Path, read_only: bool) -> Result<()> {
         };
         match r {
             Ok(()) => return Ok(()),
-            Err(std::fs::TryLockError::WouldBlock)
-                if start.elapsed() < LOCK_PATIENCE
-                    || (WAIT_FOR_CLOSING
-                        && start.elapsed() < CLOSING_PATIENCE
-                        && !holder_live(file)) =>
-            {
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_PATIENCE => {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
             Err(std::fs::TryLockError::WouldBlock) => {

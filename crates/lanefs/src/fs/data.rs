@@ -636,8 +636,6 @@ impl Fs {
         if self.read_only {
             return Ok(());
         }
-        // From here an open of the image waits for this one to finish instead of failing.
-        self.dev.closing();
         self.check_io()?;
         self.stop_timer();
         for i in self.icache.all() {
