@@ -4,7 +4,7 @@
 //! umask, chmod of a file with an ACL, reads by another user only an ACL entry lets in,
 //! set-group-ID clearing) and inode flags (`chattr`/`lsattr`: immutable and append-only
 //! files and directories refusing what ext4 refuses, the recorded flags). The kernel then
-//! reads what lanefs stored.
+//! reads what lanefs stored. RENAME_WHITEOUT is compared the same way, from Rust.
 
 mod fuse_common;
 
@@ -268,4 +268,107 @@ fn chattr_behaves_as_on_kernel_ext4() {
     }
     m.umount();
     e2fsck_clean(&img);
+}
+
+/// renameat2 with RENAME_WHITEOUT (overlayfs's copy-up) in `d`: every result and what
+/// each name is after, as lines (errors by name, so both file systems print alike).
+fn whiteout_probe(d: &Path) -> String {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    use std::fmt::Write;
+    use std::os::unix::fs::{chown, MetadataExt, PermissionsExt};
+    let (wo, nr, ex) = (
+        RenameFlags::WHITEOUT,
+        RenameFlags::NOREPLACE,
+        RenameFlags::EXCHANGE,
+    );
+    let mut out = String::new();
+    let rn = |out: &mut String, a: &str, b: &str, f: RenameFlags| {
+        let r = renameat_with(CWD, d.join(a), CWD, d.join(b), f);
+        writeln!(out, "rename {a} {b} {f:?}: {r:?}").unwrap();
+    };
+    let show = |out: &mut String, p: &str| {
+        let line = match std::fs::symlink_metadata(d.join(p)) {
+            Ok(m) => format!(
+                "mode {:o} rdev {:x} uid {} gid {} nlink {} size {}",
+                m.mode(),
+                m.rdev(),
+                m.uid(),
+                m.gid(),
+                m.nlink(),
+                m.size()
+            ),
+            Err(e) => format!("{:?}", e.kind()),
+        };
+        writeln!(out, "{p}: {line}").unwrap();
+    };
+    std::fs::write(d.join("a"), b"data").unwrap();
+    rn(&mut out, "a", "b", wo);
+    show(&mut out, "a");
+    show(&mut out, "b");
+    // NOREPLACE too: an existing target refuses and nothing changes.
+    std::fs::write(d.join("c"), b"target").unwrap();
+    rn(&mut out, "b", "c", wo | nr);
+    show(&mut out, "b");
+    // Replacing a target.
+    rn(&mut out, "b", "c", wo);
+    show(&mut out, "b");
+    show(&mut out, "c");
+    writeln!(out, "c holds {:?}", std::fs::read(d.join("c")).unwrap()).unwrap();
+    // A directory leaves a set-group-ID directory: the whiteout takes its group.
+    std::fs::create_dir_all(d.join("sg/dir/x")).unwrap();
+    chown(d.join("sg"), Some(0), Some(65534)).unwrap();
+    std::fs::set_permissions(d.join("sg"), std::fs::Permissions::from_mode(0o2775)).unwrap();
+    rn(&mut out, "sg/dir", "moved", wo);
+    for p in ["sg", "sg/dir", "moved", "moved/x"] {
+        show(&mut out, p);
+    }
+    // With EXCHANGE the VFS refuses; a whiteout is renamed and removed as any node.
+    rn(&mut out, "c", "moved", ex | wo);
+    rn(&mut out, "a", "a2", RenameFlags::empty());
+    show(&mut out, "a2");
+    writeln!(out, "unlink a2: {:?}", std::fs::remove_file(d.join("a2"))).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    writeln!(out, "names: {names:?}").unwrap();
+    out
+}
+
+#[test]
+fn rename_whiteout_as_on_kernel_ext4() {
+    if !fuse_ready("rename_whiteout_as_on_kernel_ext4") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, kimg) = (t.path().join("l.img"), t.path().join("k.img"));
+    mkfs(&img, "64M", &[]);
+    mkfs(&kimg, "64M", &[]);
+    let kdir = t.path().join("k");
+    std::fs::create_dir_all(&kdir).unwrap();
+    let out = run(Command::new("mount")
+        .args(["-t", "ext4", "-o", "loop"])
+        .arg(&kimg)
+        .arg(&kdir));
+    assert!(out.status.success(), "kernel mount: {out:?}");
+    let want = whiteout_probe(&kdir);
+    let _ = run(Command::new("umount").arg(&kdir));
+    let m = Mount::new(&img, &t.path().join("mnt"), "allow_other");
+    let got = whiteout_probe(&m.dir);
+    m.umount();
+    assert_eq!(got, want, "lanefs (left) and kernel ext4 (right) differ");
+    assert!(
+        want.contains("sg/dir: mode 20000 rdev 0 uid 0 gid 65534"),
+        "{want}"
+    );
+    e2fsck_clean(&img);
+    // The kernel reads the whiteouts lanefs wrote.
+    let seen = with_kernel_mount(&img, &kdir, |d| {
+        std::fs::symlink_metadata(d.join("b")).map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.mode(), m.rdev())
+        })
+    });
+    assert_eq!(seen.unwrap(), (0o20000, 0));
 }

@@ -207,6 +207,16 @@ pub enum RenameMode {
     NoReplace,
     /// Swap source and target, both of which must exist (RENAME_EXCHANGE).
     Exchange,
+    /// Rename, and leave a whiteout in the source's place (RENAME_WHITEOUT, which
+    /// overlayfs uses): a character device 0:0 with permission bits 0, owned by `owner`
+    /// as any new inode in the source directory. With `noreplace`, an existing target
+    /// fails with `Error::Exists` (RENAME_NOREPLACE too).
+    Whiteout {
+        /// Also RENAME_NOREPLACE.
+        noreplace: bool,
+        /// Who renames: the whiteout's owner.
+        owner: Owner,
+    },
 }
 
 /// When reads update an inode's access time (the mount's atime flags).

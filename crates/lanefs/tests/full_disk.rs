@@ -6,7 +6,7 @@
 mod common;
 
 use lanefs::mkfs::{format, MkfsOptions};
-use lanefs::{Error, FallocMode, FileDevice, Fs, MountOptions, Owner, ROOT_INO};
+use lanefs::{Error, FallocMode, FileDevice, Fs, MountOptions, Owner, RenameMode, ROOT_INO};
 use std::sync::Arc;
 
 fn mount(img: &std::path::Path) -> Arc<Fs> {
@@ -266,6 +266,26 @@ fn an_inode_freed_after_they_ran_out_is_reused_without_a_remount() {
     assert_eq!(
         fs.create(ROOT_INO, b"more", 0o644, o).unwrap_err(),
         Error::NoSpace
+    );
+    // A rename that leaves a whiteout needs an inode too: it fails whole.
+    let whiteout = RenameMode::Whiteout {
+        noreplace: false,
+        owner: o,
+    };
+    assert_eq!(
+        fs.rename_with(ROOT_INO, b"again", ROOT_INO, b"moved", whiteout),
+        Err(Error::NoSpace)
+    );
+    assert_eq!(fs.lookup(ROOT_INO, b"again").unwrap().ino, a.ino);
+    assert_eq!(fs.lookup(ROOT_INO, b"moved"), Err(Error::NotFound));
+    fs.unlink(ROOT_INO, b"f00008").unwrap();
+    fs.sync().unwrap();
+    fs.rename_with(ROOT_INO, b"again", ROOT_INO, b"moved", whiteout)
+        .unwrap();
+    let w = fs.lookup(ROOT_INO, b"again").unwrap();
+    assert_eq!(
+        (w.kind, w.perm, w.rdev),
+        (lanefs::FileType::CharDevice, 0, 0)
     );
     fs.unmount().unwrap();
     common::assert_fsck_clean(&img);

@@ -632,7 +632,7 @@ impl Filesystem for LaneFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         n: &OsStr,
         newparent: INodeNo,
@@ -645,14 +645,22 @@ impl Filesystem for LaneFuse {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return reply.error(e),
         };
+        // The VFS has checked the combinations (EXCHANGE alone) and CAP_MKNOD for a
+        // whiteout; anything else is a flag lanefs does not know.
+        let whiteout = RenameFlags::RENAME_WHITEOUT;
+        let noreplace = RenameFlags::RENAME_NOREPLACE;
         let mode = if flags.is_empty() {
             RenameMode::Replace
-        } else if flags == RenameFlags::RENAME_NOREPLACE {
+        } else if flags == noreplace {
             RenameMode::NoReplace
         } else if flags == RenameFlags::RENAME_EXCHANGE {
             RenameMode::Exchange
+        } else if flags == whiteout || flags == whiteout | noreplace {
+            RenameMode::Whiteout {
+                noreplace: flags.contains(noreplace),
+                owner: owner(req, 0),
+            }
         } else {
-            // RENAME_WHITEOUT is for overlay file systems; ext4 supports it, lanefs not yet.
             return reply.error(Errno::EINVAL);
         };
         let r = self.fs.rename_with(dir, n, newdir, newname, mode);

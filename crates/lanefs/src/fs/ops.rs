@@ -444,65 +444,17 @@ impl Fs {
             return Err(Error::NotPermitted);
         }
         let kind = FileType::from_mode(mode).ok_or_else(|| Error::Invalid("mode".into()))?;
-        // As inode_init_owner: in a set-group-ID directory the new inode takes the
-        // directory's group, and a new directory keeps the bit.
-        let (mut mode, mut owner) = (mode, owner);
-        if dst.d.mode() & S_ISGID != 0 {
-            owner.gid = dst.d.gid();
-            if kind == FileType::Directory {
-                mode |= S_ISGID;
-            }
-        }
         if kind == FileType::Directory && self.dir_links_full(&dst) {
             return Err(Error::TooManyLinks);
         }
-        // A symlink's mode is fixed; other inodes take the directory's default ACL or
-        // the caller's umask.
-        let acls = if kind == FileType::Symlink {
-            Default::default()
-        } else {
-            self.acls_for_new(dir, &dst, &mut mode, owner.umask)?
-        };
         let h = self.journal.start();
-        let want = crate::ialloc::Want {
-            parent_ino: dir,
-            parent_group: self.al.geo.group_of_inode(dir),
-            last: &d.last_group,
-            is_dir: kind == FileType::Directory,
-            top: dir == ROOT_INO,
-            name,
-        };
-        let ino = self.ial.alloc(&h, &self.al, want)?;
-        let claim = match self.icache.begin_new(ino) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = self
-                    .ial
-                    .free(&h, &self.al, ino, kind == FileType::Directory);
-                return Err(e);
-            }
-        };
         // One clock read for the new inode's times and the directory's mtime and ctime
         // (the kernel's coarse clock gives them one value too).
         let t = now();
-        let mut cst = self.init_inode(
-            ino,
-            mode,
-            owner,
-            rdev,
-            kind,
-            target.is_some_and(|t| t.len() >= 60),
-            t,
-        );
-        self.inherit_rt(&dst, kind, &mut cst);
-        let res = self
-            .fill_new(&h, ino, &mut cst, dir, kind, target)
-            .and_then(|_| self.store_new_acls(&h, ino, &mut cst, acls))
-            .and_then(|_| {
-                let ft = kind.dirent_code();
-                ctx.add_vacant(&h, dir, &mut dst, name, ino, ft, vacancy)
-            });
-        if let Err(e) = res {
+        let (ino, mut cst, claim) =
+            self.new_inode(&h, &d, &dst, name, mode, rdev, owner, target, t)?;
+        let ft = kind.dirent_code();
+        if let Err(e) = ctx.add_vacant(&h, dir, &mut dst, name, ino, ft, vacancy) {
             self.undo_new(&h, ino, &mut cst, kind);
             // The directory may have grown (a leaf split) before the failure: persist it.
             self.store(&h, &d, &mut dst)?;
@@ -524,6 +476,77 @@ impl Fs {
             new.open.store(1, Ordering::Release);
         }
         Ok((attr, claim.finish(new)))
+    }
+
+    /// A new inode for `name` in directory `d` (locked as `dst`), allocated and initialised
+    /// in `h` but linked nowhere: mode and owner as inode_init_owner and the directory's
+    /// default ACL make them, a directory's first block or a symlink's target written. On
+    /// error nothing stays allocated.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new_inode<'c>(
+        &'c self,
+        h: &Handle,
+        d: &Inode,
+        dst: &InodeState,
+        name: &[u8],
+        mode: u16,
+        rdev: u32,
+        owner: Owner,
+        target: Option<&[u8]>,
+        t: Timespec,
+    ) -> Result<(Ino, InodeState, NewInode<'c>)> {
+        let dir = d.ino;
+        let kind = FileType::from_mode(mode).ok_or_else(|| Error::Invalid("mode".into()))?;
+        // As inode_init_owner: in a set-group-ID directory the new inode takes the
+        // directory's group, and a new directory keeps the bit.
+        let (mut mode, mut owner) = (mode, owner);
+        if dst.d.mode() & S_ISGID != 0 {
+            owner.gid = dst.d.gid();
+            if kind == FileType::Directory {
+                mode |= S_ISGID;
+            }
+        }
+        // A symlink's mode is fixed; other inodes take the directory's default ACL or
+        // the caller's umask.
+        let acls = if kind == FileType::Symlink {
+            Default::default()
+        } else {
+            self.acls_for_new(dir, dst, &mut mode, owner.umask)?
+        };
+        let want = crate::ialloc::Want {
+            parent_ino: dir,
+            parent_group: self.al.geo.group_of_inode(dir),
+            last: &d.last_group,
+            is_dir: kind == FileType::Directory,
+            top: dir == ROOT_INO,
+            name,
+        };
+        let ino = self.ial.alloc(h, &self.al, want)?;
+        let claim = match self.icache.begin_new(ino) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.ial.free(h, &self.al, ino, kind == FileType::Directory);
+                return Err(e);
+            }
+        };
+        let mut cst = self.init_inode(
+            ino,
+            mode,
+            owner,
+            rdev,
+            kind,
+            target.is_some_and(|t| t.len() >= 60),
+            t,
+        );
+        self.inherit_rt(dst, kind, &mut cst);
+        let res = self
+            .fill_new(h, ino, &mut cst, dir, kind, target)
+            .and_then(|_| self.store_new_acls(h, ino, &mut cst, acls));
+        if let Err(e) = res {
+            self.undo_new(h, ino, &mut cst, kind);
+            return Err(e);
+        }
+        Ok((ino, cst, claim))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -601,7 +624,7 @@ impl Fs {
     }
 
     /// Release what a failed create allocated.
-    fn undo_new(&self, h: &Handle, ino: Ino, st: &mut InodeState, kind: FileType) {
+    pub(super) fn undo_new(&self, h: &Handle, ino: Ino, st: &mut InodeState, kind: FileType) {
         let _ = self.release_xattr_block(h, st);
         let _ = self.free_blocks_of(h, st, kind);
         let _ = self.ial.free(h, &self.al, ino, kind == FileType::Directory);

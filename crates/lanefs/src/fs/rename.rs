@@ -170,6 +170,12 @@ impl Fs {
         };
         match (mode, target) {
             (RenameMode::NoReplace, Some(_)) => return Err(Error::Exists),
+            (
+                RenameMode::Whiteout {
+                    noreplace: true, ..
+                },
+                Some(_),
+            ) => return Err(Error::Exists),
             (RenameMode::Exchange, None) => return Err(Error::NotFound),
             _ => {}
         }
@@ -244,18 +250,42 @@ impl Fs {
             .unwrap_or(FileType::Regular)
             .dirent_code();
         let t = now();
+        // The whiteout is made first, so that running out of inodes changes nothing.
+        let whiteout = match mode {
+            RenameMode::Whiteout { owner, .. } => {
+                let mode = FileType::CharDevice.mode_bits();
+                Some(self.new_inode(&h, od, ost, name, mode, 0, owner, None, t)?)
+            }
+            _ => None,
+        };
         {
             let ndst: &mut InodeState = match nst.as_deref_mut() {
                 Some(g) => g,
                 None => ost,
             };
-            if target.is_some() {
-                ctx.replace(&h, newdir, ndst, newname, sino, ft)?;
+            let linked = if target.is_some() {
+                ctx.replace(&h, newdir, ndst, newname, sino, ft).map(drop)
             } else {
-                ctx.add(&h, newdir, ndst, newname, sino, ft)?;
+                ctx.add(&h, newdir, ndst, newname, sino, ft)
+            };
+            if let Err(e) = linked {
+                if let Some((wino, mut wst, _)) = whiteout {
+                    self.undo_new(&h, wino, &mut wst, FileType::CharDevice);
+                }
+                return Err(e);
             }
         }
-        ctx.remove(&h, dir, ost, name)?;
+        match whiteout {
+            Some((wino, mut wst, claim)) => {
+                let code = FileType::CharDevice.dirent_code();
+                ctx.replace(&h, dir, ost, name, wino, code)?;
+                self.store_new(&h, wino, &mut wst)?;
+                claim.finish(crate::inode::inode_from_state(wino, wst));
+            }
+            None => {
+                ctx.remove(&h, dir, ost, name)?;
+            }
+        }
         if src_dir && dir != newdir {
             ctx.set_dotdot(&h, sino, &mut sst, newdir)?;
             super::ops::links::dec(&mut ost.d);
