@@ -4,7 +4,8 @@
 //! umask, chmod of a file with an ACL, reads by another user only an ACL entry lets in,
 //! set-group-ID clearing) and inode flags (`chattr`/`lsattr`: immutable and append-only
 //! files and directories refusing what ext4 refuses, the recorded flags). The kernel then
-//! reads what lanefs stored. RENAME_WHITEOUT is compared the same way, from Rust.
+//! reads what lanefs stored. RENAME_WHITEOUT and O_TMPFILE are compared the same way,
+//! from Rust.
 
 mod fuse_common;
 
@@ -371,4 +372,93 @@ fn rename_whiteout_as_on_kernel_ext4() {
         })
     });
     assert_eq!(seen.unwrap(), (0o20000, 0));
+}
+
+/// open(2) with O_TMPFILE in `d`: the unnamed file's attributes, a name given with
+/// linkat(AT_EMPTY_PATH), O_EXCL refusing one, a set-group-ID directory's group; as lines.
+fn tmpfile_probe(d: &Path) -> String {
+    use rustix::fs::{fstat, linkat, openat, AtFlags, Mode, OFlags, CWD};
+    use std::fmt::Write;
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let mut out = String::new();
+    let st = |out: &mut String, what: &str, fd: &rustix::fd::OwnedFd| {
+        let s = fstat(fd).unwrap();
+        writeln!(
+            out,
+            "{what}: mode {:o} nlink {} uid {} gid {} size {}",
+            s.st_mode, s.st_nlink, s.st_uid, s.st_gid, s.st_size
+        )
+        .unwrap();
+    };
+    let tmp = |dir: &Path, extra: OFlags| {
+        openat(
+            CWD,
+            dir,
+            OFlags::TMPFILE | OFlags::RDWR | extra,
+            Mode::from_raw_mode(0o640),
+        )
+    };
+    let link = |fd: &rustix::fd::OwnedFd, to: &Path| {
+        linkat(fd, "", CWD, to, AtFlags::EMPTY_PATH).map_err(|e| e.kind())
+    };
+    let fd = tmp(d, OFlags::empty()).unwrap();
+    st(&mut out, "unnamed", &fd);
+    rustix::io::write(&fd, b"made unnamed").unwrap();
+    writeln!(out, "link: {:?}", link(&fd, &d.join("named"))).unwrap();
+    st(&mut out, "named", &fd);
+    writeln!(out, "again: {:?}", link(&fd, &d.join("second"))).unwrap();
+    st(&mut out, "twice", &fd);
+    drop(fd);
+    writeln!(out, "reads {:?}", std::fs::read(d.join("second")).unwrap()).unwrap();
+    // O_EXCL: never linkable.
+    let fd = tmp(d, OFlags::EXCL).unwrap();
+    writeln!(out, "excl link: {:?}", link(&fd, &d.join("never"))).unwrap();
+    st(&mut out, "excl", &fd);
+    drop(fd);
+    // In a set-group-ID directory the file takes the directory's group.
+    std::fs::create_dir(d.join("sg")).unwrap();
+    chown(d.join("sg"), Some(0), Some(65534)).unwrap();
+    std::fs::set_permissions(d.join("sg"), std::fs::Permissions::from_mode(0o2777)).unwrap();
+    let fd = tmp(&d.join("sg"), OFlags::empty()).unwrap();
+    st(&mut out, "in sg", &fd);
+    writeln!(out, "sg link: {:?}", link(&fd, &d.join("sg/f"))).unwrap();
+    drop(fd);
+    // Not in a directory, or read-only: refused as the VFS refuses.
+    let e = tmp(&d.join("named"), OFlags::empty()).map(drop);
+    writeln!(out, "on a file: {e:?}").unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    writeln!(out, "names: {names:?}").unwrap();
+    out
+}
+
+#[test]
+fn o_tmpfile_as_on_kernel_ext4() {
+    if !fuse_ready("o_tmpfile_as_on_kernel_ext4") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, kimg) = (t.path().join("l.img"), t.path().join("k.img"));
+    mkfs(&img, "64M", &[]);
+    mkfs(&kimg, "64M", &[]);
+    let kdir = t.path().join("k");
+    std::fs::create_dir_all(&kdir).unwrap();
+    let out = run(Command::new("mount")
+        .args(["-t", "ext4", "-o", "loop"])
+        .arg(&kimg)
+        .arg(&kdir));
+    assert!(out.status.success(), "kernel mount: {out:?}");
+    let want = tmpfile_probe(&kdir);
+    let _ = run(Command::new("umount").arg(&kdir));
+    let m = Mount::new(&img, &t.path().join("mnt"), "allow_other");
+    let got = tmpfile_probe(&m.dir);
+    m.umount();
+    assert_eq!(got, want, "lanefs (left) and kernel ext4 (right) differ");
+    assert!(want.contains("nlink 0 uid 0 gid 0 size 0"), "{want}");
+    e2fsck_clean(&img);
+    let seen = with_kernel_mount(&img, &kdir, |d| std::fs::read(d.join("named")));
+    assert_eq!(seen.unwrap(), b"made unnamed");
 }

@@ -1086,6 +1086,7 @@ fn open_journal(
         ind: Default::default(),
         ext_dirty: false,
         freed: false,
+        linkable: false,
         pa: None,
         tid: 0,
         digests: None,

@@ -65,6 +65,9 @@ pub struct InodeState {
     pub ext_dirty: bool,
     /// The inode has been released on disk; any further use is an error.
     pub freed: bool,
+    /// An O_TMPFILE inode not yet linked and not made with O_EXCL: [`crate::Fs::link`]
+    /// may give it its first name (the VFS's I_LINKABLE).
+    pub linkable: bool,
     /// Blocks reserved for the file's next logical blocks (open files only).
     pub pa: Option<crate::alloc::PaRef>,
     /// The newest transaction that may hold a change to this inode (fsync commits it).
@@ -270,6 +273,7 @@ pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
             ind: blockmap::Nodes::new(),
             ext_dirty: false,
             freed: false,
+            linkable: false,
             pa: None,
             tid: 0,
             digests: None,

@@ -772,3 +772,52 @@ fn each_due_transaction_is_committed_once_and_whole() {
     );
     fs.unmount().expect("unmount");
 }
+
+#[test]
+fn unnamed_tmpfiles_open_at_a_crash_are_freed_at_mount_and_a_linked_one_stays() {
+    let test = "unnamed_tmpfiles_open_at_a_crash_are_freed_at_mount_and_a_linked_one_stays";
+    let Some((dir, img)) = image(test, 64 << 20, &[]) else {
+        return;
+    };
+    let dev = Arc::new(MemDevice::from_vec(img));
+    let fs = Fs::mount(dev.clone(), opts()).expect("mount");
+    fs.sync().expect("sync");
+    let before = fs.statfs().expect("statfs");
+    // Two unnamed files with data (the orphan list's chain has two links), one named.
+    let a = fs.tmpfile(ROOT_INO, 0o600, O, true).expect("tmpfile").ino;
+    let b = fs.tmpfile(ROOT_INO, 0o600, O, false).expect("tmpfile").ino;
+    let k = fs.tmpfile(ROOT_INO, 0o644, O, true).expect("tmpfile").ino;
+    for i in [a, b, k] {
+        fs.write(i, 0, &vec![3u8; 256 << 10]).expect("write");
+    }
+    assert_eq!(fs.link(b, ROOT_INO, b"never"), Err(Error::NotFound));
+    fs.link(k, ROOT_INO, b"kept").expect("link");
+    assert_eq!(fs.link(k, ROOT_INO, b"kept2").expect("link").nlink, 2);
+    fs.sync().expect("sync");
+    let crash = dev.snapshot();
+    replay_and_check(dir.path(), "tmpfile-crash", crash, |fs| {
+        assert_eq!(fs.lookup(ROOT_INO, b"kept").expect("kept").ino, k);
+        assert_eq!(read_all(fs, k), vec![3u8; 256 << 10]);
+        for i in [a, b] {
+            assert!(fs.getattr(i).is_err(), "inode {i} was freed at mount");
+        }
+        let after = fs.statfs().expect("statfs");
+        assert_eq!(after.free_inodes, before.free_inodes - 1);
+    });
+    // Without a crash, the last release frees them and the unmount leaves nothing.
+    for i in [a, b, k] {
+        fs.release(i).expect("release");
+    }
+    fs.unlink(ROOT_INO, b"kept").expect("unlink");
+    fs.unlink(ROOT_INO, b"kept2").expect("unlink");
+    fs.sync().expect("sync");
+    let end = fs.statfs().expect("statfs");
+    assert_eq!(
+        (end.free_inodes, end.free_blocks),
+        (before.free_inodes, before.free_blocks)
+    );
+    fs.unmount().expect("unmount");
+    let p = dir.path().join("tmpfile-clean");
+    std::fs::write(&p, dev.snapshot()).expect("write image");
+    common::assert_fsck_clean(&p);
+}

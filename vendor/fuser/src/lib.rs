@@ -857,6 +857,26 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// lanefs patch: create and open an unnamed regular file in `parent` (open(2) with
+    /// O_TMPFILE; `flags` as `create`'s, O_EXCL meaning it may never be linked). Reply
+    /// as `create`, with the file's link count 0. The kernel asks this only of servers
+    /// that do not answer ENOSYS.
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, \
+            umask: {umask:#x?}, flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Test for a POSIX file lock.
     fn getlk(
         &self,

@@ -1052,6 +1052,31 @@ impl Filesystem for LaneFuse {
         }
     }
 
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let dir = to_ino(parent);
+        let perm = (mode & 0o7777) as u16;
+        // O_EXCL: never to be linked (the VFS refuses linkat too; the engine agrees).
+        let linkable = flags & libc::O_EXCL == 0;
+        match self.fs.tmpfile(dir, perm, owner(req, umask), linkable) {
+            Ok(a) => reply.created(
+                &self.entry_ttl,
+                &self.file_attr(&a),
+                Generation(a.generation.into()),
+                FileHandle(0),
+                self.open_flags(),
+            ),
+            Err(e) => reply.error(self.errno("tmpfile", dir, e)),
+        }
+    }
+
     fn fallocate(
         &self,
         req: &Request,

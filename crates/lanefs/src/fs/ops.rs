@@ -588,6 +588,7 @@ impl Fs {
             ind: Default::default(),
             ext_dirty: false,
             freed: false,
+            linkable: false,
             pa: None,
             tid: 0,
             digests: None,
@@ -683,7 +684,10 @@ impl Fs {
             return Err(Error::NotPermitted);
         }
         let mut cst = c.state.write();
-        if cst.freed || cst.d.links() == 0 {
+        // An inode with no name left is gone for linking (ENOENT, as the VFS says), but
+        // for a linkable O_TMPFILE inode, which this gives its first name.
+        let first = cst.d.links() == 0;
+        if cst.freed || (first && !cst.linkable) {
             return Err(Error::NotFound);
         }
         if flags::pinned(&cst) {
@@ -706,6 +710,10 @@ impl Fs {
         )?;
         let l = cst.d.links() + 1;
         cst.d.set_links(l);
+        if first {
+            self.orphan_del(&h, ino)?;
+            cst.linkable = false;
+        }
         let t = now();
         cst.d.set_ctime(t);
         dst.d.set_mtime(t);

@@ -4,17 +4,71 @@
 //! them. Changes to the chain and to the superblock that heads it are journaled like any
 //! metadata, under the `orphan` lock, which also orders the superblock's updates.
 
-use super::{Fs, MAX_FILE_BLOCKS};
+use super::{now, Fs, MAX_FILE_BLOCKS};
 use crate::disk::inode::DiskInode;
 use crate::disk::superblock::Superblock;
 use crate::error::{Error, Result};
 use crate::inode;
 use crate::journal::Handle;
 use crate::sync::MutexGuard;
-use crate::types::{FileType, Ino};
+use crate::types::{Attr, FileType, Ino, Owner};
 use std::sync::atomic::Ordering;
 
 impl Fs {
+    /// An unnamed regular file in directory `dir`, as open(2) with O_TMPFILE makes one:
+    /// permission bits `perm` and owner as [`Fs::create`] would give a file in `dir`, no
+    /// link, and open (call [`Fs::release`]; its last release frees it). It is born on
+    /// the orphan list, so a crash frees it too. [`Fs::link`] gives it a name, unless it
+    /// was made with `linkable` false (O_EXCL). `dir` itself does not change.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// let t = fs.tmpfile(ROOT_INO, 0o600, Owner::default(), true)?;
+    /// assert_eq!(t.nlink, 0);
+    /// fs.write(t.ino, 0, b"written before it had a name")?;
+    /// fs.link(t.ino, ROOT_INO, b"published")?;
+    /// fs.release(t.ino)?;
+    /// assert_eq!(fs.lookup(ROOT_INO, b"published")?.size, 28);
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
+    pub fn tmpfile(&self, dir: Ino, perm: u16, owner: Owner, linkable: bool) -> Result<Attr> {
+        self.retry_nospace(|| self.tmpfile_once(dir, perm, owner, linkable))
+    }
+
+    fn tmpfile_once(&self, dir: Ino, perm: u16, owner: Owner, linkable: bool) -> Result<Attr> {
+        self.check_rw()?;
+        let d = self.iget(dir)?;
+        let mut dst = d.state.write();
+        self.load(&d, &mut dst)?;
+        self.dir_guard_pub(&dst)?;
+        let h = self.journal.start();
+        let mode = FileType::Regular.mode_bits() | (perm & 0o7777);
+        let (ino, mut st, claim) =
+            self.new_inode(&h, &d, &dst, b"", mode, 0, owner, None, now())?;
+        drop(dst);
+        st.d.set_links(0);
+        st.linkable = linkable;
+        // Stored before its list link is written into it (a new inode's store does not
+        // keep `dtime`).
+        let res = self
+            .store_new(&h, ino, &mut st)
+            .and_then(|()| self.orphan_add(&h, ino));
+        if let Err(e) = res {
+            self.undo_new(&h, ino, &mut st, FileType::Regular);
+            return Err(e);
+        }
+        let attr = self.attr(ino, &st.d);
+        let new = inode::inode_from_state(ino, st);
+        self.bind_device(&new);
+        new.open.store(1, Ordering::Release);
+        claim.finish(new);
+        Ok(attr)
+    }
+
     /// Change the superblock inside handle `h`: the in-memory copy and block 0's bytes.
     /// Holding the orphan lock orders concurrent updates.
     pub(super) fn update_sb(
