@@ -9,6 +9,7 @@ mod cli;
 mod copy;
 mod error;
 mod format;
+mod holders;
 mod hostdir;
 mod hostsys;
 mod imgpath;

@@ -4,10 +4,13 @@
 //! forks before any thread exists: the child mounts and serves, and tells the parent
 //! through a pipe when the kernel has the mount or why it failed; the parent prints that
 //! one line (or nothing) and exits. `umount` unmounts and then waits until the daemon has
-//! let go of the image, so the image is clean when it returns.
+//! let go of the image, so the image is clean when it returns. A second mount of a mounted
+//! image is a bind mount of the first, and a mount waits for a daemon still closing the
+//! image (`holders`).
 
 use crate::cli::{MemfsArgs, MountArgs, UmountArgs};
 use crate::error::{CmdResult, Context, Error, Failure};
+use crate::holders;
 use lanefs_fuse::{
     mount_source, preflight, serve, serve_memfs, unmount_path, MountConfig, SUBTYPE,
 };
@@ -40,9 +43,56 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
     }
     let image = a.image.canonicalize().ctx(a.image.display())?;
     let mp = preflight(&a.mountpoint).map_err(|e| Failure::new("", Error::msg(e)))?;
+    // Another mount of the image, or its daemon still closing (see `holders`).
+    let deadline = Instant::now() + WRITEBACK_WAIT;
+    loop {
+        if let Some((first, first_ro)) = holders::live_mounts(&image).into_iter().next() {
+            return bind(&first, first_ro, &mp, cfg.engine.read_only);
+        }
+        match holders::daemon_holding(&image) {
+            Some(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => break,
+        }
+    }
     run(&mp, &cfg, a.foreground, |mp, cfg, ready| {
         serve(&image, mp, cfg, ready)
     })
+}
+
+/// A second mount of an image already mounted at `first`: a bind mount of it, read-only
+/// when asked (the kernel shares one superblock between the mounts of a device, and so
+/// one daemon serves both here). The options of the first mount stay in force; a
+/// read-write mount of an image mounted read-only is refused, as ext4 refuses it.
+fn bind(first: &Path, first_ro: bool, mp: &Path, read_only: bool) -> CmdResult<i32> {
+    use rustix::mount::{mount_bind, mount_remount, MountFlags};
+    let already = |why: &str| {
+        Failure::new(
+            mp.display(),
+            Error::msg(format!(
+                "the image is already mounted at {}{why}",
+                first.display()
+            )),
+        )
+    };
+    if first_ro && !read_only {
+        return Err(already(" read-only; mount it read-only here too (-o ro)"));
+    }
+    mount_bind(first, mp).map_err(|e| {
+        let why = if e == rustix::io::Errno::PERM {
+            " (a second mount of one image is a bind mount of the first, which needs root)"
+                .to_string()
+        } else {
+            format!("; binding it here: {e}")
+        };
+        already(&why)
+    })?;
+    if read_only && !first_ro {
+        if let Err(e) = mount_remount(mp, MountFlags::BIND | MountFlags::RDONLY, "") {
+            let _ = unmount_path(mp, true);
+            return Err(already(&format!("; making the bind read-only: {e}")));
+        }
+    }
+    Ok(0)
 }
 
 /// `mount -o remount,ro|rw MOUNTPOINT` (mount(8) runs the helper with the options and
@@ -213,7 +263,8 @@ pub fn umount(a: &UmountArgs) -> CmdResult<i32> {
     }
     unmount_path(&mp, false).ctx(mp.display())?;
     let image = PathBuf::from(&source);
-    if image.is_absolute() && image.exists() {
+    // The daemon goes on serving while another mount of the image (a bind) is left.
+    if image.is_absolute() && image.exists() && holders::live_mounts(&image).is_empty() {
         wait_released(&image).map_err(|e| Failure::new(&source, Error::msg(e)))?;
     }
     Ok(0)

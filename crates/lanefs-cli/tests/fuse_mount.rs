@@ -120,13 +120,19 @@ fn errors_before_mounting_are_one_line() {
     let out = run(Command::new(LANEFS).arg("mount").arg(&img2).arg(&mnt));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("busy"), "{err}");
-    // The image itself is busy while mounted: a second mount elsewhere is refused.
+    // A second mount of the image is a bind of the first (`mounts_again_after_kernel_umount`);
+    // read-write over a read-only first mount it is refused, naming where it is mounted.
+    m.umount();
+    let m = Mount::new(&img, &mnt, "ro");
     let mnt2 = t.path().join("mnt2");
     fs::create_dir(&mnt2).unwrap();
     let out = run(Command::new(LANEFS).arg("mount").arg(&img).arg(&mnt2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.lines().count() == 1, "{err}");
-    assert!(err.contains("a.img"), "{err}");
+    assert!(
+        err.contains("already mounted at") && err.contains("read-only"),
+        "{err}"
+    );
     assert!(!is_mounted(&mnt2));
     m.umount();
     e2fsck_clean(&img);
@@ -1011,10 +1017,70 @@ fn file_handles_reopen_after_the_caches_drop() {
     e2fsck_clean(&img);
 }
 
-/// After the kernel's `umount` (as fstests and scripts use) the image mounts again and
-/// holds what each round wrote; a second mount while the first still serves is refused.
-/// (The daemon writes back after `umount` returns; a new mount retries the image's lock
-/// for half a second, which covers this much dirty data here.)
+/// `lanefs mount` waits for a holder of the image that is a lanefs mount daemon (its mount
+/// gone, still writing back), and only for that: here a stand-in named as mount(8)'s
+/// helper holds the image's lock for two seconds. `lanefs cp` meanwhile fails "in use" at
+/// once, as it does for any holder; the mount succeeds when the stand-in lets go.
+#[test]
+fn a_mount_waits_for_a_closing_daemon_and_nothing_else() {
+    if !fuse_ready("a_mount_waits_for_a_closing_daemon_and_nothing_else") {
+        return;
+    }
+    if tool("flock").is_none() {
+        skip(
+            "a_mount_waits_for_a_closing_daemon_and_nothing_else",
+            "flock not installed (util-linux)",
+        );
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("w.img");
+    mkfs(&img, "64M", &[]);
+    let mut holder = Command::new("bash")
+        .arg("-c")
+        .arg("exec -a mount.fuse.lanefs flock \"$1\" sleep 2")
+        .arg("bash")
+        .arg(&img)
+        .spawn()
+        .unwrap();
+    // Until the stand-in holds the lock.
+    let start = std::time::Instant::now();
+    loop {
+        let probe = run(Command::new("flock").arg("-n").arg(&img).arg("true"));
+        if !probe.status.success() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the stand-in never locked"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let src = t.path().join("src");
+    fs::write(&src, b"x").unwrap();
+    let cp = run(Command::new(LANEFS)
+        .arg("cp")
+        .arg(&src)
+        .arg(format!("{}:/x", img.display())));
+    assert!(
+        String::from_utf8_lossy(&cp.stderr).contains("in use by another lanefs"),
+        "cp while a daemon closes: {cp:?}"
+    );
+    let dir = t.path().join("mnt");
+    let m = Mount::new(&img, &dir, "");
+    assert!(
+        holder.try_wait().unwrap().is_some(),
+        "the mount returned while the closing daemon still held the image"
+    );
+    m.umount();
+    let _ = holder.wait();
+    e2fsck_clean(&img);
+}
+
+/// After the kernel's `umount` (as fstests and scripts use) the image mounts again at
+/// once and holds what each round wrote: the new mount waits while the old daemon writes
+/// back. A second mount while the first serves is a bind mount of it (one daemon, as the
+/// kernel shares one superblock between a device's mounts), which outlives the first.
 #[test]
 fn mounts_again_after_kernel_umount() {
     if !fuse_ready("mounts_again_after_kernel_umount") {
@@ -1024,26 +1090,29 @@ fn mounts_again_after_kernel_umount() {
     let img = t.path().join("w.img");
     mkfs(&img, "1G", &[]);
     let dir = t.path().join("mnt");
+    let other = t.path().join("other");
+    fs::create_dir_all(&other).unwrap();
     for round in 0..3 {
         let m = Mount::new(&img, &dir, "commit=600");
         // Dirty data the daemon writes back only at its unmount.
         let data = vec![round as u8 + 1; 1 << 20];
-        let mut f = fs::File::create(m.path(&format!("f{round}"))).unwrap();
+        let name = format!("f{round}");
+        let mut f = fs::File::create(m.path(&name)).unwrap();
         for _ in 0..300 {
             f.write_all(&data).unwrap();
         }
         drop(f);
-        let other = t.path().join("other");
-        fs::create_dir_all(&other).unwrap();
-        let busy = run(Command::new(LANEFS).arg("mount").arg(&img).arg(&other));
-        assert!(
-            !busy.status.success()
-                && String::from_utf8_lossy(&busy.stderr).contains("in use by another lanefs"),
-            "a second mount while the first serves: {busy:?}"
-        );
+        let second = run(Command::new(LANEFS).arg("mount").arg(&img).arg(&other));
+        assert!(second.status.success(), "a second mount: {second:?}");
+        assert_eq!(fs::metadata(other.join(&name)).unwrap().len(), 300 << 20);
+        fs::write(other.join("via-other"), b"second").unwrap();
+        // The first mount goes; the daemon serves on through the second.
         let out = run(Command::new("umount").arg(&dir));
         assert!(out.status.success(), "umount: {out:?}");
         m.forget();
+        assert_eq!(fs::read(other.join("via-other")).unwrap(), b"second");
+        let out = run(Command::new("umount").arg(&other));
+        assert!(out.status.success(), "umount of the second: {out:?}");
     }
     let m = Mount::new(&img, &dir, "");
     for round in 0..3u8 {

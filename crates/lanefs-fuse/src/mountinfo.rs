@@ -2,7 +2,7 @@
 //! whether the kernel has it read-only (after `mount -o remount,ro`).
 
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The fields of the visible mount at `path` (canonical): its per-mount options, its
 /// type and its source.
@@ -40,6 +40,30 @@ pub fn mount_source(path: &Path) -> Option<(String, String)> {
 /// `ro`); false when `path` is not a mount point.
 pub fn read_only(path: &Path) -> bool {
     fields(path).is_some_and(|(opts, _, _)| opts.split(',').any(|o| o == "ro"))
+}
+
+/// Every visible mount of type `kind`: its mount point, its source, and whether the kernel
+/// holds it read-only. Bind mounts of one file system are listed once each.
+pub fn mounts_of_type(kind: &str) -> Vec<(PathBuf, String, bool)> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|&x| x == "-") else {
+            continue;
+        };
+        if f.len() < sep + 3 || f.len() < 6 || f[sep + 1] != kind {
+            continue;
+        }
+        out.push((
+            PathBuf::from(std::ffi::OsStr::from_bytes(&unescape(f[4]))),
+            String::from_utf8_lossy(&unescape(f[sep + 2])).into_owned(),
+            f[5].split(',').any(|o| o == "ro"),
+        ));
+    }
+    out
 }
 
 /// mountinfo escapes space, tab, newline and backslash as octal `\NNN`.

@@ -1,0 +1,74 @@
+//! Who else has an image when `lanefs mount` starts.
+//!
+//! - A live lanefs mount of it: the kernel's ext4 shares one superblock between every
+//!   mount of a device, so a second `lanefs mount` of the image is a bind mount of the
+//!   first (one daemon serves both; it stops when the last is unmounted).
+//! - A lanefs mount daemon whose mount is gone (`umount` returns before the daemon has
+//!   written everything back): the new mount waits for it to let go, as a mount after
+//!   `umount` of a kernel file system finds the device free. Any other holder (`lanefs
+//!   cp`, a library user) is not waited for: the open fails "in use" as before.
+
+use lanefs_fuse::{mountinfo, SUBTYPE};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Whether `a` and `b` name the same file (device and inode).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// The lanefs mounts whose source is `image`: mount point, and whether it is read-only.
+pub fn live_mounts(image: &Path) -> Vec<(PathBuf, bool)> {
+    mountinfo::mounts_of_type(&format!("fuse.{SUBTYPE}"))
+        .into_iter()
+        .filter(|(_, source, _)| same_file(Path::new(source), image))
+        .map(|(mp, _, ro)| (mp, ro))
+        .collect()
+}
+
+/// Whether the process `pid` is a lanefs mount daemon: started as `lanefs mount ...` or
+/// as mount(8)'s helper `mount.fuse.lanefs`.
+fn is_mount_daemon(pid: &str) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let mut argv = cmdline.split(|&b| b == 0);
+    let name = argv
+        .next()
+        .and_then(|a| {
+            Path::new(std::str::from_utf8(a).ok()?)
+                .file_name()?
+                .to_str()
+        })
+        .unwrap_or("");
+    name == "mount.fuse.lanefs" || (name == "lanefs" && argv.next() == Some(b"mount"))
+}
+
+/// A lanefs mount daemon other than this process that has `image` open: its pid.
+pub fn daemon_holding(image: &Path) -> Option<u32> {
+    let me = std::process::id();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        if pid.parse() == Ok(me) || !is_mount_daemon(pid) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|t| same_file(&t, image)) {
+                return pid.parse().ok();
+            }
+        }
+    }
+    None
+}
