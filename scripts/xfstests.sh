@@ -4,22 +4,23 @@
 #   scripts/xfstests.sh [GROUP | -g GROUP | TEST...]      (as root; default: -g quick)
 #
 # Builds fstests once from the vendored tarball (../shared/vendor/xfstests.tar.gz, or
-# $XFSTESTS_TARBALL) into $XFSTESTS_DIR (default target/xfstests), builds lanefs (release),
-# installs it as mount(8)'s helper /sbin/mount.fuse.lanefs, makes a test and a scratch
-# image with mkfs.ext4 (8 GiB sparse files in $XFSTESTS_DIR/images, made fresh each run),
-# runs ./check with FSTYP=fuse FUSE_SUBTYP=.lanefs, and prints the pass, fail and not-run
-# counts and the failures. With EXPECTED=FILE (default scripts/xfstests.expected), a
-# failure not listed there (one test name per line, then its reason) fails the script;
-# listed tests that now pass are named so the list can shrink.
+# $XFSTESTS_TARBALL) into $XFSTESTS_DIR (default target/xfstests) and lanefs (release);
+# in a mount namespace of the run's own (see below) makes lanefs mount(8)'s helper for the
+# type fuse.lanefs and a test and a scratch image with mkfs.ext4 (8 GiB sparse files in
+# $XFSTESTS_DIR/images, made fresh each run); runs ./check with FSTYP=fuse
+# FUSE_SUBTYP=.lanefs, and prints the pass, fail and not-run counts and the failures.
+# With EXPECTED=FILE (default scripts/xfstests.expected), a failure not listed there (one
+# test name per line, then its reason) fails the script; listed tests that now pass are
+# named so the list can shrink.
 #
 # Environment: XFSTESTS_DIR, XFSTESTS_TARBALL, EXPECTED, IMAGE_SIZE (default 8G),
 # LANEFS_BIN (a prebuilt binary; skips the cargo build), MOUNT_OPTS (default
 # allow_other,default_permissions).
 #
 # fstests needs root, its users (fsgqa, fsgqa2, 123456-fsgqa; made here when missing) and
-# its build and run dependencies (see .ci/run). Two edits are made to the unpacked copy,
-# both for FUSE file systems in general: `_fs_type` learns that the mount type
-# `fuse.lanefs` is `fuse` (as it knows fuse.glusterfs), and nothing else.
+# its build and run dependencies (see .ci/run), and overlayfs. One edit is made to the unpacked copy, for
+# FUSE file systems in general: `_fs_type` learns that the mount type `fuse.lanefs` is
+# `fuse` (as it knows fuse.glusterfs).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +38,13 @@ if [ $# -eq 0 ]; then
 	set -- -g quick
 elif [ $# -eq 1 ] && [[ $1 != -* ]] && [[ $1 != */* ]]; then
 	set -- -g "$1"
+fi
+
+# The run happens in a mount namespace of its own: the mounts fstests makes, and mount(8)'s
+# helper for the type fuse.lanefs, exist only there (nothing is installed on the host, and
+# the test suites or a second run can go on meanwhile).
+if [ -z "${XFSTESTS_NS:-}" ]; then
+	exec env XFSTESTS_NS=1 unshare --mount --propagation private bash "$0" "$@"
 fi
 
 # fstests, built once.
@@ -59,9 +67,15 @@ if [ -z "${LANEFS_BIN:-}" ]; then
 	(cd "$root" && cargo build --release -q -p lanefs-cli)
 	LANEFS_BIN=$root/target/release/lanefs
 fi
-# Installed for this run only (the test suites install their own).
-[ -e /sbin/mount.fuse.lanefs ] || trap 'rm -f /sbin/mount.fuse.lanefs' EXIT
-ln -sf "$(readlink -f "$LANEFS_BIN")" /sbin/mount.fuse.lanefs
+# In this namespace only, /sbin gains the helper: an overlay of it on a tmpfs (mount(8)
+# finds /sbin/mount.fuse.lanefs before fuse3's generic /sbin/mount.fuse).
+sbin=$(readlink -f /sbin)
+mkdir -p "$dir/ns"
+mount -t tmpfs -o size=1m lanefs-xfstests "$dir/ns"
+mkdir "$dir/ns/upper" "$dir/ns/work"
+mount -t overlay overlay -o "lowerdir=$sbin,upperdir=$dir/ns/upper,workdir=$dir/ns/work" "$sbin" ||
+	{ echo "xfstests.sh: needs overlayfs for the helper (modprobe overlay)" >&2; exit 2; }
+ln -sf "$(readlink -f "$LANEFS_BIN")" "$sbin/mount.fuse.lanefs"
 
 # fstests' users and group.
 getent group fsgqa >/dev/null || groupadd fsgqa
@@ -117,13 +131,15 @@ echo "xfstests on lanefs: $((ran - notrun - nfail)) passed, $nfail failed, $notr
 [ -z "$failed" ] || echo "failed: $(echo $failed)"
 
 # Images the run leaves must still be clean ext4 (once the daemons have let them go).
+status=0
 for i in test scratch; do
 	for _ in $(seq 300); do fuser -s "$dir/images/$i.img" 2>/dev/null || break; sleep 0.2; done
-	e2fsck -fn "$dir/images/$i.img" >"$dir/e2fsck-$i.log" 2>&1 ||
+	e2fsck -fn "$dir/images/$i.img" >"$dir/e2fsck-$i.log" 2>&1 || {
 		echo "xfstests.sh: e2fsck -fn $i.img found errors; see $dir/e2fsck-$i.log"
+		status=1
+	}
 done
 
-status=0
 if [ -f "$expected" ]; then
 	for t in $failed; do
 		if ! grep -q "^$t\b" "$expected"; then
