@@ -51,6 +51,10 @@ pub enum Command {
     /// Serve an empty in-memory file system through the same FUSE frontend and transports
     /// (the FUSE ceiling `bench --compare` measures the mount against; nothing is kept).
     Memfs(MemfsArgs),
+    /// Write the manual pages: lanefs(1) and one page per command (lanefs-mkfs(1), ...).
+    Man(ManArgs),
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
+    Completions(CompletionsArgs),
 }
 
 impl Command {
@@ -71,6 +75,8 @@ impl Command {
             Command::Mount(_) => "mount",
             Command::Umount(_) => "umount",
             Command::Memfs(_) => "memfs",
+            Command::Man(_) => "man",
+            Command::Completions(_) => "completions",
         }
     }
 }
@@ -363,4 +369,18 @@ pub struct MemfsArgs {
 pub struct UmountArgs {
     /// Where a lanefs image is mounted.
     pub mountpoint: PathBuf,
+}
+
+/// Options of `man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Directory to write the pages into (created if missing), e.g. /usr/local/share/man/man1.
+    pub dir: PathBuf,
+}
+
+/// Options of `completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell, e.g. `lanefs completions bash > /etc/bash_completion.d/lanefs`.
+    pub shell: clap_complete::Shell,
 }

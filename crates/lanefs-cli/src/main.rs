@@ -7,6 +7,7 @@ mod bench;
 mod browse;
 mod cli;
 mod copy;
+mod docs;
 mod error;
 mod format;
 mod holders;
@@ -189,6 +190,8 @@ fn dispatch(command: &Command) -> CmdResult<i32> {
         Command::Mount(a) => mount::mount(a),
         Command::Memfs(a) => mount::memfs(a),
         Command::Umount(a) => mount::umount(a),
+        Command::Man(a) => docs::man(a),
+        Command::Completions(a) => docs::completions(a),
     }
 }
 
