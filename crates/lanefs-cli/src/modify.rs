@@ -148,16 +148,52 @@ fn rm_one(fs: &Fs, arg: &ImageArg, args: &RmArgs) -> CmdResult<()> {
     fs.rmdir(dir, &name).ctx(what)
 }
 
-/// Remove everything inside directory `dir`, shown as `what` in messages.
+/// Remove everything inside directory `dir`, shown as `what` in messages. The walk keeps
+/// its own stack (an image's depth costs heap, not the thread's stack), and a directory met
+/// a second time (a hostile or corrupt image linking a directory into itself or twice)
+/// stops it with an error naming the path, as `cp` does.
 fn remove_tree(fs: &Fs, dir: Ino, what: &str) -> CmdResult<()> {
-    for entry in read_dir_all(fs, dir).ctx(what)? {
-        let child = crate::session::join_display(what, &entry.name);
-        if entry.kind == FileType::Directory {
-            remove_tree(fs, entry.ino, &child)?;
-            fs.rmdir(dir, &entry.name).ctx(&child)?;
-        } else {
-            fs.unlink(dir, &entry.name).ctx(&child)?;
+    /// A directory being emptied: its number, its name in its parent, how it is shown,
+    /// and the entries left.
+    struct Frame {
+        ino: Ino,
+        name: Vec<u8>,
+        shown: String,
+        entries: std::vec::IntoIter<lanefs::DirEntry>,
+    }
+    let mut seen = std::collections::HashSet::from([dir]);
+    let mut stack = vec![Frame {
+        ino: dir,
+        name: Vec::new(),
+        shown: what.to_string(),
+        entries: read_dir_all(fs, dir).ctx(what)?.into_iter(),
+    }];
+    while let Some(top) = stack.last_mut() {
+        let Some(entry) = top.entries.next() else {
+            // Emptied: its name goes from its parent (the caller removes the first).
+            let done = stack.pop().expect("a frame");
+            if let Some(parent) = stack.last() {
+                fs.rmdir(parent.ino, &done.name).ctx(&done.shown)?;
+            }
+            continue;
+        };
+        let child = crate::session::join_display(&top.shown, &entry.name);
+        if entry.kind != FileType::Directory {
+            fs.unlink(top.ino, &entry.name).ctx(&child)?;
+            continue;
         }
+        if !seen.insert(entry.ino) {
+            let msg = "directory met twice (linked twice or into itself); \
+                       the image is corrupt: run lanefs fsck";
+            return Err(Failure::new(child, Error::msg(msg)));
+        }
+        let entries = read_dir_all(fs, entry.ino).ctx(&child)?.into_iter();
+        stack.push(Frame {
+            ino: entry.ino,
+            name: entry.name,
+            shown: child,
+            entries,
+        });
     }
     Ok(())
 }

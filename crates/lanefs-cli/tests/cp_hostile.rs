@@ -259,8 +259,8 @@ fn names_that_are_not_one_component_are_refused() {
 }
 
 #[test]
-fn directories_met_twice_are_refused() {
-    let test = "directories_met_twice_are_refused";
+fn directories_met_twice_are_refused_by_cp_and_rm() {
+    let test = "directories_met_twice_are_refused_by_cp_and_rm";
     if !debugfs_ready(test) {
         return;
     }
@@ -291,6 +291,21 @@ fn directories_met_twice_are_refused() {
             start.elapsed()
         );
         assert_eq!(snapshot(&a.outside), before);
+        // `rm -r` walks the same tree: it stops at the second meeting too, in bounded
+        // time and memory (it used to recurse until the stack overflowed).
+        if link.contains("loop") {
+            let start = std::time::Instant::now();
+            let line = one_line_failure(&lanefs(&["rm", "-r", &at(&image, "/d1")]));
+            assert!(
+                line.contains("/d1/loop") && line.contains("met twice"),
+                "{line}"
+            );
+            assert!(
+                start.elapsed().as_secs() < 30,
+                "rm -r: {:?}",
+                start.elapsed()
+            );
+        }
     }
 }
 
