@@ -841,7 +841,7 @@ impl Fs {
             if st.freed {
                 return Err(Error::NotFound);
             }
-            if st.ext.is_some() || !needs_extents(&st.d, self.bs) {
+            if st.ext.is_some() || !needs_extents(&st.d, self.bs, self.ea_inode) {
                 return Ok(st);
             }
         }
@@ -858,7 +858,7 @@ impl Fs {
         if st.freed {
             return Err(Error::NotFound);
         }
-        if st.ext.is_none() && needs_extents(&st.d, self.bs) {
+        if st.ext.is_none() && needs_extents(&st.d, self.bs, self.ea_inode) {
             inode::load_extents(&self.al, &self.bufs, i.ino, st)?;
             self.icache.recharge(i, i.mem_bytes_with(st.heap_bytes()));
         }
@@ -951,13 +951,13 @@ impl Fs {
     }
 }
 
-fn needs_extents(d: &DiskInode, bs: u32) -> bool {
+fn needs_extents(d: &DiskInode, bs: u32, ea_inode: bool) -> bool {
     if d.flags() & FL_INLINE_DATA != 0 {
         return false;
     }
     match FileType::from_mode(d.mode()) {
         Some(FileType::Regular) | Some(FileType::Directory) => true,
-        Some(FileType::Symlink) => !is_fast_symlink(d, bs),
+        Some(FileType::Symlink) => !is_fast_symlink(d, bs, ea_inode),
         _ => false,
     }
 }
@@ -978,11 +978,15 @@ struct Cold {
     off: usize,
 }
 
-/// Whether a symlink keeps its target in `i_block` (ext4_inode_is_fast_symlink): an
-/// extent-mapped one never does; otherwise it does when it owns no block but its xattr
-/// block.
-pub(crate) fn is_fast_symlink(d: &DiskInode, bs: u32) -> bool {
-    if d.flags() & FL_EXTENTS != 0 {
+/// Whether a symlink keeps its target in `i_block`, as ext4_inode_is_fast_symlink decides:
+/// on an `ea_inode` file system, when its target is 1 to 59 bytes (its block count may
+/// count an attribute's inode); otherwise when it is not an inline-data symlink (whose
+/// target continues in `system.data`) and owns no block but its xattr block.
+pub(crate) fn is_fast_symlink(d: &DiskInode, bs: u32, ea_inode: bool) -> bool {
+    if ea_inode {
+        return d.size() > 0 && d.size() < crate::disk::inode::IBLOCK_SIZE as u64;
+    }
+    if d.flags() & FL_INLINE_DATA != 0 {
         return false;
     }
     let xattr_sectors = if d.file_acl() != 0 {

@@ -639,7 +639,11 @@ impl Fs {
             return Err(Error::Invalid("not a symbolic link".into()));
         }
         let size = st.d.size() as usize;
-        if super::is_fast_symlink(&st.d, self.bs) {
+        if crate::disk::inline::is_inline(&st.d) {
+            // An inline-data symlink: `i_block`, then `system.data` (ext4's inline read).
+            return crate::disk::inline::file_data(&st.d, ino);
+        }
+        if super::is_fast_symlink(&st.d, self.bs, self.ea_inode) {
             if size > 60 {
                 return Err(Error::corrupt(
                     "inode",
