@@ -143,6 +143,10 @@ pub mod ro_compat {
     pub const READONLY: u32 = 0x1000;
     /// project
     pub const PROJECT: u32 = 0x2000;
+    /// shared_blocks (blocks shared between files, from e2fsprogs' `-E share_blocks`)
+    pub const SHARED_BLOCKS: u32 = 0x4000;
+    /// verity (fs-verity's Merkle trees past the end of files)
+    pub const VERITY: u32 = 0x8000;
     /// orphan_present
     pub const ORPHAN_PRESENT: u32 = 0x10000;
     /// What lanefs writes correctly.
@@ -161,6 +165,8 @@ pub mod ro_compat {
         (METADATA_CSUM, "metadata_csum"),
         (READONLY, "readonly"),
         (PROJECT, "project"),
+        (SHARED_BLOCKS, "shared_blocks"),
+        (VERITY, "verity"),
         (ORPHAN_PRESENT, "orphan_present"),
     ];
 }

@@ -438,6 +438,21 @@ fn check_supported(sb: &Superblock) -> Result<()> {
             "fsck does not check features: {names}"
         )));
     }
+    // Blocks shared between files and verity's trees past the end of files would read as
+    // duplicate blocks and bad sizes; a read-only-compatible bit with no name here is a
+    // structure nobody told the checker about.
+    let known: u32 = ro_compat::NAMES
+        .iter()
+        .map(|&(b, _)| b)
+        .fold(0, |a, b| a | b);
+    let unchecked = ro_compat::SHARED_BLOCKS | ro_compat::VERITY | !known;
+    let bad = sb.feature_ro_compat() & unchecked;
+    if bad != 0 {
+        let names = crate::disk::superblock::feature_names(bad, ro_compat::NAMES);
+        return Err(Error::Unsupported(format!(
+            "fsck does not check features: {names}"
+        )));
+    }
     Ok(())
 }
 
