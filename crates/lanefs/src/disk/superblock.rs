@@ -562,6 +562,16 @@ impl Superblock {
                 device_size
             ));
         }
+        // As ext4_check_geometry: the first data block is inside the file system (and is
+        // block 0, or 1 when 1 KiB blocks put the superblock in block 1).
+        if self.first_data_block() > 1 || u64::from(self.first_data_block()) >= self.blocks_count()
+        {
+            return bad(format!(
+                "first data block {} invalid for {} blocks",
+                self.first_data_block(),
+                self.blocks_count()
+            ));
+        }
         let groups = u64::from(self.group_count());
         if u64::from(self.inodes_count()) != groups * u64::from(self.inodes_per_group()) {
             return bad(format!(

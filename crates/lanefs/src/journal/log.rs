@@ -83,7 +83,7 @@ impl LogArea {
                 js.maxlen()
             ));
         }
-        if js.first() == 0 || js.first() + 2 >= js.maxlen() {
+        if js.first() == 0 || js.first().saturating_add(2) >= js.maxlen() {
             return bad(format!(
                 "log area {}..{} is empty or invalid",
                 js.first(),
