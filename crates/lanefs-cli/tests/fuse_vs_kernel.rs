@@ -10,7 +10,7 @@
 mod fuse_common;
 
 use fuse_common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The script, run with the mount point as `$1`; every line of output is compared.
@@ -271,6 +271,30 @@ fn chattr_behaves_as_on_kernel_ext4() {
     e2fsck_clean(&img);
 }
 
+/// Run `probe` on a kernel ext4 loop mount of a fresh image and on a lanefs mount of
+/// another (both from `lanefs mkfs`); panics unless their outputs are the same. Returns
+/// the output and the lanefs image (clean by e2fsck), with `t`'s path for more mounts.
+fn probe_same_as_kernel(t: &Path, probe: fn(&Path) -> String) -> (String, PathBuf) {
+    let (img, kimg) = (t.join("l.img"), t.join("k.img"));
+    mkfs(&img, "64M", &[]);
+    mkfs(&kimg, "64M", &[]);
+    let kdir = t.join("k");
+    std::fs::create_dir_all(&kdir).unwrap();
+    let out = run(Command::new("mount")
+        .args(["-t", "ext4", "-o", "loop"])
+        .arg(&kimg)
+        .arg(&kdir));
+    assert!(out.status.success(), "kernel mount: {out:?}");
+    let want = probe(&kdir);
+    let _ = run(Command::new("umount").arg(&kdir));
+    let m = Mount::new(&img, &t.join("mnt"), "allow_other");
+    let got = probe(&m.dir);
+    m.umount();
+    assert_eq!(got, want, "lanefs (left) and kernel ext4 (right) differ");
+    e2fsck_clean(&img);
+    (want, img)
+}
+
 /// renameat2 with RENAME_WHITEOUT (overlayfs's copy-up) in `d`: every result and what
 /// each name is after, as lines (errors by name, so both file systems print alike).
 fn whiteout_probe(d: &Path) -> String {
@@ -343,27 +367,12 @@ fn rename_whiteout_as_on_kernel_ext4() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
-    let (img, kimg) = (t.path().join("l.img"), t.path().join("k.img"));
-    mkfs(&img, "64M", &[]);
-    mkfs(&kimg, "64M", &[]);
+    let (want, img) = probe_same_as_kernel(t.path(), whiteout_probe);
     let kdir = t.path().join("k");
-    std::fs::create_dir_all(&kdir).unwrap();
-    let out = run(Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop"])
-        .arg(&kimg)
-        .arg(&kdir));
-    assert!(out.status.success(), "kernel mount: {out:?}");
-    let want = whiteout_probe(&kdir);
-    let _ = run(Command::new("umount").arg(&kdir));
-    let m = Mount::new(&img, &t.path().join("mnt"), "allow_other");
-    let got = whiteout_probe(&m.dir);
-    m.umount();
-    assert_eq!(got, want, "lanefs (left) and kernel ext4 (right) differ");
     assert!(
         want.contains("sg/dir: mode 20000 rdev 0 uid 0 gid 65534"),
         "{want}"
     );
-    e2fsck_clean(&img);
     // The kernel reads the whiteouts lanefs wrote.
     let seen = with_kernel_mount(&img, &kdir, |d| {
         std::fs::symlink_metadata(d.join("b")).map(|m| {
@@ -441,24 +450,9 @@ fn o_tmpfile_as_on_kernel_ext4() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
-    let (img, kimg) = (t.path().join("l.img"), t.path().join("k.img"));
-    mkfs(&img, "64M", &[]);
-    mkfs(&kimg, "64M", &[]);
+    let (want, img) = probe_same_as_kernel(t.path(), tmpfile_probe);
     let kdir = t.path().join("k");
-    std::fs::create_dir_all(&kdir).unwrap();
-    let out = run(Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop"])
-        .arg(&kimg)
-        .arg(&kdir));
-    assert!(out.status.success(), "kernel mount: {out:?}");
-    let want = tmpfile_probe(&kdir);
-    let _ = run(Command::new("umount").arg(&kdir));
-    let m = Mount::new(&img, &t.path().join("mnt"), "allow_other");
-    let got = tmpfile_probe(&m.dir);
-    m.umount();
-    assert_eq!(got, want, "lanefs (left) and kernel ext4 (right) differ");
     assert!(want.contains("nlink 0 uid 0 gid 0 size 0"), "{want}");
-    e2fsck_clean(&img);
     let seen = with_kernel_mount(&img, &kdir, |d| std::fs::read(d.join("named")));
     assert_eq!(seen.unwrap(), b"made unnamed");
 }

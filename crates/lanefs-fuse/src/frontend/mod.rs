@@ -165,6 +165,20 @@ impl LaneFuse {
         }
     }
 
+    /// Answer a create or tmpfile: the new file's entry, opened.
+    fn created(&self, reply: ReplyCreate, what: &str, dir: Ino, r: lanefs::Result<Attr>) {
+        match r {
+            Ok(a) => reply.created(
+                &self.entry_ttl,
+                &self.file_attr(&a),
+                Generation(a.generation.into()),
+                FileHandle(0),
+                self.open_flags(),
+            ),
+            Err(e) => reply.error(self.errno(what, dir, e)),
+        }
+    }
+
     fn entry(&self, reply: ReplyEntry, op: &str, ino: Ino, r: lanefs::Result<Attr>) {
         match r {
             Ok(a) => reply.entry(
@@ -1040,16 +1054,7 @@ impl Filesystem for LaneFuse {
             }
             r => r,
         };
-        match r {
-            Ok(a) => reply.created(
-                &self.entry_ttl,
-                &self.file_attr(&a),
-                Generation(a.generation.into()),
-                FileHandle(0),
-                self.open_flags(),
-            ),
-            Err(e) => reply.error(self.errno("create", dir, e)),
-        }
+        self.created(reply, "create", dir, r);
     }
 
     fn tmpfile(
@@ -1065,16 +1070,8 @@ impl Filesystem for LaneFuse {
         let perm = (mode & 0o7777) as u16;
         // O_EXCL: never to be linked (the VFS refuses linkat too; the engine agrees).
         let linkable = flags & libc::O_EXCL == 0;
-        match self.fs.tmpfile(dir, perm, owner(req, umask), linkable) {
-            Ok(a) => reply.created(
-                &self.entry_ttl,
-                &self.file_attr(&a),
-                Generation(a.generation.into()),
-                FileHandle(0),
-                self.open_flags(),
-            ),
-            Err(e) => reply.error(self.errno("tmpfile", dir, e)),
-        }
+        let r = self.fs.tmpfile(dir, perm, owner(req, umask), linkable);
+        self.created(reply, "tmpfile", dir, r);
     }
 
     fn fallocate(
