@@ -295,6 +295,16 @@ fn probe_same_as_kernel(t: &Path, probe: fn(&Path) -> String) -> (String, PathBu
     (want, img)
 }
 
+/// The names in directory `d`, sorted.
+fn sorted_names(d: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// renameat2 with RENAME_WHITEOUT (overlayfs's copy-up) in `d`: every result and what
 /// each name is after, as lines (errors by name, so both file systems print alike).
 fn whiteout_probe(d: &Path) -> String {
@@ -352,12 +362,7 @@ fn whiteout_probe(d: &Path) -> String {
     rn(&mut out, "a", "a2", RenameFlags::empty());
     show(&mut out, "a2");
     writeln!(out, "unlink a2: {:?}", std::fs::remove_file(d.join("a2"))).unwrap();
-    let mut names: Vec<String> = std::fs::read_dir(d)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    writeln!(out, "names: {names:?}").unwrap();
+    writeln!(out, "names: {:?}", sorted_names(d)).unwrap();
     out
 }
 
@@ -435,12 +440,7 @@ fn tmpfile_probe(d: &Path) -> String {
     // Not in a directory, or read-only: refused as the VFS refuses.
     let e = tmp(&d.join("named"), OFlags::empty()).map(drop);
     writeln!(out, "on a file: {e:?}").unwrap();
-    let mut names: Vec<String> = std::fs::read_dir(d)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    writeln!(out, "names: {names:?}").unwrap();
+    writeln!(out, "names: {:?}", sorted_names(d)).unwrap();
     out
 }
 
