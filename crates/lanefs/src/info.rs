@@ -67,7 +67,14 @@ fn file_blocks(
     let mut raw = vec![0u8; isz as usize];
     dev.read_at(at, &mut raw)?;
     let inode = crate::disk::inode::DiskInode::from_bytes(&raw);
+    // Bounded by the image, whatever its fields say: no file maps more blocks than the
+    // file system has, and each tree block is read once (a block named twice or an
+    // index naming itself ends the walk: the tree is unreadable).
+    if n > geo.blocks {
+        return Ok(None);
+    }
     let mut out = vec![None; n as usize];
+    let mut seen = std::collections::HashSet::new();
     let mut stack = vec![(inode.iblock().to_vec(), 0u64)];
     while let Some((buf, at)) = stack.pop() {
         match decode_node(&buf, at) {
@@ -82,7 +89,7 @@ fn file_blocks(
             }
             Ok(Node::Index(_, v)) => {
                 for ix in v {
-                    if !geo.in_fs(ix.child, 1) || stack.len() > 64 {
+                    if !geo.in_fs(ix.child, 1) || stack.len() > 64 || !seen.insert(ix.child) {
                         return Ok(None);
                     }
                     let mut b = vec![0u8; bs as usize];

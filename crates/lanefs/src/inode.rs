@@ -318,6 +318,18 @@ pub fn read_disk_inode(ial: &InodeAllocator, bufs: &BufCache, ino: u64) -> Resul
     Ok(read_disk_inode_in(ial, bufs, ino)?.0)
 }
 
+/// Inode `ino`'s bytes as its table block holds them now, unverified: for a field that
+/// never changes once set (an EA inode's flag and type), read without taking the inode's
+/// lock. Its checksum may be stale (a cached inode's later stores reach the block only at
+/// commit), so nothing else read this way is to be trusted.
+pub fn peek_disk_inode(ial: &InodeAllocator, bufs: &BufCache, ino: u64) -> Result<DiskInode> {
+    let loc = ial.inode_loc(ino)?;
+    let isz = ial.geo().inode_size as usize;
+    let b = bufs.get(loc.blk)?;
+    let r = b.read();
+    Ok(DiskInode::from_bytes(&r[loc.off..loc.off + isz]))
+}
+
 /// [`read_disk_inode`], and the table block's buffer with the inode's offset in it (for
 /// a write back without a second lookup, [`store_inode_at`]).
 pub fn read_disk_inode_in(
@@ -547,6 +559,11 @@ fn walk(
     }
     match node {
         Node::Leaf(v) => {
+            // Extents come in logical order across the whole walk (ext4_valid_extent_entries
+            // and the index keys say so): checked here, before they are kept, an index
+            // naming one leaf many times (a fan-out that would list billions of extents
+            // from a few blocks) fails at its second visit.
+            let mut prev = out.last().map_or(0, Extent::lend);
             for e in &v {
                 if e.pblk + u64::from(e.len) > data_end || e.pblk == 0 {
                     return Err(Error::corrupt(
@@ -555,6 +572,10 @@ fn walk(
                         format!("{e:?} outside the file system"),
                     ));
                 }
+                if u64::from(e.lblk) < prev || e.lend() > 1 << 32 {
+                    return Err(Error::corrupt("extent tree", ino, "overlapping extents"));
+                }
+                prev = e.lend();
             }
             out.extend(v);
         }

@@ -118,12 +118,7 @@ pub fn protect(
         what: what.to_string(),
     };
     let mut m = place.read()?;
-    let interval = sb
-        .mmp_update_interval()
-        .max(dm::MIN_CHECK_INTERVAL)
-        .max(m.check_interval);
-    let interval = u64::from(interval);
-    let wait = Duration::from_secs((2 * interval + 1).min(interval + 60));
+    let wait = mmp_wait(sb.mmp_update_interval(), m.check_interval);
     match dm::seq_state(m.seq) {
         SeqState::Clean => {}
         SeqState::Fsck => return Err(place.busy(&m, "e2fsck is checking it")),
@@ -252,5 +247,32 @@ impl MmpGuard {
 impl Drop for MmpGuard {
     fn drop(&mut self) {
         let _ = self.release();
+    }
+}
+
+/// How long a mount waits to see whether another node updates the MMP block: the larger
+/// of the superblock's update interval and the block's check interval, each at least the
+/// minimum and at most the largest e2fsprogs accepts (both are u16 fields of the image:
+/// unbounded, a crafted image would make a mount sleep 18 hours, twice), then as
+/// ext4_multi_mount_protect waits: twice the interval and a second, at most a minute more.
+fn mmp_wait(update_interval: u16, check_interval: u16) -> Duration {
+    let interval = update_interval
+        .max(dm::MIN_CHECK_INTERVAL)
+        .max(check_interval)
+        .min(dm::MAX_UPDATE_INTERVAL);
+    let interval = u64::from(interval);
+    Duration::from_secs((2 * interval + 1).min(interval + 60))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_is_bounded_whatever_the_image_says() {
+        assert_eq!(mmp_wait(5, 5), Duration::from_secs(11));
+        assert_eq!(mmp_wait(0, 0), Duration::from_secs(11));
+        assert_eq!(mmp_wait(100, 5), Duration::from_secs(160));
+        assert_eq!(mmp_wait(u16::MAX, u16::MAX), Duration::from_secs(360));
     }
 }

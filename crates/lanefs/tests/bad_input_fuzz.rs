@@ -4,6 +4,8 @@
 //! Method: a `lanefs mkfs` image in memory, the structure edited as the finding had it,
 //! checksums resealed (`disk::reseal`), then mounted and checked.
 
+mod common;
+
 use lanefs::internals::disk::{self, reseal::reseal, superblock::Superblock};
 use lanefs::mkfs::{format, MkfsOptions};
 use lanefs::{fsck, Error, Fs, MemDevice, MountOptions};
@@ -73,5 +75,185 @@ fn a_first_data_block_beyond_the_blocks_is_refused() {
             }
             other => panic!("first data block {fdb}: {other:?}"),
         }
+    }
+}
+
+/// The byte offset of inode `ino`'s slot in `img`.
+fn inode_offset(img: &[u8], ino: u64) -> usize {
+    let sb = Superblock::decode(&img[1024..2048], img.len() as u64).unwrap();
+    let geo = disk::geometry::Geometry::from_superblock(&sb);
+    let bs = geo.bs as usize;
+    let grp = ((ino - 1) / u64::from(geo.ipg)) as u32;
+    let at = geo.gdt_block(grp / geo.descs_per_block()) as usize * bs
+        + (grp % geo.descs_per_block()) as usize * geo.desc_size as usize;
+    let desc = disk::group::GroupDesc {
+        raw: img[at..at + geo.desc_size as usize].to_vec(),
+    };
+    let isz = geo.inode_size as usize;
+    desc.inode_table() as usize * bs + ((ino - 1) % u64::from(geo.ipg)) as usize * isz
+}
+
+/// An extent node header: magic, entries, max, depth.
+fn header(b: &mut [u8], entries: u16, max: u16, depth: u16) {
+    b[0..2].copy_from_slice(&0xF30Au16.to_le_bytes());
+    b[2..4].copy_from_slice(&entries.to_le_bytes());
+    b[4..6].copy_from_slice(&max.to_le_bytes());
+    b[6..8].copy_from_slice(&depth.to_le_bytes());
+}
+
+/// Audit R1: an extent index whose every entry names one child, at every level, would
+/// list 340^3 extents from three blocks (3.8 GB); the walk refuses extents out of logical
+/// order before keeping them, so it fails at the second visit of the shared leaf.
+#[test]
+fn an_extent_tree_fanning_out_to_one_leaf_is_refused_at_once() {
+    let dev = Arc::new(MemDevice::new(32 << 20));
+    format(&*dev, &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), MountOptions::default()).unwrap();
+    let o = lanefs::Owner::default();
+    let f = fs.create(lanefs::ROOT_INO, b"f", 0o644, o).unwrap().ino;
+    fs.write(f, 0, b"data").unwrap();
+    fs.release(f).unwrap();
+    fs.unmount().unwrap();
+    let mut img = dev.snapshot();
+    let bs = 4096;
+    let nblocks = img.len() / bs;
+    let (a, b, c, d) = (nblocks - 10, nblocks - 9, nblocks - 8, nblocks - 7);
+    for (blk, depth, child) in [(a, 2u16, b), (b, 1, c)] {
+        let x = &mut img[blk * bs..(blk + 1) * bs];
+        x.fill(0);
+        header(x, 340, 340, depth);
+        for i in 0..340usize {
+            let e = &mut x[12 + 12 * i..24 + 12 * i];
+            e[0..4].copy_from_slice(&(i as u32).to_le_bytes());
+            e[4..8].copy_from_slice(&(child as u32).to_le_bytes());
+        }
+    }
+    let x = &mut img[c * bs..(c + 1) * bs];
+    x.fill(0);
+    header(x, 340, 340, 0);
+    for i in 0..340usize {
+        let e = &mut x[12 + 12 * i..24 + 12 * i];
+        e[0..4].copy_from_slice(&(i as u32).to_le_bytes());
+        e[4..6].copy_from_slice(&1u16.to_le_bytes());
+        e[8..12].copy_from_slice(&(d as u32).to_le_bytes());
+    }
+    let off = inode_offset(&img, f);
+    let ib = &mut img[off + 0x28..off + 0x28 + 60];
+    ib.fill(0);
+    header(ib, 4, 4, 3);
+    for i in 0..4usize {
+        let e = &mut ib[12 + 12 * i..24 + 12 * i];
+        e[0..4].copy_from_slice(&(i as u32 * 1000).to_le_bytes());
+        e[4..8].copy_from_slice(&(a as u32).to_le_bytes());
+    }
+    assert!(reseal(&mut img));
+    let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), MountOptions::default()).unwrap();
+    let start = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    match fs.read(f, 0, &mut buf) {
+        Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("overlapping"), "{detail}"),
+        other => panic!("read of a fanned-out tree: {other:?}"),
+    }
+    assert!(start.elapsed().as_secs() < 5, "took {:?}", start.elapsed());
+}
+
+/// Audit R2: an htree index naming one block in every entry would have readdir list that
+/// block's entries once per naming (10^8 pairs from two blocks at 4 KiB); a block named
+/// twice is a corruption, found before anything is listed.
+#[test]
+fn an_htree_naming_one_block_twice_is_refused() {
+    let dev = Arc::new(MemDevice::new(32 << 20));
+    format(&*dev, &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), MountOptions::default()).unwrap();
+    let o = lanefs::Owner::default();
+    let d = fs.mkdir(lanefs::ROOT_INO, b"d", 0o755, o).unwrap().ino;
+    for i in 0..300 {
+        let name = format!("a-name-long-enough-to-fill-blocks-{i:04}");
+        let f = fs.create(d, name.as_bytes(), 0o644, o).unwrap().ino;
+        fs.release(f).unwrap();
+    }
+    fs.unmount().unwrap();
+    let mut img = dev.snapshot();
+    let off = inode_offset(&img, d);
+    let inode = disk::inode::DiskInode::from_bytes(&img[off..off + 256]);
+    assert!(inode.flags() & disk::inode::FL_INDEX != 0, "d is an htree");
+    let root = match disk::extent::decode_node(inode.iblock(), d).unwrap() {
+        disk::extent::Node::Leaf(e) => e[0].pblk as usize * 4096,
+        other => panic!("{other:?}"),
+    };
+    let b = &mut img[root..root + 4096];
+    // Root info: no index levels; entries: block 1 for hashes 0, 2 and 4.
+    b[0x1E] = 0;
+    b[0x22..0x24].copy_from_slice(&3u16.to_le_bytes());
+    b[0x24..0x28].copy_from_slice(&1u32.to_le_bytes());
+    for (i, h) in [2u32, 4].into_iter().enumerate() {
+        let e = 0x28 + 8 * i;
+        b[e..e + 4].copy_from_slice(&h.to_le_bytes());
+        b[e + 4..e + 8].copy_from_slice(&1u32.to_le_bytes());
+    }
+    assert!(reseal(&mut img));
+    let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), MountOptions::default()).unwrap();
+    match fs.readdir(d, 0, 1000) {
+        Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("named twice"), "{detail}"),
+        other => panic!("readdir of a fanned-out htree: {other:?}"),
+    }
+}
+
+/// Run `f` on its own thread; panics if it does not finish within 20 s (a deadlock).
+fn within_20s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what}: no answer in 20 s (a deadlock?)"))
+}
+
+/// Audit R4: an attribute whose EA inode is its own owner made unlink, chmod and reads
+/// re-take the owner's lock (a deadlock), and one naming the directory an unlink holds
+/// did the same; every reference is checked against the EA inode's table bytes first.
+#[test]
+fn an_ea_inode_reference_to_its_owner_or_a_directory_is_refused() {
+    let test = "an_ea_inode_reference_to_its_owner_or_a_directory_is_refused";
+    if !common::require_tools(test, &["mkfs.ext4"]) {
+        return;
+    }
+    let td = tempfile::tempdir().unwrap();
+    // lanefs mkfs does not make ea_inode images; mke2fs does.
+    let made = common::mkfs_image_args(td.path(), "ea.img", 32 << 20, &["-O", "ea_inode"]);
+    let fresh = std::fs::read(made).unwrap();
+    for target in ["self", "parent"] {
+        let dev = Arc::new(MemDevice::from_vec(fresh.clone()));
+        let fs = Fs::mount(dev.clone(), MountOptions::default()).unwrap();
+        let o = lanefs::Owner::default();
+        let d = fs.mkdir(lanefs::ROOT_INO, b"d", 0o755, o).unwrap().ino;
+        let f = fs.create(d, b"f", 0o644, o).unwrap().ino;
+        fs.setxattr(f, b"user.big", &vec![7u8; 9000], Default::default())
+            .unwrap();
+        fs.release(f).unwrap();
+        fs.unmount().unwrap();
+        let mut img = dev.snapshot();
+        let off = inode_offset(&img, f);
+        let extra = usize::from(u16::from_le_bytes([img[off + 128], img[off + 129]]));
+        let body = off + 128 + extra;
+        assert_eq!(&img[body..body + 4], &0xEA02_0000u32.to_le_bytes());
+        let inum = &mut img[body + 4 + 4..body + 4 + 8];
+        assert_ne!(inum, &[0; 4], "the value is in an EA inode");
+        let to = if target == "self" { f } else { d } as u32;
+        inum.copy_from_slice(&to.to_le_bytes());
+        assert!(reseal(&mut img));
+        let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), MountOptions::default()).unwrap();
+        let fs2 = fs.clone();
+        let read = within_20s("getxattr", move || fs2.getxattr(f, b"user.big"));
+        assert!(
+            matches!(read, Err(Error::Corrupt { .. })),
+            "{target}: {read:?}"
+        );
+        let fs2 = fs.clone();
+        let gone = within_20s("unlink", move || fs2.unlink(d, b"f"));
+        assert!(
+            matches!(gone, Err(Error::Corrupt { .. })),
+            "{target}: {gone:?}"
+        );
     }
 }

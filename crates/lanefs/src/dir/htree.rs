@@ -386,10 +386,27 @@ impl DirCtx<'_> {
     }
 
     /// Leaf logical blocks of an htree with the lowest hash each may hold, in hash order.
+    ///
+    /// Every block is named once, as e2fsck requires (and the root never): an index whose
+    /// entries all name one node would otherwise list its entries once per naming, 10^8
+    /// pairs from two 4 KiB blocks. So the list is at most the directory's blocks long.
     pub(super) fn htree_leaves(&self, ino: u64, st: &InodeState) -> Result<Vec<(u32, u32)>> {
         let (info, root) = self.read_root(ino, st, &mut Digests::Off)?;
         let mut level = self.level_entries_of(&root, DX_ROOT_COUNT_OFF)?;
+        let mut seen = std::collections::HashSet::from([0u32]);
+        let once = |seen: &mut std::collections::HashSet<u32>, level: &[(u32, u32)]| match level
+            .iter()
+            .find(|&&(_, n)| !seen.insert(n))
+        {
+            Some(&(_, n)) => Err(Error::corrupt(
+                "directory index",
+                ino,
+                format!("block {n} named twice"),
+            )),
+            None => Ok(()),
+        };
         for _ in 0..info.indirect_levels {
+            once(&mut seen, &level)?;
             let mut next = Vec::new();
             for (h, n) in level {
                 let b = self.block(st, ino, n)?;
@@ -400,6 +417,7 @@ impl DirCtx<'_> {
             }
             level = next;
         }
+        once(&mut seen, &level)?;
         Ok(level.into_iter().map(|(h, b)| (h & !1, b)).collect())
     }
 

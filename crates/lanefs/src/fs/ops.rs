@@ -627,7 +627,7 @@ impl Fs {
     /// Release what a failed create allocated.
     pub(super) fn undo_new(&self, h: &Handle, ino: Ino, st: &mut InodeState, kind: FileType) {
         let _ = self.release_xattr_block(h, st);
-        let _ = self.free_blocks_of(h, st, kind);
+        let _ = self.free_blocks_of(h, ino, st, kind);
         let _ = self.ial.free(h, &self.al, ino, kind == FileType::Directory);
     }
 
@@ -891,7 +891,7 @@ impl Fs {
         let kind = kind_of(st);
         self.al.discard_pa(&mut st.pa);
         self.orphan_del(h, ino)?;
-        self.free_blocks_of(h, st, kind)?;
+        self.free_blocks_of(h, ino, st, kind)?;
         st.d.set_size(0);
         st.d.set_links(0);
         st.d.set_dtime(now().sec as u32);
@@ -905,7 +905,13 @@ impl Fs {
     }
 
     /// Free every data, tree and xattr block of an inode.
-    fn free_blocks_of(&self, h: &Handle, st: &mut InodeState, kind: FileType) -> Result<()> {
+    fn free_blocks_of(
+        &self,
+        h: &Handle,
+        ino: Ino,
+        st: &mut InodeState,
+        kind: FileType,
+    ) -> Result<()> {
         let meta = kind != FileType::Regular;
         // A file that maps nothing, with no tree or indirect block and its empty map
         // already stored (most removed files of a create-and-remove workload), has no
@@ -918,7 +924,7 @@ impl Fs {
             st.ext_dirty = true;
             inode::store_tree(&self.al, &self.bufs, h, 0, st)?;
         }
-        self.release_ea_refs(h, st)?;
+        self.release_ea_refs(h, ino, st)?;
         self.release_xattr_block(h, st)?;
         st.d.set_blocks_512(0, self.bs);
         Ok(())

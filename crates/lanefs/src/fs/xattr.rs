@@ -146,7 +146,8 @@ impl Fs {
 
     /// Drop `owner`'s reference on an EA inode (ext4_xattr_inode_dec_ref): its blocks are
     /// no longer charged to the owner, and at no reference left it is freed.
-    fn drop_ea_ref(&self, h: &Handle, st: &mut InodeState, r: dx::EaRef) -> Result<()> {
+    fn drop_ea_ref(&self, h: &Handle, owner: Ino, st: &mut InodeState, r: dx::EaRef) -> Result<()> {
+        self.check_ea_ref(owner, r)?;
         self.uncharge_ea(st, r);
         let ea = self.iget(u64::from(r.inum))?;
         let mut est = ea.state.write();
@@ -168,6 +169,56 @@ impl Fs {
         drop(est);
         self.icache.remove(ea.ino, &ea);
         Ok(())
+    }
+
+    /// Refuse a reference no EA inode can answer (ext4_xattr_inode_iget and
+    /// check_xattrs): to the owner itself (whose lock its caller holds: taking it again
+    /// would deadlock), to a reserved inode or one past the last, or a value larger than
+    /// the kernel allows (16 MiB, EXT4_XATTR_SIZE_MAX).
+    fn check_ea_ref(&self, owner: Ino, r: dx::EaRef) -> Result<()> {
+        let n = u64::from(r.inum);
+        let why = if n == owner {
+            "names its own owner"
+        } else if n < u64::from(self.al.geo.first_ino) || n > self.al.geo.inodes() {
+            "is not an inode an attribute may use"
+        } else if r.size > 1 << 24 {
+            "value larger than 16 MiB"
+        } else {
+            let (flags, mode) = self.ea_kind(owner, n)?;
+            let ea_flag = flags & crate::disk::inode::FL_EA_INODE != 0;
+            if ea_flag && FileType::from_mode(mode) == Some(FileType::Regular) {
+                return Ok(());
+            }
+            "is not an EA inode (a regular file with the EA_INODE flag)"
+        };
+        Err(Error::corrupt(
+            "xattr",
+            owner,
+            format!("EA inode {n} {why}"),
+        ))
+    }
+
+    /// Inode `n`'s flags and mode, read without waiting on its lock for long: a corrupt
+    /// reference may name an inode whose lock this thread holds (the directory an unlink
+    /// is in), where waiting would never end. A cached inode is read under a try-lock,
+    /// retried for up to a second (an EA inode's lock is held for microseconds); one not
+    /// cached, from its table block.
+    fn ea_kind(&self, owner: Ino, n: Ino) -> Result<(u32, u16)> {
+        let Some(i) = self.icache.peek(n) else {
+            let d = crate::inode::peek_disk_inode(&self.ial, &self.bufs, n)?;
+            return Ok((d.flags(), d.mode()));
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            if let Some(st) = i.state.try_read() {
+                return Ok((st.d.flags(), st.d.mode()));
+            }
+            if std::time::Instant::now() > deadline {
+                let why = format!("EA inode {n} stays locked (a reference to an inode in use)");
+                return Err(Error::corrupt("xattr", owner, why));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
     }
 
     /// The owner no longer pays for EA inode `r`'s blocks.
@@ -194,8 +245,18 @@ impl Fs {
 
     /// Before `st`'s inode is freed: drop its references on EA inodes, from its body and,
     /// when this inode is the block's last user, from its block.
-    pub(super) fn release_ea_refs(&self, h: &Handle, st: &mut InodeState) -> Result<()> {
+    pub(super) fn release_ea_refs(
+        &self,
+        h: &Handle,
+        owner: Ino,
+        st: &mut InodeState,
+    ) -> Result<()> {
         if !self.ea_inode {
+            return Ok(());
+        }
+        // An EA inode's own attributes name no further EA inode (the kernel's rule): its
+        // references are not followed, so no chain or cycle of them is walked.
+        if st.d.flags() & crate::disk::inode::FL_EA_INODE != 0 {
             return Ok(());
         }
         let found = self.read_xattrs(0, st)?;
@@ -204,13 +265,14 @@ impl Fs {
             refs.extend(found.block.iter().filter_map(|e| e.ea_inode));
         }
         for r in refs {
-            self.drop_ea_ref(h, st, r)?;
+            self.drop_ea_ref(h, owner, st, r)?;
         }
         Ok(())
     }
 
     /// The value an EA inode holds for an attribute of `owner` (the ea_inode feature).
     fn read_ea_inode(&self, owner: Ino, r: dx::EaRef) -> Result<Vec<u8>> {
+        self.check_ea_ref(owner, r)?;
         let bad = |why: &str| Error::corrupt("xattr", owner, format!("EA inode {}: {why}", r.inum));
         let i = self
             .iget(u64::from(r.inum))
@@ -571,6 +633,7 @@ impl Fs {
             copied = self.write_xattr_block(h, ino, st, found)?;
             if copied {
                 for r in carried {
+                    self.check_ea_ref(ino, r)?;
                     self.add_ea_ref(h, r)?;
                 }
             }
@@ -579,7 +642,7 @@ impl Fs {
             if old_shared && copied {
                 self.uncharge_ea(st, r);
             } else {
-                self.drop_ea_ref(h, st, r)?;
+                self.drop_ea_ref(h, ino, st, r)?;
             }
         }
         Ok(())
