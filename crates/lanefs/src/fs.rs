@@ -367,7 +367,7 @@ pub struct Fs {
     sb: Mutex<Superblock>,
     rename_lock: Mutex<()>,
     /// The orphan list in chain order (head first): unlinked inodes still open.
-    orphans: Mutex<Vec<Ino>>,
+    orphans: Mutex<std::collections::VecDeque<Ino>>,
     /// `orphans.len()`, stored under its lock: a release of an inode that was never an
     /// orphan (the common case) skips the lock while the list is empty.
     orphan_count: std::sync::atomic::AtomicUsize,
@@ -598,7 +598,7 @@ impl Fs {
             rtdev: rtdev.clone(),
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
-            orphans: Mutex::new(&ORPHAN, Vec::new()),
+            orphans: Mutex::new(&ORPHAN, std::collections::VecDeque::new()),
             orphan_count: std::sync::atomic::AtomicUsize::new(0),
             icache: ICache::new(opts.icache, opts.icache_limit),
             pages: crate::page::PageCache::new(

@@ -74,7 +74,7 @@ impl Fs {
     pub(super) fn update_sb(
         &self,
         h: &Handle,
-        _order: &mut MutexGuard<'_, Vec<Ino>>,
+        _order: &mut MutexGuard<'_, std::collections::VecDeque<Ino>>,
         f: impl FnOnce(&mut Superblock),
     ) -> Result<()> {
         let raw = {
@@ -96,9 +96,9 @@ impl Fs {
         if o.contains(&ino) {
             return Ok(());
         }
-        let head = o.first().copied().unwrap_or(0) as u32;
+        let head = o.front().copied().unwrap_or(0) as u32;
         self.set_link(h, ino, head)?;
-        o.insert(0, ino);
+        o.push_front(ino);
         self.orphan_count.store(o.len(), Ordering::Release);
         self.update_sb(h, &mut o, |sb| sb.set_last_orphan(ino as u32))
     }
@@ -156,9 +156,12 @@ impl Fs {
         }
         let max = u64::from(self.al.geo.ipg) * u64::from(self.al.geo.groups);
         let mut chain: Vec<Ino> = Vec::new();
+        // At most every inode once: a cycle ends the walk in one step (a set, not a scan
+        // of the chain so far: 10^5 orphans would cost 10^10 comparisons).
+        let mut on_chain = std::collections::HashSet::new();
         let mut ino = head;
         while ino != 0 {
-            if ino > max || ino < u64::from(self.al.geo.first_ino) || chain.contains(&ino) {
+            if ino > max || ino < u64::from(self.al.geo.first_ino) || !on_chain.insert(ino) {
                 break;
             }
             let d = inode::read_disk_inode(&self.ial, &self.bufs, ino)?;
@@ -170,7 +173,7 @@ impl Fs {
         }
         {
             let mut o = self.orphans.lock();
-            *o = chain.clone();
+            *o = chain.iter().copied().collect();
             self.orphan_count.store(o.len(), Ordering::Release);
         }
         for ino in chain {
