@@ -257,3 +257,49 @@ fn an_ea_inode_reference_to_its_owner_or_a_directory_is_refused() {
         );
     }
 }
+
+/// Audit R7: xattr values that overlap the entry table (every entry's value spanning the
+/// whole block made each read copy area x entries bytes); a value must start past the
+/// table's end, as the kernel's check_xattrs requires.
+#[test]
+fn xattr_values_overlapping_the_entry_table_are_refused() {
+    let block = |voff: u16| {
+        let mut b = vec![0u8; 1024];
+        b[0..4].copy_from_slice(&disk::xattr::MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&1u32.to_le_bytes()); // refcount
+        b[8..12].copy_from_slice(&1u32.to_le_bytes()); // h_blocks
+        let e = &mut b[32..52];
+        e[0] = 1; // name_len
+        e[1] = 1; // user.
+        e[2..4].copy_from_slice(&voff.to_le_bytes());
+        e[8..12].copy_from_slice(&16u32.to_le_bytes()); // value size
+        e[16] = b'a';
+        b
+    };
+    assert!(disk::xattr::decode_block(&block(1000), 9, None).is_ok());
+    for voff in [0u16, 32, 40] {
+        match disk::xattr::decode_block(&block(voff), 9, None) {
+            Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("overlaps"), "{detail}"),
+            other => panic!("value at {voff}: {other:?}"),
+        }
+    }
+}
+
+/// Audit: a group count past 2^32 (64bit, one block per group) was truncated, and a
+/// block past the last truncated group indexed out of range; decode refuses it.
+#[test]
+fn more_than_2_to_the_32_groups_are_refused() {
+    let img = image();
+    let mut sb = Superblock::decode(&img[1024..2048], img.len() as u64).unwrap();
+    let blocks = (1u64 << 32) + (1 << 16);
+    sb.set_blocks_count(blocks);
+    sb.set_blocks_per_group(1);
+    sb.set_feature_incompat(sb.feature_incompat() | 0x80); // 64bit
+    sb.update_checksum();
+    match Superblock::decode(&sb.raw[..], blocks * 4096) {
+        Err(Error::Corrupt { detail, .. }) => {
+            assert!(detail.contains("more than 2^32"), "{detail}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

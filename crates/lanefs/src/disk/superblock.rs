@@ -572,7 +572,12 @@ impl Superblock {
                 self.blocks_count()
             ));
         }
-        let groups = u64::from(self.group_count());
+        // Group numbers are 32 bits (the kernel: "groups count too large").
+        let data = self.blocks_count() - u64::from(self.first_data_block());
+        let groups = data.div_ceil(u64::from(self.blocks_per_group()));
+        if groups > u64::from(u32::MAX) {
+            return bad(format!("{groups} block groups: more than 2^32"));
+        }
         if u64::from(self.inodes_count()) != groups * u64::from(self.inodes_per_group()) {
             return bad(format!(
                 "inode count {} != {} groups x {} inodes",

@@ -154,6 +154,14 @@ pub fn entry_hash_signed(name: &[u8], value: &[u8]) -> u32 {
 /// Decode the table at `first` of `area`, values at `value_base + e_value_offs`.
 pub fn decode(area: &[u8], first: usize, value_base: usize, at: u64) -> Result<Vec<Entry>> {
     let bad = |why: String| Error::corrupt("xattr", at, why);
+    // Where the table ends (its 4-byte zero): values live past it, as check_xattrs
+    // requires, so no value overlaps the entries (a block of 4,000 entries whose values
+    // all span the table would copy a quarter of a gigabyte per read at 64 KiB).
+    let mut table_end = first;
+    while table_end + 4 <= area.len() && le32(area, table_end) != 0 {
+        let name_len = usize::from(area[table_end]);
+        table_end += (ENTRY_HEAD + name_len + 3) & !3;
+    }
     let mut out = Vec::new();
     let mut off = first;
     loop {
@@ -192,6 +200,11 @@ pub fn decode(area: &[u8], first: usize, value_base: usize, at: u64) -> Result<V
         let vstart = value_base + voff;
         if name_end > area.len() || (vsize > 0 && vstart + vsize > area.len()) {
             return Err(bad(format!("entry at {off} reaches past the area")));
+        }
+        if vsize > 0 && vstart < table_end + 4 {
+            return Err(bad(format!(
+                "entry at {off}: its value overlaps the entry table"
+            )));
         }
         let value = if vsize == 0 {
             Vec::new()
