@@ -303,3 +303,34 @@ fn more_than_2_to_the_32_groups_are_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Audit R8: a journal inode mapping one device block many times made the log as long as
+/// its map (up to 2^32 blocks), and an uncommitted tail of revoke blocks was kept whole;
+/// the journal's blocks must be distinct device blocks.
+#[test]
+fn a_journal_mapping_one_block_twice_is_refused() {
+    let mut img = image();
+    let off = inode_offset(&img, 8);
+    let ib = off + 0x28;
+    // The journal's root: one leaf extent (lblk 0, len L, start P); a second one after it
+    // maps the same blocks again.
+    assert_eq!(
+        u16::from_le_bytes([img[ib + 2], img[ib + 3]]),
+        1,
+        "one extent"
+    );
+    let first: Vec<u8> = img[ib + 12..ib + 24].to_vec();
+    let len = u16::from_le_bytes([first[4], first[5]]);
+    let mut second = first.clone();
+    second[0..4].copy_from_slice(&u32::from(len).to_le_bytes());
+    img[ib + 24..ib + 36].copy_from_slice(&second);
+    img[ib + 2..ib + 4].copy_from_slice(&2u16.to_le_bytes());
+    assert!(reseal(&mut img));
+    match Fs::mount(Arc::new(MemDevice::from_vec(img)), MountOptions::default()) {
+        Err(Error::Corrupt { detail, .. }) => {
+            assert!(detail.contains("one device block"), "{detail}")
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+        Ok(_) => panic!("mounted a journal mapping one block twice"),
+    }
+}

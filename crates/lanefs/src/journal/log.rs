@@ -46,6 +46,17 @@ impl LogArea {
                 .checked_add(left)
                 .ok_or_else(|| Error::corrupt("journal inode", ino, "journal extent overflows"))?;
         }
+        // The journal is a file: no two of its blocks are one block of the device (a map
+        // naming one block many times would make the log as long as 2^32 blocks).
+        let mut phys: Vec<(u64, u32)> = runs.iter().map(|&(_, p, n)| (p, n)).collect();
+        phys.sort_unstable();
+        if phys.windows(2).any(|w| w[0].0 + u64::from(w[0].1) > w[1].0) {
+            return Err(Error::corrupt(
+                "journal inode",
+                ino,
+                "two journal blocks are one device block",
+            ));
+        }
         let Some(&(_, sb_blk, _)) = runs.first() else {
             return Err(Error::corrupt(
                 "journal inode",

@@ -55,7 +55,10 @@ pub fn recover(area: &LogArea, dev: &dyn BlockDevice, fs_blocks: u64) -> Result<
         tid: next,
         blocks: Vec::new(),
     };
-    let mut cur_revokes: Vec<u64> = Vec::new();
+    // A transaction's revoked blocks, each once and only blocks of the file system: an
+    // uncommitted tail of revoke blocks (1,020 records a block) kept as a list grew to
+    // gigabytes; as a set it is bounded by the file system's size.
+    let mut cur_revokes: std::collections::HashSet<u64> = std::collections::HashSet::new();
     let mut scanned = 0u32;
     if pos != 0 {
         'scan: while scanned < area.len() {
@@ -87,13 +90,13 @@ pub fn recover(area: &LogArea, dev: &dyn BlockDevice, fs_blocks: u64) -> Result<
                     let Some(recs) = jbd2::revoke_records(js, &b) else {
                         break;
                     };
-                    cur_revokes.extend(recs);
+                    cur_revokes.extend(recs.into_iter().filter(|&r| r < fs_blocks));
                 }
                 jbd2::COMMIT => {
                     if !jbd2::commit_csum_ok(js, &b) {
                         break;
                     }
-                    for r in cur_revokes.drain(..) {
+                    for r in cur_revokes.drain() {
                         let e = revoked.entry(r).or_insert(next);
                         if tid_gt(next, *e) {
                             *e = next;
