@@ -517,6 +517,21 @@ pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeSta
             );
             return Err(Error::corrupt("inode", ino, msg));
         }
+        // A directory is at most 2 GiB without large_dir (e2fsck's limit, which lanefs
+        // does not support), and no two of its blocks are one device block: a map naming
+        // a few blocks many times would make readdir list gigabytes of entries.
+        if st.d.size() > 1 << 31 {
+            return Err(Error::corrupt("inode", ino, "directory larger than 2 GiB"));
+        }
+        let mut phys: Vec<(u64, u32)> = out.iter().map(|e| (e.pblk, e.len)).collect();
+        phys.sort_unstable();
+        if phys.windows(2).any(|w| w[0].0 + u64::from(w[0].1) > w[1].0) {
+            return Err(Error::corrupt(
+                "inode",
+                ino,
+                "directory blocks mapped twice",
+            ));
+        }
     }
     st.ext = Some(ExtentMap::from_extents(out));
     st.tree_blocks = tree;

@@ -334,3 +334,38 @@ fn a_journal_mapping_one_block_twice_is_refused() {
         Ok(_) => panic!("mounted a journal mapping one block twice"),
     }
 }
+
+/// Audit R3: a linear directory whose extents name its blocks many times listed those
+/// entries once per naming on every readdir (gigabytes from a few blocks); a directory's
+/// blocks must be distinct device blocks.
+#[test]
+fn a_directory_mapping_one_block_twice_is_refused() {
+    let dev = Arc::new(MemDevice::new(32 << 20));
+    format(&*dev, &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), MountOptions::default()).unwrap();
+    let o = lanefs::Owner::default();
+    let d = fs.mkdir(lanefs::ROOT_INO, b"d", 0o755, o).unwrap().ino;
+    let f = fs.create(d, b"f", 0o644, o).unwrap().ino;
+    fs.release(f).unwrap();
+    fs.unmount().unwrap();
+    let mut img = dev.snapshot();
+    let off = inode_offset(&img, d);
+    let ib = off + 0x28;
+    assert_eq!(
+        u16::from_le_bytes([img[ib + 2], img[ib + 3]]),
+        1,
+        "one extent"
+    );
+    let mut second: Vec<u8> = img[ib + 12..ib + 24].to_vec();
+    second[0..4].copy_from_slice(&1u32.to_le_bytes());
+    img[ib + 24..ib + 36].copy_from_slice(&second);
+    img[ib + 2..ib + 4].copy_from_slice(&2u16.to_le_bytes());
+    // i_size: two blocks.
+    img[off + 4..off + 8].copy_from_slice(&8192u32.to_le_bytes());
+    assert!(reseal(&mut img));
+    let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), MountOptions::default()).unwrap();
+    match fs.readdir(d, 0, 100) {
+        Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("mapped twice"), "{detail}"),
+        other => panic!("readdir: {other:?}"),
+    }
+}
