@@ -684,3 +684,40 @@ fn statfs_in_a_realtime_directory_reports_the_rt_device() {
     fs.unmount().unwrap();
     fsck_clean(&img);
 }
+
+/// Audit R10/R11: a realtime geometry whose sizes do not fit (a device of 2^60 extents,
+/// so bitmap and summary files larger than the image, or a byte size past 2^64) made
+/// `lanefs info` and `lanefs fsck` allocate what the superblock said and loop over it;
+/// decode refuses a size past 2^64, and fsck reports files that cannot fit the image.
+#[test]
+fn a_realtime_geometry_larger_than_its_image_is_named() {
+    use lanefs::internals::disk::superblock::Superblock;
+    let td = tempfile::tempdir().unwrap();
+    let (img, _rt) = make(td.path(), 64 << 20, 1, 1);
+    for rextents in [1u64 << 40, 1 << 60] {
+        let mut raw = std::fs::read(&img).unwrap();
+        let mut sb = Superblock::decode(&raw[1024..2048], raw.len() as u64).unwrap();
+        // The realtime superblock's rextents (le64 at +8 of its area).
+        let at = lanefs::internals::disk::rtdev::RT_SUPER_OFFSET + 8;
+        sb.raw[at..at + 8].copy_from_slice(&rextents.to_le_bytes());
+        sb.update_checksum();
+        raw[1024..2048].copy_from_slice(&sb.raw[..]);
+        let p = td.path().join("bad.img");
+        std::fs::write(&p, &raw).unwrap();
+        let dev = FileDevice::open(&p, true).unwrap();
+        match check(&dev, &FsckOptions::default()) {
+            Ok(r) => assert!(
+                r.problems
+                    .iter()
+                    .any(|x| x.to_string().contains("realtime geometry")),
+                "{rextents}: {:?}",
+                r.problems
+            ),
+            Err(e) => assert!(
+                e.to_string().contains("realtime geometry"),
+                "{rextents}: {e}"
+            ),
+        }
+        let _ = lanefs::info::report(&dev);
+    }
+}

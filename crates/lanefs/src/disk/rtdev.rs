@@ -78,7 +78,17 @@ impl RtSuper {
             group_bmblocks: le32(b, 16),
             uuid,
         };
-        if s.rextsize == 0 || s.rextsize > MAX_REXTSIZE || s.rextents < 2 || s.group_bmblocks == 0 {
+        // The device's size in bytes must be a number (rextents x rextsize x block size).
+        let bytes = s
+            .rextents
+            .checked_mul(u64::from(s.rextsize))
+            .and_then(|b| b.checked_mul(65536));
+        if s.rextsize == 0
+            || s.rextsize > MAX_REXTSIZE
+            || s.rextents < 2
+            || s.group_bmblocks == 0
+            || bytes.is_none()
+        {
             return Err(Error::corrupt(
                 "superblock",
                 0,

@@ -102,6 +102,21 @@ impl Checker<'_> {
             return Ok(());
         };
         let geo = rt.geo;
+        // The bitmap and summary are files of the image: a geometry whose files would not
+        // fit it is reported, not rebuilt (that rebuild sizes its buffers from it).
+        let image_blocks = self.geo.blocks;
+        if geo.bitmap_blocks() > image_blocks || geo.summary_blocks() > image_blocks {
+            self.out.add(
+                "RT_GEOMETRY_BAD",
+                format!(
+                    "realtime geometry needs {} bitmap and {} summary blocks, more than the \
+                     image's {image_blocks}",
+                    geo.bitmap_blocks(),
+                    geo.summary_blocks()
+                ),
+            );
+            return Ok(());
+        }
         let rext = u64::from(geo.rextsize);
         let mut claims = std::mem::take(&mut rt.claims);
         claims.sort_unstable();
