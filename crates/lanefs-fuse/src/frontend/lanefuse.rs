@@ -1,0 +1,256 @@
+//! `LaneFuse`'s own methods: construction from the mount's options, the errno an engine
+//! error becomes (and its log line), the replies every handler shares, and the checks
+//! the handlers make before they call the engine.
+
+use super::*;
+
+impl LaneFuse {
+    /// Serve `fs` with the frontend options of `cfg`; `kernel_checks` when the kernel
+    /// checks permissions (`default_permissions`, always so when users other than the
+    /// mounter can reach the mount), which then covers POSIX ACLs too.
+    pub fn new(fs: Arc<Fs>, cfg: &MountConfig, kernel_checks: bool) -> LaneFuse {
+        LaneFuse {
+            fs,
+            attr_ttl: cfg.attr_timeout,
+            entry_ttl: cfg.entry_timeout,
+            negative_ttl: cfg.negative_timeout,
+            writeback_cache: cfg.writeback_cache,
+            max_write: cfg.max_write,
+            errors: cfg.errors,
+            posix_acl: kernel_checks,
+            uring: None,
+            notifier: Arc::new(OnceLock::new()),
+            mountpoint: None,
+            kernel_ro: Default::default(),
+            born: std::time::Instant::now(),
+        }
+    }
+
+    /// The mount point the kernel will have this mount at.
+    pub fn with_mountpoint(mut self, mp: &std::path::Path) -> LaneFuse {
+        self.mountpoint = Some(mp.to_path_buf());
+        self
+    }
+
+    /// Whether the kernel has the mount read-only now (`mount -o remount,ro`, which the
+    /// daemon is not told of): looked up in /proc/self/mountinfo at most once a second.
+    pub(super) fn kernel_read_only(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(mp) = &self.mountpoint else {
+            return false;
+        };
+        let now = self.born.elapsed().as_millis() as u64 + 1000;
+        let (ro, at) = &self.kernel_ro;
+        if now.saturating_sub(at.load(Relaxed)) >= 1000 {
+            ro.store(crate::mountinfo::read_only(mp), Relaxed);
+            at.store(now, Relaxed);
+        }
+        ro.load(Relaxed)
+    }
+
+    /// The slot the session's notifier goes in (set once the session exists).
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// Drop the kernel's cached attributes of `i` (only attributes: offset -1 keeps
+    /// its pages), after a change that did not come through setattr: an inode-flag
+    /// ioctl changes the change time. The notification only drops a cache, so it may
+    /// be sent from inside a request; if it fails, the cache expires with `attr_timeout`.
+    pub(super) fn attributes_changed(&self, i: Ino) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(INodeNo(to_node(i)), -1, 0);
+        }
+    }
+
+    /// How an open file is kept: without a FLUSH request at every close
+    /// (FOPEN_NOFLUSH), which this daemon would only answer; the kernel ignores the flag
+    /// under `writeback_cache`, where a close writes the cached pages back. (A close then
+    /// also leaves pages dirtied through a shared mapping to write-back or fsync, as
+    /// ext4's close does.)
+    pub(super) fn open_flags(&self) -> FopenFlags {
+        FopenFlags::FOPEN_NOFLUSH
+    }
+
+    /// The engine's errno for `e`; corruption and device errors are logged, reported as
+    /// EIO, and end the daemon under `errors=panic`.
+    pub(super) fn errno(&self, op: &str, ino: Ino, e: Error) -> Errno {
+        match e {
+            Error::Corrupt { .. } | Error::Io(_) => {
+                log::line(&format!("{op} on inode {ino}: {e}"));
+                if self.errors == ErrorPolicy::Panic {
+                    log::line(
+                        "errors=panic: stopping the daemon; the journal replays at the next mount",
+                    );
+                    std::process::exit(1);
+                }
+                Errno::EIO
+            }
+            e => Errno::from_i32(e.errno()),
+        }
+    }
+
+    pub(super) fn file_attr(&self, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(to_node(a.ino)),
+            size: a.size,
+            blocks: a.blocks,
+            atime: to_system(a.atime),
+            mtime: to_system(a.mtime),
+            ctime: to_system(a.ctime),
+            crtime: to_system(a.crtime),
+            kind: kind(a.kind),
+            perm: a.perm,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev,
+            blksize: self.fs.block_size(),
+            flags: 0,
+        }
+    }
+
+    /// Answer a create or tmpfile: the new file's entry, opened.
+    pub(super) fn created(
+        &self,
+        reply: ReplyCreate,
+        what: &str,
+        dir: Ino,
+        r: lanefs::Result<Attr>,
+    ) {
+        match r {
+            Ok(a) => reply.created(
+                &self.entry_ttl,
+                &self.file_attr(&a),
+                Generation(a.generation.into()),
+                FileHandle(0),
+                self.open_flags(),
+            ),
+            Err(e) => reply.error(self.errno(what, dir, e)),
+        }
+    }
+
+    pub(super) fn entry(&self, reply: ReplyEntry, op: &str, ino: Ino, r: lanefs::Result<Attr>) {
+        match r {
+            Ok(a) => reply.entry(
+                &self.entry_ttl,
+                &self.file_attr(&a),
+                Generation(a.generation.into()),
+            ),
+            Err(Error::NotFound) if op == "lookup" => not_found(reply, &self.negative_ttl),
+            Err(e) => reply.error(self.errno(op, ino, e)),
+        }
+    }
+
+    /// Hand `dir`'s entries after cursor `offset` to `add`, read `batch` at a time, until
+    /// `add` says the reply is full (the kernel resumes from the last entry added).
+    pub(super) fn each_entry(
+        &self,
+        op: &str,
+        dir: Ino,
+        offset: u64,
+        batch: usize,
+        mut add: impl FnMut(&lanefs::DirEntry) -> Result<bool, Errno>,
+    ) -> Result<(), Errno> {
+        let mut pos = offset;
+        loop {
+            let entries = self
+                .fs
+                .readdir(dir, pos, batch)
+                .map_err(|e| self.errno(op, dir, e))?;
+            if entries.is_empty() {
+                self.accessed(dir);
+                return Ok(());
+            }
+            for e in &entries {
+                if add(e)? {
+                    self.accessed(dir);
+                    return Ok(());
+                }
+                pos = e.next;
+            }
+        }
+    }
+
+    /// may_open's rule for `chattr` flags, which the kernel cannot apply itself (FUSE
+    /// inodes carry no S_IMMUTABLE or S_APPEND): an immutable file opens for reading only,
+    /// an append-only one for writing only with O_APPEND, and neither with O_TRUNC.
+    pub(super) fn may_open(&self, ino: Ino, flags: i32) -> lanefs::Result<()> {
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if !writes {
+            return Ok(());
+        }
+        let f = self.fs.get_flags(ino)?;
+        let immutable = f & fl::FL_IMMUTABLE != 0;
+        let append_only = f & fl::FL_APPEND != 0;
+        if immutable || (append_only && (flags & libc::O_APPEND == 0 || flags & libc::O_TRUNC != 0))
+        {
+            return Err(Error::NotPermitted);
+        }
+        Ok(())
+    }
+
+    /// After an access ACL is set: clear the set-group-ID bit unless the caller is in
+    /// the file's group or is root (posix_acl_update_mode). The kernel asks this of the
+    /// daemon with FUSE_SETXATTR_ACL_KILL_SGID, which needs FUSE_SETXATTR_EXT, a flag
+    /// fuser cannot negotiate; so the daemon decides from the caller's groups.
+    pub(super) fn acl_kill_sgid(&self, req: &Request, ino: Ino) -> lanefs::Result<()> {
+        let a = self.fs.getattr(ino)?;
+        if a.perm & 0o2000 == 0 || req.uid() == 0 || in_group(req, a.gid) {
+            return Ok(());
+        }
+        let set = SetAttr {
+            perm: Some(a.perm & !0o2000),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(ino, &set).map(|_| ())
+    }
+
+    /// After a change of `ino`'s data by a caller other than root (fallocate and its
+    /// modes): clear set-user-ID, and set-group-ID where the file is group-executable or
+    /// the caller is not in its group, as Linux's `file_remove_privs` does for ext4
+    /// (`setattr_should_drop_suidgid`). The kernel's FUSE client, without
+    /// FUSE_HANDLE_KILLPRIV_V2, keeps the older rule (set-group-ID only with group
+    /// execute) and sends nothing at all for fallocate under V2; so the daemon applies
+    /// the rule itself, from the caller's groups.
+    pub(super) fn kill_privs(&self, req: &Request, ino: Ino) -> lanefs::Result<()> {
+        let a = self.fs.getattr(ino)?;
+        if req.uid() == 0 || a.kind != FileType::Regular || a.perm & 0o6000 == 0 {
+            return Ok(());
+        }
+        let mut perm = a.perm & !0o4000;
+        if a.perm & 0o2010 == 0o2010 || (a.perm & 0o2000 != 0 && !in_group(req, a.gid)) {
+            perm &= !0o2000;
+        }
+        if perm == a.perm {
+            return Ok(());
+        }
+        let set = SetAttr {
+            perm: Some(perm),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(ino, &set)?;
+        // The kernel still holds the mode it had before the request.
+        self.attributes_changed(ino);
+        Ok(())
+    }
+
+    /// A read of `ino` succeeded: its access time as the mount's atime policy says (the
+    /// kernel leaves atime to FUSE daemons). A failure to note it fails nothing.
+    pub(super) fn accessed(&self, ino: Ino) {
+        // A mount the kernel remounted read-only writes nothing, access times included.
+        if self.kernel_read_only() {
+            return;
+        }
+        if let Err(e) = self.fs.touch_atime(ino) {
+            let _ = self.errno("atime update", ino, e);
+        }
+    }
+
+    pub(super) fn empty(&self, reply: ReplyEmpty, op: &str, ino: Ino, r: lanefs::Result<()>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.errno(op, ino, e)),
+        }
+    }
+}
