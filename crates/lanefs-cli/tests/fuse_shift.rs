@@ -311,19 +311,7 @@ fn mkfs_ext4(img: &Path) {
 
 /// Mount `img` read-write with the kernel's ext4, run `f` on it, unmount.
 fn on_kernel<T>(img: &Path, dir: &Path, f: impl FnOnce(&Path) -> T) -> T {
-    std::fs::create_dir_all(dir).unwrap();
-    let out = run(Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop"])
-        .arg(img)
-        .arg(dir));
-    assert!(
-        out.status.success(),
-        "kernel mount: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(dir)));
-    let _ = run(Command::new("umount").arg(dir));
-    r.unwrap_or_else(|p| std::panic::resume_unwind(p))
+    kernel_mount_with(img, dir, "loop", f)
 }
 
 fn ready(test: &str) -> bool {

@@ -278,15 +278,7 @@ fn probe_same_as_kernel(t: &Path, probe: fn(&Path) -> String) -> (String, PathBu
     let (img, kimg) = (t.join("l.img"), t.join("k.img"));
     mkfs(&img, "64M", &[]);
     mkfs(&kimg, "64M", &[]);
-    let kdir = t.join("k");
-    std::fs::create_dir_all(&kdir).unwrap();
-    let out = run(Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop"])
-        .arg(&kimg)
-        .arg(&kdir));
-    assert!(out.status.success(), "kernel mount: {out:?}");
-    let want = probe(&kdir);
-    let _ = run(Command::new("umount").arg(&kdir));
+    let want = kernel_mount_with(&kimg, &t.join("k"), "loop", probe);
     let m = Mount::new(&img, &t.join("mnt"), "allow_other");
     let got = probe(&m.dir);
     m.umount();

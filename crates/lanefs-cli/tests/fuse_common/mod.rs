@@ -191,9 +191,15 @@ pub fn is_mounted(dir: &Path) -> bool {
 
 /// Loop-mount `image` read-only with the kernel's ext4 at `dir`, run `f`, unmount.
 pub fn with_kernel_mount<T>(image: &Path, dir: &Path, f: impl FnOnce(&Path) -> T) -> T {
+    kernel_mount_with(image, dir, "loop,ro", f)
+}
+
+/// Mount `image` with the kernel's ext4 at `dir` with `-o opts` (`loop`, `loop,ro`), run
+/// `f`, unmount (also when `f` panics).
+pub fn kernel_mount_with<T>(image: &Path, dir: &Path, opts: &str, f: impl FnOnce(&Path) -> T) -> T {
     std::fs::create_dir_all(dir).unwrap();
     let out = run(Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop,ro"])
+        .args(["-t", "ext4", "-o", opts])
         .arg(image)
         .arg(dir));
     assert!(
