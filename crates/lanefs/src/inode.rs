@@ -261,10 +261,9 @@ impl Inode {
     }
 }
 
-/// Build a fresh in-memory inode around on-disk bytes.
-pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
-    inode_from_state(
-        ino,
+impl InodeState {
+    /// The state of an inode whose bytes are `d`, nothing else loaded yet.
+    pub fn from_disk(d: DiskInode) -> InodeState {
         InodeState {
             d,
             ext: None,
@@ -277,8 +276,13 @@ pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
             pa: None,
             tid: 0,
             digests: None,
-        },
-    )
+        }
+    }
+}
+
+/// Build a fresh in-memory inode around on-disk bytes.
+pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
+    inode_from_state(ino, InodeState::from_disk(d))
 }
 
 /// Build an in-memory inode around a state built by its creator.

@@ -82,19 +82,7 @@ pub(super) fn open_journal(
     );
     let al = Allocator::new(geo, descs, gdt, bufs.clone());
     let d = inode::read_disk_inode(&ial, bufs, jino)?;
-    let mut st = InodeState {
-        d,
-        ext: None,
-        tree_blocks: Vec::new(),
-        leaf_keys: Vec::new(),
-        ind: Default::default(),
-        ext_dirty: false,
-        freed: false,
-        linkable: false,
-        pa: None,
-        tid: 0,
-        digests: None,
-    };
+    let mut st = InodeState::from_disk(d);
     inode::load_extents(&al, bufs, jino, &mut st)?;
     let ext = st.ext.unwrap_or_default();
     let bs = sb.block_size() as usize;

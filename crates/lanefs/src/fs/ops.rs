@@ -579,19 +579,9 @@ impl Fs {
         if matches!(kind, FileType::CharDevice | FileType::BlockDevice) {
             d.set_rdev(rdev);
         }
-        let ext = mapped;
         InodeState {
-            d,
-            ext: ext.then(Default::default),
-            tree_blocks: Vec::new(),
-            leaf_keys: Vec::new(),
-            ind: Default::default(),
-            ext_dirty: false,
-            freed: false,
-            linkable: false,
-            pa: None,
-            tid: 0,
-            digests: None,
+            ext: mapped.then(Default::default),
+            ..InodeState::from_disk(d)
         }
     }
 
