@@ -170,14 +170,14 @@ impl DirCtx<'_> {
         let mut out = Vec::new();
         super::readdir::dots(ino, u64::from(dir.parent), pos, &mut out);
         let version = self.def_version();
-        let mut all: Vec<(u64, RawEntry)> = Vec::new();
+        let mut all = super::readdir::Smallest::new(ino, max.saturating_sub(out.len()));
         for (_, e) in dir.entries(ino)? {
             let key = self.readdir_key(&e.name, version);
             if key >= pos.max(3) {
-                all.push((key, e));
+                all.push(key, e)?;
             }
         }
-        self.emit_sorted(all, max, &mut out);
+        self.emit_sorted(all.into_vec(), max, &mut out);
         Ok(out)
     }
 
