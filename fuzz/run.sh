@@ -23,7 +23,7 @@ while getopts "t:m" o; do
 done
 shift $((OPTIND - 1))
 all=(open_fsck mount_ops replay decode_superblock decode_descriptors decode_inode
-	decode_extent decode_dir decode_xattr decode_inline decode_blockmap decode_jbd2)
+	decode_extent decode_dir decode_xattr decode_inline decode_blockmap decode_jbd2 decode_quota)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 

@@ -1179,6 +1179,10 @@ const SHAPES: &[(&str, &[&str])] = &[
     ("ea_inode", &["-t", "ext4", "-O", "ea_inode,inline_data"]),
     ("mmp", &["-t", "ext4", "-O", "mmp"]),
     ("quota", &["-t", "ext4", "-O", "quota,project", "-I", "256"]),
+    (
+        "quota_ea_inode",
+        &["-t", "ext4", "-O", "quota,project,ea_inode", "-I", "256"],
+    ),
 ];
 
 /// A host tree for `mke2fs -d`: files of several sizes (inline-sized ones too), nested and
@@ -1250,9 +1254,10 @@ fn disagreement(img: &Path, what: &str) -> Option<String> {
 /// Goal: lanefs fsck agrees with `e2fsck -fn` on every image shape mke2fs makes, at every
 /// block size (1, 2, 4 and 64 KiB). Method: each shape, empty and filled from a host tree
 /// with `mke2fs -d`, then the same image with one planted fault per shape (a bitmap bit
-/// and a link count, through debugfs), which both must find. Quota images are only made
-/// empty: `mke2fs -d` leaves their usage stale, which e2fsck reports and lanefs does not
-/// check. bigalloc is refused by name.
+/// and a link count, through debugfs), which both must find. Filled quota images get
+/// their usage from `e2fsck -fy` (`mke2fs -d` leaves it stale; this kernel mounts no
+/// quota image), then must be clean for both, and a file's owner changed behind quota's
+/// back must be found by both. bigalloc is refused by name.
 #[test]
 fn shapes_agree_with_e2fsck() {
     if !common::require_tools("shapes_agree_with_e2fsck", &["mke2fs", "e2fsck", "debugfs"]) {
@@ -1268,9 +1273,6 @@ fn shapes_agree_with_e2fsck() {
         let mib = if bs == 65536 { 256 } else { 64 };
         for &(name, args) in SHAPES {
             for fill in [false, true] {
-                if fill && name == "quota" {
-                    continue;
-                }
                 let what = format!(
                     "{name}, {bs}-byte blocks{}",
                     if fill { ", filled" } else { "" }
@@ -1280,7 +1282,25 @@ fn shapes_agree_with_e2fsck() {
                     continue;
                 }
                 checked += 1;
+                let quota = name.starts_with("quota");
+                if fill && quota {
+                    // mke2fs -d leaves the usage stale; e2fsck -fy counts it (value
+                    // inodes too), and then both must call it clean.
+                    run(Command::new("e2fsck").args(["-fy"]).arg(&img));
+                    if !check(&img).is_clean() {
+                        bad.push(format!("{what}: lanefs disagrees with e2fsck's quota"));
+                    }
+                }
                 bad.extend(disagreement(&img, &what));
+                if fill && quota {
+                    // A planted fault: a file given to another user behind quota's back.
+                    let img2 = td.path().join("quota2.img");
+                    std::fs::copy(&img, &img2).unwrap();
+                    debugfs(&img2, &["sif /medium uid 4242"]);
+                    if !check(&img2).has("QUOTA_USAGE") || e2fsck_rc(&img2) == 0 {
+                        bad.push(format!("{what}: planted quota owner not found by both"));
+                    }
+                }
                 if fill {
                     // A planted fault: a file's link count off by one.
                     debugfs(&img, &["sif /medium links_count 7"]);
@@ -1384,7 +1404,7 @@ fn kernel_filled_shapes_agree_with_e2fsck() {
             let m = match common::KernelMount::mount(&img, &mnt, "") {
                 Ok(m) => m,
                 // A kernel built without quota support refuses quota images.
-                Err(e) if shape == "quota" => {
+                Err(e) if shape.starts_with("quota") => {
                     println!("{what}: not mounted (kernel without quota support?): {e}");
                     continue;
                 }
@@ -1436,5 +1456,63 @@ fn unchecked_ro_compat_features_are_named() {
             Err(lanefs::Error::Unsupported(m)) => assert!(m.contains(named), "{feature}: {m}"),
             other => panic!("{feature}: {other:?}"),
         }
+    }
+}
+
+/// Goal: a bad block list naming metadata is found, as e2fsck's `process_bad_block`
+/// finds it: the primary superblock and descriptors, and a group's bitmaps. Method: a
+/// 1 KiB-block image whose bad blocks inode (1) is pointed by debugfs at each in turn;
+/// a list naming a free data block stays clean for both.
+#[test]
+fn bad_block_list_naming_metadata_is_found() {
+    if !common::require_tools(
+        "bad_block_list_naming_metadata_is_found",
+        &["mke2fs", "e2fsck", "debugfs"],
+    ) {
+        return;
+    }
+    let td = tempfile::tempdir().unwrap();
+    let path = td.path().join("bb.img");
+    assert!(mke2fs_image(&path, 8, 1024, &["-t", "ext4"], None));
+    let sb = {
+        let dev = FileDevice::open(&path, true).unwrap();
+        let mut b = vec![0u8; 1024];
+        dev.read_at(1024, &mut b).unwrap();
+        Superblock::decode(&b, 8 << 20).unwrap()
+    };
+    let bitmap = {
+        let out = Command::new("dumpe2fs").arg(&path).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let line = text
+            .lines()
+            .find(|l| l.contains("Block bitmap at"))
+            .expect("dumpe2fs names group 0's block bitmap");
+        let n: String = line
+            .split("Block bitmap at ")
+            .nth(1)
+            .unwrap()
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        n.parse::<u64>().unwrap()
+    };
+    let free_block = sb.blocks_count() - 10;
+    for (block, code) in [
+        (1, Some("BADBLOCK_IN_PRIMARY")),
+        (2, Some("BADBLOCK_IN_PRIMARY")),
+        (bitmap, Some("BADBLOCK_IN_BITMAP")),
+        (free_block, None),
+    ] {
+        let img = td.path().join(format!("bb-{block}.img"));
+        std::fs::copy(&path, &img).unwrap();
+        let b = format!("sif <1> block[0] {block}");
+        debugfs(&img, &[b.as_str(), "sif <1> blocks 2", "sif <1> size 1024"]);
+        if code.is_none() {
+            // e2fsck marks the listed block in use and counts it; then both call it clean.
+            run(Command::new("e2fsck").args(["-fy"]).arg(&img));
+            assert_clean(&img);
+            continue;
+        }
+        assert_detects(&img, code.unwrap());
     }
 }

@@ -191,6 +191,17 @@ fn main() {
             }
         }
     }
+    // Quota files: no base shape has one (lanefs mkfs makes no quota image), so a few
+    // trees as the kernel writes them, one per type.
+    for (t, ids) in [
+        (0u8, &[(0u32, 8192u64, 3u64)][..]),
+        (1, &[(0, 4096, 2), (100, 1024, 1), (70_000, 0, 1)]),
+        (2, &[(0, 0, 0), (0x0102_0304, 65536, 9)]),
+    ] {
+        let mut v = vec![t];
+        v.extend(lanefs::internals::disk::quota::encode(usize::from(t), ids));
+        out.add("decode_quota", v);
+    }
     for path in &args[1..] {
         match std::fs::read(path) {
             Ok(img) => extract(&img, &mut out),

@@ -164,6 +164,15 @@ impl DiskInode {
         put16(&mut self.raw, 0x18, v as u16);
         put16(&mut self.raw, 0x7A, (v >> 16) as u16);
     }
+    /// Project id (`i_projid`), 0 when the inode's extra space does not reach it.
+    pub fn projid(&self) -> u32 {
+        const END: usize = 0x9C + 4;
+        if GOOD_OLD_SIZE + usize::from(self.extra_isize()) >= END && self.raw.len() >= END {
+            le32(&self.raw, 0x9C)
+        } else {
+            0
+        }
+    }
     /// Size in bytes.
     pub fn size(&self) -> u64 {
         u64::from(le32(&self.raw, 0x4)) | (u64::from(le32(&self.raw, 0x6C)) << 32)

@@ -14,6 +14,7 @@ pub mod inline;
 pub mod inode;
 pub mod jbd2;
 pub mod mmp;
+pub mod quota;
 pub mod reseal;
 pub mod rtdev;
 pub mod seal;

@@ -39,25 +39,48 @@ impl Checker<'_> {
         }
     }
 
-    /// Blocks the bad blocks inode lists inside an inode table block holding in-use inodes.
+    /// Blocks the bad blocks inode lists where metadata lives, as e2fsck's
+    /// `process_bad_block` judges them: the primary superblock or group descriptors (the
+    /// file system cannot live without them), a group's block or inode bitmap (they must
+    /// move), or an inode table block holding in-use inodes. A backup superblock or
+    /// descriptor copy on the list is only a warning there, and so not reported here.
     pub(super) fn check_bad_blocks_in_tables(&mut self) {
         let runs = std::mem::take(&mut self.bad_blocks);
+        if runs.is_empty() {
+            return;
+        }
+        let hit = |s: u64, n: u64| runs.iter().find(|r| r.pblk < s + n && s < r.pblk + r.len);
+        let parts = self.geo.base_meta_parts(0);
+        for ((s, n), what) in [
+            (parts.super_block, "the primary superblock"),
+            (parts.descriptors, "the primary group descriptors"),
+        ] {
+            if let Some(r) = hit(s, n).filter(|_| n > 0) {
+                let msg = format!("bad block {} lies in {what}", r.pblk.max(s));
+                self.out.add("BADBLOCK_IN_PRIMARY", msg);
+            }
+        }
         for g in 0..self.geo.groups {
             let gi = &self.groups[g as usize];
-            if !gi.it_ok {
-                continue;
+            let mut found = Vec::new();
+            if gi.bb_ok && hit(gi.desc.block_bitmap(), 1).is_some() {
+                found.push(("BADBLOCK_IN_BITMAP", "block bitmap", gi.desc.block_bitmap()));
             }
-            // e2fsck takes every inode in such a block (below the watermark) as in use.
-            let it = gi.desc.inode_table();
-            let n = (self.initialized_inodes(g) * u64::from(self.geo.inode_size))
-                .div_ceil(self.geo.block_bytes());
-            let hit = runs.iter().find(|r| r.pblk < it + n && it < r.pblk + r.len);
-            if let Some(r) = hit {
-                let msg = format!(
-                    "group {g}: bad block {} lies in the inode table",
-                    r.pblk.max(it)
-                );
-                self.out.add("BADBLOCK_IN_ITABLE", msg);
+            if gi.ib_ok && hit(gi.desc.inode_bitmap(), 1).is_some() {
+                found.push(("BADBLOCK_IN_BITMAP", "inode bitmap", gi.desc.inode_bitmap()));
+            }
+            if gi.it_ok {
+                // e2fsck takes every inode in such a block (below the watermark) as in use.
+                let it = gi.desc.inode_table();
+                let n = (self.initialized_inodes(g) * u64::from(self.geo.inode_size))
+                    .div_ceil(self.geo.block_bytes());
+                if let Some(r) = hit(it, n) {
+                    found.push(("BADBLOCK_IN_ITABLE", "inode table", r.pblk.max(it)));
+                }
+            }
+            for (code, what, b) in found {
+                let msg = format!("group {g}: bad block {b} lies in the {what}");
+                self.out.add(code, msg);
             }
         }
     }
@@ -407,7 +430,9 @@ impl Checker<'_> {
             let legacy = inode.ctime_lo() == inode.atime_lo();
             self.ea_inodes.insert(ino, (inode.ea_inode_refs(), legacy));
         }
+        let ea_before = self.quota.ea_inodes;
         let xattr = self.check_xattr_block(ino, inode)? + self.check_ea_refs(ino, &ibody.refs)?;
+        let ea_inodes = self.quota.ea_inodes - ea_before;
         let inline = self.is_inline(inode) && matches!(ft, FT_REG | FT_DIR | FT_LNK);
         let mut inline_dir = None;
         let walk = match ft {
@@ -423,6 +448,7 @@ impl Checker<'_> {
             }
         };
         self.check_iblocks(ino, inode, walk.blocks + xattr);
+        self.charge_quota(ino, inode, walk.blocks + xattr, 1 + ea_inodes);
         if !(inline && ft == FT_DIR) {
             self.check_size(ino, inode, ft, &walk);
         }
@@ -760,8 +786,12 @@ impl Checker<'_> {
         }
         let xattr = self.reserved_xattr_block(ino, inode)?;
         let rt_meta = self.rt.is_some() && matches!(ino, 9 | 10);
-        let w = self.walk_blocks(ino, inode, journal || rt_meta)?;
+        let quota_file = self.is_quota_file(ino);
+        let w = self.walk_blocks(ino, inode, journal || rt_meta || quota_file)?;
         self.check_iblocks(ino, inode, w.blocks + xattr);
+        if quota_file {
+            self.keep_quota_file(ino, inode, &w.runs);
+        }
         self.check_size(ino, inode, FT_REG, &w);
         self.rt_keep_runs(ino, &w);
         if journal {

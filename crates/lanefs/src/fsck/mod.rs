@@ -48,6 +48,7 @@ mod geo;
 mod inodes;
 mod links;
 mod pass0;
+mod quota;
 mod rt;
 mod xattr;
 
@@ -321,6 +322,8 @@ struct XattrRef {
     first: u32,
     /// Blocks its entries' value inodes charge to each user's i_blocks.
     ea_blocks: u64,
+    /// Value inodes its entries name, charged to each user's quota.
+    ea_inodes: u64,
 }
 
 /// The htree of one directory: which logical blocks are index nodes and the hash range
@@ -381,6 +384,8 @@ struct Checker<'a> {
     dir_budget_spent: bool,
     /// The realtime device's claims and files (an image with `lanefs_rtdev`).
     rt: Option<rt::RtFsck>,
+    /// Usage counted per quota type and id, and each quota file's map (`quota.rs`).
+    quota: quota::QuotaFsck,
 }
 
 /// Check the ext4 image on `dev` without modifying it.
@@ -421,6 +426,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<FsckReport> {
     })?;
     c.timed("bitmaps", Checker::pass_bitmaps)?;
     c.timed("realtime", Checker::pass_rt)?;
+    c.timed("quota", Checker::pass_quota)?;
     Ok(c.finish())
 }
 
@@ -589,6 +595,7 @@ impl<'a> Checker<'a> {
             dir_budget: 2 * geo_blocks,
             dir_budget_spent: false,
             rt,
+            quota: Default::default(),
         }
     }
 

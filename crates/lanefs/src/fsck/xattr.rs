@@ -26,11 +26,14 @@ impl Checker<'_> {
         }
         if let Some(r) = self.xattrs.get_mut(&b) {
             r.refs += 1;
+            self.quota.ea_inodes += r.ea_inodes;
             return Ok(1 + r.ea_blocks);
         }
         self.claims.claim(b, 1, Owner::Xattr(ino));
         let buf = self.read_block(b)?;
+        let before = self.quota.ea_inodes;
         let (valid, ea_blocks) = self.check_xattr_contents(ino, b, &buf)?;
+        let ea_inodes = self.quota.ea_inodes - before;
         self.xattrs.insert(
             b,
             XattrRef {
@@ -39,6 +42,7 @@ impl Checker<'_> {
                 valid,
                 first: ino,
                 ea_blocks,
+                ea_inodes,
             },
         );
         Ok(1 + ea_blocks)
@@ -138,6 +142,7 @@ impl Checker<'_> {
                 continue;
             }
             charged += u64::from(r.value_size).div_ceil(self.geo.block_bytes());
+            self.quota.ea_inodes += 1;
             *self.ea_counts.entry(ino).or_insert(0) += 1;
         }
         Ok(charged)
