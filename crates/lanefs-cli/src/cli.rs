@@ -127,6 +127,21 @@ pub struct MkfsArgs {
     /// Overwrite an image that already holds an ext4 file system.
     #[arg(short = 'F', long, visible_short_alias = 'f')]
     pub force: bool,
+    /// Copy this host directory into the new file system, as `mke2fs -d`: its contents
+    /// become the root's, with everything `cp -a` keeps (the root takes the directory's
+    /// owner, mode, times and xattrs). With SOURCE_DATE_EPOCH set, the image is
+    /// reproducible: every time is clamped to it, and with -U and -E hash_seed the same
+    /// tree gives the same bytes.
+    #[arg(short = 'd', long = "root-directory", value_name = "DIR")]
+    pub root_dir: Option<PathBuf>,
+    /// The file system's UUID: a UUID (8-4-4-4-12 hex digits), `random` (default) or
+    /// `clear` (all zeros).
+    #[arg(short = 'U', long, value_name = "UUID")]
+    pub uuid: Option<String>,
+    /// Extended options, comma separated (may be repeated): `hash_seed=UUID`, the seed of
+    /// directory name hashes.
+    #[arg(short = 'E', long = "extended", value_name = "OPTIONS")]
+    pub extended: Vec<String>,
     /// Realtime extent size in file-system blocks (with --rtdev; default 1).
     #[arg(long, value_name = "BLOCKS", requires = "rtdev")]
     pub rtextsize: Option<u32>,

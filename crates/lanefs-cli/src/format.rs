@@ -90,7 +90,59 @@ fn mkfs_options(args: &MkfsArgs) -> CmdResult<MkfsOptions> {
         opts.reserved_percent = pct;
     }
     opts.device_name = args.image.display().to_string();
+    if let Some(u) = &args.uuid {
+        opts.uuid = match u.as_str() {
+            "random" => None,
+            "clear" => Some([0; 16]),
+            text => Some(parse_uuid(text).map_err(|e| Failure::new("-U", Error::msg(e)))?),
+        };
+    }
+    for opt in args.extended.iter().flat_map(|e| e.split(',')) {
+        match opt.split_once('=') {
+            Some(("hash_seed", v)) => {
+                let seed =
+                    parse_uuid(v).map_err(|e| Failure::new("-E hash_seed", Error::msg(e)))?;
+                opts.hash_seed = Some(seed);
+            }
+            _ => {
+                let msg = format!("unknown extended option '{opt}' (lanefs knows hash_seed=UUID)");
+                return Err(Failure::new("-E", Error::msg(msg)));
+            }
+        }
+    }
+    opts.time = source_date_epoch()?.map(|sec| lanefs::Timespec { sec, nsec: 0 });
     Ok(opts)
+}
+
+/// A UUID in its text form, 8-4-4-4-12 hex digits.
+fn parse_uuid(text: &str) -> Result<[u8; 16], String> {
+    let groups: Vec<&str> = text.split('-').collect();
+    let hex: String = groups.concat();
+    let shape = groups.iter().map(|g| g.len()).collect::<Vec<_>>() == [8, 4, 4, 4, 12];
+    if !shape || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!("'{text}' is not a UUID (8-4-4-4-12 hex digits)"));
+    }
+    let mut u = [0u8; 16];
+    for (i, b) in u.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex digits");
+    }
+    Ok(u)
+}
+
+/// `SOURCE_DATE_EPOCH` (reproducible-builds.org): seconds since 1970, or unset.
+fn source_date_epoch() -> CmdResult<Option<i64>> {
+    let Some(v) = std::env::var_os("SOURCE_DATE_EPOCH") else {
+        return Ok(None);
+    };
+    let text = v.to_string_lossy();
+    text.parse::<i64>()
+        .ok()
+        .filter(|&s| (0..=(1 << 34)).contains(&s))
+        .map(Some)
+        .ok_or_else(|| {
+            let msg = format!("'{text}' is not a time in seconds since 1970");
+            Failure::new("SOURCE_DATE_EPOCH", Error::msg(msg))
+        })
 }
 
 /// Open or create the device to format; the flag says whether the file was created.
@@ -129,6 +181,14 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         None => None,
     };
     let opts = mkfs_options(args)?;
+    if let Some(dir) = &args.root_dir {
+        // Before anything is formatted: a source that is not a directory changes nothing.
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(Failure::new(dir.display(), Error::msg("not a directory"))),
+            Err(e) => return Err(Failure::new(dir.display(), e)),
+        }
+    }
     let (dev, created) = open_target(args, size)?;
     if let Err(e) = format(&dev, &opts).and_then(|()| dev.flush()) {
         drop(dev);
@@ -146,6 +206,16 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
     drop(dev);
     if let Some(rt) = crate::session::rtdev() {
         line += &attach_rt(args, &rt)?;
+    }
+    if let Some(dir) = &args.root_dir {
+        let clamp = opts.time.map(|t| t.sec);
+        if let Err(e) = crate::copy::populate(&args.image, dir, clamp) {
+            if created {
+                let _ = std::fs::remove_file(&args.image);
+            }
+            return Err(e);
+        }
+        line += &format!("copied {} into it\n", dir.display());
     }
     std::io::stdout()
         .write_all(line.as_bytes())

@@ -21,7 +21,7 @@ pub fn rtdev() -> Option<PathBuf> {
 }
 
 /// Mount options for a command.
-fn mount_options(read_only: bool) -> MountOptions {
+pub fn mount_options(read_only: bool) -> MountOptions {
     MountOptions {
         read_only,
         rtdev: rtdev(),
@@ -36,11 +36,21 @@ pub fn with_fs<T>(
     read_only: bool,
     work: impl FnOnce(&Fs) -> CmdResult<T>,
 ) -> CmdResult<T> {
+    with_fs_opts(image, mount_options(read_only), work)
+}
+
+/// [`with_fs`] with the engine's options given.
+pub fn with_fs_opts<T>(
+    image: &Path,
+    opts: MountOptions,
+    work: impl FnOnce(&Fs) -> CmdResult<T>,
+) -> CmdResult<T> {
     let what = image.display();
     if let Err(e) = std::fs::metadata(image) {
         return Err(Failure::new(what, e));
     }
-    let fs = Fs::mount_path(image, mount_options(read_only)).ctx(&what)?;
+    let read_only = opts.read_only;
+    let fs = Fs::mount_path(image, opts).ctx(&what)?;
     // A command that writes says why it cannot, before it starts.
     let refused = (!read_only)
         .then(|| fs.read_only_reason())

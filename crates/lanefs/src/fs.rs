@@ -106,6 +106,8 @@ pub struct Fs {
     timer: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     timer_stop: std::sync::atomic::AtomicBool,
     read_only: bool,
+    /// The latest time the engine stamps (`MountOptions::clamp_time`).
+    clamp_time: Option<i64>,
     /// When reads update access times (`Fs::touch_atime`).
     atime: AtimePolicy,
     nodiratime: bool,
@@ -147,11 +149,16 @@ const LARGE_FILE_SIZE: u64 = 0x7FFF_FFFF;
 /// Link count past which directories switch to "many" (dir_nlink).
 const LINK_MAX: u16 = 65000;
 
-fn now() -> Timespec {
-    Timespec::now()
-}
-
 impl Fs {
+    /// The time to stamp: now, or the clamp if it is earlier (`MountOptions::clamp_time`).
+    fn now(&self) -> Timespec {
+        let t = Timespec::now();
+        match self.clamp_time {
+            Some(c) if c < t.sec => Timespec { sec: c, nsec: 0 },
+            _ => t,
+        }
+    }
+
     /// Open the image or device at `path` and mount it, as [`Fs::mount`] does. The image
     /// is claimed for as long as the mount lives ([`FileDevice::open`]): a second
     /// read-write mount of it, from this process or another, fails with [`Error::Busy`].
@@ -343,6 +350,7 @@ impl Fs {
             read_only,
             atime: opts.atime,
             nodiratime: opts.nodiratime,
+            clamp_time: opts.clamp_time,
             mmp: std::sync::Mutex::new(mmp),
             ro_reason,
             latch,
@@ -381,7 +389,7 @@ impl Fs {
         let sb = &mut *sbg;
         sb.set_state(sb.state() & !1);
         sb.set_mnt_count(sb.mnt_count().wrapping_add(1));
-        sb.set_mtime(now().sec as u32);
+        sb.set_mtime(self.now().sec as u32);
         if self.journal.has_log() {
             // Until a clean unmount, the log may hold committed transactions.
             sb.set_feature_incompat(sb.feature_incompat() | incompat::RECOVER);

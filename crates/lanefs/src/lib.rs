@@ -179,9 +179,9 @@ pub use error::{Error, Result};
 pub use fs::{Fs, MountOptions, DEFAULT_ICACHE_LIMIT, MAX_EXTSIZE};
 #[doc(inline)] // Timespec is defined with the inode format
 pub use types::{
-    parse_size, AtimePolicy, Attr, BufCacheStats, DirEntry, FallocMode, FileType, IallocPolicy,
-    IcachePolicy, IcacheStats, Ino, Owner, RenameMode, SetAttr, StatFs, Timespec, XattrFlags,
-    ROOT_INO,
+    parse_size, AtimePolicy, Attr, BufCacheStats, DirEntry, FallocMode, FileExtent, FileType,
+    IallocPolicy, IcachePolicy, IcacheStats, Ino, Owner, RenameMode, SetAttr, StatFs, Timespec,
+    XattrFlags, ROOT_INO,
 };
 
 // Types of the mount options and of `Fs`'s reports that live with their mechanism

@@ -184,6 +184,19 @@ pub struct StatFs {
     pub name_max: u32,
 }
 
+/// One run of a file's block map, as FIEMAP reports it ([`Fs::extents`](crate::Fs::extents)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileExtent {
+    /// First logical block.
+    pub logical: u64,
+    /// First device block (of the realtime device for a realtime file).
+    pub physical: u64,
+    /// Length in blocks.
+    pub len: u32,
+    /// Allocated but not written: reads as zeros.
+    pub unwritten: bool,
+}
+
 /// `fallocate` modes. FALLOC_FL_COLLAPSE_RANGE and FALLOC_FL_INSERT_RANGE, which combine
 /// with no other flag, are calls of their own: `Fs::collapse_range` and `Fs::insert_range`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

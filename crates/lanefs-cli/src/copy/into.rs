@@ -121,22 +121,9 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i
         let ctx = Ctx {
             fs,
             progress: &progress,
+            clamp: None,
         };
-        let failed: Mutex<Option<Failure>> = Mutex::new(None);
-        // File data is written by workers while this thread walks the tree and makes the
-        // names (a directory's own attributes are set after its last name).
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(256);
-        let rx = Mutex::new(rx);
-        let walked = std::thread::scope(|scope| {
-            for _ in 0..workers() {
-                scope.spawn(|| work(ctx, &rx, &failed));
-            }
-            let copier = Copier {
-                ctx,
-                links: RefCell::new(HashMap::new()),
-                jobs: tx,
-                failed: &failed,
-            };
+        walk(ctx, |copier| {
             let mut made = HashSet::new();
             for src in &sources {
                 let (dir, name, shown) = place(&dest, &src.path, dst)?;
@@ -147,13 +134,81 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i
                 copier.top(src, dir, &name, &shown)?;
             }
             Ok(())
-        });
-        let failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
-        walked?;
-        failed.map_or(Ok(0), Err)
+        })
     });
     progress.finish();
     result
+}
+
+/// Fill the root of the just-formatted image `image` from host directory `src`, as
+/// `mke2fs -d`: the root takes the directory's xattrs and attributes after its last
+/// name. With `clamp` (SOURCE_DATE_EPOCH), the build is reproducible: every time the
+/// engine stamps and every host time copied is at most `clamp`, and every block and
+/// inode is allocated by the walk, in its (sorted) order, never by a worker.
+pub fn populate(image: &Path, src: &Path, clamp: Option<i64>) -> CmdResult<()> {
+    crate::hostsys::raise_fd_limit();
+    let shown_src = src.display();
+    let host = HostDir::open_path_readable(src).ctx(&shown_src)?;
+    let meta = Meta::from(host.stat().ctx(&shown_src)?);
+    if meta.kind != HostType::Directory {
+        return Err(Failure::new(shown_src, Error::msg("is not a directory")));
+    }
+    let source = Source {
+        path: src.to_path_buf(),
+        meta,
+        at: None,
+    };
+    let progress = if Progress::wanted() {
+        Progress::new(host_total(&source))
+    } else {
+        Progress::hidden()
+    };
+    let opts = lanefs::MountOptions {
+        clamp_time: clamp,
+        // A group another thread holds is waited for, not skipped: the walk's allocations
+        // then decide alike however the workers run.
+        mb_trylock: clamp.is_none(),
+        ..crate::session::mount_options(false)
+    };
+    let shown = format!("{}:/", image.display());
+    let result = crate::session::with_fs_opts(image, opts, |fs| {
+        let ctx = Ctx {
+            fs,
+            progress: &progress,
+            clamp,
+        };
+        walk(ctx, |copier| {
+            copier.tree_into(host, src.to_path_buf(), meta, lanefs::ROOT_INO, &shown)
+        })
+    });
+    progress.finish();
+    result.map(|_| ())
+}
+
+/// Run `walker` (which makes the names) while workers write the files' data it hands
+/// them; the first failure of either is the result.
+fn walk(ctx: Ctx<'_>, walker: impl FnOnce(&Copier<'_>) -> CmdResult<()>) -> CmdResult<i32> {
+    let failed: Mutex<Option<Failure>> = Mutex::new(None);
+    // File data is written by workers while this thread walks the tree and makes the
+    // names (a directory's own attributes are set after its last name).
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(256);
+    let rx = Mutex::new(rx);
+    let walked = std::thread::scope(|scope| {
+        for _ in 0..workers() {
+            scope.spawn(|| work(ctx, &rx, &failed));
+        }
+        let copier = Copier {
+            ctx,
+            links: RefCell::new(HashMap::new()),
+            jobs: tx,
+            failed: &failed,
+            buf: RefCell::new(Vec::new()),
+        };
+        walker(&copier)
+    });
+    let failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
+    walked?;
+    failed.map_or(Ok(0), Err)
 }
 
 /// Each source opened where it is (a final symlink is not followed), refusing directories
@@ -274,6 +329,8 @@ fn workers() -> usize {
 struct Ctx<'a> {
     fs: &'a Fs,
     progress: &'a Progress,
+    /// A reproducible build's latest time (`populate`): host times are clamped to it.
+    clamp: Option<i64>,
 }
 
 /// One regular file whose name exists (open, as create leaves it): its data, xattrs and
@@ -285,6 +342,11 @@ struct Job {
     ino: Ino,
     truncate: bool,
     shown: String,
+    /// Every byte of the host file's data segments is written, zeros too (its blocks were
+    /// preallocated by the walk; a skipped zero run would split their extents).
+    dense: bool,
+    /// The walk already copied its xattrs.
+    xattrs_done: bool,
 }
 
 /// A worker: run jobs until the walk ends; after a failure only release what is left.
@@ -347,6 +409,8 @@ struct Copier<'a> {
     links: RefCell<HashMap<(u64, u64), Ino>>,
     jobs: SyncSender<Job>,
     failed: &'a Mutex<Option<Failure>>,
+    /// The walk's own data buffer, for files it writes itself (a reproducible build).
+    buf: RefCell<Vec<u8>>,
 }
 
 impl Copier<'_> {
@@ -469,8 +533,13 @@ impl Copier<'_> {
             // Its worker sets its attributes once the data is in.
             return Ok(());
         }
-        self.ctx
-            .finish(XattrSource::At(parent, host_name), path, ino, &meta, shown)
+        self.ctx.finish(
+            Some(XattrSource::At(parent, host_name)),
+            path,
+            ino,
+            &meta,
+            shown,
+        )
     }
 
     /// Make `dir/name` another name of image inode `target` (replacing what was there).
@@ -526,6 +595,19 @@ impl Copier<'_> {
         shown: &str,
     ) -> CmdResult<()> {
         let ino = self.make_dir(&meta, dir, name, shown)?;
+        self.tree_into(host, path, meta, ino, shown)
+    }
+
+    /// Copy what host directory `host` (at `path`) holds into image directory `ino`, then
+    /// give `ino` the host directory's xattrs and attributes.
+    fn tree_into(
+        &self,
+        host: HostDir,
+        path: PathBuf,
+        meta: Meta,
+        ino: Ino,
+        shown: &str,
+    ) -> CmdResult<()> {
         let mut on_path = HashSet::from([(meta.dev, meta.ino)]);
         let names = host.names().ctx(path.display())?;
         let mut stack = vec![Frame {
@@ -543,7 +625,7 @@ impl Copier<'_> {
                 let fd = std::os::fd::AsFd::as_fd(&done.host);
                 let src = XattrSource::Fd(fd);
                 self.ctx
-                    .finish(src, &here, done.ino, &done.meta, &here_shown)?;
+                    .finish(Some(src), &here, done.ino, &done.meta, &here_shown)?;
                 continue;
             };
             let (child_path, child_shown) = located(&stack, &path, shown, Some(&child));
@@ -612,18 +694,81 @@ impl Copier<'_> {
                     .ino
             }
         };
-        let job = Job {
+        let mut job = Job {
             file,
             path: path.to_path_buf(),
             meta,
             ino,
             truncate: reuse.is_some(),
             shown: shown.to_string(),
+            dense: false,
+            xattrs_done: false,
         };
+        if self.ctx.clamp.is_some() && !self.allocate_in_order(&mut job)? {
+            // Written here: a small file, a block-mapped one, or one whose extents a
+            // worker's writes could outgrow the inode's room for.
+            let mut buf = self.buf.borrow_mut();
+            buf.resize(CHUNK, 0);
+            self.ctx.run(&mut buf, &job)?;
+            return Ok(ino);
+        }
         if self.jobs.send(job).is_err() {
             return Err(Failure::new(shown, Error::msg("the copy's workers ended")));
         }
         Ok(ino)
+    }
+}
+
+impl Copier<'_> {
+    /// A reproducible build's file (`populate` with a clamp): what allocates is done
+    /// here, in walk order, so no block's place depends on which worker ran first. Its
+    /// xattrs are set, and its data segments preallocated (as unwritten extents a worker
+    /// then fills whole, so converting them allocates nothing). False when the walk must
+    /// write the file itself: one block or less, a block-mapped file (no preallocation),
+    /// or four extents or more (filling them could need a new extent block).
+    fn allocate_in_order(&self, job: &mut Job) -> CmdResult<bool> {
+        let (fs, ino, shown) = (self.ctx.fs, job.ino, job.shown.clone());
+        let fd = std::os::fd::AsFd::as_fd(&job.file);
+        self.ctx
+            .xattrs(&XattrSource::Fd(fd), &job.path, ino, &shown)?;
+        job.xattrs_done = true;
+        let bs = u64::from(fs.statfs().ctx(&shown)?.block_size);
+        if job.meta.size <= bs {
+            return Ok(false);
+        }
+        let keep = lanefs::FallocMode {
+            keep_size: true,
+            ..lanefs::FallocMode::default()
+        };
+        let mut pos = 0;
+        let mut by_worker = true;
+        while let Some(start) = seek_data_hole(&job.file, pos, false).ctx(job.path.display())? {
+            let end = seek_data_hole(&job.file, start, true)
+                .ctx(job.path.display())?
+                .unwrap_or(job.meta.size)
+                .max(start);
+            if end == start {
+                break;
+            }
+            match fs.fallocate(ino, keep, start, end - start) {
+                Ok(()) => {}
+                Err(lanefs::Error::NotSupported(_)) => {
+                    by_worker = false;
+                    break;
+                }
+                Err(e) => return Err(Failure::new(&shown, e)),
+            }
+            pos = end;
+        }
+        // The preallocation window past the file goes back now, before the next file
+        // allocates (a worker's close would return it at no fixed time).
+        fs.release(ino).ctx(&shown)?;
+        fs.open(ino).ctx(&shown)?;
+        if by_worker && fs.extents(ino).ctx(&shown)?.len() >= 4 {
+            by_worker = false;
+        }
+        job.dense = by_worker;
+        Ok(by_worker)
     }
 }
 
@@ -643,13 +788,8 @@ impl Ctx<'_> {
         written?;
         released?;
         let fd = std::os::fd::AsFd::as_fd(&job.file);
-        self.finish(
-            XattrSource::Fd(fd),
-            &job.path,
-            job.ino,
-            &job.meta,
-            &job.shown,
-        )
+        let src = (!job.xattrs_done).then_some(XattrSource::Fd(fd));
+        self.finish(src, &job.path, job.ino, &job.meta, &job.shown)
     }
 
     /// Write the data of the job's host file into its open image file (emptied first if
@@ -690,8 +830,12 @@ impl Ctx<'_> {
                 if n == 0 {
                     break;
                 }
-                for (at, piece) in nonzero_pieces(&buf[..n]) {
-                    self.write_all(ino, off + at as u64, piece).ctx(shown)?;
+                if job.dense {
+                    self.write_all(ino, off, &buf[..n]).ctx(shown)?;
+                } else {
+                    for (at, piece) in nonzero_pieces(&buf[..n]) {
+                        self.write_all(ino, off + at as u64, piece).ctx(shown)?;
+                    }
                 }
                 off += n as u64;
                 copied += n as u64;
@@ -781,19 +925,27 @@ impl Ctx<'_> {
     /// Give `ino` the xattrs, owner, permissions and times of host `meta`.
     fn finish(
         &self,
-        src: XattrSource<'_>,
+        src: Option<XattrSource<'_>>,
         path: &Path,
         ino: Ino,
         meta: &Meta,
         shown: &str,
     ) -> CmdResult<()> {
-        self.xattrs(&src, path, ino, shown)?;
+        if let Some(src) = src {
+            self.xattrs(&src, path, ino, shown)?;
+        }
+        // A reproducible build clamps times to SOURCE_DATE_EPOCH, as
+        // reproducible-builds.org specifies.
+        let clamp = |t: lanefs::Timespec| match self.clamp {
+            Some(c) if t.sec >= c => lanefs::Timespec { sec: c, nsec: 0 },
+            _ => t,
+        };
         let set = SetAttr {
             perm: (meta.kind != HostType::Symlink).then(|| meta.perm()),
             uid: Some(meta.uid),
             gid: Some(meta.gid),
-            atime: Some(meta.atime),
-            mtime: Some(meta.mtime),
+            atime: Some(clamp(meta.atime)),
+            mtime: Some(clamp(meta.mtime)),
             ..SetAttr::default()
         };
         self.fs.setattr(ino, &set).ctx(shown)?;

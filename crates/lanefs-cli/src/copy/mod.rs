@@ -3,6 +3,8 @@
 mod into;
 mod out;
 
+pub use into::populate;
+
 use crate::cli::CpArgs;
 use crate::error::{CmdResult, Error, Failure};
 use crate::imgpath::{check_absolute, split_image_arg, ImageArg};

@@ -1,7 +1,7 @@
 //! File data: read, write, fallocate, truncate; and write-back (fsync, sync, unmount).
 
 use super::ops::flags;
-use super::{now, Fs, MAX_FILE_BLOCKS};
+use super::{Fs, MAX_FILE_BLOCKS};
 use crate::bmap::{self, Prior};
 use crate::disk::inline;
 use crate::disk::inode::FL_EXTENTS;
@@ -126,6 +126,45 @@ impl Fs {
         Ok(Some(pos.min(size)))
     }
 
+    /// The file's block map, in logical order (FIEMAP): one entry per extent as stored
+    /// (an extent-mapped file) or per run of contiguous blocks (a block-mapped one); empty
+    /// for an inline or empty file.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// use lanefs::FallocMode;
+    /// let f = fs.create(ROOT_INO, b"pre", 0o644, Owner::default())?;
+    /// fs.fallocate(f.ino, FallocMode::default(), 0, 1 << 20)?;
+    /// fs.write(f.ino, 0, &[7; 4096])?;
+    /// let map = fs.extents(f.ino)?;
+    /// assert_eq!((map[0].logical, map[0].len, map[0].unwritten), (0, 1, false));
+    /// assert_eq!((map[1].logical, map[1].len, map[1].unwritten), (1, 255, true));
+    /// fs.release(f.ino)?;
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
+    pub fn extents(&self, ino: Ino) -> Result<Vec<crate::types::FileExtent>> {
+        let i = self.iget(ino)?;
+        let st = self.read_loaded(&i)?;
+        self.regular_kind(&st)?;
+        if inline::is_inline(&st.d) {
+            return Ok(Vec::new());
+        }
+        let ext = self.regular(&st)?;
+        Ok(ext
+            .extents()
+            .map(|e| crate::types::FileExtent {
+                logical: u64::from(e.lblk),
+                physical: e.pblk,
+                len: e.len,
+                unwritten: e.unwritten,
+            })
+            .collect())
+    }
+
     /// Write `data` at `off`; returns bytes written (all of them, or an error). A write
     /// past the end extends the file, leaving a hole between. The data goes to the page
     /// cache and reaches the device at write-back: by the commit timer, under memory
@@ -182,7 +221,7 @@ impl Fs {
         let h = self.journal.start();
         let _change = i.mapping.change();
         if self.inline_candidate(&st) && self.write_inline(&h, &i, &mut st, off, data)? {
-            let t = now();
+            let t = self.now();
             st.d.set_mtime(t);
             st.d.set_ctime(t);
             self.store(&h, &i, &mut st)?;
@@ -233,7 +272,7 @@ impl Fs {
             // The new size must not commit before the bytes it covers.
             h.add_ordered(i.arc());
         }
-        let t = now();
+        let t = self.now();
         st.d.set_mtime(t);
         st.d.set_ctime(t);
         self.store(&h, &i, &mut st)?;
@@ -408,7 +447,7 @@ impl Fs {
                 i.mapping.set_size(end);
             }
         }
-        let t = now();
+        let t = self.now();
         st.d.set_ctime(t);
         if mode.punch_hole || !mode.keep_size {
             st.d.set_mtime(t);
@@ -479,7 +518,7 @@ impl Fs {
         let _change = i.mapping.change();
         if inline::is_inline(&st.d) && self.truncate_inline(h, i, st, size)? {
             if size != old {
-                let t = now();
+                let t = self.now();
                 st.d.set_mtime(t);
                 st.d.set_ctime(t);
             }
@@ -495,7 +534,7 @@ impl Fs {
         st.d.set_size(size);
         i.mapping.set_size(size);
         if size != old {
-            let t = now();
+            let t = self.now();
             st.d.set_mtime(t);
             st.d.set_ctime(t);
         }
@@ -603,7 +642,7 @@ impl Fs {
             self.update_sb(&h, &mut o, |sb| {
                 sb.set_free_blocks_count(fb);
                 sb.set_free_inodes_count(fi);
-                sb.set_wtime(now().sec as u32);
+                sb.set_wtime(self.now().sec as u32);
             })?;
         }
         self.journal.sync()
@@ -645,7 +684,7 @@ impl Fs {
             }
         }
         self.sync()?;
-        self.journal.mark_empty()?;
+        self.journal.mark_empty(self.clamp_time.is_some())?;
         self.dev.flush()?;
         self.write_super_clean()?;
         self.release_mmp()
@@ -666,7 +705,7 @@ impl Fs {
         let sb = &mut *sbg;
         sb.set_free_blocks_count(self.al.free_blocks());
         sb.set_free_inodes_count(self.ial.free_inodes() as u32);
-        sb.set_wtime(now().sec as u32);
+        sb.set_wtime(self.now().sec as u32);
         sb.set_state(sb.state() | 1);
         sb.set_feature_incompat(
             sb.feature_incompat() & !crate::disk::superblock::incompat::RECOVER,
@@ -708,7 +747,10 @@ impl Drop for Fs {
                 let _ = self.release(i.ino);
             }
         }
-        if self.sync().is_ok() && self.journal.mark_empty().is_ok() && self.dev.flush().is_ok() {
+        if self.sync().is_ok()
+            && self.journal.mark_empty(self.clamp_time.is_some()).is_ok()
+            && self.dev.flush().is_ok()
+        {
             let _ = self.write_super_clean();
         }
         let _ = self.release_mmp();

@@ -1,6 +1,6 @@
 //! Namespace operations: lookup, create, link, unlink, rename, readdir, attributes.
 
-use super::{now, Cold, Fs, Held, LINK_MAX};
+use super::{Cold, Fs, Held, LINK_MAX};
 use crate::bmap;
 use crate::dir::Probe;
 use crate::disk::extent::{self, Node};
@@ -221,7 +221,7 @@ impl Fs {
     /// inode (Linux's `notify_change` refuses only ATTR_TIMES_SET there); refused on an
     /// immutable one. The caller has checked ownership or write access.
     pub fn set_times_now(&self, ino: Ino, atime: bool, mtime: bool) -> Result<Attr> {
-        let t = now();
+        let t = self.now();
         let set = SetAttr {
             atime: atime.then_some(t),
             mtime: mtime.then_some(t),
@@ -262,7 +262,7 @@ impl Fs {
             return Err(Error::NotPermitted);
         }
         let h = self.journal.start();
-        let ctime = set.ctime.unwrap_or_else(now);
+        let ctime = set.ctime.unwrap_or_else(|| self.now());
         let mut mtime = set.mtime;
         if let Some(size) = set.size {
             // As ext4_setattr: a size that changes sets mtime too.
@@ -450,7 +450,7 @@ impl Fs {
         let h = self.journal.start();
         // One clock read for the new inode's times and the directory's mtime and ctime
         // (the kernel's coarse clock gives them one value too).
-        let t = now();
+        let t = self.now();
         let (ino, mut cst, claim) =
             self.new_inode(&h, &d, &dst, name, mode, rdev, owner, target, t)?;
         let ft = kind.dirent_code();
@@ -569,7 +569,7 @@ impl Fs {
         d.set_ctime(t);
         d.set_crtime(t);
         d.set_links(if kind == FileType::Directory { 2 } else { 1 });
-        d.set_generation(generation(ino));
+        d.set_generation(generation(ino, self.clamp_time));
         let mapped = matches!(kind, FileType::Regular | FileType::Directory) || slow_link;
         // Without the extent feature, block maps (an all-zero i_block), as ext2/ext3.
         if mapped && self.extents {
@@ -708,7 +708,7 @@ impl Fs {
             self.orphan_del(&h, ino)?;
             cst.linkable = false;
         }
-        let t = now();
+        let t = self.now();
         cst.d.set_ctime(t);
         dst.d.set_mtime(t);
         dst.d.set_ctime(t);
@@ -774,7 +774,7 @@ impl Fs {
                 Held::Cached(c) => c,
                 Held::Read(claim, cd) => {
                     if !want_dir && !flags::pinned(&dst) && self.frees_cold(&cd.d) {
-                        let t = now();
+                        let t = self.now();
                         ctx.remove_found(&h, dir, &mut dst, name, found)?;
                         dst.d.set_mtime(t);
                         dst.d.set_ctime(t);
@@ -803,7 +803,7 @@ impl Fs {
         }
         let h = self.journal.start();
         ctx.remove_found(&h, dir, &mut dst, name, found)?;
-        let t = now();
+        let t = self.now();
         if is_dir {
             dec_dir_links(&mut dst.d);
             cst.d.set_links(0);
@@ -884,7 +884,7 @@ impl Fs {
         self.free_blocks_of(h, ino, st, kind)?;
         st.d.set_size(0);
         st.d.set_links(0);
-        st.d.set_dtime(now().sec as u32);
+        st.d.set_dtime(self.now().sec as u32);
         st.freed = true;
         // A freed directory's digests and held index blocks (forgotten buffers) go now,
         // not when the last opener lets the inode go.
@@ -1063,7 +1063,7 @@ impl Fs {
         }
         let h = self.journal.start();
         st.d.set_flags(new);
-        st.d.set_ctime(now());
+        st.d.set_ctime(self.now());
         self.store(&h, &i, &mut st)?;
         Ok(self.attr(ino, &st.d))
     }
@@ -1079,7 +1079,7 @@ impl Fs {
             return Ok(());
         }
         let i = self.iget(ino)?;
-        let t = now();
+        let t = self.now();
         if !self.atime_due(&i.state.read().d, t) {
             return Ok(());
         }
@@ -1170,10 +1170,13 @@ impl Fs {
 /// The set-group-ID mode bit.
 const S_ISGID: u16 = 0o2000;
 
-/// A generation number for a new inode (varies per inode and per mount).
-fn generation(ino: Ino) -> u32 {
-    let t = now();
-    let x = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ (t.nsec as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+/// A generation number for a new inode: varies per inode and per moment, or per inode
+/// and clamp under `clamp_time` (a reproducible build).
+fn generation(ino: Ino, clamp: Option<i64>) -> u32 {
+    let salt = match clamp {
+        Some(c) => c as u64,
+        None => u64::from(Timespec::now().nsec),
+    };
+    let x = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt.wrapping_mul(0xBF58_476D_1CE4_E5B9);
     (x >> 32) as u32
 }

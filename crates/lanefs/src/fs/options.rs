@@ -88,6 +88,12 @@ pub struct MountOptions {
     /// The realtime allocator (`rt_alloc=lean|plain`; seed 003): `lean` (default) has the
     /// 2023 series' changes, `plain` is Linux 6.4's algorithm; both decide alike.
     pub rt_alloc: RtAllocPolicy,
+    /// Every time the engine stamps (inode times, the superblock's mount and write
+    /// times) is at most this many seconds since the epoch (`clamp_time=SECS`), and new
+    /// inodes' generation numbers depend on their number alone: what a reproducible build
+    /// sets from `SOURCE_DATE_EPOCH` (`lanefs mkfs -d`). Times given explicitly
+    /// (`setattr`) are kept as given.
+    pub clamp_time: Option<i64>,
 }
 
 /// The inode cache's default memory limit.
@@ -112,6 +118,7 @@ impl Default for MountOptions {
             folio_max_order: crate::page::DEFAULT_MAX_ORDER,
             rtdev: None,
             rt_alloc: RtAllocPolicy::Lean,
+            clamp_time: None,
         }
     }
 }
@@ -123,7 +130,7 @@ impl MountOptions {
     /// `strictatime`, `noatime`, `atime` (= relatime), `nodiratime`, `diratime`,
     /// `ialloc=optimistic|locked`, `icache=bucket|global|papaya`, `icache_limit=BYTES`,
     /// `dir_digest=0|1`, `bufcache_limit=BYTES`, `pagecache_limit=BYTES`, `folio_max_order=0..6`,
-    /// `rtdev=PATH`, `rt_alloc=lean|plain`.
+    /// `rtdev=PATH`, `rt_alloc=lean|plain`, `clamp_time=SECS`.
     pub const NAMES: &'static [&'static str] = &[
         "ro",
         "rw",
@@ -146,6 +153,7 @@ impl MountOptions {
         "folio_max_order",
         "rtdev",
         "rt_alloc",
+        "clamp_time",
     ];
 
     /// Apply one option `key` or `key=value`. `Ok(false)` when `key` is not an engine
@@ -272,6 +280,14 @@ impl MountOptions {
                 let v = need()?;
                 self.rt_alloc = RtAllocPolicy::parse(v)
                     .ok_or_else(|| format!("option rt_alloc={v}: expected lean or plain"))?;
+            }
+            "clamp_time" => {
+                let v = need()?;
+                let secs =
+                    v.parse::<i64>().ok().filter(|&s| s >= 0).ok_or_else(|| {
+                        format!("option clamp_time={v}: expected seconds since 1970")
+                    })?;
+                self.clamp_time = Some(secs);
             }
             _ => return Ok(false),
         }

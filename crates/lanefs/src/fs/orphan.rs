@@ -4,7 +4,7 @@
 //! them. Changes to the chain and to the superblock that heads it are journaled like any
 //! metadata, under the `orphan` lock, which also orders the superblock's updates.
 
-use super::{now, Fs, MAX_FILE_BLOCKS};
+use super::{Fs, MAX_FILE_BLOCKS};
 use crate::disk::inode::DiskInode;
 use crate::disk::superblock::Superblock;
 use crate::error::{Error, Result};
@@ -48,7 +48,7 @@ impl Fs {
         let h = self.journal.start();
         let mode = FileType::Regular.mode_bits() | (perm & 0o7777);
         let (ino, mut st, claim) =
-            self.new_inode(&h, &d, &dst, b"", mode, 0, owner, None, now())?;
+            self.new_inode(&h, &d, &dst, b"", mode, 0, owner, None, self.now())?;
         drop(dst);
         st.d.set_links(0);
         st.linkable = linkable;

@@ -6,7 +6,7 @@
 //! first: every other operation locks a parent before its child, so this order cannot
 //! deadlock with them.
 
-use super::{now, Fs};
+use super::Fs;
 use crate::error::{Error, Result};
 use crate::icache::IRef;
 use crate::inode::{Inode, InodeState};
@@ -249,7 +249,7 @@ impl Fs {
         let ft = FileType::from_mode(sst.d.mode())
             .unwrap_or(FileType::Regular)
             .dirent_code();
-        let t = now();
+        let t = self.now();
         // The whiteout is made first, so that running out of inodes changes nothing.
         let whiteout = match mode {
             RenameMode::Whiteout { owner, .. } => {
@@ -404,7 +404,7 @@ impl Fs {
                 }
             }
         }
-        let t = now();
+        let t = self.now();
         self.store_parents(&h, t, od, ost, nd, nst)?;
         sst.d.set_ctime(t);
         tst.d.set_ctime(t);

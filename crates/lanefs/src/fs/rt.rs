@@ -9,7 +9,7 @@
 //! image, journaled as usual; its data is ordered before the commits that map it, and the
 //! journal flushes the data device with the log.
 
-use super::{now, Fs, MountOptions};
+use super::{Fs, MountOptions};
 use crate::bmap;
 use crate::dev::{BlockDevice, FileDevice};
 use crate::disk::rtdev::{
@@ -215,7 +215,7 @@ impl Fs {
         }
         let h = self.journal.start();
         st.d.set_flags(flags);
-        st.d.set_ctime(now());
+        st.d.set_ctime(self.now());
         self.store(&h, &i, &mut st)?;
         Ok(self.attr(ino, &st.d))
     }
@@ -238,7 +238,7 @@ impl Fs {
         Self::rt_changeable(&st, "extent size hint")?;
         let h = self.journal.start();
         st.d.set_extsize(blocks);
-        st.d.set_ctime(now());
+        st.d.set_ctime(self.now());
         self.store(&h, &i, &mut st)?;
         Ok(self.attr(ino, &st.d))
     }
@@ -388,7 +388,7 @@ impl Fs {
             0,
             FileType::Regular,
             false,
-            crate::types::Timespec::now(),
+            self.now(),
         );
         let i = inode::new_inode(ino, st.d.clone());
         let h = self.journal.start();

@@ -28,7 +28,7 @@
 //! shift by whole rt extents keeps, and a collapse by whole rt extents frees whole ones.
 
 use super::ops::flags;
-use super::{now, Fs, MAX_FILE_BLOCKS};
+use super::{Fs, MAX_FILE_BLOCKS};
 use crate::bmap;
 use crate::disk::inline;
 use crate::disk::inode::FL_EXTENTS;
@@ -300,7 +300,7 @@ impl Fs {
         // No more records than the tree already holds blocks for (`shift_split`).
         debug_assert!(extents(st)?.len() <= records);
         st.ext_dirty = true;
-        let t = now();
+        let t = self.now();
         st.d.set_mtime(t);
         st.d.set_ctime(t);
         let r = self.store(h, i, st);

@@ -7,7 +7,7 @@
 //! taken under the shared block's buffer lock, so two sharers unsharing at once leave the
 //! count exact. ACL values cross the API in the VFS's xattr form and are stored in ext4's.
 
-use super::{now, Fs};
+use super::Fs;
 use crate::disk::xattr::{self as dx, Entry};
 use crate::error::{Error, Result};
 use crate::inode::InodeState;
@@ -117,7 +117,7 @@ impl Fs {
         d.set_uid(st.d.uid());
         d.set_gid(st.d.gid());
         d.set_links(1);
-        let t = now();
+        let t = self.now();
         d.set_mtime(t);
         d.set_crtime(t);
         d.set_ctime(Timespec { sec: 0, nsec: 0 });
@@ -467,7 +467,7 @@ impl Fs {
             st.d.set_mode(m);
         }
         if !unchanged || new_mode.is_some() {
-            st.d.set_ctime(now());
+            st.d.set_ctime(self.now());
             self.store(&h, &i, &mut st)?;
         }
         Ok(())

@@ -812,15 +812,31 @@ impl Journal {
         r
     }
 
-    /// After a final `sync`: mark the log empty (s_start = 0) for a clean unmount.
-    pub fn mark_empty(&self) -> Result<()> {
+    /// After a final `sync`: mark the log empty (s_start = 0) for a clean unmount. With
+    /// `wipe`, the log's blocks are zeroed and the sequence starts again at 1, as mkfs
+    /// leaves a journal: nothing of how the mount's transactions were batched remains
+    /// (a reproducible build's unmount).
+    pub fn mark_empty(&self, wipe: bool) -> Result<()> {
         let mut cs = self.commit.lock();
         self.check_aborted()?;
-        let next = cs.seq;
+        let mut next = cs.seq;
         if let Some(log) = cs.log.as_mut() {
+            if wipe {
+                let zero = vec![0u8; log.bs];
+                let mut pos = log.first();
+                while pos < log.end() {
+                    // Blocks never written stay unwritten (a sparse image stays sparse).
+                    if log.read(&*self.dev, pos)?.iter().any(|&b| b != 0) {
+                        log.write_run(&*self.dev, pos, &[&zero[..]])?;
+                    }
+                    pos += 1;
+                }
+                next = 1;
+            }
             log.js.set_start(0, next);
             log.write_super(&*self.dev)?;
         }
+        cs.seq = next;
         Ok(())
     }
 }

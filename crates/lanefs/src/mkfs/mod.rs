@@ -81,6 +81,13 @@ pub struct MkfsOptions {
     pub reserved_percent: u32,
     /// Device name recorded in the MMP block (mke2fs records the path it was given).
     pub device_name: String,
+    /// The file system's UUID (`-U`); random when `None`.
+    pub uuid: Option<[u8; 16]>,
+    /// The directory hash seed (`-E hash_seed=`); random when `None`.
+    pub hash_seed: Option<[u8; 16]>,
+    /// The creation time recorded in the superblock and the first inodes; now when `None`
+    /// (`SOURCE_DATE_EPOCH` for a reproducible image).
+    pub time: Option<Timespec>,
 }
 
 impl Default for MkfsOptions {
@@ -111,6 +118,9 @@ impl MkfsOptions {
             journal_blocks: None,
             reserved_percent: 5,
             device_name: String::new(),
+            uuid: None,
+            hash_seed: None,
+            time: None,
         }
     }
 }
@@ -147,7 +157,7 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<()> {
     check_options(opts)?;
     let p = params::resolve(opts, dev.size())?;
     let sizes = layout::size(&p)?;
-    let now = Timespec::now();
+    let now = opts.time.unwrap_or_else(Timespec::now);
     let mut sb = Superblock::zeroed();
     layout::set_geometry(&mut sb, &p, &sizes);
     set_identity(&mut sb, opts);
@@ -257,8 +267,8 @@ fn set_identity(sb: &mut Superblock, opts: &MkfsOptions) {
     sb.set_flags(FLAG_SIGNED_HASH);
     sb.set_def_hash_version(HASH_HALF_MD4);
     let rnd = random_bytes();
-    sb.set_uuid(uuid_v4(&rnd[..16]));
-    let seed = uuid_v4(&rnd[16..]);
+    sb.set_uuid(opts.uuid.unwrap_or_else(|| uuid_v4(&rnd[..16])));
+    let seed = opts.hash_seed.unwrap_or_else(|| uuid_v4(&rnd[16..]));
     sb.set_hash_seed([0, 1, 2, 3].map(|i| le32(&seed, 4 * i)));
     if sb.has_incompat(incompat::CSUM_SEED) {
         sb.set_checksum_seed(crate::disk::crc32c_raw(!0, &sb.uuid()));
