@@ -783,7 +783,10 @@ fn changed(path: &Path) -> Failure {
 impl Ctx<'_> {
     /// Write one file's data, release it, then give it its xattrs and attributes.
     fn run(&self, buf: &mut [u8], job: &Job) -> CmdResult<()> {
-        let written = self.fill(buf, job);
+        // Written back here, on this worker, rather than all at the unmount's sync.
+        let written = self
+            .fill(buf, job)
+            .and_then(|()| self.fs.write_back(job.ino).ctx(&job.shown));
         let released = self.fs.release(job.ino).ctx(&job.shown);
         written?;
         released?;

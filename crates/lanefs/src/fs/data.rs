@@ -618,6 +618,21 @@ impl Fs {
         self.dev.flush()
     }
 
+    /// Write the file's dirty data to the device now, with no commit and no device flush
+    /// (`sync_file_range` with WRITE and WAIT_AFTER over the whole file): a bulk writer
+    /// (`lanefs cp`, `mkfs -d`) spreads the write-back over its threads instead of leaving
+    /// it all to the next sync. Durable only after [`Fs::fsync`] or [`Fs::sync`].
+    pub fn write_back(&self, ino: Ino) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.check_io()?;
+        match self.icache.peek(ino) {
+            Some(i) => self.pages.write_back(&i.mapping),
+            None => Ok(()),
+        }
+    }
+
     fn check_io(&self) -> Result<()> {
         if self.latch.failed() || self.journal.is_aborted() {
             return Err(Error::Io(
