@@ -15,7 +15,7 @@ use crate::hostdir::{self, HostDir, HostType};
 use crate::hostsys::{rdev_to_ext4, seek_data_hole};
 use crate::imgpath::{resolve_dest, Dest, ImageArg};
 use crate::progress::Progress;
-use crate::session::{join_display, with_fs};
+use crate::session::join_display;
 use lanefs::{Attr, FileType, Fs, Ino, Owner, SetAttr, XattrFlags};
 use rustix::fs::Stat;
 use std::cell::RefCell;
@@ -104,6 +104,12 @@ impl Source {
     }
 }
 
+/// The page cache of a copy in: nothing written is read again, and each worker writes a
+/// file back once it is filled, so a small cache lets its memory be reused at once
+/// (measured by scripts/bench-mkfs-d.sh: 0.55 s against 0.62 s with the default of an
+/// eighth of the machine's memory, the fresh memory's page faults and zeroing saved).
+const COPY_PAGECACHE: u64 = 64 << 20;
+
 /// Copy `srcs` from the host to `dst` inside an image.
 pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i32> {
     let sources = host_sources(srcs, recursive)?;
@@ -112,7 +118,11 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i
     } else {
         Progress::hidden()
     };
-    let result = with_fs(&dst.image, false, |fs| {
+    let opts = lanefs::MountOptions {
+        pagecache_limit: COPY_PAGECACHE,
+        ..crate::session::mount_options(false)
+    };
+    let result = crate::session::with_fs_opts(&dst.image, opts, |fs| {
         let dest = resolve_dest(fs, &dst.path).ctx(dst.display())?;
         let is_dir = matches!(&dest, Dest::Exists(f) if f.attr.kind == FileType::Directory);
         if srcs.len() > 1 && !is_dir {
@@ -168,6 +178,7 @@ pub fn populate(image: &Path, src: &Path, clamp: Option<i64>) -> CmdResult<()> {
         // A group another thread holds is waited for, not skipped: the walk's allocations
         // then decide alike however the workers run.
         mb_trylock: clamp.is_none(),
+        pagecache_limit: COPY_PAGECACHE,
         ..crate::session::mount_options(false)
     };
     let shown = format!("{}:/", image.display());
