@@ -24,15 +24,6 @@ fn new_image(dir: &Path, name: &str, size: &str) -> PathBuf {
     image
 }
 
-fn required() -> bool {
-    std::env::var("LANEFS_REQUIRE_PRIVILEGED").as_deref() == Ok("1")
-}
-
-fn skip(test: &str, why: &str) {
-    assert!(!required(), "{test}: {why} (LANEFS_REQUIRE_PRIVILEGED=1)");
-    println!("SKIP {test}: {why}");
-}
-
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -51,22 +42,6 @@ fn e2fsck_clean(image: &Path) {
         ),
         Err(_) => skip("e2fsck", "e2fsck not installed"),
     }
-}
-
-/// Loop-mount `image` at `mnt` with `opts` (`loop,...`); false (after a SKIP line, or a
-/// panic when required) if this machine cannot.
-fn kernel_mount(test: &str, image: &Path, mnt: &Path, opts: &str) -> bool {
-    fs::create_dir_all(mnt).unwrap();
-    let st = Command::new("mount")
-        .args(["-o", opts])
-        .arg(image)
-        .arg(mnt)
-        .status();
-    if st.is_ok_and(|s| s.success()) {
-        return true;
-    }
-    skip(test, "cannot loop-mount");
-    false
 }
 
 /// Ends the process if `secs` pass before it is dropped: a per-byte walk of a huge hole

@@ -19,13 +19,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+mod cli_common;
+use cli_common::{noise, required};
+
 const FILES: usize = 12_000;
 const DIRS: usize = 12;
 const BIG: usize = 96 << 20;
-
-fn required() -> bool {
-    std::env::var("LANEFS_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
-}
 
 fn have(tool: &str) -> bool {
     Command::new(tool).arg("-V").output().is_ok()
@@ -39,15 +38,7 @@ fn content(tree: u8, i: usize) -> Vec<u8> {
 }
 
 fn big_content(tree: u8) -> Vec<u8> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(tree);
-    (0..BIG)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    noise(u64::from(tree), BIG)
 }
 
 /// The host tree `tree` (1 or 2) under `root`.

@@ -17,15 +17,6 @@ const UUID: &str = "0f8e1c2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b";
 const SEED: &str = "11111111-2222-3333-4444-555555555555";
 const EPOCH: i64 = 1_700_000_000;
 
-fn required() -> bool {
-    std::env::var("LANEFS_REQUIRE_PRIVILEGED").as_deref() == Ok("1")
-}
-
-fn skip(test: &str, why: &str) {
-    assert!(!required(), "{test}: {why} (LANEFS_REQUIRE_PRIVILEGED=1)");
-    println!("SKIP {test}: {why}");
-}
-
 /// `lanefs ARGS...` with SOURCE_DATE_EPOCH set to `epoch`, or unset.
 fn lanefs_at(epoch: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lanefs"));
@@ -45,24 +36,13 @@ fn make_tree(root: &Path) {
     fs::create_dir_all(root.join("a/b/c")).unwrap();
     fs::create_dir_all(root.join("big")).unwrap();
     fs::create_dir_all(root.join("many")).unwrap();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let mut noise = |n: usize| -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    };
-    fs::write(root.join("big/r12m"), noise(12 << 20)).unwrap();
-    fs::write(root.join("big/r300k"), noise(300 << 10)).unwrap();
-    fs::write(root.join("big/r5000"), noise(5000)).unwrap();
+    fs::write(root.join("big/r12m"), noise(1, 12 << 20)).unwrap();
+    fs::write(root.join("big/r300k"), noise(2, 300 << 10)).unwrap();
+    fs::write(root.join("big/r5000"), noise(3, 5000)).unwrap();
     let f = fs::File::create(root.join("big/sparse")).unwrap();
     f.set_len(40 << 20).unwrap();
-    std::os::unix::fs::FileExt::write_all_at(&f, &noise(2 << 20), 8 << 20).unwrap();
-    std::os::unix::fs::FileExt::write_all_at(&f, &noise(1 << 20), 30 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &noise(4, 2 << 20), 8 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &noise(5, 1 << 20), 30 << 20).unwrap();
     fs::write(root.join("zeros"), vec![0u8; 9000]).unwrap();
     for i in 0..300 {
         fs::write(root.join(format!("many/n{i:03}")), format!("entry {i}\n")).unwrap();
@@ -187,21 +167,6 @@ fn crc(data: &[u8]) -> u32 {
     lanefs::internals::disk::crc32c_raw(!0, data)
 }
 
-/// Loop-mount `image` read-only at `mnt`; false (after a SKIP line) if this machine cannot.
-fn kernel_mount(test: &str, image: &Path, mnt: &Path) -> bool {
-    fs::create_dir_all(mnt).unwrap();
-    let st = Command::new("mount")
-        .args(["-o", "loop,ro"])
-        .arg(image)
-        .arg(mnt)
-        .status();
-    if st.is_ok_and(|s| s.success()) {
-        return true;
-    }
-    skip(test, "cannot loop-mount");
-    false
-}
-
 fn umount(mnt: &Path) {
     assert!(Command::new("umount").arg(mnt).status().unwrap().success());
 }
@@ -247,7 +212,7 @@ fn reproducible_builds_are_byte_identical_and_read_back() {
         assert!(text.contains(UUID), "{shape:?}: UUID not set:\n{text}");
         assert!(text.contains(SEED), "{shape:?}: hash seed not set:\n{text}");
         let mnt = td.path().join("mnt");
-        if !kernel_mount(name, &image, &mnt) {
+        if !kernel_mount(name, &image, &mnt, "loop,ro") {
             return;
         }
         let got = describe(&mnt, None);
@@ -278,7 +243,7 @@ fn plain_build_copies_the_tree() {
     assert!(text.contains("copied"), "{text}");
     e2fsck_clean(&image);
     let mnt = td.path().join("mnt");
-    if !kernel_mount(name, &image, &mnt) {
+    if !kernel_mount(name, &image, &mnt, "loop,ro") {
         return;
     }
     let got = describe(&mnt, None);

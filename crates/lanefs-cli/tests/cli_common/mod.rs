@@ -41,3 +41,44 @@ pub fn s(p: &Path) -> String {
 pub fn at(image: &Path, path: &str) -> String {
     format!("{}:{path}", image.display())
 }
+
+/// `n` pseudo-random bytes from `seed` (xorshift): file contents that compress to nothing
+/// and that a test can make again to compare.
+pub fn noise(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Whether skipping is a failure (`LANEFS_REQUIRE_PRIVILEGED=1`, as `.ci/run` sets).
+pub fn required() -> bool {
+    std::env::var("LANEFS_REQUIRE_PRIVILEGED").as_deref() == Ok("1")
+}
+
+/// Print the SKIP line of `test`, or fail when skipping is not allowed.
+pub fn skip(test: &str, why: &str) {
+    assert!(!required(), "{test}: {why} (LANEFS_REQUIRE_PRIVILEGED=1)");
+    println!("SKIP {test}: {why}");
+}
+
+/// Loop-mount `image` at `mnt` with `opts` (`loop,...`); false (after a SKIP line, or a
+/// panic when required) if this machine cannot.
+pub fn kernel_mount(test: &str, image: &Path, mnt: &Path, opts: &str) -> bool {
+    std::fs::create_dir_all(mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-o", opts])
+        .arg(image)
+        .arg(mnt)
+        .status();
+    if st.is_ok_and(|s| s.success()) {
+        return true;
+    }
+    skip(test, "cannot loop-mount");
+    false
+}
