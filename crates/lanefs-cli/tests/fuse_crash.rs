@@ -11,6 +11,7 @@
 //! `LANEFS_FUSE_CRASH_ROUNDS` sets the rounds (default 3), `LANEFS_FUSE_CRASH_SEED` the
 //! seed.
 
+mod cli_common;
 mod fuse_common;
 
 use fuse_common::*;
@@ -21,16 +22,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn content(seed: u64, n: u64) -> Vec<u8> {
-    let mut x = (seed << 32 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let len = 1000 + (x % 200_000) as usize;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let x = (seed << 32 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    cli_common::noise(x, 1000 + (x % 200_000) as usize)
 }
 
 /// A writer (child process): files `w<seed>/<n>` in the mount, each fsynced and then

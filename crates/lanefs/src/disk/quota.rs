@@ -9,6 +9,7 @@
 //! the id (most significant first); the fourth level names data blocks, each a 16-byte
 //! header and 14 entries of 72 bytes. An all-zero entry is unused.
 
+use super::{le32, le64};
 use std::collections::HashSet;
 
 /// Size of a quota file block.
@@ -30,14 +31,6 @@ pub struct Usage {
     pub space: u64,
     /// Inodes charged (`dqb_curinodes`).
     pub inodes: u64,
-}
-
-fn le32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-fn le64(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
 
 /// Every used entry of quota file `file` (its bytes, holes as zeros) of type `qtype`
