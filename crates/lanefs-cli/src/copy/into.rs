@@ -202,6 +202,7 @@ fn walk(ctx: Ctx<'_>, walker: impl FnOnce(&Copier<'_>) -> CmdResult<()>) -> CmdR
     let failed: Mutex<Option<Failure>> = Mutex::new(None);
     // File data is written by workers while this thread walks the tree and makes the
     // names (a directory's own attributes are set after its last name).
+    let block_size = u64::from(ctx.fs.statfs().ctx("statfs")?.block_size);
     let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(256);
     let rx = Mutex::new(rx);
     let walked = std::thread::scope(|scope| {
@@ -214,6 +215,7 @@ fn walk(ctx: Ctx<'_>, walker: impl FnOnce(&Copier<'_>) -> CmdResult<()>) -> CmdR
             jobs: tx,
             failed: &failed,
             buf: RefCell::new(Vec::new()),
+            block_size,
         };
         walker(&copier)
     });
@@ -422,6 +424,8 @@ struct Copier<'a> {
     failed: &'a Mutex<Option<Failure>>,
     /// The walk's own data buffer, for files it writes itself (a reproducible build).
     buf: RefCell<Vec<u8>>,
+    /// The image's block size (read once: `statfs` takes the superblock's lock).
+    block_size: u64,
 }
 
 impl Copier<'_> {
@@ -743,8 +747,7 @@ impl Copier<'_> {
         self.ctx
             .xattrs(&XattrSource::Fd(fd), &job.path, ino, &shown)?;
         job.xattrs_done = true;
-        let bs = u64::from(fs.statfs().ctx(&shown)?.block_size);
-        if job.meta.size <= bs {
+        if job.meta.size <= self.block_size {
             return Ok(false);
         }
         let keep = lanefs::FallocMode {
