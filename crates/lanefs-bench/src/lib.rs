@@ -442,11 +442,15 @@ fn rtfrag_instructions(
         .as_deref()
         .filter(|_| why_not.is_none())
     else {
-        return say!(
-            out,
+        let text = format!(
             "{}: instructions per allocation not measured: {}",
             rtfrag::NAME,
             why_not.unwrap_or_default()
+        );
+        return say!(
+            out,
+            "{}",
+            report::compact::wrap(&text, report::compact::MAX_WIDTH)
         );
     };
     for target in targets(cfg, w) {
@@ -469,14 +473,18 @@ fn rtfrag_instructions(
                     .iter()
                     .map(|(p, x)| format!("{p} {}", report::fmt_rate(*x)))
                     .collect();
-                say!(
-                    out,
+                let line = format!(
                     "{}: instructions per operation under callgrind, {variant} (rt_alloc={}, 1 \
                      thread, the first 1/{} of each phase's calls, {secs:.0} s): {}",
                     rtfrag::NAME,
                     policy.name(),
                     cfg.rtfrag.callgrind_divisor,
                     text.join(", ")
+                );
+                say!(
+                    out,
+                    "{}",
+                    report::compact::wrap(&line, report::compact::MAX_WIDTH)
                 )?;
                 for r in records.iter_mut().filter(|r| {
                     r.workload == rtfrag::NAME && r.variant == *variant && r.threads == 1

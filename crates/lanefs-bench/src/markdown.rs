@@ -56,14 +56,17 @@ pub fn report(cfg: &BenchConfig, records: &[Record], charts: &[PathBuf], report:
             ));
         }
     }
-    let goals = match cfg.target {
-        TargetSpec::Compare { .. } => crate::compare::goals(records),
-        _ => crate::report::rtfrag::render_goals(records),
+    let (heading, goals) = match cfg.target {
+        TargetSpec::Compare { .. } => ("Goals", crate::compare::goals(records)),
+        _ => (
+            "The seeds beside this run",
+            crate::report::seeds::render(records),
+        ),
     };
     if !goals.trim().is_empty() {
         out.push_str(&format!(
-            "## Goals\n\n```text\n{}\n```\n\n",
-            goals.trim_end()
+            "## {heading}\n\n```text\n{}\n```\n\n",
+            goals.trim()
         ));
     }
     let full = match cfg.target {

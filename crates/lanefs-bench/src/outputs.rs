@@ -23,7 +23,7 @@ pub(crate) fn write(
         let goals = if compare {
             crate::compare::goals(records)
         } else {
-            report::rtfrag::render_goals(records)
+            report::seeds::render(records)
         };
         if !goals.is_empty() {
             say(goals.trim_end())?;

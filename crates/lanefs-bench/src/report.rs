@@ -12,6 +12,7 @@ pub mod compact;
 mod pages;
 pub(crate) mod rtfrag;
 mod run;
+pub mod seeds;
 
 /// A compare run's target names in records and tables (`lanefs bench --compare`), in
 /// the order its runs interleave: lanefs's FUSE mount.

@@ -227,7 +227,7 @@ pub fn short(v: f64) -> String {
 
 /// `text` broken at spaces into lines of at most `width` characters (a longer word stays
 /// whole on its own line).
-fn wrap(text: &str, width: usize) -> String {
+pub(crate) fn wrap(text: &str, width: usize) -> String {
     let mut lines: Vec<String> = Vec::new();
     let mut line = String::new();
     for word in text.split(' ') {

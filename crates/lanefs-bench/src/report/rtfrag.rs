@@ -54,20 +54,6 @@ pub fn render(records: &[Record]) -> String {
     runs(records).iter().map(render_run).collect()
 }
 
-/// Issue 14's goals alone (the compact output's), for every target rtfrag ran on.
-pub fn render_goals(records: &[Record]) -> String {
-    runs(records)
-        .iter()
-        .map(|run| {
-            let base = Family::Realtime
-                .baselines()
-                .iter()
-                .find_map(|b| run.variants.iter().copied().find(|v| v == b));
-            goals(run, base)
-        })
-        .collect()
-}
-
 /// A ratio as "0.12x", with more digits when small.
 fn fmt_x(v: f64) -> String {
     if v < 0.01 {

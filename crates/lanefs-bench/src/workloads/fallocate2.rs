@@ -18,6 +18,9 @@ const FILE_SIZE: u64 = 1 << 20;
 /// The `fallocate2` workload.
 pub struct Fallocate2;
 
+/// The workload's name.
+pub const NAME: &str = "fallocate2";
+
 /// One thread's file: kept open after its name is removed, like mkstemp + unlink.
 struct State {
     _dir: Dir,
@@ -27,7 +30,7 @@ struct State {
 
 impl Workload for Fallocate2 {
     fn name(&self) -> &'static str {
-        "fallocate2"
+        NAME
     }
 
     fn family(&self) -> Family {
