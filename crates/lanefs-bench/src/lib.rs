@@ -184,6 +184,7 @@ pub(crate) fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         lock_top_class: None,
         lock_top_wait_ns: None,
         lock_top_contended: None,
+        lock_held_share: None,
     }
 }
 
@@ -283,6 +284,7 @@ pub(crate) fn run_one(
     if lockstat {
         engine::lockstat_reset();
     }
+    let span = std::time::Instant::now();
     let ctx = RunCtx {
         backend: inst.backend(),
         threads,
@@ -298,6 +300,7 @@ pub(crate) fn run_one(
     let result = w.run(&ctx);
     let peak_rss = if rss_reset { rss::peak() } else { None };
     let locks = lockstat.then(engine::lockstat_snapshot);
+    let span = span.elapsed().as_secs_f64();
     let finished = inst.finish();
     let phases = result.map_err(|e| format!("{} on {location}: {e}", w.name()))?;
     finished.map_err(|e| format!("{} on {location}: {e}", w.name()))?;
@@ -305,6 +308,13 @@ pub(crate) fn run_one(
         l.iter()
             .filter(|s| s.contended > 0)
             .max_by_key(|s| s.wait_total_ns)
+    });
+    let shares = locks.as_deref().map(|l| {
+        let thread_ns = threads as f64 * span * 1e9;
+        l.iter()
+            .filter(|s| s.held_ns > 0 && thread_ns > 0.0)
+            .map(|s| (s.name.to_string(), s.held_ns as f64 / thread_ns))
+            .collect::<Vec<_>>()
     });
     let records = phases
         .into_iter()
@@ -315,6 +325,7 @@ pub(crate) fn run_one(
                 r.lock_top_wait_ns = Some(t.wait_total_ns);
                 r.lock_top_contended = Some(t.contended);
             }
+            r.lock_held_share.clone_from(&shares);
             r
         })
         .collect();

@@ -69,6 +69,13 @@ pub fn report(cfg: &BenchConfig, records: &[Record], charts: &[PathBuf], report:
             goals.trim()
         ));
     }
+    let saturation = crate::report::saturation::render(records);
+    if !saturation.is_empty() {
+        out.push_str(&format!(
+            "## Lock saturation\n\n```text\n{}\n```\n\n",
+            saturation.trim()
+        ));
+    }
     let full = match cfg.target {
         TargetSpec::Compare { .. } => crate::compare::render(records),
         _ => crate::report::render_table(records),

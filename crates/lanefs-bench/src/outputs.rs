@@ -18,16 +18,20 @@ pub(crate) fn write(
         say(&format!("\n{}", report::render_table(records)))?;
     }
     say(&compact::render(records))?;
-    // The full tables carry the goals already.
+    // A compare run's full tables carry its goals already.
+    let goals = match (compare, cfg.verbose) {
+        (true, true) => String::new(),
+        (true, false) => crate::compare::goals(records),
+        (false, _) => report::seeds::render(records),
+    };
+    if !goals.is_empty() {
+        say(goals.trim_end())?;
+    }
+    let saturation = report::saturation::render(records);
+    if !saturation.is_empty() {
+        say(saturation.trim_end())?;
+    }
     if !cfg.verbose {
-        let goals = if compare {
-            crate::compare::goals(records)
-        } else {
-            report::seeds::render(records)
-        };
-        if !goals.is_empty() {
-            say(goals.trim_end())?;
-        }
         say("(--verbose prints every field of every run; --json and --report keep them)")?;
     }
     if let Some(path) = &cfg.json {

@@ -12,6 +12,7 @@ pub mod compact;
 mod pages;
 pub(crate) mod rtfrag;
 mod run;
+pub mod saturation;
 pub mod seeds;
 
 /// A compare run's target names in records and tables (`lanefs bench --compare`), in
@@ -177,6 +178,11 @@ pub struct Record {
     /// That class's acquisitions that had to wait, in the run.
     #[serde(default)]
     pub lock_top_contended: Option<u64>,
+    /// Each lock class's share of one thread's time spent holding it exclusively in the
+    /// run: its hold time, all threads, over threads x the run's wall time (`--lockstat`
+    /// only; every phase of a run carries its run's; classes never held are left out).
+    #[serde(default)]
+    pub lock_held_share: Option<Vec<(String, f64)>>,
 }
 
 impl Record {
@@ -1043,6 +1049,7 @@ mod tests {
             contended,
             wait_total_ns,
             wait_max_ns: wait_total_ns,
+            held_ns: 0,
         }
     }
 

@@ -44,7 +44,7 @@ pub mod numhash;
 pub mod page;
 #[path = "rtalloc/mod.rs"]
 pub mod rtalloc;
-#[path = "sync.rs"]
+#[path = "sync/mod.rs"]
 pub mod sync;
 #[path = "usegate.rs"]
 pub mod usegate;

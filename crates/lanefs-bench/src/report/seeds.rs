@@ -140,7 +140,7 @@ fn range(v: &[f64]) -> Option<String> {
 }
 
 /// Whether `variant` of `workload` mounts with the engine's default options.
-fn is_default(workload: &str, variant: &str) -> bool {
+pub(crate) fn is_default(workload: &str, variant: &str) -> bool {
     family_of(workload)
         .and_then(|f| Variant::named_in(f, variant).ok())
         .is_some_and(|v| v.opts == MountOptions::default())
