@@ -26,7 +26,7 @@ const WORKLOADS: [(&str, &str); 6] = [
 ];
 
 /// Classes shown per workload and variant, the largest shares first.
-const TOP: usize = 3;
+const TOP: usize = 2;
 
 /// The saturation table of `records`, or empty when they carry no hold times (a run
 /// without `--lockstat`).
@@ -58,16 +58,14 @@ pub fn render(records: &[Record]) -> String {
                 .copied()
                 .filter(|r| r.variant == v && r.threads == low)
                 .collect();
-            for (class, share) in top_shares(&runs) {
-                rows.push(vec![
-                    seed.to_string(),
-                    workload.to_string(),
-                    v.to_string(),
-                    class,
-                    fmt_share(share),
-                    fmt_threads(share),
-                ]);
+            let mut row = vec![seed.to_string(), workload.to_string(), v.to_string()];
+            let top = top_shares(&runs);
+            for i in 0..TOP {
+                row.push(top.get(i).map_or("-".to_string(), |(class, share)| {
+                    format!("{class} {}: {}", fmt_share(*share), fmt_threads(*share))
+                }));
             }
+            rows.push(row);
         }
     }
     if rows.is_empty() {
@@ -77,9 +75,8 @@ pub fn render(records: &[Record]) -> String {
         "seed",
         "workload",
         "variant",
-        "lock class",
-        "held",
-        "saturates at",
+        "held longest: saturates at",
+        "next",
     ]
     .map(String::from)
     .to_vec();
@@ -87,17 +84,17 @@ pub fn render(records: &[Record]) -> String {
     let unit = if low == 1 { "thread" } else { "threads" };
     let title = format!(
         "lock saturation (--lockstat), at {low} {unit}: each seed's baseline and default, the \
-         {TOP} lock classes held longest"
+         {TOP} lock classes a thread holds longest"
     );
-    let legend = "held = the share of one thread's time spent holding the class's locks \
-                  exclusively (hold time, all threads, over threads x the run's wall time; \
-                  median of the repetitions); saturates at = 1 / held, the thread count at which \
-                  one such lock would be held all the time; for a class of many locks (a group, \
-                  bucket, block or inode each) only if every thread took the same one";
+    let legend = "class N%: T = the class's locks were held exclusively N% of one thread's \
+                  time (hold time, all threads, over threads x the run's wall time; median of \
+                  the repetitions), and T = 1 / share is the thread count at which one such lock \
+                  would be held all the time; for a class of many locks (a group, bucket, block \
+                  or inode each) only if every thread took the same one";
     format!(
         "\n{}\n{}\n{}\n",
         wrap(&title, MAX_WIDTH),
-        comparison_table(header, rows, 4),
+        comparison_table(header, rows, 5),
         wrap(legend, MAX_WIDTH)
     )
 }
@@ -147,17 +144,17 @@ fn fmt_share(s: f64) -> String {
     }
 }
 
-/// 1 / `share` as a thread count: "1" when a thread already holds it all the time.
+/// 1 / `share` as a thread count: 1 when a thread already holds it all the time.
 fn fmt_threads(share: f64) -> String {
     let n = 1.0 / share;
     if n < 1.5 {
-        "1 thread".to_string()
+        "1".to_string()
     } else if n >= 10_000.0 {
-        ">10,000 threads".to_string()
+        ">10,000".to_string()
     } else if n >= 1_000.0 {
-        format!("{},{:03} threads", n as u64 / 1000, n as u64 % 1000)
+        format!("{},{:03}", n as u64 / 1000, n as u64 % 1000)
     } else {
-        format!("{n:.0} threads")
+        format!("{n:.0}")
     }
 }
 
@@ -201,10 +198,15 @@ mod tests {
                 .unwrap_or_else(|| panic!("no {class} in\n{text}"))
                 .to_string()
         };
-        assert!(row("icache_global").contains("20%"), "{text}");
-        assert!(row("icache_global").contains("5 threads"), "{text}");
-        assert!(row("icache_bucket").contains("0.20%"), "{text}");
-        assert!(row("icache_bucket").contains("500 threads"), "{text}");
+        assert!(
+            row("icache_global").contains("icache_global 20%: 5 "),
+            "{text}"
+        );
+        assert!(row("icache_global").contains("inode 0.50%: 200 "), "{text}");
+        assert!(
+            row("icache_bucket").contains("icache_bucket 0.20%: 500 "),
+            "{text}"
+        );
         assert!(
             !text.contains("papaya"),
             "neither baseline nor default: {text}"
@@ -219,11 +221,11 @@ mod tests {
 
     #[test]
     fn counts() {
-        assert_eq!(fmt_threads(1.5), "1 thread");
-        assert_eq!(fmt_threads(1.0 / 0.87), "1 thread");
-        assert_eq!(fmt_threads(0.5), "2 threads");
-        assert_eq!(fmt_threads(0.0004), "2,500 threads");
-        assert_eq!(fmt_threads(1e-6), ">10,000 threads");
+        assert_eq!(fmt_threads(1.5), "1");
+        assert_eq!(fmt_threads(1.0 / 0.87), "1");
+        assert_eq!(fmt_threads(0.5), "2");
+        assert_eq!(fmt_threads(0.0004), "2,500");
+        assert_eq!(fmt_threads(1e-6), ">10,000");
         assert_eq!(fmt_share(0.00001), "<0.01%");
     }
 }

@@ -13,7 +13,8 @@ pub fn set_lockstat(on: bool) {
     LOCKSTAT.store(on, Relaxed);
 }
 
-/// Whether lock statistics are on.
+/// Whether lock statistics are on (inlined: every acquisition asks).
+#[inline]
 pub fn lockstat_enabled() -> bool {
     LOCKSTAT.load(Relaxed)
 }
