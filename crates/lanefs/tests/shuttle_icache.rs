@@ -5,7 +5,7 @@
 //!
 //! Method: shuttle (a randomized scheduler) runs the model below many times, switching
 //! tasks at every lock, condition variable, atomic and yield of the cache and reporting any
-//! task that blocks forever (under `cfg(shuttle)`, `icache.rs` and `sync.rs` swap those for
+//! task that blocks forever (under `cfg(shuttle)`, `icache.rs` and `sync/` swap those for
 //! shuttle's, and `icache.rs` adds a switch before each use-gate operation, whose atomics
 //! stay std's). Tasks use the public `ICache` API as the engine does: `get` (with a load
 //! that can fail), `begin_new` + `NewInode::finish` or a dropped `NewInode` (a failed
