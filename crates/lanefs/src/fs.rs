@@ -24,6 +24,7 @@ use crate::sync::{Mutex, RwLockReadGuard, ORPHAN, RENAME, SUPER};
 use crate::types::*;
 use std::path::Path;
 
+mod create;
 mod data;
 mod inline;
 mod open;
@@ -33,6 +34,7 @@ mod ops;
 mod options;
 pub use options::{MountOptions, DEFAULT_ICACHE_LIMIT};
 mod orphan;
+mod remove;
 mod rename;
 mod rt;
 pub use rt::MAX_EXTSIZE;

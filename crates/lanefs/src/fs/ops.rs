@@ -1,22 +1,17 @@
-//! Namespace operations: lookup, create, link, unlink, rename, readdir, attributes.
+//! Namespace operations: lookup, attributes, links, readlink, open and release, readdir,
+//! inode flags, access times, caches and statfs (creating: `create.rs`; removing:
+//! `remove.rs`; renaming: `rename.rs`).
 
-use super::{Cold, Fs, Held, LINK_MAX};
-use crate::bmap;
-use crate::dir::Probe;
-use crate::disk::extent::{self, Node};
-use crate::disk::inode::{
-    self as iflags, DiskInode, FL_APPEND, FL_EXTENTS, FL_IMMUTABLE, FL_NOATIME,
-};
+use super::{Fs, LINK_MAX};
+use crate::disk::inode::{self as iflags, DiskInode, FL_APPEND, FL_IMMUTABLE, FL_NOATIME};
 use crate::disk::superblock::ro_compat;
 use crate::error::{Error, Result};
-use crate::icache::{IRef, NewInode};
-use crate::inode::{self, Inode, InodeState};
-use crate::journal::Handle;
+use crate::inode::InodeState;
 use crate::types::*;
 use std::sync::atomic::Ordering;
 
 /// Validate a name for a new entry.
-fn check_name(name: &[u8]) -> Result<()> {
+pub(super) fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
         return Err(Error::Invalid(format!(
             "bad file name {:?}",
@@ -32,7 +27,7 @@ fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn kind_of(st: &InodeState) -> FileType {
+pub(super) fn kind_of(st: &InodeState) -> FileType {
     FileType::from_mode(st.d.mode()).unwrap_or(FileType::Regular)
 }
 
@@ -68,7 +63,7 @@ pub(super) mod links {
     }
 }
 
-fn inc_dir_links(d: &mut DiskInode) {
+pub(super) fn inc_dir_links(d: &mut DiskInode) {
     let l = d.links();
     if l != 1 {
         // As Linux's ext4_inc_count: exact up to LINK_MAX itself, 1 ("many") past it.
@@ -81,7 +76,7 @@ fn inc_dir_links(d: &mut DiskInode) {
     }
 }
 
-fn dec_dir_links(d: &mut DiskInode) {
+pub(super) fn dec_dir_links(d: &mut DiskInode) {
     let l = d.links();
     if l > 2 {
         d.set_links(l - 1);
@@ -89,13 +84,9 @@ fn dec_dir_links(d: &mut DiskInode) {
 }
 
 /// Linux's PATH_MAX: the longest path (and symlink target) with its NUL.
-const PATH_MAX: usize = 4096;
+pub(super) const PATH_MAX: usize = 4096;
 
 impl Fs {
-    pub(super) fn dir_guard_pub(&self, st: &InodeState) -> Result<()> {
-        self.dir_guard(st)
-    }
-
     /// Whether directory `st` can take no more subdirectories (EMLINK): Linux's
     /// EXT4_DIR_LINK_MAX, at LINK_MAX links unless dir_nlink lets an indexed directory
     /// go on with count 1.
@@ -104,11 +95,9 @@ impl Fs {
             && !(self.sb.lock().has_ro_compat(ro_compat::DIR_NLINK) && self.ctx().is_htree(st))
     }
 
-    pub(super) fn drop_link_pub(&self, h: &Handle, c: &Inode, st: &mut InodeState) -> Result<bool> {
-        self.drop_link(h, c, st)
-    }
-
-    fn dir_guard(&self, st: &InodeState) -> Result<()> {
+    /// Fail unless `st` is a live directory: NotFound when it was removed, NotDir when
+    /// it is not a directory.
+    pub(super) fn dir_guard(&self, st: &InodeState) -> Result<()> {
         if st.freed || st.d.links() == 0 {
             return Err(Error::NotFound);
         }
@@ -294,333 +283,6 @@ impl Fs {
         Ok(self.attr(ino, &st.d))
     }
 
-    /// Create a regular file `name` in `dir` with permission bits `perm` (less
-    /// `owner.umask`, or as the directory's default ACL says), owned by `owner`. The file
-    /// counts as opened: call [`Fs::release`] when done with it. [`Error::Exists`] if
-    /// the name is taken.
-    ///
-    /// ```
-    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
-    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
-    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
-    /// # let fs = Fs::mount(dev, MountOptions::default())?;
-    /// let me = Owner { uid: 1000, gid: 1000, umask: 0o022 };
-    /// let f = fs.create(ROOT_INO, b"new.txt", 0o666, me)?;
-    /// assert_eq!((f.perm, f.uid, f.size), (0o644, 1000, 0));
-    /// fs.release(f.ino)?;
-    /// assert_eq!(fs.create(ROOT_INO, b"new.txt", 0o644, me), Err(lanefs::Error::Exists));
-    /// # fs.unmount()?;
-    /// # Ok::<(), lanefs::Error>(())
-    /// ```
-    pub fn create(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
-        // A new regular file starts open (`make_once`): the caller's reference.
-        let (a, _) = self.make(
-            dir,
-            name,
-            FileType::Regular.mode_bits() | (perm & 0o7777),
-            0,
-            owner,
-            None,
-        )?;
-        Ok(a)
-    }
-
-    /// Create a directory `name` in `dir` (permissions and owner as [`Fs::create`]).
-    ///
-    /// ```
-    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
-    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
-    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
-    /// # let fs = Fs::mount(dev, MountOptions::default())?;
-    /// let o = Owner::default();
-    /// let a = fs.mkdir(ROOT_INO, b"a", 0o755, o)?;
-    /// let b = fs.mkdir(a.ino, b"b", 0o755, o)?;
-    /// assert_eq!(fs.lookup(b.ino, b"..")?.ino, a.ino);
-    /// assert_eq!(fs.getattr(a.ino)?.nlink, 3); // "a", "a/." and "a/b/.."
-    /// # fs.unmount()?;
-    /// # Ok::<(), lanefs::Error>(())
-    /// ```
-    pub fn mkdir(&self, dir: Ino, name: &[u8], perm: u16, owner: Owner) -> Result<Attr> {
-        let a = self
-            .make(
-                dir,
-                name,
-                FileType::Directory.mode_bits() | (perm & 0o7777),
-                0,
-                owner,
-                None,
-            )?
-            .0;
-        Ok(a)
-    }
-
-    /// Create a device node, FIFO or socket (or regular file) with full `mode`.
-    pub fn mknod(&self, dir: Ino, name: &[u8], mode: u32, rdev: u32, owner: Owner) -> Result<Attr> {
-        let mode = mode as u16;
-        match FileType::from_mode(mode) {
-            None => Err(Error::Invalid(format!("mode {mode:o} has no file type"))),
-            Some(FileType::Directory) => {
-                Err(Error::Invalid("mknod of a directory (use mkdir)".into()))
-            }
-            Some(FileType::Symlink) => {
-                Err(Error::Invalid("mknod of a symlink (use symlink)".into()))
-            }
-            Some(kind) => {
-                let (a, i) = self.make(dir, name, mode, rdev, owner, None)?;
-                if kind == FileType::Regular {
-                    // Made open, as by create: nobody holds it open here.
-                    drop(i);
-                    self.release(a.ino)?;
-                }
-                Ok(a)
-            }
-        }
-    }
-
-    /// Create a symbolic link `name` in `dir` pointing to `target` (any bytes; short
-    /// targets are kept in the inode, as ext4 does).
-    ///
-    /// ```
-    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
-    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
-    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
-    /// # let fs = Fs::mount(dev, MountOptions::default())?;
-    /// let l = fs.symlink(ROOT_INO, b"link", b"some/where", Owner::default())?;
-    /// assert_eq!(fs.readlink(l.ino)?, b"some/where");
-    /// # fs.unmount()?;
-    /// # Ok::<(), lanefs::Error>(())
-    /// ```
-    pub fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
-        // The VFS refuses a target of PATH_MAX (4096, with its NUL) or more; ext4 one that
-        // does not fit a block.
-        if target.is_empty() || target.len() >= (self.bs as usize).min(PATH_MAX) {
-            return Err(Error::NameTooLong);
-        }
-        Ok(self
-            .make(
-                dir,
-                name,
-                FileType::Symlink.mode_bits() | 0o777,
-                0,
-                owner,
-                Some(target),
-            )?
-            .0)
-    }
-
-    /// Common path of every create: lock the directory, allocate and link a new inode.
-    fn make(
-        &self,
-        dir: Ino,
-        name: &[u8],
-        mode: u16,
-        rdev: u32,
-        owner: Owner,
-        target: Option<&[u8]>,
-    ) -> Result<(Attr, IRef)> {
-        self.retry_nospace(|| self.make_once(dir, name, mode, rdev, owner, target))
-    }
-
-    fn make_once(
-        &self,
-        dir: Ino,
-        name: &[u8],
-        mode: u16,
-        rdev: u32,
-        owner: Owner,
-        target: Option<&[u8]>,
-    ) -> Result<(Attr, IRef)> {
-        self.check_rw()?;
-        check_name(name)?;
-        let d = self.iget(dir)?;
-        let mut dst = d.state.write();
-        self.load(&d, &mut dst)?;
-        self.dir_guard(&dst)?;
-        let ctx = self.ctx();
-        let Probe::Vacant(vacancy) = ctx.probe_name(dir, &mut dst, name)? else {
-            return Err(Error::Exists);
-        };
-        if flags::immutable(&dst) {
-            return Err(Error::NotPermitted);
-        }
-        let kind = FileType::from_mode(mode).ok_or_else(|| Error::Invalid("mode".into()))?;
-        if kind == FileType::Directory && self.dir_links_full(&dst) {
-            return Err(Error::TooManyLinks);
-        }
-        let h = self.journal.start();
-        // One clock read for the new inode's times and the directory's mtime and ctime
-        // (the kernel's coarse clock gives them one value too).
-        let t = self.now();
-        let (ino, mut cst, claim) =
-            self.new_inode(&h, &d, &dst, name, mode, rdev, owner, target, t)?;
-        let ft = kind.dirent_code();
-        if let Err(e) = ctx.add_vacant(&h, dir, &mut dst, name, ino, ft, vacancy) {
-            self.undo_new(&h, ino, &mut cst, kind);
-            // The directory may have grown (a leaf split) before the failure: persist it.
-            self.store(&h, &d, &mut dst)?;
-            return Err(e);
-        }
-        if kind == FileType::Directory {
-            inc_dir_links(&mut dst.d);
-        }
-        dst.d.set_mtime(t);
-        dst.d.set_ctime(t);
-        self.store(&h, &d, &mut dst)?;
-        self.store_new(&h, ino, &mut cst)?;
-        let attr = self.attr(ino, &cst.d);
-        let new = inode::inode_from_state(ino, cst);
-        self.bind_device(&new);
-        if kind == FileType::Regular {
-            // Open before the directory lock goes: once the name is visible, an unlink
-            // must find the file open (else it frees the inode under its creator).
-            new.open.store(1, Ordering::Release);
-        }
-        Ok((attr, claim.finish(new)))
-    }
-
-    /// A new inode for `name` in directory `d` (locked as `dst`), allocated and initialised
-    /// in `h` but linked nowhere: mode and owner as inode_init_owner and the directory's
-    /// default ACL make them, a directory's first block or a symlink's target written. On
-    /// error nothing stays allocated.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn new_inode<'c>(
-        &'c self,
-        h: &Handle,
-        d: &Inode,
-        dst: &InodeState,
-        name: &[u8],
-        mode: u16,
-        rdev: u32,
-        owner: Owner,
-        target: Option<&[u8]>,
-        t: Timespec,
-    ) -> Result<(Ino, InodeState, NewInode<'c>)> {
-        let dir = d.ino;
-        let kind = FileType::from_mode(mode).ok_or_else(|| Error::Invalid("mode".into()))?;
-        // As inode_init_owner: in a set-group-ID directory the new inode takes the
-        // directory's group, and a new directory keeps the bit.
-        let (mut mode, mut owner) = (mode, owner);
-        if dst.d.mode() & S_ISGID != 0 {
-            owner.gid = dst.d.gid();
-            if kind == FileType::Directory {
-                mode |= S_ISGID;
-            }
-        }
-        // A symlink's mode is fixed; other inodes take the directory's default ACL or
-        // the caller's umask.
-        let acls = if kind == FileType::Symlink {
-            Default::default()
-        } else {
-            self.acls_for_new(dir, dst, &mut mode, owner.umask)?
-        };
-        let want = crate::ialloc::Want {
-            parent_ino: dir,
-            parent_group: self.al.geo.group_of_inode(dir),
-            last: &d.last_group,
-            is_dir: kind == FileType::Directory,
-            top: dir == ROOT_INO,
-            name,
-        };
-        let ino = self.ial.alloc(h, &self.al, want)?;
-        let claim = match self.icache.begin_new(ino) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = self.ial.free(h, &self.al, ino, kind == FileType::Directory);
-                return Err(e);
-            }
-        };
-        let mut cst = self.init_inode(
-            ino,
-            mode,
-            owner,
-            rdev,
-            kind,
-            target.is_some_and(|t| t.len() >= 60),
-            t,
-        );
-        self.inherit_rt(dst, kind, &mut cst);
-        let res = self
-            .fill_new(h, ino, &mut cst, dir, kind, target)
-            .and_then(|_| self.store_new_acls(h, ino, &mut cst, acls));
-        if let Err(e) = res {
-            self.undo_new(h, ino, &mut cst, kind);
-            return Err(e);
-        }
-        Ok((ino, cst, claim))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn init_inode(
-        &self,
-        ino: Ino,
-        mode: u16,
-        owner: Owner,
-        rdev: u32,
-        kind: FileType,
-        slow_link: bool,
-        t: Timespec,
-    ) -> InodeState {
-        let mut d = DiskInode::new(self.al.geo.inode_size as usize);
-        d.set_mode(mode);
-        d.set_uid(owner.uid);
-        d.set_gid(owner.gid);
-        d.set_atime(t);
-        d.set_mtime(t);
-        d.set_ctime(t);
-        d.set_crtime(t);
-        d.set_links(if kind == FileType::Directory { 2 } else { 1 });
-        d.set_generation(generation(ino, self.clamp_time));
-        let mapped = matches!(kind, FileType::Regular | FileType::Directory) || slow_link;
-        // Without the extent feature, block maps (an all-zero i_block), as ext2/ext3.
-        if mapped && self.extents {
-            d.set_flags(FL_EXTENTS);
-            extent::encode_node(d.iblock_mut(), &Node::Leaf(Vec::new()));
-        }
-        if matches!(kind, FileType::CharDevice | FileType::BlockDevice) {
-            d.set_rdev(rdev);
-        }
-        InodeState {
-            ext: mapped.then(Default::default),
-            ..InodeState::from_disk(d)
-        }
-    }
-
-    /// Directory block or symlink target of a new inode.
-    fn fill_new(
-        &self,
-        h: &Handle,
-        ino: Ino,
-        st: &mut InodeState,
-        parent: Ino,
-        kind: FileType,
-        target: Option<&[u8]>,
-    ) -> Result<()> {
-        match (kind, target) {
-            (FileType::Directory, _) => self.ctx().init_dir(h, ino, st, parent),
-            (FileType::Symlink, Some(t)) if t.len() < 60 => {
-                st.d.iblock_mut()[..t.len()].copy_from_slice(t);
-                st.d.set_size(t.len() as u64);
-                Ok(())
-            }
-            (FileType::Symlink, Some(t)) => {
-                let p = bmap::map_one_block(&self.al, h, ino, st, 0)?;
-                let b = self.bufs.get_new(p);
-                b.write()[..t.len()].copy_from_slice(t);
-                h.dirty(&b);
-                st.d.set_size(t.len() as u64);
-                Ok(())
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Release what a failed create allocated.
-    pub(super) fn undo_new(&self, h: &Handle, ino: Ino, st: &mut InodeState, kind: FileType) {
-        let _ = self.release_xattr_block(h, st);
-        let _ = self.free_blocks_of(h, ino, st, kind);
-        let _ = self.ial.free(h, &self.al, ino, kind == FileType::Directory);
-    }
-
     /// The target of a symbolic link.
     pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
         let i = self.iget(ino)?;
@@ -715,209 +377,6 @@ impl Fs {
         self.store(&h, &d, &mut dst)?;
         self.store(&h, &c, &mut cst)?;
         Ok(self.attr(ino, &cst.d))
-    }
-
-    /// Remove the entry `name` of `dir`, which is not a directory ([`Error::IsDir`]).
-    /// The inode goes with its last link, or, if it is open, at its last
-    /// [`Fs::release`] (it waits on ext4's orphan list, so a crash meanwhile frees it at
-    /// the next mount).
-    ///
-    /// ```
-    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
-    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
-    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
-    /// # let fs = Fs::mount(dev, MountOptions::default())?;
-    /// let f = fs.create(ROOT_INO, b"tmp", 0o644, Owner::default())?; // open
-    /// fs.write(f.ino, 0, b"scratch")?;
-    /// fs.unlink(ROOT_INO, b"tmp")?;
-    /// assert_eq!(fs.lookup(ROOT_INO, b"tmp"), Err(lanefs::Error::NotFound));
-    /// let mut buf = [0u8; 7];
-    /// assert_eq!(fs.read(f.ino, 0, &mut buf)?, 7); // still readable while open
-    /// fs.release(f.ino)?; // now it is freed
-    /// # fs.unmount()?;
-    /// # Ok::<(), lanefs::Error>(())
-    /// ```
-    pub fn unlink(&self, dir: Ino, name: &[u8]) -> Result<()> {
-        self.remove(dir, name, false)
-    }
-
-    /// Remove the empty directory `name` of `dir` ([`Error::NotEmpty`] otherwise).
-    pub fn rmdir(&self, dir: Ino, name: &[u8]) -> Result<()> {
-        if name == b"." {
-            return Err(Error::Invalid("rmdir of .".into()));
-        }
-        if name == b".." {
-            return Err(Error::NotEmpty);
-        }
-        self.remove(dir, name, true)
-    }
-
-    fn remove(&self, dir: Ino, name: &[u8], want_dir: bool) -> Result<()> {
-        self.check_rw()?;
-        let d = self.iget(dir)?;
-        let mut dst = d.state.write();
-        self.load(&d, &mut dst)?;
-        self.dir_guard(&dst)?;
-        let ctx = self.ctx();
-        let Probe::Found(found) = ctx.probe_name(dir, &mut dst, name)? else {
-            return Err(Error::NotFound);
-        };
-        let cino = found.ino;
-        let c = {
-            // A cold free's handle starts before the child is claimed: a claim's holder
-            // must not wait for the journal (`Fs::iget_or_read`). Any other remove drops
-            // it and starts its own after locking the child (the journal's lock order:
-            // inode locks first; a thread holding the child's lock may be waiting in
-            // `Journal::start` for the commit this handle would hold up).
-            let h = self.journal.start();
-            match self.iget_or_read(cino)? {
-                Held::Cached(c) => c,
-                Held::Read(claim, cd) => {
-                    if !want_dir && !flags::pinned(&dst) && self.frees_cold(&cd.d) {
-                        let t = self.now();
-                        ctx.remove_found(&h, dir, &mut dst, name, found)?;
-                        dst.d.set_mtime(t);
-                        dst.d.set_ctime(t);
-                        self.store(&h, &d, &mut dst)?;
-                        return self.free_cold(&h, claim, cd, t);
-                    }
-                    self.publish_read(claim, cd)
-                }
-            }
-        };
-        let mut cst = c.state.write();
-        self.load(&c, &mut cst)?;
-        // As Linux's may_delete: before the type checks.
-        if flags::pinned(&dst) || flags::pinned(&cst) {
-            return Err(Error::NotPermitted);
-        }
-        let is_dir = kind_of(&cst) == FileType::Directory;
-        if want_dir && !is_dir {
-            return Err(Error::NotDir);
-        }
-        if !want_dir && is_dir {
-            return Err(Error::IsDir);
-        }
-        if is_dir && !ctx.is_empty(cino, &cst)? {
-            return Err(Error::NotEmpty);
-        }
-        let h = self.journal.start();
-        ctx.remove_found(&h, dir, &mut dst, name, found)?;
-        let t = self.now();
-        if is_dir {
-            dec_dir_links(&mut dst.d);
-            cst.d.set_links(0);
-        } else {
-            let l = cst.d.links().saturating_sub(1);
-            cst.d.set_links(l);
-        }
-        cst.d.set_ctime(t);
-        dst.d.set_mtime(t);
-        dst.d.set_ctime(t);
-        self.store(&h, &d, &mut dst)?;
-        let gone = self.drop_link(&h, &c, &mut cst)?;
-        drop(h);
-        if gone {
-            self.icache.remove(cino, &c);
-        }
-        Ok(())
-    }
-
-    /// Whether unlinking the inode whose bytes `d` were read from disk (so it is not
-    /// cached, hence not open) frees it and nothing else: a non-directory of one link,
-    /// not immutable or append-only, that owns no block, and no attribute can name an
-    /// EA inode. Such an unlink ([`Fs::free_cold`]) never caches the inode: most removes
-    /// of a directory too large for the inode cache are of this kind (mdtest, `rm -r` of
-    /// empty files), and caching a doomed inode, then evicting it, was a fifth of each.
-    fn frees_cold(&self, d: &DiskInode) -> bool {
-        let kind = FileType::from_mode(d.mode());
-        d.links() == 1
-            && kind.is_some_and(|k| k != FileType::Directory)
-            && d.flags() & (FL_IMMUTABLE | FL_APPEND) == 0
-            && d.owns_no_block()
-            && !self.ea_inode
-    }
-
-    /// Free the inode [`Fs::frees_cold`] chose (its last name is gone in `h`) as
-    /// [`Fs::free_inode`] would, its bytes written straight to its table block. The claim
-    /// on its number goes once it is freed: a lookup by number meanwhile waits, then
-    /// reads it freed (not found).
-    fn free_cold(&self, h: &Handle, claim: NewInode<'_>, c: Cold, t: Timespec) -> Result<()> {
-        let ino = claim.ino();
-        let Cold { mut d, b, off } = c;
-        debug_assert!(d.links() == 1 && d.owns_no_block());
-        d.set_links(0);
-        d.set_ctime(t);
-        d.set_size(0);
-        d.set_dtime(t.sec as u32);
-        inode::store_inode_at(&self.ial, h, &b, off, ino, &mut d, false);
-        self.ial.free(h, &self.al, ino, false)?;
-        drop(claim);
-        Ok(())
-    }
-
-    /// After a link count change: free the inode if unreferenced, else store it.
-    /// Returns whether it was freed (the caller evicts it after the handle ends).
-    fn drop_link(&self, h: &Handle, c: &Inode, st: &mut InodeState) -> Result<bool> {
-        if st.d.links() > 0 || c.is_open() {
-            if st.d.links() == 0 {
-                // Last name gone, still open: survive a crash on the orphan list.
-                self.orphan_add(h, c.ino)?;
-            }
-            self.store(h, c, st)?;
-            return Ok(false);
-        }
-        self.free_inode(h, c, st)?;
-        Ok(true)
-    }
-
-    /// Release an unreferenced inode: its blocks, xattr block and bitmap bit.
-    pub(super) fn free_inode(&self, h: &Handle, i: &Inode, st: &mut InodeState) -> Result<()> {
-        let ino = i.ino;
-        // Its dirty pages point at blocks freed here, which may be reused at once: they
-        // must never be written (a commit's ordered list may still hold this inode).
-        i.mapping.drop_range(&self.pages, 0, u64::MAX);
-        i.mapping.set_size(0);
-        let kind = kind_of(st);
-        self.al.discard_pa(&mut st.pa);
-        self.orphan_del(h, ino)?;
-        self.free_blocks_of(h, ino, st, kind)?;
-        st.d.set_size(0);
-        st.d.set_links(0);
-        st.d.set_dtime(self.now().sec as u32);
-        st.freed = true;
-        // A freed directory's digests and held index blocks (forgotten buffers) go now,
-        // not when the last opener lets the inode go.
-        st.digests = None;
-        i.gone.store(true, Ordering::Release);
-        self.store(h, i, st)?;
-        self.ial.free(h, &self.al, ino, kind == FileType::Directory)
-    }
-
-    /// Free every data, tree and xattr block of an inode.
-    fn free_blocks_of(
-        &self,
-        h: &Handle,
-        ino: Ino,
-        st: &mut InodeState,
-        kind: FileType,
-    ) -> Result<()> {
-        let meta = kind != FileType::Regular;
-        // A file that maps nothing, with no tree or indirect block and its empty map
-        // already stored (most removed files of a create-and-remove workload), has no
-        // block to free and an empty root on disk: nothing to unmap or rewrite.
-        let mapped = st.ext.as_ref().is_some_and(|m| {
-            !m.is_empty() || st.ext_dirty || !st.tree_blocks.is_empty() || !st.ind.is_empty()
-        });
-        if mapped {
-            bmap::unmap_blocks(&self.al, h, st, 0, 1 << 32, meta)?;
-            st.ext_dirty = true;
-            inode::store_tree(&self.al, &self.bufs, h, 0, st)?;
-        }
-        self.release_ea_refs(h, ino, st)?;
-        self.release_xattr_block(h, st)?;
-        st.d.set_blocks_512(0, self.bs);
-        Ok(())
     }
 
     /// Number of extents mapping `ino`'s data (what `filefrag` counts).
@@ -1165,18 +624,4 @@ impl Fs {
             name_max: 255,
         })
     }
-}
-
-/// The set-group-ID mode bit.
-const S_ISGID: u16 = 0o2000;
-
-/// A generation number for a new inode: varies per inode and per moment, or per inode
-/// and clamp under `clamp_time` (a reproducible build).
-fn generation(ino: Ino, clamp: Option<i64>) -> u32 {
-    let salt = match clamp {
-        Some(c) => c as u64,
-        None => u64::from(Timespec::now().nsec),
-    };
-    let x = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    (x >> 32) as u32
 }

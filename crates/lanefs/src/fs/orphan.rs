@@ -44,7 +44,7 @@ impl Fs {
         let d = self.iget(dir)?;
         let mut dst = d.state.write();
         self.load(&d, &mut dst)?;
-        self.dir_guard_pub(&dst)?;
+        self.dir_guard(&dst)?;
         let h = self.journal.start();
         let mode = FileType::Regular.mode_bits() | (perm & 0o7777);
         let (ino, mut st, claim) =

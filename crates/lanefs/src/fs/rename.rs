@@ -127,7 +127,7 @@ impl Fs {
     fn lock_dir<'a>(&self, d: &'a IRef) -> Result<Guard<'a>> {
         let mut st = d.state.write();
         self.load(d, &mut st)?;
-        self.dir_guard_pub(&st)?;
+        self.dir_guard(&st)?;
         Ok(st)
     }
 
@@ -142,7 +142,7 @@ impl Fs {
             }
             let i = self.iget(cur)?;
             let st = self.read_loaded(&i)?;
-            self.dir_guard_pub(&st)?;
+            self.dir_guard(&st)?;
             cur = self.ctx().dotdot(cur, &st)?;
             out.push(cur);
         }
@@ -310,7 +310,7 @@ impl Fs {
             };
             ts.d.set_links(l);
             ts.d.set_ctime(t);
-            gone = self.drop_link_pub(&h, ti, ts)?;
+            gone = self.drop_link(&h, ti, ts)?;
         }
         drop(h);
         if let (true, Some(ti)) = (gone, &tgt) {
