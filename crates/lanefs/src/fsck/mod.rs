@@ -49,6 +49,7 @@ mod inodes;
 mod links;
 mod pass0;
 mod quota;
+mod reserved;
 mod rt;
 mod xattr;
 
