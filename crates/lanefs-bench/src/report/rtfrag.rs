@@ -22,7 +22,13 @@ impl Run<'_> {
 
     /// How many repetitions of `variant` decided as `base` did in the same repetition,
     /// of how many both ran.
-    fn same_as(&self, phase: &str, variant: &str, base: &str, threads: usize) -> (usize, usize) {
+    pub(super) fn same_as(
+        &self,
+        phase: &str,
+        variant: &str,
+        base: &str,
+        threads: usize,
+    ) -> (usize, usize) {
         let theirs = self.cell(phase, base, threads);
         let mut n = (0, 0);
         for r in self.cell(phase, variant, threads) {

@@ -254,19 +254,10 @@ fn here_003(records: &[Record]) -> Option<String> {
         .find(|&v| is_default(run.workload, v))?;
     let allocating = ["alloc", "alloc-hint", "realloc"];
     let mut parts = Vec::new();
-    let (mut same, mut of) = (0, 0);
-    for phase in rtfrag::PHASES {
-        for r in run.cell(phase, v, 1) {
-            let theirs = run.cell(phase, base, 1);
-            let Some(b) = theirs.iter().find(|b| b.rep == r.rep) else {
-                continue;
-            };
-            if r.rt_decisions.is_some() && b.rt_decisions.is_some() {
-                of += 1;
-                same += usize::from(r.rt_decisions == b.rt_decisions);
-            }
-        }
-    }
+    let (same, of) = rtfrag::PHASES
+        .iter()
+        .map(|p| run.same_as(p, v, base, 1))
+        .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
     if of > 0 {
         let verdict = if same == of { "the same" } else { "different" };
         parts.push(format!(
