@@ -118,6 +118,36 @@ fn engine_runs_the_inode_workloads_under_the_seeds_variants() {
         !printed.contains("mb_trylock=0"),
         "seed 000's base does not run:\n{printed}"
     );
+    // Hold times: every run's shares, the global inode cache lock among base's, and the
+    // saturation table for the seeds' workloads.
+    for r in records.iter().filter(|r| r.workload != "control") {
+        let shares = r
+            .lock_held_share
+            .as_ref()
+            .expect("--lockstat gives hold shares");
+        assert!(shares.iter().any(|(c, _)| c == "inode"), "{r:?}");
+        assert!(
+            shares.iter().all(|(_, s)| s.is_finite() && *s > 0.0),
+            "{r:?}"
+        );
+        // (Not its absence elsewhere: the counters are the process's, and tests beside
+        // this one run the global table too.)
+        if r.variant == "base" {
+            assert!(shares.iter().any(|(c, _)| c == "icache_global"), "{r:?}");
+        }
+    }
+    assert!(
+        printed.contains("lock saturation (--lockstat)"),
+        "{printed}"
+    );
+    for row in ["fsmark (004)", "stat (004)"] {
+        assert!(
+            printed
+                .lines()
+                .any(|l| l.contains(row) && l.contains("base")),
+            "{row:?} [base] missing in\n{printed}"
+        );
+    }
     // Lock statistics list every class, the inode cache's among them.
     let line = "lock statistics: fsmark [base] threads 2, rep 1";
     assert!(printed.contains(line), "{line:?} missing in\n{printed}");
