@@ -145,8 +145,9 @@ fn source_date_epoch() -> CmdResult<Option<i64>> {
         })
 }
 
-/// Open or create the device to format; the flag says whether the file was created.
-fn open_target(args: &MkfsArgs, size: Option<u64>) -> CmdResult<(FileDevice, bool)> {
+/// Open or create the device to format; the flags say whether the file was created, and
+/// whether it reads as zeros (created, or truncated to nothing and extended).
+fn open_target(args: &MkfsArgs, size: Option<u64>) -> CmdResult<(FileDevice, bool, bool)> {
     let path = &args.image;
     let what = path.display();
     let found = existing(path)?;
@@ -161,7 +162,7 @@ fn open_target(args: &MkfsArgs, size: Option<u64>) -> CmdResult<(FileDevice, boo
             Error::msg("is a block device: its own size is used, drop --size"),
         )),
         (Existing::Device, None) | (Existing::File(_), None) => {
-            Ok((FileDevice::open(path, false).ctx(what)?, false))
+            Ok((FileDevice::open(path, false).ctx(what)?, false, false))
         }
         (Existing::Missing, None) => Err(Failure::new(
             what,
@@ -169,7 +170,7 @@ fn open_target(args: &MkfsArgs, size: Option<u64>) -> CmdResult<(FileDevice, boo
         )),
         (found, Some(size)) => {
             let created = matches!(found, Existing::Missing);
-            Ok((FileDevice::create(path, size).ctx(what)?, created))
+            Ok((FileDevice::create(path, size).ctx(what)?, created, true))
         }
     }
 }
@@ -180,7 +181,7 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         Some(s) => Some(parse_size(s).map_err(|e| Failure::new("--size", Error::Msg(e)))?),
         None => None,
     };
-    let opts = mkfs_options(args)?;
+    let mut opts = mkfs_options(args)?;
     if let Some(dir) = &args.root_dir {
         // Before anything is formatted: a source that is not a directory changes nothing.
         match std::fs::metadata(dir) {
@@ -189,7 +190,8 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
             Err(e) => return Err(Failure::new(dir.display(), e)),
         }
     }
-    let (dev, created) = open_target(args, size)?;
+    let (dev, created, zeroed) = open_target(args, size)?;
+    opts.prezeroed = zeroed;
     if let Err(e) = format(&dev, &opts).and_then(|()| dev.flush()) {
         drop(dev);
         if created {

@@ -88,6 +88,12 @@ pub struct MkfsOptions {
     /// The creation time recorded in the superblock and the first inodes; now when `None`
     /// (`SOURCE_DATE_EPOCH` for a reproducible image).
     pub time: Option<Timespec>,
+    /// The device reads as zeros everywhere (an image file [`FileDevice::create`] just
+    /// made): the inode tables and the journal are not cleared, as with mke2fs's `-E
+    /// assume_storage_prezeroed=1`. Otherwise each is read and written where not zero.
+    ///
+    /// [`FileDevice::create`]: crate::FileDevice::create
+    pub prezeroed: bool,
 }
 
 impl Default for MkfsOptions {
@@ -121,6 +127,7 @@ impl MkfsOptions {
             uuid: None,
             hash_seed: None,
             time: None,
+            prezeroed: false,
         }
     }
 }
@@ -182,7 +189,7 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<()> {
         sb.set_mmp_update_interval(mmp::UPDATE_INTERVAL);
     }
     set_large_file(&mut sb, &geo, &plan);
-    let mut out = write::Out::new(dev, geo.bs);
+    let mut out = write::Out::new(dev, geo.bs, opts.prezeroed);
     let journal = write::files(&mut out, &geo, &plan, &sb, now, &opts.device_name)?;
     if let Some(j) = &journal {
         set_journal_backup(&mut sb, j);

@@ -32,14 +32,17 @@ pub(super) struct Out<'a> {
     dev: &'a dyn BlockDevice,
     bs: u64,
     pub written: u64,
+    /// The device reads as zeros: [`Out::zero`] has nothing to do.
+    prezeroed: bool,
 }
 
 impl<'a> Out<'a> {
-    pub fn new(dev: &'a dyn BlockDevice, bs: u32) -> Out<'a> {
+    pub fn new(dev: &'a dyn BlockDevice, bs: u32, prezeroed: bool) -> Out<'a> {
         Out {
             dev,
             bs: u64::from(bs),
             written: 0,
+            prezeroed,
         }
     }
 
@@ -52,8 +55,11 @@ impl<'a> Out<'a> {
     }
 
     /// Zero `[start, end)`, writing only what does not read as zero already (a fresh
-    /// sparse image stays sparse; a reused one is cleared).
+    /// sparse image stays sparse; a reused one is cleared); nothing on a prezeroed device.
     pub fn zero(&mut self, start: u64, end: u64) -> Result<()> {
+        if self.prezeroed {
+            return Ok(());
+        }
         let per = (CHUNK as u64 / self.bs).max(1);
         let mut buf = vec![0u8; (per.min(end - start) * self.bs) as usize];
         let mut b = start;
