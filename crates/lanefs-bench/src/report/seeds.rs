@@ -7,7 +7,7 @@
 
 use super::compact::{wrap, MAX_WIDTH};
 use super::run::{runs, Run};
-use super::{baseline, family_of, rate, Record};
+use super::{baseline, family_of, fmt_change, rate, Record};
 use crate::variant::Variant;
 use crate::workloads::{bufio, fallocate2, fsmark, mdtest, rtfrag, stat};
 use lanefs::MountOptions;
@@ -118,8 +118,7 @@ fn ratio(run: &Run<'_>, phase: &str, variant: &str, base: &str, threads: usize) 
 
 /// A ratio as the seeds print changes: "+53.4%".
 fn pct(x: f64) -> String {
-    let p = ((x - 1.0) * 1000.0).round() / 10.0;
-    format!("{:+.1}%", if p == 0.0 { 0.0 } else { p })
+    fmt_change(x, 1.0).unwrap_or_else(|| "-".to_string())
 }
 
 /// A ratio as "1.43x".
