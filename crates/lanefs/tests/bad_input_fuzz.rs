@@ -1,6 +1,6 @@
 //! Goal: every input the fuzz targets (`fuzz/`) found to crash, hang or exhaust memory
 //! stays fixed: each is rebuilt here as an image (or bytes) and must give a named error.
-//! `bad_input.rs` holds the hand-written corruptions; this file, what the fuzzers found.
+//! `bad_input/` holds the hand-written corruptions; this file, what the fuzzers found.
 //! Method: a `lanefs mkfs` image in memory, the structure edited as the finding had it,
 //! checksums resealed (`disk::reseal`), then mounted and checked.
 

@@ -461,12 +461,14 @@ enum Op {
         newdir: u16,
         newname: u8,
     },
+    /// `direct`: `Fs::write_direct` at the offset rounded down to a block.
     Write {
         file: u16,
         any: bool,
         off: u64,
         len: u32,
         seed: u8,
+        direct: bool,
     },
     Read {
         file: u16,
@@ -589,8 +591,9 @@ fn op_s() -> impl Strategy<Value = Op> {
             .prop_map(|(dir, name, newdir, newname)| Op::Rename { dir, name, newdir, newname }),
         5 => (s(), s(), name_s())
             .prop_map(|(entry, newdir, newname)| Op::RenameEntry { entry, newdir, newname }),
-        10 => (s(), rare(), off_s(), len_s(), any::<u8>())
-            .prop_map(|(file, any, off, len, seed)| Op::Write { file, any, off, len, seed }),
+        10 => (s(), rare(), off_s(), len_s(), any::<u8>(), any::<bool>()).prop_map(
+            |(file, any, off, len, seed, direct)| Op::Write { file, any, off, len, seed, direct }
+        ),
         6 => (s(), rare(), off_s(), len_s())
             .prop_map(|(file, any, off, len)| Op::Read { file, any, off, len }),
         3 => (s(), rare(), off_s()).prop_map(|(file, any, size)| Op::Truncate { file, any, size }),
@@ -1040,7 +1043,7 @@ impl Runner {
         }
     }
 
-    fn write(&mut self, id: Id, off: u64, data: &[u8]) {
+    fn write(&mut self, id: Id, off: u64, data: &[u8], direct: bool) {
         let end = off + data.len() as u64;
         let want = match self.not_file(id) {
             Some(e) => Err(e),
@@ -1053,7 +1056,11 @@ impl Runner {
                 Ok(data.len())
             }
         };
-        let got = self.fs().write(self.m.ino(id), off, data);
+        let got = if direct {
+            self.fs().write_direct(self.m.ino(id), off, data)
+        } else {
+            self.fs().write(self.m.ino(id), off, data)
+        };
         if !self.agree(&got, &want) {
             return;
         }
@@ -1602,17 +1609,19 @@ impl Runner {
                 off,
                 len,
                 seed,
+                direct,
             } => {
                 let Some((id, off)) = self.pick_data(file, any, off) else {
                     return;
                 };
+                let off = if direct { off / bs() * bs() } else { off };
                 // Never straddle the size limit: Linux writes short there.
                 let len = if off < max_size() {
                     u64::from(len).min(max_size() - off)
                 } else {
                     u64::from(len)
                 };
-                self.write(id, off, &pattern(seed, off, len as usize));
+                self.write(id, off, &pattern(seed, off, len as usize), direct);
             }
             Op::Read {
                 file,
@@ -1951,10 +1960,26 @@ fn run_big(p: &Big) {
     for k in 0..p.frags {
         r.step += 1;
         r.what = format!("frag: interleaved block {k}");
-        r.write(fa, 2 * k * bs(), &pattern(1, 2 * k * bs(), bs() as usize));
-        r.write(fb, k * bs(), &pattern(2, k * bs(), bs() as usize));
+        r.write(
+            fa,
+            2 * k * bs(),
+            &pattern(1, 2 * k * bs(), bs() as usize),
+            false,
+        );
+        // Every other block of fragB straight to the device.
+        r.write(
+            fb,
+            k * bs(),
+            &pattern(2, k * bs(), bs() as usize),
+            k % 2 == 1,
+        );
         if k % 4 == 0 {
-            r.write(fc, 2 * k * bs() + 100, &pattern(3, 2 * k * bs() + 100, 300));
+            r.write(
+                fc,
+                2 * k * bs() + 100,
+                &pattern(3, 2 * k * bs() + 100, 300),
+                false,
+            );
         }
     }
     for k in 0..40u64 {
@@ -1966,7 +1991,7 @@ fn run_big(p: &Big) {
             0 => r.fallocate(fa, off, len, 2),
             1 => r.fallocate(fc, off, len, 2),
             2 => r.fallocate(fa, off, len, 1),
-            3 => r.write(fa, off, &pattern(k as u8, off, len as usize)),
+            3 => r.write(fa, off, &pattern(k as u8, off, len as usize), k % 10 == 3),
             _ => r.read(fa, off, len as usize),
         }
     }

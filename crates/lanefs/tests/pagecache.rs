@@ -2,7 +2,8 @@
 //! whatever mixes of folio orders, evictions, splits and write-backs happen underneath.
 //! Method: one file per folio order (0, 2, 4, 6) under a page-cache limit far smaller than
 //! the files, so every pass evicts; threads write, truncate, punch holes and read
-//! overlapping ranges while a model of the bytes is kept beside the file. Changes and the
+//! overlapping ranges (a third of the writes straight to the device, `Fs::write_direct`)
+//! while a model of the bytes is kept beside the file. Changes and the
 //! model's update are one step (a test-level lock taken exclusively), reads share it, so
 //! readers race each other and the eviction sweeps their misses trigger. Then the file is
 //! read back after a remount and `e2fsck -fn` judges the image.
@@ -84,11 +85,18 @@ fn folios_of_every_order_match_a_model_under_eviction() {
                         }
                         let mut m = model.write().unwrap();
                         if k < 80 {
-                            let off = r.below(FILE_MAX - 300_000);
+                            let mut off = r.below(FILE_MAX - 300_000);
                             let len = 1 + r.below(300_000) as usize;
                             let byte = (r.next() % 255) as u8 + 1;
                             let data = vec![byte; len];
-                            fs.write(ino, off, &data).expect("write");
+                            if r.below(3) == 0 {
+                                // Past the cache (where aligned): over cached, dirty and
+                                // written-back blocks alike.
+                                off -= off % 4096;
+                                fs.write_direct(ino, off, &data).expect("write_direct");
+                            } else {
+                                fs.write(ino, off, &data).expect("write");
+                            }
                             let end = off as usize + len;
                             if m.len() < end {
                                 m.resize(end, 0);

@@ -192,10 +192,20 @@ impl Fs {
     /// # Ok::<(), lanefs::Error>(())
     /// ```
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
-        self.retry_nospace(|| self.write_once(ino, off, data))
+        self.retry_nospace(|| self.write_once(ino, off, data, false))
     }
 
-    fn write_once(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+    /// Write as [`Fs::write`] does, but straight to the device rather than through the
+    /// page cache (as O_DIRECT) when `off` is block-aligned and `data` fills whole blocks
+    /// or ends at or past the end of the file; otherwise through the page cache. The range's
+    /// cached blocks are dropped, and the data is on the device (not yet flushed) when
+    /// this returns: a bulk copy (`lanefs cp`, `mkfs -d`) skips a copy of every byte and
+    /// the cache's memory. Durable as a write is: after [`Fs::fsync`] or [`Fs::sync`].
+    pub fn write_direct(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+        self.retry_nospace(|| self.write_once(ino, off, data, true))
+    }
+
+    fn write_once(&self, ino: Ino, off: u64, data: &[u8], direct: bool) -> Result<usize> {
         self.check_rw()?;
         if data.is_empty() {
             return Ok(0);
@@ -266,7 +276,17 @@ impl Fs {
             // Without an open file there is no close to give a reservation back at.
             self.al.discard_pa(&mut st.pa);
         }
-        self.copy_in(&i, &st, off, data, &prior)?;
+        // Straight to the device: whole blocks, or a last one past the end of the file
+        // (its bytes after the data are zeros). The handle held keeps the commit that
+        // maps the blocks from completing before they are written.
+        if direct && off.is_multiple_of(bs) && (end.is_multiple_of(bs) || end >= st.d.size()) {
+            let pblks = self.mapped_blocks(&i, &st, first, last)?;
+            let blk = |lblk: u64| pblks.get(lblk.wrapping_sub(first) as usize).copied();
+            i.mapping
+                .write_direct(&self.pages, off, data, &|b| blk(b).unwrap_or(0))?;
+        } else {
+            self.copy_in(&i, &st, off, data, &prior)?;
+        }
         if end > st.d.size() {
             st.d.set_size(end);
             // The new size must not commit before the bytes it covers.
@@ -317,11 +337,21 @@ impl Fs {
         prior: &[Prior],
     ) -> Result<()> {
         let bs = self.bs as u64;
-        let ext = self.regular(st)?;
         let (first, last) = (off / bs, (off + data.len() as u64).saturating_sub(1) / bs);
-        // Each block's physical block, looked up once. Block 0 never holds file data
-        // (superblock or boot block): a map that says so is corrupt (a damaged bitmap can
-        // hand it out).
+        let pblks = self.mapped_blocks(i, st, first, last)?;
+        let blk = |lblk: u64| {
+            let k = lblk.wrapping_sub(first) as usize;
+            let fresh = prior.get(k).is_some_and(|&p| p != Prior::Written);
+            (pblks.get(k).copied().unwrap_or(0), fresh)
+        };
+        i.mapping.write(&self.pages, off, data, &blk)
+    }
+
+    /// The physical blocks of mapped blocks `first..=last`, looked up once each.
+    fn mapped_blocks(&self, i: &Inode, st: &InodeState, first: u64, last: u64) -> Result<Vec<u64>> {
+        let ext = self.regular(st)?;
+        // Block 0 never holds file data (superblock or boot block): a map that says so is
+        // corrupt (a damaged bitmap can hand it out).
         let mut pblks = Vec::with_capacity((last + 1 - first) as usize);
         for lblk in first..=last {
             match ext.map(lblk as u32) {
@@ -335,12 +365,7 @@ impl Fs {
                 }
             }
         }
-        let blk = |lblk: u64| {
-            let k = lblk.wrapping_sub(first) as usize;
-            let fresh = prior.get(k).is_some_and(|&p| p != Prior::Written);
-            (pblks.get(k).copied().unwrap_or(0), fresh)
-        };
-        i.mapping.write(&self.pages, off, data, &blk)
+        Ok(pblks)
     }
 
     /// Allocate or punch `[off, off+len)`, as fallocate(2) with `mode`: allocate as

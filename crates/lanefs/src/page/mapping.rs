@@ -457,6 +457,66 @@ impl Mapping {
         Ok(())
     }
 
+    /// Write `data` at block-aligned `off` straight to the device, not through folios (as
+    /// O_DIRECT): the cached blocks of the range are dropped first (their dirty bytes
+    /// are all overwritten here), then the data goes out in runs of contiguous physical
+    /// blocks, `blk(lblk)` giving each block's. A last block the data ends inside is
+    /// written with zeros after the data, so the caller makes this the file's end. The
+    /// inode's state lock is held exclusively and the blocks are mapped, so no read can
+    /// cache the range meanwhile. No flush.
+    pub fn write_direct(
+        self: &Arc<Self>,
+        pc: &PageCache,
+        off: u64,
+        data: &[u8],
+        blk: &dyn Fn(u64) -> u64,
+    ) -> Result<()> {
+        let bs = pc.bs;
+        assert!(
+            off.is_multiple_of(bs as u64),
+            "direct write at {off} unaligned"
+        );
+        if data.is_empty() {
+            return Ok(());
+        }
+        let first = off / bs as u64;
+        let nblk = data.len().div_ceil(bs) as u64;
+        self.drop_range(pc, first, first + nblk);
+        let _c = self.change();
+        let own = self.own_device();
+        let dev = own.as_deref().unwrap_or(&*pc.dev);
+        let tail_len = data.len() % bs;
+        let mut tail = Vec::new();
+        if tail_len != 0 {
+            tail = vec![0u8; bs];
+            tail[..tail_len].copy_from_slice(&data[data.len() - tail_len..]);
+        }
+        let mut run: (u64, Vec<&[u8]>) = (0, Vec::new());
+        for (k, b) in (first..first + nblk).enumerate() {
+            let p = blk(b);
+            if p == 0 {
+                return Err(Error::Io(format!(
+                    "block {b} of a file has no physical block"
+                )));
+            }
+            let bytes = match data.get(k * bs..(k + 1) * bs) {
+                Some(whole) => whole,
+                None => &tail[..],
+            };
+            if run.1.is_empty() || run.0 + run.1.len() as u64 != p || run.1.len() >= 1024 {
+                if !run.1.is_empty() {
+                    dev.write_gather_at(run.0 * bs as u64, &run.1)?;
+                }
+                run = (
+                    p,
+                    Vec::with_capacity(((nblk - k as u64) as usize).min(1024)),
+                );
+            }
+            run.1.push(bytes);
+        }
+        dev.write_gather_at(run.0 * bs as u64, &run.1)
+    }
+
     /// Write every dirty block to the device, in runs of contiguous physical blocks, one
     /// writer per file at a time. No flush.
     pub fn write_back(&self, dev: &dyn crate::dev::BlockDevice, bs: usize) -> Result<()> {

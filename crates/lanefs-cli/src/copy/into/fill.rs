@@ -121,10 +121,12 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Write all of `data` at `off`.
+    /// Write all of `data` at `off`, straight to the device where it can go so (block-
+    /// aligned; the engine sends the rest through its page cache): a copy's data is
+    /// written once and not read back, so caching it would only cost a copy and memory.
     fn write_all(&self, ino: Ino, mut off: u64, mut data: &[u8]) -> Result<(), Error> {
         while !data.is_empty() {
-            let n = self.fs.write(ino, off, data)?;
+            let n = self.fs.write_direct(ino, off, data)?;
             if n == 0 {
                 return Err(Error::msg("write made no progress"));
             }
