@@ -281,6 +281,7 @@ impl Fs {
         // maps the blocks from completing before they are written.
         if direct && off.is_multiple_of(bs) && (end.is_multiple_of(bs) || end >= st.d.size()) {
             let pblks = self.mapped_blocks(&i, &st, first, last)?;
+            self.settle_ordered(&h, &i)?;
             let blk = |lblk: u64| pblks.get(lblk.wrapping_sub(first) as usize).copied();
             i.mapping
                 .write_direct(&self.pages, off, data, &|b| blk(b).unwrap_or(0))?;
@@ -498,6 +499,19 @@ impl Fs {
         self.unmap(h, i, st, a, b)
     }
 
+    /// Before cached pages of `i` are dropped unwritten: a transaction still committing
+    /// may have mapped their blocks and not yet written them (data=ordered; its commit
+    /// writes them after the next transaction opens), so its commit would map blocks
+    /// holding another file's old bytes. Written back first, as ext4's
+    /// `jbd2_journal_begin_ordered_truncate` does; the transaction of `h` cannot commit
+    /// before its handles stop, so its own pages need nothing.
+    pub(super) fn settle_ordered(&self, h: &Handle, i: &Inode) -> Result<()> {
+        if self.journal.committed_tid() + 1 < h.tid() && i.mapping.has_dirty() {
+            self.pages.write_back(&i.mapping)?;
+        }
+        Ok(())
+    }
+
     /// Drop the pages of `[a, b)` and free its blocks.
     pub(super) fn unmap(
         &self,
@@ -508,6 +522,7 @@ impl Fs {
         b: u64,
     ) -> Result<()> {
         if b > a {
+            self.settle_ordered(h, i)?;
             i.mapping.drop_range(&self.pages, a, b);
             bmap::unmap_blocks(&self.al, h, st, a, b, false)?;
         }

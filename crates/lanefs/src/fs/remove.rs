@@ -172,8 +172,10 @@ impl Fs {
     /// Release an unreferenced inode: its blocks, xattr block and bitmap bit.
     pub(super) fn free_inode(&self, h: &Handle, i: &Inode, st: &mut InodeState) -> Result<()> {
         let ino = i.ino;
-        // Its dirty pages point at blocks freed here, which may be reused at once: they
-        // must never be written (a commit's ordered list may still hold this inode).
+        // Its dirty pages point at blocks freed here, reused once this transaction
+        // commits: dropped, never written later (a commit's ordered list may still hold
+        // this inode), but first written if a committing transaction mapped them.
+        self.settle_ordered(h, i)?;
         i.mapping.drop_range(&self.pages, 0, u64::MAX);
         i.mapping.set_size(0);
         let kind = kind_of(st);
