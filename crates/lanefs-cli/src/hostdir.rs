@@ -194,6 +194,26 @@ impl HostDir {
         Ok(names)
     }
 
+    /// The names in this directory but `.` and `..`, sorted, each with whether the
+    /// listing calls it a regular file (`d_type`; a file system that does not say gives
+    /// false, and the caller looks).
+    pub fn listing(&self) -> io::Result<Vec<Listed>> {
+        let mut dir = rustix::fs::Dir::read_from(&self.fd).map_err(os)?;
+        let mut names = Vec::new();
+        while let Some(e) = dir.read() {
+            let e = e.map_err(os)?;
+            let n = e.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(Listed {
+                    name: n.to_vec(),
+                    regular: e.file_type() == rustix::fs::FileType::RegularFile,
+                });
+            }
+        }
+        names.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        Ok(names)
+    }
+
     /// `/proc/self/fd/DIR/NAME`: `name` in this directory for the calls that have no
     /// descriptor form and do not follow a last symlink.
     fn proc_path(&self, name: &OsStr) -> PathBuf {
@@ -319,6 +339,13 @@ pub fn set_times_fd(fd: impl AsFd, t: &Timestamps) -> io::Result<()> {
 /// Set xattr `key` of the file or directory open as `fd`.
 pub fn set_xattr_fd(fd: impl AsFd, key: &[u8], value: &[u8]) -> io::Result<()> {
     rustix::fs::fsetxattr(fd, key, value, rustix::fs::XattrFlags::empty()).map_err(os)
+}
+
+/// A name in a directory listing ([`HostDir::listing`]).
+pub struct Listed {
+    pub name: Vec<u8>,
+    /// The listing says it is a regular file (it may have changed since).
+    pub regular: bool,
 }
 
 /// The xattr names of the file or directory open as `fd`.

@@ -11,7 +11,7 @@
 
 use super::{nonzero_pieces, read_full, show, timespec, CHUNK};
 use crate::error::{CmdResult, Context, Error, Failure};
-use crate::hostdir::{self, HostDir, HostType};
+use crate::hostdir::{self, HostDir, HostType, Listed};
 use crate::hostsys::{rdev_to_ext4, seek_data_hole};
 use crate::imgpath::{resolve_dest, Dest, ImageArg};
 use crate::progress::Progress;
@@ -219,6 +219,7 @@ fn walk(ctx: Ctx<'_>, walker: impl FnOnce(&Copier<'_>) -> CmdResult<()>) -> CmdR
             failed: &failed,
             buf: RefCell::new(Vec::new()),
             block_size,
+            made: RefCell::new(HashSet::new()),
         };
         walker(&copier)
     });
@@ -382,7 +383,27 @@ struct Frame {
     name: Vec<u8>,
     meta: Meta,
     ino: Ino,
-    names: std::vec::IntoIter<Vec<u8>>,
+    names: std::vec::IntoIter<Listed>,
+}
+
+/// What the walk knows of a host entry: its `lstat`, or the regular file it opened.
+enum Found {
+    Stat(Meta),
+    Open(File),
+}
+
+/// The metadata of host file `file` (at `path`), opened as a regular file: an error if
+/// it is not one now.
+fn regular_meta(file: &File, path: &Path) -> CmdResult<Meta> {
+    let now = Meta::from(
+        rustix::fs::fstat(file)
+            .map_err(std::io::Error::from)
+            .ctx(path.display())?,
+    );
+    if now.kind != HostType::RegularFile {
+        return Err(changed(path));
+    }
+    Ok(now)
 }
 
 /// The host path and the image path (for messages) of `name` in the directory on top of
@@ -406,11 +427,17 @@ struct Copier<'a> {
     buf: RefCell<Vec<u8>>,
     /// The image's block size (read once: `statfs` takes the superblock's lock).
     block_size: u64,
+    /// Image directories this copy made: each gets the names of one host directory's
+    /// listing, all different, so none is there before it is copied.
+    made: RefCell<HashSet<Ino>>,
 }
 
 impl Copier<'_> {
     /// What `dir` already holds under `name`, if anything.
     fn existing(&self, dir: Ino, name: &[u8], shown: &str) -> CmdResult<Option<Attr>> {
+        if self.made.borrow().contains(&dir) {
+            return Ok(None);
+        }
         match self.ctx.fs.lookup(dir, name) {
             Ok(attr) => Ok(Some(attr)),
             Err(lanefs::Error::NotFound) => Ok(None),
@@ -427,7 +454,8 @@ impl Copier<'_> {
                     .ctx(src.path.display())?
                     .ok_or_else(|| Failure::new(src.path.display(), lanefs::Error::NotFound))?;
                 let meta = Meta::from(meta);
-                self.entry(&parent, host_name, &src.path, meta, dir, name, shown)
+                let found = Found::Stat(meta);
+                self.entry(&parent, host_name, &src.path, found, dir, name, shown)
             }
             None => {
                 let host = HostDir::open_path_readable(&src.path).ctx(src.path.display())?;
@@ -448,11 +476,18 @@ impl Copier<'_> {
         parent: &HostDir,
         host_name: &OsStr,
         path: &Path,
-        meta: Meta,
+        found: Found,
         dir: Ino,
         name: &[u8],
         shown: &str,
     ) -> CmdResult<()> {
+        let meta = match found {
+            Found::Stat(meta) => meta,
+            Found::Open(file) => {
+                let meta = regular_meta(&file, path)?;
+                return self.entry_as(parent, host_name, path, meta, Some(file), dir, name, shown);
+            }
+        };
         if meta.kind == HostType::Directory {
             let host = parent
                 .open_dir(host_name)
@@ -471,18 +506,27 @@ impl Copier<'_> {
                     Some(libc::ELOOP) => changed(path),
                     _ => Failure::new(path.display(), e),
                 })?;
-            let now = Meta::from(
-                rustix::fs::fstat(&file)
-                    .map_err(std::io::Error::from)
-                    .ctx(path.display())?,
-            );
-            if now.kind != HostType::RegularFile {
-                return Err(changed(path));
-            }
-            (now, Some(file))
+            (regular_meta(&file, path)?, Some(file))
         } else {
             (meta, None)
         };
+        self.entry_as(parent, host_name, path, meta, file, dir, name, shown)
+    }
+
+    /// Copy host non-directory `host_name` of `parent`, as `meta` says it is (and open as
+    /// `file` when regular), to `dir/name`.
+    #[allow(clippy::too_many_arguments)]
+    fn entry_as(
+        &self,
+        parent: &HostDir,
+        host_name: &OsStr,
+        path: &Path,
+        meta: Meta,
+        file: Option<File>,
+        dir: Ino,
+        name: &[u8],
+        shown: &str,
+    ) -> CmdResult<()> {
         let existing = self.existing(dir, name, shown)?;
         let linked = (meta.nlink > 1)
             .then(|| self.links.borrow().get(&(meta.dev, meta.ino)).copied())
@@ -564,17 +608,26 @@ impl Copier<'_> {
     /// Make (or reuse) image directory `dir/name` for host directory `host`.
     fn make_dir(&self, meta: &Meta, dir: Ino, name: &[u8], shown: &str) -> CmdResult<Ino> {
         match self.existing(dir, name, shown)? {
-            Some(old) if old.kind == FileType::Directory => Ok(old.ino),
+            Some(old) if old.kind == FileType::Directory => {
+                // Made by this copy from another source (`cp -r a a IMG:/`): it now gets
+                // a second listing's names.
+                self.made.borrow_mut().remove(&old.ino);
+                Ok(old.ino)
+            }
             Some(_) => Err(Failure::new(
                 shown,
                 Error::msg("cannot overwrite a non-directory with a directory"),
             )),
-            None => Ok(self
-                .ctx
-                .fs
-                .mkdir(dir, name, meta.perm(), meta.owner())
-                .ctx(shown)?
-                .ino),
+            None => {
+                let ino = self
+                    .ctx
+                    .fs
+                    .mkdir(dir, name, meta.perm(), meta.owner())
+                    .ctx(shown)?
+                    .ino;
+                self.made.borrow_mut().insert(ino);
+                Ok(ino)
+            }
         }
     }
 
@@ -604,7 +657,7 @@ impl Copier<'_> {
         shown: &str,
     ) -> CmdResult<()> {
         let mut on_path = HashSet::from([(meta.dev, meta.ino)]);
-        let names = host.names().ctx(path.display())?;
+        let names = host.listing().ctx(path.display())?;
         let mut stack = vec![Frame {
             host,
             name: Vec::new(),
@@ -623,17 +676,36 @@ impl Copier<'_> {
                     .finish(Some(src), &here, done.ino, &done.meta, &here_shown)?;
                 continue;
             };
+            let Listed {
+                name: child,
+                regular,
+            } = child;
             let (child_path, child_shown) = located(&stack, &path, shown, Some(&child));
             let top = stack.last().expect("a frame");
             let host_name = OsStr::from_bytes(&child);
-            let Some(meta) = top.host.lstat(host_name).ctx(child_path.display())? else {
+            let (h, i) = (&top.host, top.ino);
+            if regular {
+                // Listed as a regular file: opened at once, its fstat its metadata.
+                match h.open_read(host_name) {
+                    Ok(file) => {
+                        let found = Found::Open(file);
+                        self.entry(h, host_name, &child_path, found, i, &child, &child_shown)?;
+                        continue;
+                    }
+                    // Removed since it was listed: as if it never was.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                    // Replaced since (a symlink: ELOOP): looked at again below.
+                    Err(_) => {}
+                }
+            }
+            let Some(meta) = h.lstat(host_name).ctx(child_path.display())? else {
                 // Removed since it was listed: as if it never was.
                 continue;
             };
             let meta = Meta::from(meta);
             if meta.kind != HostType::Directory {
-                let (h, i) = (&top.host, top.ino);
-                self.entry(h, host_name, &child_path, meta, i, &child, &child_shown)?;
+                let found = Found::Stat(meta);
+                self.entry(h, host_name, &child_path, found, i, &child, &child_shown)?;
                 continue;
             }
             let host = top
@@ -649,7 +721,7 @@ impl Copier<'_> {
                 return Err(Failure::new(child_path.display(), Error::msg(msg)));
             }
             let ino = self.make_dir(&meta, top.ino, &child, &child_shown)?;
-            let names = host.names().ctx(child_path.display())?;
+            let names = host.listing().ctx(child_path.display())?;
             stack.push(Frame {
                 host,
                 name: child,
