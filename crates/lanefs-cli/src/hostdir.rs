@@ -181,17 +181,7 @@ impl HostDir {
 
     /// The names in this directory but `.` and `..`, sorted.
     pub fn names(&self) -> io::Result<Vec<Vec<u8>>> {
-        let mut dir = rustix::fs::Dir::read_from(&self.fd).map_err(os)?;
-        let mut names = Vec::new();
-        while let Some(e) = dir.read() {
-            let e = e.map_err(os)?;
-            let n = e.file_name().to_bytes();
-            if n != b"." && n != b".." {
-                names.push(n.to_vec());
-            }
-        }
-        names.sort();
-        Ok(names)
+        Ok(self.listing()?.into_iter().map(|l| l.name).collect())
     }
 
     /// The names in this directory but `.` and `..`, sorted, each with whether the
