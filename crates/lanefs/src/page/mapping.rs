@@ -485,36 +485,34 @@ impl Mapping {
         let _c = self.change();
         let own = self.own_device();
         let dev = own.as_deref().unwrap_or(&*pc.dev);
-        let tail_len = data.len() % bs;
-        let mut tail = Vec::new();
-        if tail_len != 0 {
-            tail = vec![0u8; bs];
-            tail[..tail_len].copy_from_slice(&data[data.len() - tail_len..]);
-        }
-        let mut run: (u64, Vec<&[u8]>) = (0, Vec::new());
-        for (k, b) in (first..first + nblk).enumerate() {
-            let p = blk(b);
-            if p == 0 {
-                return Err(Error::Io(format!(
-                    "block {b} of a file has no physical block"
-                )));
+        let mapped = |b: u64| match blk(b) {
+            0 => Err(Error::Io(format!(
+                "block {b} of a file has no physical block"
+            ))),
+            p => Ok(p),
+        };
+        // The whole blocks in runs of contiguous physical blocks, each one slice of `data`.
+        let whole = (data.len() / bs) as u64;
+        let mut k = 0;
+        while k < whole {
+            let p = mapped(first + k)?;
+            let mut n = 1;
+            while k + n < whole && n < 1024 && blk(first + k + n) == p + n {
+                n += 1;
             }
-            let bytes = match data.get(k * bs..(k + 1) * bs) {
-                Some(whole) => whole,
-                None => &tail[..],
-            };
-            if run.1.is_empty() || run.0 + run.1.len() as u64 != p || run.1.len() >= 1024 {
-                if !run.1.is_empty() {
-                    dev.write_gather_at(run.0 * bs as u64, &run.1)?;
-                }
-                run = (
-                    p,
-                    Vec::with_capacity(((nblk - k as u64) as usize).min(1024)),
-                );
-            }
-            run.1.push(bytes);
+            let bytes = &data[k as usize * bs..(k + n) as usize * bs];
+            dev.write_at(p * bs as u64, bytes)?;
+            k += n;
         }
-        dev.write_gather_at(run.0 * bs as u64, &run.1)
+        let tail = &data[whole as usize * bs..];
+        if !tail.is_empty() {
+            let p = mapped(first + whole)?;
+            // Zeros after the data.
+            let mut block = vec![0u8; bs];
+            block[..tail.len()].copy_from_slice(tail);
+            dev.write_at(p * bs as u64, &block)?;
+        }
+        Ok(())
     }
 
     /// Write every dirty block to the device, in runs of contiguous physical blocks, one
