@@ -282,9 +282,11 @@ impl Fs {
         if direct && off.is_multiple_of(bs) && (end.is_multiple_of(bs) || end >= st.d.size()) {
             let pblks = self.mapped_blocks(&i, &st, first, last)?;
             self.settle_ordered(&h, &i)?;
-            let blk = |lblk: u64| pblks.get(lblk.wrapping_sub(first) as usize).copied();
-            i.mapping
-                .write_direct(&self.pages, off, data, &|b| blk(b).unwrap_or(0))?;
+            let blk = |lblk: u64| {
+                let k = lblk.wrapping_sub(first) as usize;
+                pblks.get(k).copied().unwrap_or(0)
+            };
+            i.mapping.write_direct(&self.pages, off, data, &blk)?;
         } else {
             self.copy_in(&i, &st, off, data, &prior)?;
         }
