@@ -31,6 +31,10 @@ pub enum UringMode {
     Off,
 }
 
+/// `io_uring_spin`'s default, in microseconds: a little longer than a program takes
+/// between two requests when it does nothing else (measured in docs/fuse-frontend.md).
+pub const DEFAULT_SPIN_US: u64 = 200;
+
 /// Everything `lanefs mount -o ...` can set.
 #[derive(Debug, Clone)]
 pub struct MountConfig {
@@ -63,6 +67,11 @@ pub struct MountConfig {
     pub io_uring: UringMode,
     /// Entries per io_uring queue (`io_uring_depth=N`, one queue per CPU).
     pub io_uring_depth: usize,
+    /// How long every io_uring queue thread keeps polling for a request after the last
+    /// one any queue served, before it sleeps (`io_uring_spin=USECS`; 0: never polls).
+    /// A polling thread keeps its CPU from idling, so the scheduler wakes the program
+    /// that made a request on the CPU that answered it instead of waking an idle one.
+    pub io_uring_spin: Duration,
     /// `errors=remount-ro|panic`.
     pub errors: ErrorPolicy,
     /// The mount's source as `/proc/mounts` shows it (`fsname=` or `source=`).
@@ -86,6 +95,7 @@ impl Default for MountConfig {
             max_write: None,
             io_uring: UringMode::Auto,
             io_uring_depth: 8,
+            io_uring_spin: Duration::from_micros(DEFAULT_SPIN_US),
             errors: ErrorPolicy::RemountRo,
             fsname: None,
             vfs_flags: Vec::new(),
@@ -183,6 +193,17 @@ impl MountConfig {
                     .ok()
                     .filter(|n| (1..=128).contains(n))
                     .ok_or_else(|| format!("option io_uring_depth={v}: expected 1 to 128"))?;
+            }
+            "io_uring_spin" => {
+                let v = need()?;
+                self.io_uring_spin = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n <= 1_000_000)
+                    .map(Duration::from_micros)
+                    .ok_or_else(|| {
+                        format!("option io_uring_spin={v}: expected 0 to 1000000 microseconds")
+                    })?;
             }
             "attr_timeout" => self.attr_timeout = secs()?,
             "entry_timeout" => self.entry_timeout = secs()?,

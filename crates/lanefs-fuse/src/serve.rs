@@ -204,7 +204,7 @@ fn run_session<FS: UringCapable>(
     // for it at FUSE_INIT only when they exist.
     let prepared = match cfg.io_uring {
         UringMode::Off => Err("turned off (-o no_io_uring)".to_string()),
-        _ => uring::prepare::<FS>(cfg.io_uring_depth, uring_payload(cfg)),
+        _ => uring::prepare::<FS>(cfg.io_uring_depth, uring_payload(cfg), cfg.io_uring_spin),
     };
     let decided = Arc::new(std::sync::Mutex::new(None));
     match &prepared {

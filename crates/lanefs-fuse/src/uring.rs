@@ -187,9 +187,14 @@ pub fn offered() -> bool {
 }
 
 /// Start one thread per possible CPU, pinned to it, with its ring and `depth` entries of
-/// at least `payload` bytes (rounded up to whole pages, and room for any xattr); returns
+/// at least `payload` bytes (rounded up to whole pages, and room for any xattr), each
+/// polling for `spin` after the last request any of them served ([`Activity`]); returns
 /// once every one is ready and its ring passed `probe` (or at the first failure).
-pub fn prepare<FS: Filesystem>(depth: usize, payload: usize) -> Result<Prepared<FS>, String> {
+pub fn prepare<FS: Filesystem>(
+    depth: usize,
+    payload: usize,
+    spin: std::time::Duration,
+) -> Result<Prepared<FS>, String> {
     let queues = possible_cpus()?;
     // SAFETY: sysconf has no preconditions.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
@@ -203,12 +208,14 @@ pub fn prepare<FS: Filesystem>(depth: usize, payload: usize) -> Result<Prepared<
     let mut go = Vec::with_capacity(queues);
     let mut threads = Vec::with_capacity(queues);
     let (ready_tx, ready_rx) = channel::<Result<(), String>>();
+    let activity = Arc::new(Activity::new(spin));
     for qid in 0..queues {
         let (tx, rx) = channel();
         let ready = ready_tx.clone();
+        let activity = activity.clone();
         let t = std::thread::Builder::new()
             .name(format!("lanefs-uring-{qid}"))
-            .spawn(move || queue_thread(qid, depth, payload, &ready, &rx))
+            .spawn(move || queue_thread(qid, depth, payload, &activity, &ready, &rx))
             .map_err(|e| format!("starting a queue thread: {e}"))?;
         go.push(tx);
         threads.push(t);
@@ -286,6 +293,7 @@ fn queue_thread<FS: Filesystem>(
     qid: usize,
     depth: usize,
     payload: usize,
+    activity: &Activity,
     ready: &Sender<Result<(), String>>,
     go: &Receiver<Go<FS>>,
 ) {
@@ -319,7 +327,14 @@ fn queue_thread<FS: Filesystem>(
     let Ok(Go::Serve { fd, dispatcher }) = go.recv() else {
         return;
     };
-    if let Err(e) = serve(&mut ring, &mut entries, qid as u16, &fd, &dispatcher) {
+    if let Err(e) = serve(
+        &mut ring,
+        &mut entries,
+        qid as u16,
+        &fd,
+        &dispatcher,
+        activity,
+    ) {
         // The kernel may still hold entries of this queue: requests from tasks on this CPU
         // would wait for them until the mount is aborted, and the kernel would write into
         // their buffers. End the daemon instead, as errors=panic does; the connection is
@@ -503,6 +518,7 @@ fn serve<FS: Filesystem>(
     qid: u16,
     fd: &OwnedFd,
     dispatcher: &Dispatcher<FS>,
+    activity: &Activity,
 ) -> Result<(), String> {
     for (i, e) in entries.iter_mut().enumerate() {
         let sqe = command(fd, CMD_REGISTER, qid, 0, i, Some(&e.iov));
@@ -512,7 +528,13 @@ fn serve<FS: Filesystem>(
     // Transient failures of io_uring_enter (memory, a full completion queue) are retried.
     let mut transient = 0u32;
     while entries.iter().any(|e| e.live) {
-        match ring.submit_and_wait(1) {
+        activity.poll(|| !ring.completion().is_empty());
+        let waited = if ring.completion().is_empty() {
+            ring.submit_and_wait(1)
+        } else {
+            Ok(0)
+        };
+        match waited {
             Ok(_) => transient = 0,
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(e)
@@ -537,6 +559,7 @@ fn serve<FS: Filesystem>(
             };
             let next = match res {
                 0 => {
+                    activity.served();
                     e.failures = 0;
                     let commit_id = handle(e, dispatcher);
                     Some(command(fd, CMD_COMMIT_AND_FETCH, qid, commit_id, i, None))
@@ -567,6 +590,66 @@ fn serve<FS: Filesystem>(
         }
     }
     Ok(())
+}
+
+/// When the queues last served a request, shared by all of them: each queue thread polls
+/// its ring for `spin` after the last request any queue served before it sleeps in
+/// `io_uring_enter`.
+///
+/// Why every queue and not only the one that served: a program waiting for a reply is
+/// woken by the queue thread on its own CPU, and the scheduler puts a woken task on an
+/// idle CPU when there is one (`select_idle_sibling`). With the other CPUs asleep, each
+/// reply then wakes a halted CPU (an inter-processor interrupt, and in a VM an exit to
+/// the host) and moves the program there, and its next request goes to that CPU's queue,
+/// whose thread must wake too. A queue thread that polls keeps its CPU busy, so the
+/// program is woken where it was, as if it were pinned there (the measurements are in
+/// docs/fuse-frontend.md). The poll yields the CPU at every turn (`sched_yield`), so any
+/// other runnable task on that CPU runs first, and it ends `spin` after the last request.
+pub struct Activity {
+    /// Microseconds from `epoch` to the last request served (by any queue).
+    last: std::sync::atomic::AtomicU64,
+    epoch: std::time::Instant,
+    spin_us: u64,
+}
+
+impl Activity {
+    fn new(spin: std::time::Duration) -> Activity {
+        Activity {
+            last: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            spin_us: u64::try_from(spin.as_micros()).unwrap_or(u64::MAX),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// A queue took a request.
+    fn served(&self) {
+        if self.spin_us > 0 {
+            self.last
+                .store(self.now_us(), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Poll (yielding the CPU each turn) until `ready` or until `spin` has passed since
+    /// the last request any queue served. Each `sched_yield` is a system call, on whose
+    /// return the kernel runs the ring's pending task work, which posts the completion
+    /// of a request that arrived meanwhile.
+    fn poll(&self, mut ready: impl FnMut() -> bool) {
+        if self.spin_us == 0 {
+            return;
+        }
+        while !ready() {
+            let last = self.last.load(std::sync::atomic::Ordering::Relaxed);
+            if self.now_us().saturating_sub(last) >= self.spin_us {
+                return;
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
 }
 
 /// Queue one SQE (there is room: at most one command per entry is in flight).
