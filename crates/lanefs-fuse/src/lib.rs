@@ -20,6 +20,7 @@ pub mod memfs;
 pub mod mountinfo;
 pub mod options;
 pub mod serve;
+pub mod stats;
 pub mod uring;
 
 pub use frontend::LaneFuse;

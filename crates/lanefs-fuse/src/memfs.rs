@@ -257,6 +257,25 @@ impl Filesystem for MemFs {
         Ok(())
     }
 
+    /// Only the daemon's request counts ([`crate::stats`]), as lanefs's mount answers them.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        if cmd == crate::stats::IOC_REQUEST_COUNTS {
+            reply.ioctl(0, &crate::stats::counts_reply())
+        } else {
+            reply.error(Errno::from_i32(libc::ENOTTY))
+        }
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let child = {
             let s = self.shard(parent.0);

@@ -85,6 +85,7 @@ pub use crate::session::SessionUnmounter;
 mod access_flags;
 mod bsd_file_flags;
 mod channel;
+pub mod counts;
 mod dev_fuse;
 /// Experimental APIs
 #[cfg(feature = "experimental")]

@@ -43,6 +43,7 @@ pub(crate) struct RequestWithSender<'a> {
 impl<'a> RequestWithSender<'a> {
     /// Create a new request from the given data
     pub(crate) fn new(ch: ChannelSender, data: &'a [u8]) -> Option<RequestWithSender<'a>> {
+        crate::counts::count(data);
         let request = match ll::AnyRequest::try_from(data) {
             Ok(request) => request,
             Err(err) => {

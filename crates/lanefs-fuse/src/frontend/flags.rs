@@ -78,6 +78,7 @@ impl LaneFuse {
         out_size: u32,
     ) -> Result<Vec<u8>, Errno> {
         match cmd {
+            crate::stats::IOC_REQUEST_COUNTS => Ok(crate::stats::counts_reply()),
             FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => match self.fs.get_flags(i) {
                 Ok(f) => {
                     let b = f.to_ne_bytes();
