@@ -16,6 +16,7 @@
 //! daemons logged is shown beside it.
 
 mod mounts;
+pub mod programs;
 mod render;
 
 use mounts::*;
@@ -35,7 +36,12 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Workloads a compare run does when none is named.
-pub const WORKLOADS: &[&str] = &["fallocate2", "mdtest", workloads::bufio64k::NAME];
+pub const WORKLOADS: &[&str] = &[
+    programs::NAME,
+    "fallocate2",
+    "mdtest",
+    workloads::bufio64k::NAME,
+];
 /// Size of each image when none is given: room for every workload at a few threads.
 pub const IMAGE_SIZE: u64 = 1 << 30;
 
@@ -207,6 +213,9 @@ pub fn run(
         .clone()
         .unwrap_or_else(|| COMPARE_THREADS.to_vec());
     check_size(size, threads.iter().copied().max().unwrap_or(1), cfg.files)?;
+    // Pinned workers only when asked: users' programs are not pinned.
+    crate::timing::set_pinning(cfg.pin);
+    let with_programs = cfg.workloads.iter().any(|w| w == programs::NAME);
     let chosen: Vec<&dyn Workload> = cfg
         .workloads
         .iter()
@@ -259,9 +268,46 @@ pub fn run(
         ),
     )?;
     let targets: Vec<Target> = mounts.0.iter().map(Mounted::target).collect();
-    obs.plan(cfg.reps * threads.len() * (1 + chosen.len() * targets.len()));
+    let source = if with_programs {
+        let s = programs::source(cfg.tarball.as_deref(), &work_dir)?;
+        say(
+            out,
+            &format!(
+                "programs: {} ({} entries), one process each, {}",
+                s.archive.display(),
+                s.entries,
+                if cfg.pin {
+                    "pinned to one CPU (--pin)"
+                } else {
+                    "not pinned"
+                }
+            ),
+        )?;
+        Some(s)
+    } else {
+        None
+    };
+    let program_runs = if with_programs { targets.len() } else { 0 };
+    obs.plan(cfg.reps * (threads.len() * (1 + chosen.len() * targets.len()) + program_runs));
     let mut records = Vec::new();
     for rep in 1..=cfg.reps {
+        // The programs first, target by target: whole commands, one process each.
+        for m in mounts.0.iter().filter(|_| with_programs) {
+            let Some(src) = &source else { break };
+            obs.start(&crate::Step {
+                workload: programs::NAME,
+                variant: m.name,
+                threads: 1,
+                rep,
+                reps: cfg.reps,
+            });
+            let recs = programs::run(src, m, rep, cfg.pin)?;
+            obs.finish();
+            for r in recs {
+                progress(cfg, out, &r)?;
+                records.push(r);
+            }
+        }
         for &n in &threads {
             let oversubscribed = n > cpus;
             obs.start(&crate::Step {

@@ -102,6 +102,12 @@ pub struct BenchConfig {
     /// Print the full tables (every field of every run) and the seeds' detailed tables,
     /// not only the compact per-workload tables.
     pub verbose: bool,
+    /// Pin a compare run's workload threads and programs to CPUs (`--pin`; the engine's
+    /// runs always pin). Off by default: users' programs are not pinned.
+    pub pin: bool,
+    /// The archive `--compare`'s `programs` extracts and copies (`--tarball`); `None`
+    /// builds one ([`crate::compare::programs`]).
+    pub tarball: Option<PathBuf>,
     /// The `lanefs` executable a [`TargetSpec::Compare`] run mounts with (`lanefs mount
     /// -f`); the command line passes its own (`std::env::current_exe`).
     pub lanefs_exe: Option<PathBuf>,
@@ -130,6 +136,8 @@ impl Default for BenchConfig {
             report: None,
             run_lines: true,
             verbose: false,
+            pin: false,
+            tarball: None,
             lanefs_exe: None,
         }
     }
@@ -179,11 +187,18 @@ impl BenchConfig {
         if self.workloads.is_empty() {
             return Err("no workload given".to_string());
         }
+        let compare = matches!(self.target, TargetSpec::Compare { .. });
         for w in &self.workloads {
-            if crate::workloads::find(w).is_none() {
+            if w == crate::compare::programs::NAME && !compare {
                 return Err(format!(
-                    "unknown workload {w:?} (known: {})",
-                    crate::workload_names().join(", ")
+                    "workload {w} runs only with --compare (real programs on mounts)"
+                ));
+            }
+            if w != crate::compare::programs::NAME && crate::workloads::find(w).is_none() {
+                return Err(format!(
+                    "unknown workload {w:?} (known: {}; with --compare also {})",
+                    crate::workload_names().join(", "),
+                    crate::compare::programs::NAME
                 ));
             }
         }

@@ -149,6 +149,7 @@ pub(crate) fn record(o: &Origin<'_>, p: PhaseResult) -> Record {
         avg_free_extent_kib: p.free_space.map(|f| f.avg_extent_kib),
         daemon_cpu_seconds: p.daemon_cpu,
         daemon_cpu_us_per_op: per_op(p.daemon_cpu),
+        fuse_requests: None,
         cpu_seconds: p.cpu,
         cpu_per_op_us: per_op(p.cpu),
         icache_inodes: ic.map(|c| c.inodes),

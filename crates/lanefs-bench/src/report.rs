@@ -96,6 +96,10 @@ pub struct Record {
     /// The daemon's CPU time per operation, in microseconds.
     #[serde(default)]
     pub daemon_cpu_us_per_op: Option<f64>,
+    /// Requests the FUSE daemon received in the measured time, by opcode, most first
+    /// (`--compare`'s `programs` on lanefs's and the ceiling's mounts).
+    #[serde(default)]
+    pub fuse_requests: Option<Vec<(String, u64)>>,
     /// CPU seconds (user + system, all threads) the bench process used in the measured
     /// time: the engine's whole work in-process; for a path target only the bench's side
     /// (its syscalls, not the kernel's background threads nor a FUSE daemon). `None` for

@@ -293,7 +293,7 @@ impl Drop for AbortOnPanic<'_> {
 }
 
 /// The CPUs this process may run on, in order.
-fn allowed_cpus() -> Vec<usize> {
+pub(crate) fn allowed_cpus() -> Vec<usize> {
     // SAFETY: a zeroed cpu_set_t is a valid (empty) set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this thread.
@@ -305,6 +305,15 @@ fn allowed_cpus() -> Vec<usize> {
         // SAFETY: `c` is below CPU_SETSIZE, the set's capacity.
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
         .collect()
+}
+
+/// Whether workers are pinned, a CPU each (the default; a compare run turns it off unless
+/// `--pin`, since the programs that use a mount are not pinned).
+static PIN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Pin each worker thread to a CPU of its own (`true`, when there are enough) or not.
+pub fn set_pinning(pin: bool) {
+    PIN.store(pin, Relaxed);
 }
 
 /// Keep the calling thread on `cpu` (best effort: an unpinned thread still runs right).
@@ -330,7 +339,7 @@ where
     F: Fn(usize) -> Result<T, Stop> + Sync,
 {
     let cpus = allowed_cpus();
-    let pin = threads <= cpus.len();
+    let pin = threads <= cpus.len() && PIN.load(Relaxed);
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
         let cpu = cpus.get(i).copied().filter(|_| pin);

@@ -76,6 +76,8 @@ pub fn config(args: &BenchArgs) -> CmdResult<BenchConfig> {
         report: args.report.clone(),
         run_lines: defaults.run_lines,
         verbose: args.verbose,
+        pin: args.pin,
+        tarball: args.tarball.clone(),
         target: target(args)?,
         lanefs_exe,
     })

@@ -251,8 +251,9 @@ pub struct CpArgs {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Workloads to run: fallocate2, mdtest, mdtest-shared, fsmark, stat, fsync, bufio64k,
-    /// bufio, rtfrag (all when none is named; with --compare: fallocate2, mdtest,
-    /// bufio64k). mdtest-shared is mdtest with every thread in one directory; fsmark
+    /// bufio, rtfrag (all when none is named; with --compare: programs, fallocate2,
+    /// mdtest, bufio64k). programs (--compare only) times tar x, find -ls, tar c, cp -a
+    /// and rm -rf as whole commands on each mount (--tarball). mdtest-shared is mdtest with every thread in one directory; fsmark
     /// creates files until the inode cache evicts; stat looks cached files up; bufio is
     /// cached 64 KiB reads and write mixes beside a memcpy control, and cold reads; rtfrag
     /// allocates on a fragmented 1 TiB realtime device (engine only).
@@ -343,6 +344,15 @@ pub struct BenchArgs {
     /// and loop devices.
     #[arg(long, conflicts_with_all = ["path", "image", "block_size", "lockstat", "variants"])]
     pub compare: bool,
+    /// With --compare: pin each workload thread, and each program, to a CPU of its own
+    /// (default: not pinned, as users' programs are not).
+    #[arg(long, requires = "compare")]
+    pub pin: bool,
+    /// With --compare: the archive the programs workload extracts, copies and removes
+    /// (plain or compressed, as tar reads it; default: a tree of 8,000 files, 140 MB,
+    /// built for the run).
+    #[arg(long, value_name = "FILE", requires = "compare")]
+    pub tarball: Option<PathBuf>,
 }
 
 /// Options of `mount`.

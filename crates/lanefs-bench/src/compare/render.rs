@@ -68,10 +68,20 @@ pub fn render(records: &[Record]) -> String {
     let mut series: Vec<(&str, &str)> = Vec::new();
     let mut targets: Vec<&str> = Vec::new();
     let mut threads: Vec<usize> = Vec::new();
+    let programs = render_programs(records);
+    let records: Vec<Record> = records
+        .iter()
+        .filter(|r| r.workload != programs::NAME)
+        .cloned()
+        .collect();
+    let records = &records[..];
     for r in records.iter().filter(|r| r.workload != control::NAME) {
         push_unique(&mut series, (r.workload.as_str(), r.phase.as_str()));
         push_unique(&mut targets, r.target.as_str());
         push_unique(&mut threads, r.threads);
+    }
+    if series.is_empty() {
+        return programs;
     }
     threads.sort_unstable();
     let fewest = threads.first().copied().unwrap_or(1);
@@ -159,7 +169,7 @@ pub fn render(records: &[Record]) -> String {
         out.push_str(&render_goals(records, &series));
         out.push_str(&render_ceiling(records, &series));
     }
-    out
+    programs + &out
 }
 
 /// Issue 43's goals at 2 threads: lanefs against the in-memory ceiling over the same
@@ -224,15 +234,155 @@ pub(super) fn render_ceiling(records: &[Record], series: &[(&str, &str)]) -> Str
 pub fn goals(records: &[Record]) -> String {
     let mut series: Vec<(&str, &str)> = Vec::new();
     let mut threads: Vec<usize> = Vec::new();
-    for r in records.iter().filter(|r| r.workload != control::NAME) {
+    let programs = render_programs(records);
+    let filtered = records
+        .iter()
+        .filter(|r| r.workload != control::NAME && r.workload != programs::NAME);
+    for r in filtered {
         push_unique(&mut series, (r.workload.as_str(), r.phase.as_str()));
         push_unique(&mut threads, r.threads);
     }
     if threads.contains(&1) && threads.contains(&2) {
-        render_goals(records, &series) + &render_ceiling(records, &series)
+        programs + &render_goals(records, &series) + &render_ceiling(records, &series)
     } else {
-        String::new()
+        programs
     }
+}
+
+/// Issue 56's goals for the programs: lanefs's time against the kernel's ext4 and
+/// fuse2fs's (their time / lanefs's: above 1 is faster), and the most requests per entry.
+const PROGRAM_GOALS: &[(&str, f64, f64, Option<f64>)] = &[
+    ("tar-x", 0.5, 8.0, Some(6.0)),
+    ("cp-a", 0.6, 8.0, Some(6.0)),
+    ("rm-rf", 0.7, 8.0, None),
+    ("find-ls", 0.8, 8.0, None),
+    ("tar-c", 0.9, 4.0, None),
+];
+
+/// Median seconds of a program on a target.
+fn program_seconds(records: &[Record], p: &str, t: &str) -> Option<f64> {
+    let c = cell(records, programs::NAME, p, t, 1);
+    (!c.is_empty()).then(|| summary(c.iter().map(|r| r.seconds).collect()).0)
+}
+
+/// Median requests per entry of a program on a target (lanefs's and the ceiling's).
+fn requests_per_entry(records: &[Record], p: &str, t: &str) -> Option<f64> {
+    let per: Vec<f64> = cell(records, programs::NAME, p, t, 1)
+        .iter()
+        .filter_map(|r| {
+            let total: u64 = r.fuse_requests.as_ref()?.iter().map(|(_, n)| n).sum();
+            Some(total as f64 / r.ops.max(1) as f64)
+        })
+        .collect();
+    (!per.is_empty()).then(|| summary(per).0)
+}
+
+/// The programs' table (empty without `programs` records): a row per program and target
+/// with the median time of the reps, the kernel's and fuse2fs's time over it, and for
+/// this binary's daemons the requests per entry and the opcodes that made most of them
+/// (first repetition); then issue 56's goals for lanefs over its default transport.
+pub(super) fn render_programs(records: &[Record]) -> String {
+    let mut phases: Vec<&str> = Vec::new();
+    let mut targets: Vec<&str> = Vec::new();
+    for r in records.iter().filter(|r| r.workload == programs::NAME) {
+        push_unique(&mut phases, r.phase.as_str());
+        push_unique(&mut targets, r.target.as_str());
+    }
+    if phases.is_empty() {
+        return String::new();
+    }
+    let mut table = table_with(vec![
+        "program",
+        "target",
+        "seconds",
+        "min",
+        "max",
+        "x kernel",
+        "x fuse2fs",
+        "daemon CPU s",
+        "requests/entry",
+        "most requests (rep 1)",
+    ]);
+    for &p in &phases {
+        for &t in &targets {
+            let c = cell(records, programs::NAME, p, t, 1);
+            if c.is_empty() {
+                continue;
+            }
+            let (med, min, max) = summary(c.iter().map(|r| r.seconds).collect());
+            let cpu: Vec<f64> = c.iter().filter_map(|r| r.daemon_cpu_seconds).collect();
+            let top = c
+                .iter()
+                .min_by_key(|r| r.rep)
+                .and_then(|r| r.fuse_requests.as_ref())
+                .map(|ops| {
+                    let entries = c[0].ops.max(1) as f64;
+                    ops.iter()
+                        .take(4)
+                        .map(|(n, k)| format!("{n} {:.1}", *k as f64 / entries))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_else(|| "-".to_string());
+            table.add_row(vec![
+                p.to_string(),
+                t.to_string(),
+                format!("{med:.2}"),
+                format!("{min:.2}"),
+                format!("{max:.2}"),
+                fmt_x(div(program_seconds(records, p, KERNEL), Some(med))),
+                fmt_x(div(program_seconds(records, p, FUSE2FS), Some(med))),
+                if cpu.is_empty() {
+                    "-".to_string()
+                } else {
+                    format!("{:.2}", summary(cpu).0)
+                },
+                requests_per_entry(records, p, t)
+                    .map_or_else(|| "-".to_string(), |v| format!("{v:.1}")),
+                top,
+            ]);
+        }
+    }
+    align_right(&mut table, 2..9);
+    let mut goals = table_with(vec![
+        "program",
+        "lanefs x kernel",
+        "goal",
+        "lanefs x fuse2fs",
+        "goal",
+        "requests/entry",
+        "goal",
+    ]);
+    for &(p, vs_kernel, vs_fuse2fs, most) in PROGRAM_GOALS {
+        let lanefs = program_seconds(records, p, LANEFS);
+        if lanefs.is_none() {
+            continue;
+        }
+        let k = div(program_seconds(records, p, KERNEL), lanefs);
+        let f = div(program_seconds(records, p, FUSE2FS), lanefs);
+        let rpe = requests_per_entry(records, p, LANEFS);
+        let rpe_goal = match (most, rpe) {
+            (Some(g), Some(v)) => format!("at most {g}: {}", if v <= g { "met" } else { "missed" }),
+            (Some(g), None) => format!("at most {g}: -"),
+            (None, _) => "-".to_string(),
+        };
+        goals.add_row(vec![
+            p.to_string(),
+            fmt_x(k),
+            verdict(Some(vs_kernel), k),
+            fmt_x(f),
+            verdict(Some(vs_fuse2fs), f),
+            rpe.map_or_else(|| "-".to_string(), |v| format!("{v:.1}")),
+            rpe_goal,
+        ]);
+    }
+    align_right(&mut goals, 1..6);
+    format!(
+        "programs (one process each, whole commands; x kernel = the kernel's ext4 time / \
+         this one's, above 1 is faster; requests/entry = requests the daemon received / \
+         entries in the archive):\n{table}\n\
+         issue 56's goals for the programs ({LANEFS}):\n{goals}\n"
+    )
 }
 
 /// The issue's goals at 2 threads: lanefs against fuse2fs, and whether lanefs's total
