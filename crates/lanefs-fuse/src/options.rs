@@ -35,6 +35,15 @@ pub enum UringMode {
 /// between two requests when it does nothing else (measured in docs/fuse-frontend.md).
 pub const DEFAULT_SPIN_US: u64 = 200;
 
+/// How long the kernel may cache attributes, names and missing names by default: a day.
+/// The daemon is the image's only writer (exclusive access) and every change comes from
+/// a kernel request, after which the kernel drops what it changed (the parent's
+/// attributes after a create, a file's size and times after a write, atime after a
+/// read); what the daemon changes on its own (set-user-ID cleared by a write) it tells
+/// the kernel with a notification. So what the kernel caches stays true, and every
+/// `stat`, path walk and permission check it can answer costs no request.
+pub const CACHE_SECS: u64 = 86_400;
+
 /// Everything `lanefs mount -o ...` can set.
 #[derive(Debug, Clone)]
 pub struct MountConfig {
@@ -89,9 +98,9 @@ impl Default for MountConfig {
             default_permissions: false,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             writeback_cache: false,
-            attr_timeout: Duration::from_secs(1),
-            entry_timeout: Duration::from_secs(1),
-            negative_timeout: Duration::from_secs(1),
+            attr_timeout: Duration::from_secs(CACHE_SECS),
+            entry_timeout: Duration::from_secs(CACHE_SECS),
+            negative_timeout: Duration::from_secs(CACHE_SECS),
             max_write: None,
             io_uring: UringMode::Auto,
             io_uring_depth: 8,
@@ -273,7 +282,7 @@ mod tests {
         assert!(c.engine.read_only && c.allow_other);
         assert_eq!(c.threads, 3);
         assert_eq!(c.attr_timeout, Duration::from_millis(500));
-        assert_eq!(c.negative_timeout, Duration::from_secs(1));
+        assert_eq!(c.negative_timeout, Duration::from_secs(CACHE_SECS));
         c.parse("negative_timeout=0").unwrap();
         assert!(c.negative_timeout.is_zero());
         assert_eq!(c.engine.mb_stream_goal, lanefs::StreamGoal::Slots);

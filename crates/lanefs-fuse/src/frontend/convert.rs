@@ -131,15 +131,22 @@ pub fn not_found(reply: ReplyEntry, ttl: &Duration) {
 
 /// What the frontend asks the kernel for at FUSE_INIT (`lanefs memfs` asks the same, so
 /// that the ceiling pays the same protocol): parallel directory operations, readdirplus,
-/// asynchronous direct IO, cached symlinks, export support; the kernel caching writes
-/// under `writeback_cache`; POSIX ACLs where the kernel checks permissions.
+/// asynchronous direct IO, cached symlinks, export support, the clearing of set-user-ID
+/// and set-group-ID left to the daemon; the kernel caching writes under
+/// `writeback_cache`; POSIX ACLs where the kernel checks permissions.
 pub fn init_flags(writeback_cache: bool, posix_acl: bool) -> InitFlags {
+    // FUSE_HANDLE_KILLPRIV_V2: the daemon clears set-user-ID and set-group-ID on write,
+    // truncate and chown (`LaneFuse::kill_privs`, `chown_kills`). The kernel then marks
+    // the super block SB_NOSEC, so it asks for `security.capability` (a GETXATTR) once
+    // per inode until its attributes are next refreshed, instead of before every write;
+    // and a chown no longer costs a GETATTR to compute the mode it would send.
     let mut want = InitFlags::FUSE_PARALLEL_DIROPS
         | InitFlags::FUSE_DO_READDIRPLUS
         | InitFlags::FUSE_READDIRPLUS_AUTO
         | InitFlags::FUSE_ASYNC_DIO
         | InitFlags::FUSE_CACHE_SYMLINKS
-        | InitFlags::FUSE_EXPORT_SUPPORT;
+        | InitFlags::FUSE_EXPORT_SUPPORT
+        | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
     // Not FUSE_ATOMIC_O_TRUNC: with it the kernel sends O_TRUNC with OPEN and sets
     // its i_size to 0 when the daemon answers, before the VFS checks the file may be
     // written (handle_truncate: ETXTBSY for a running executable). An

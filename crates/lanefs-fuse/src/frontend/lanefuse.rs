@@ -235,6 +235,28 @@ impl LaneFuse {
         Ok(())
     }
 
+    /// A chown (`set` has a uid or gid) of a non-directory clears set-user-ID, and
+    /// set-group-ID where the file is group-executable or the caller is neither in the
+    /// file's group nor root, as the VFS does for ext4 (chown_common's ATTR_KILL_SUID and
+    /// setattr_should_drop_sgid); under FUSE_HANDLE_KILLPRIV_V2 that is the daemon's to
+    /// do. Whatever mode `set` already carries is the one cleared.
+    pub(super) fn chown_kills(&self, req: &Request, ino: Ino, set: &mut SetAttr) -> lanefs::Result<()> {
+        let a = self.fs.getattr(ino)?;
+        let perm = set.perm.unwrap_or(a.perm);
+        if a.kind == FileType::Directory || perm & 0o6000 == 0 {
+            return Ok(());
+        }
+        let mut kept = perm & !0o4000;
+        let outside = req.uid() != 0 && !in_group(req, a.gid);
+        if perm & 0o2010 == 0o2010 || (perm & 0o2000 != 0 && outside) {
+            kept &= !0o2000;
+        }
+        if kept != perm {
+            set.perm = Some(kept);
+        }
+        Ok(())
+    }
+
     /// A read of `ino` succeeded: its access time as the mount's atime policy says (the
     /// kernel leaves atime to FUSE daemons). A failure to note it fails nothing.
     pub(super) fn accessed(&self, ino: Ino) {

@@ -112,7 +112,7 @@ impl Filesystem for LaneFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -142,7 +142,7 @@ impl Filesystem for LaneFuse {
                 Err(e) => reply.error(self.errno("setattr", i, e)),
             };
         }
-        let set = SetAttr {
+        let mut set = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
             uid,
             gid,
@@ -151,6 +151,28 @@ impl Filesystem for LaneFuse {
             mtime: mtime.map(time_or_now),
             ctime: ctime.map(from_system),
         };
+        // Under FUSE_HANDLE_KILLPRIV_V2 the kernel leaves the set-user-ID and set-group-ID
+        // bits to the daemon: a chown clears them as notify_change would have, and a
+        // truncate, or a SETATTR that says nothing else (the kernel's file_remove_privs
+        // before a copy_file_range or fallocate), clears them for a caller without
+        // CAP_FSETID as a write does.
+        let nothing = set == SetAttr::default();
+        let r = if uid.is_some() || gid.is_some() {
+            self.chown_kills(req, i, &mut set)
+        } else if size.is_some() || nothing {
+            self.kill_privs(req, i)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = r {
+            return reply.error(self.errno("setattr", i, e));
+        }
+        if set == SetAttr::default() {
+            return match self.fs.getattr(i) {
+                Ok(a) => reply.attr(&self.attr_ttl, &self.file_attr(&a)),
+                Err(e) => reply.error(self.errno("setattr", i, e)),
+            };
+        }
         match self.fs.setattr(i, &set) {
             Ok(a) => reply.attr(&self.attr_ttl, &self.file_attr(&a)),
             Err(e) => reply.error(self.errno("setattr", i, e)),
@@ -337,17 +359,24 @@ impl Filesystem for LaneFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let i = to_ino(ino);
+        // FUSE_HANDLE_KILLPRIV_V2: the kernel flags each write by a caller without
+        // CAP_FSETID and leaves the clearing to the daemon (file_remove_privs).
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(e) = self.kill_privs(req, i) {
+                return reply.error(self.errno("write", i, e));
+            }
+        }
         match self.fs.write(i, offset, data) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(self.errno("write", i, e)),
@@ -651,7 +680,10 @@ impl Filesystem for LaneFuse {
                             size: Some(0),
                             ..SetAttr::default()
                         };
-                        if let Err(e) = self.fs.setattr(a.ino, &set) {
+                        let r = self
+                            .kill_privs(req, a.ino)
+                            .and_then(|()| self.fs.setattr(a.ino, &set));
+                        if let Err(e) = r {
                             let _ = self.fs.release(a.ino);
                             return Err(e);
                         }
