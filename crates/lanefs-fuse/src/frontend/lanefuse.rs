@@ -23,6 +23,7 @@ impl LaneFuse {
             mountpoint: None,
             kernel_ro: Default::default(),
             born: std::time::Instant::now(),
+            removed_dirs: Default::default(),
         }
     }
 
@@ -240,7 +241,12 @@ impl LaneFuse {
     /// file's group nor root, as the VFS does for ext4 (chown_common's ATTR_KILL_SUID and
     /// setattr_should_drop_sgid); under FUSE_HANDLE_KILLPRIV_V2 that is the daemon's to
     /// do. Whatever mode `set` already carries is the one cleared.
-    pub(super) fn chown_kills(&self, req: &Request, ino: Ino, set: &mut SetAttr) -> lanefs::Result<()> {
+    pub(super) fn chown_kills(
+        &self,
+        req: &Request,
+        ino: Ino,
+        set: &mut SetAttr,
+    ) -> lanefs::Result<()> {
         let a = self.fs.getattr(ino)?;
         let perm = set.perm.unwrap_or(a.perm);
         if a.kind == FileType::Directory || perm & 0o6000 == 0 {
@@ -255,6 +261,53 @@ impl LaneFuse {
             set.perm = Some(kept);
         }
         Ok(())
+    }
+
+    /// Before a removal of `name` in `dir`: if it is a directory, take an open reference
+    /// on it (so the engine keeps its inode as an orphan once it is removed) and return it.
+    pub(super) fn hold_dir(&self, dir: Ino, name: &[u8]) -> Option<Ino> {
+        let a = self.fs.lookup(dir, name).ok()?;
+        if a.kind != FileType::Directory {
+            return None;
+        }
+        self.fs.open(a.ino).ok()?;
+        Some(a.ino)
+    }
+
+    /// After the removal `hold_dir` prepared: kept until the kernel forgets the directory
+    /// when it was removed, let go at once when not.
+    pub(super) fn removed(&self, held: Option<Ino>, done: bool) {
+        let Some(ino) = held else { return };
+        if done {
+            let mut dirs = self.removed_dirs.lock().unwrap_or_else(|e| e.into_inner());
+            *dirs.entry(ino).or_default() += 1;
+        } else if let Err(e) = self.fs.release(ino) {
+            let _ = self.errno("release", ino, e);
+        }
+    }
+
+    /// The kernel forgot `ino`: a removed directory it held can go now.
+    pub(super) fn forgotten(&self, ino: Ino) {
+        let held = {
+            let mut dirs = self.removed_dirs.lock().unwrap_or_else(|e| e.into_inner());
+            dirs.remove(&ino)
+        };
+        for _ in 0..held.unwrap_or(0) {
+            if let Err(e) = self.fs.release(ino) {
+                let _ = self.errno("release", ino, e);
+            }
+        }
+    }
+
+    /// Let go of every removed directory still held (the session is ending).
+    pub(super) fn release_removed_dirs(&self) {
+        let all: Vec<Ino> = {
+            let dirs = self.removed_dirs.lock().unwrap_or_else(|e| e.into_inner());
+            dirs.keys().copied().collect()
+        };
+        for ino in all {
+            self.forgotten(ino);
+        }
     }
 
     /// A read of `ino` succeeded: its access time as the mount's atime policy says (the

@@ -62,6 +62,12 @@ pub struct LaneFuse {
     /// (milliseconds since `born`).
     kernel_ro: (std::sync::atomic::AtomicBool, std::sync::atomic::AtomicU64),
     born: std::time::Instant,
+    /// Directories removed (rmdir, or replaced by a rename) while the kernel may still
+    /// hold them, each with the open references taken for it: directories are never
+    /// opened (OPENDIR is answered ENOSYS, FUSE_NO_OPENDIR_SUPPORT), so this keeps a
+    /// removed directory's inode number from being reused while a process has it as its
+    /// working directory or an open descriptor, until the kernel forgets it (FORGET).
+    removed_dirs: std::sync::Mutex<std::collections::HashMap<Ino, u32>>,
 }
 
 impl crate::uring::UringCapable for LaneFuse {
@@ -88,7 +94,14 @@ impl Filesystem for LaneFuse {
     }
 
     fn destroy(&mut self) {
-        // The caller unmounts the engine once every request thread has stopped.
+        // The caller unmounts the engine once every request thread has stopped; the
+        // kernel sends no FORGET for what it still held when the connection ended.
+        self.release_removed_dirs();
+    }
+
+    /// (BATCH_FORGET comes here too, a node at a time: fuser's default.)
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        self.forgotten(to_ino(ino));
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
@@ -248,7 +261,12 @@ impl Filesystem for LaneFuse {
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         let dir = to_ino(parent);
         match name(n) {
-            Ok(n) => self.empty(reply, "rmdir", dir, self.fs.rmdir(dir, n)),
+            Ok(n) => {
+                let held = self.hold_dir(dir, n);
+                let r = self.fs.rmdir(dir, n);
+                self.removed(held, r.is_ok());
+                self.empty(reply, "rmdir", dir, r)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -306,7 +324,13 @@ impl Filesystem for LaneFuse {
         } else {
             return reply.error(Errno::EINVAL);
         };
+        // A directory the rename replaces is removed as by rmdir.
+        let held = match mode {
+            RenameMode::Exchange => None,
+            _ => self.hold_dir(newdir, newname),
+        };
         let r = self.fs.rename_with(dir, n, newdir, newname, mode);
+        self.removed(held, r.is_ok());
         self.empty(reply, "rename", dir, r);
     }
 
@@ -420,16 +444,14 @@ impl Filesystem for LaneFuse {
         self.empty(reply, "fsync", i, self.fs.fsync(i, datasync));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let i = to_ino(ino);
-        match self.fs.getattr(i) {
-            Ok(a) if a.kind != FileType::Directory => reply.error(Errno::ENOTDIR),
-            Ok(_) => match self.fs.open(i) {
-                Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
-                Err(e) => reply.error(self.errno("opendir", i, e)),
-            },
-            Err(e) => reply.error(self.errno("opendir", i, e)),
-        }
+    /// FUSE_NO_OPENDIR_SUPPORT: the first OPENDIR is answered ENOSYS, and the kernel then
+    /// opens directories without asking (and never sends RELEASEDIR): two requests less
+    /// per directory read, and the kernel keeps what it read of a directory in its
+    /// cache (FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR, its default without OPENDIR) until the
+    /// directory changes, so a second reading costs none. A directory removed while the
+    /// kernel holds it is kept by `removed_dirs` instead of an open reference.
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(
@@ -489,13 +511,13 @@ impl Filesystem for LaneFuse {
     fn releasedir(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let i = to_ino(ino);
-        self.empty(reply, "releasedir", i, self.fs.release(i));
+        // No OPENDIR was answered, so there is nothing to release.
+        reply.ok();
     }
 
     fn fsyncdir(
