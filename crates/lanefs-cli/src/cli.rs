@@ -366,7 +366,8 @@ pub struct MountArgs {
     /// default_permissions, threads=N, writeback_cache, attr_timeout=SECS,
     /// entry_timeout=SECS, negative_timeout=SECS, max_write=BYTES, commit=SECS,
     /// errors=remount-ro|panic, fsname=NAME (or source=NAME), the VFS flags (nosuid, nodev,
-    /// noexec, noatime, sync, dirsync, ...), io_uring, no_io_uring, io_uring_depth=N, and the engine's
+    /// noexec, noatime, sync, dirsync, ...), io_uring, no_io_uring, io_uring_depth=N,
+    /// io_uring_spin=USECS, and the engine's
     /// mb_trylock=0|1, mb_stream_goal=global|inode|slots, mb_optimize_scan=0|1, rtdev=DATA,
     /// rt_alloc=lean|plain.
     #[arg(short = 'o', value_name = "OPTS")]

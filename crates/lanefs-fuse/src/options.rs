@@ -35,6 +35,21 @@ pub enum UringMode {
 /// between two requests when it does nothing else (measured in docs/fuse-frontend.md).
 pub const DEFAULT_SPIN_US: u64 = 200;
 
+/// The most CPUs on which the queue threads poll by default. Polling helps only when it
+/// leaves no CPU idle for the scheduler to wake a program on, so every queue must poll;
+/// beyond this many CPUs that would burn too many of them, and there the default is not
+/// to poll (`io_uring_spin=` still sets it).
+pub const SPIN_MAX_CPUS: usize = 4;
+
+/// The default `io_uring_spin` on a machine with `cpus` possible CPUs.
+pub fn default_spin(cpus: usize) -> Duration {
+    if cpus <= SPIN_MAX_CPUS {
+        Duration::from_micros(DEFAULT_SPIN_US)
+    } else {
+        Duration::ZERO
+    }
+}
+
 /// How long the kernel may cache attributes, names and missing names by default: a day.
 /// The daemon is the image's only writer (exclusive access) and every change comes from
 /// a kernel request, after which the kernel drops what it changed (the parent's
@@ -77,7 +92,8 @@ pub struct MountConfig {
     /// Entries per io_uring queue (`io_uring_depth=N`, one queue per CPU).
     pub io_uring_depth: usize,
     /// How long every io_uring queue thread keeps polling for a request after the last
-    /// one any queue served, before it sleeps (`io_uring_spin=USECS`; 0: never polls).
+    /// one any queue served, before it sleeps (`io_uring_spin=USECS`; 0: never polls;
+    /// default [`default_spin`]: 200 us on up to 4 CPUs, else 0).
     /// A polling thread keeps its CPU from idling, so the scheduler wakes the program
     /// that made a request on the CPU that answered it instead of waking an idle one.
     pub io_uring_spin: Duration,
@@ -104,7 +120,7 @@ impl Default for MountConfig {
             max_write: None,
             io_uring: UringMode::Auto,
             io_uring_depth: 8,
-            io_uring_spin: Duration::from_micros(DEFAULT_SPIN_US),
+            io_uring_spin: default_spin(crate::uring::possible_cpus().unwrap_or(usize::MAX)),
             errors: ErrorPolicy::RemountRo,
             fsname: None,
             vfs_flags: Vec::new(),

@@ -75,6 +75,7 @@ pub fn opcode_name(opcode: usize) -> Option<&'static str> {
         50 => "SYNCFS",
         51 => "TMPFILE",
         52 => "STATX",
+        53 => "COPY_FILE_RANGE_64",
         _ => return None,
     })
 }
