@@ -23,7 +23,7 @@ impl LaneFuse {
             mountpoint: None,
             kernel_ro: Default::default(),
             born: std::time::Instant::now(),
-            removed_dirs: Default::default(),
+            removed: Removed::default(),
         }
     }
 
@@ -263,35 +263,32 @@ impl LaneFuse {
         Ok(())
     }
 
-    /// Before a removal of `name` in `dir`: if it is a directory, take an open reference
-    /// on it (so the engine keeps its inode as an orphan once it is removed) and return it.
-    pub(super) fn hold_dir(&self, dir: Ino, name: &[u8]) -> Option<Ino> {
+    /// Before a removal of `name` in `dir`: if it names a directory, or a file with one
+    /// link, take an open reference on it (so that once removed the engine keeps it as an
+    /// orphan) and return it.
+    pub(super) fn hold_removed(&self, dir: Ino, name: &[u8]) -> Option<Ino> {
         let a = self.fs.lookup(dir, name).ok()?;
-        if a.kind != FileType::Directory {
+        if a.kind != FileType::Directory && a.nlink > 1 {
             return None;
         }
         self.fs.open(a.ino).ok()?;
         Some(a.ino)
     }
 
-    /// After the removal `hold_dir` prepared: kept until the kernel forgets the directory
+    /// After the removal `hold_removed` prepared: kept until the kernel forgets the inode
     /// when it was removed, let go at once when not.
     pub(super) fn removed(&self, held: Option<Ino>, done: bool) {
         let Some(ino) = held else { return };
         if done {
-            let mut dirs = self.removed_dirs.lock().unwrap_or_else(|e| e.into_inner());
-            *dirs.entry(ino).or_default() += 1;
+            *self.removed.shard(ino).entry(ino).or_default() += 1;
         } else if let Err(e) = self.fs.release(ino) {
             let _ = self.errno("release", ino, e);
         }
     }
 
-    /// The kernel forgot `ino`: a removed directory it held can go now.
+    /// The kernel forgot `ino`: a removed inode it held can go now.
     pub(super) fn forgotten(&self, ino: Ino) {
-        let held = {
-            let mut dirs = self.removed_dirs.lock().unwrap_or_else(|e| e.into_inner());
-            dirs.remove(&ino)
-        };
+        let held = self.removed.shard(ino).remove(&ino);
         for _ in 0..held.unwrap_or(0) {
             if let Err(e) = self.fs.release(ino) {
                 let _ = self.errno("release", ino, e);
@@ -299,14 +296,21 @@ impl LaneFuse {
         }
     }
 
-    /// Let go of every removed directory still held (the session is ending).
-    pub(super) fn release_removed_dirs(&self) {
-        let all: Vec<Ino> = {
-            let dirs = self.removed_dirs.lock().unwrap_or_else(|e| e.into_inner());
-            dirs.keys().copied().collect()
-        };
-        for ino in all {
-            self.forgotten(ino);
+    /// Let go of every removed inode still held (the session is ending: the kernel sends
+    /// no FORGET for what it held when the connection closed).
+    pub(super) fn release_removed(&self) {
+        for shard in &self.removed.0 {
+            let all: Vec<(Ino, u32)> = {
+                let mut m = shard.lock().unwrap_or_else(|e| e.into_inner());
+                m.drain().collect()
+            };
+            for (ino, n) in all {
+                for _ in 0..n {
+                    if let Err(e) = self.fs.release(ino) {
+                        let _ = self.errno("release", ino, e);
+                    }
+                }
+            }
         }
     }
 
@@ -327,5 +331,18 @@ impl LaneFuse {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(self.errno(op, ino, e)),
         }
+    }
+}
+
+/// Removed inodes the kernel still holds, with the open references taken for each, in
+/// shards by inode number (an unlink and a FORGET take one shard's lock, briefly).
+#[derive(Default)]
+pub(super) struct Removed([std::sync::Mutex<std::collections::HashMap<Ino, u32>>; 16]);
+
+impl Removed {
+    fn shard(&self, ino: Ino) -> std::sync::MutexGuard<'_, std::collections::HashMap<Ino, u32>> {
+        self.0[(ino % 16) as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -13,6 +13,7 @@ mod lanefuse;
 
 use convert::*;
 pub use convert::{init_flags, not_found};
+use lanefuse::Removed;
 
 use crate::log;
 use crate::options::{ErrorPolicy, MountConfig};
@@ -62,12 +63,14 @@ pub struct LaneFuse {
     /// (milliseconds since `born`).
     kernel_ro: (std::sync::atomic::AtomicBool, std::sync::atomic::AtomicU64),
     born: std::time::Instant,
-    /// Directories removed (rmdir, or replaced by a rename) while the kernel may still
-    /// hold them, each with the open references taken for it: directories are never
-    /// opened (OPENDIR is answered ENOSYS, FUSE_NO_OPENDIR_SUPPORT), so this keeps a
-    /// removed directory's inode number from being reused while a process has it as its
-    /// working directory or an open descriptor, until the kernel forgets it (FORGET).
-    removed_dirs: std::sync::Mutex<std::collections::HashMap<Ino, u32>>,
+    /// Inodes removed (their last name unlinked, a directory removed, or either replaced
+    /// by a rename) while the kernel still holds them, each with the open references taken
+    /// for it, until the kernel forgets them (FORGET): ext4 keeps such an inode until its
+    /// last reference goes. So a removed directory that a process has as its working
+    /// directory (directories are never opened: OPENDIR is answered ENOSYS) cannot have
+    /// its number reused under it, and the attribute update the kernel sends for a file
+    /// it just unlinked (under `writeback_cache`) finds the file. Sharded by inode number.
+    removed: Removed,
 }
 
 impl crate::uring::UringCapable for LaneFuse {
@@ -96,7 +99,7 @@ impl Filesystem for LaneFuse {
     fn destroy(&mut self) {
         // The caller unmounts the engine once every request thread has stopped; the
         // kernel sends no FORGET for what it still held when the connection ended.
-        self.release_removed_dirs();
+        self.release_removed();
     }
 
     /// (BATCH_FORGET comes here too, a node at a time: fuser's default.)
@@ -108,8 +111,12 @@ impl Filesystem for LaneFuse {
         let dir = to_ino(parent);
         match name(n) {
             // The kernel reopens a file handle's node (FUSE_EXPORT_SUPPORT, after its
-            // cache forgot the node) by looking up "." in it, whatever its type.
-            Ok(b".") => self.entry(reply, "reopen", dir, self.fs.inode_by_number(dir)),
+            // cache forgot the node) by looking up "." in it, whatever its type; a
+            // removed inode's handle is stale, as ext4's (EXT4_IGET_HANDLE).
+            Ok(b".") => match self.fs.inode_by_number(dir) {
+                Ok(a) if a.nlink == 0 => reply.error(Errno::ESTALE),
+                r => self.entry(reply, "reopen", dir, r),
+            },
             Ok(n) => self.entry(reply, "lookup", dir, self.fs.lookup(dir, n)),
             Err(e) => reply.error(e),
         }
@@ -253,7 +260,12 @@ impl Filesystem for LaneFuse {
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         let dir = to_ino(parent);
         match name(n) {
-            Ok(n) => self.empty(reply, "unlink", dir, self.fs.unlink(dir, n)),
+            Ok(n) => {
+                let held = self.hold_removed(dir, n);
+                let r = self.fs.unlink(dir, n);
+                self.removed(held, r.is_ok());
+                self.empty(reply, "unlink", dir, r)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -262,7 +274,7 @@ impl Filesystem for LaneFuse {
         let dir = to_ino(parent);
         match name(n) {
             Ok(n) => {
-                let held = self.hold_dir(dir, n);
+                let held = self.hold_removed(dir, n);
                 let r = self.fs.rmdir(dir, n);
                 self.removed(held, r.is_ok());
                 self.empty(reply, "rmdir", dir, r)
@@ -327,7 +339,7 @@ impl Filesystem for LaneFuse {
         // A directory the rename replaces is removed as by rmdir.
         let held = match mode {
             RenameMode::Exchange => None,
-            _ => self.hold_dir(newdir, newname),
+            _ => self.hold_removed(newdir, newname),
         };
         let r = self.fs.rename_with(dir, n, newdir, newname, mode);
         self.removed(held, r.is_ok());
@@ -449,7 +461,7 @@ impl Filesystem for LaneFuse {
     /// per directory read, and the kernel keeps what it read of a directory in its
     /// cache (FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR, its default without OPENDIR) until the
     /// directory changes, so a second reading costs none. A directory removed while the
-    /// kernel holds it is kept by `removed_dirs` instead of an open reference.
+    /// kernel holds it is kept by `removed` instead of an open reference.
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         reply.error(Errno::ENOSYS);
     }
