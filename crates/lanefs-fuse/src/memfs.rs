@@ -472,6 +472,12 @@ impl Filesystem for MemFs {
         }
     }
 
+    /// As lanefs's frontend: directories are read without OPENDIR (ENOSYS makes the kernel
+    /// stop asking, FUSE_NO_OPENDIR_SUPPORT), so both pay the same requests.
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::ENOSYS)
+    }
+
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.shard(ino.0).get_mut(&ino.0) {
             Some(n) => {
