@@ -136,6 +136,37 @@ show u
 as_a sh -c 'echo more >> u'
 show u
 
+step set-user-ID and set-group-ID cleared by writes, truncates, fallocate and chowns
+as_a sh -c 'echo 0123456789 > k && chmod 6777 k'
+as_b sh -c 'echo b >> k'
+show k
+as_a chmod 6777 k
+as_b truncate -s 3 k
+show k
+as_a chmod 6767 k
+as_b fallocate -l 8192 k
+show k
+as_a chmod 6777 k
+as_root sh -c 'echo r >> k'
+as_root truncate -s 2 k
+show k
+as_a chmod 6755 k
+as_root chown "$A:$AG" k
+show k
+as_a chmod 6745 k
+as_root chown "$A:$AG" k
+show k
+as_a chmod 6745 k
+as_a chown "$A:$AG" k
+show k
+as_a chmod 2745 k
+as_ag chgrp "$G" k
+show k
+as_a chmod 6745 k
+as_b sh -c 'echo b >> k'
+as_a sh -c 'echo a >> k'
+show k
+
 step a supplementary group
 as_a sh -c 'echo group-data > grp && chmod 640 grp'
 as_ag chgrp "$G" grp
