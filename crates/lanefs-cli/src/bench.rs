@@ -154,6 +154,13 @@ mod tests {
         }
     }
 
+    /// Whether `lanefs bench ARGS` parses.
+    fn bench_args_result(args: &[&str]) -> Result<(), String> {
+        Cli::try_parse_from(["lanefs", "bench"].iter().chain(args))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     /// A plain `lanefs bench` is `BenchConfig::default()`, and the help states those
     /// defaults.
     #[test]
@@ -271,13 +278,29 @@ mod tests {
         assert!(text.starts_with("variant x: option icache=huge"), "{text}");
     }
 
-    /// `--compare` defaults to fallocate2, mdtest and bufio64k at 1 and 2 threads on 1 GiB
-    /// images, mounting with this binary; workloads, threads and size can be given; the
-    /// options of the other targets conflict with it.
+    /// `--compare` defaults to the programs, fallocate2, mdtest and bufio64k at 1 and 2
+    /// threads on 1 GiB images, unpinned, mounting with this binary; workloads, threads,
+    /// size, `--pin` and `--tarball` can be given; the options of the other targets
+    /// conflict with it, and `--pin`, `--tarball` and `programs` need it.
     #[test]
     fn compare_defaults_and_conflicts() {
         let cfg = config(&bench_args(&["--compare"])).expect("config");
-        assert_eq!(cfg.workloads, ["fallocate2", "mdtest", "bufio64k"]);
+        assert_eq!(
+            cfg.workloads,
+            ["programs", "fallocate2", "mdtest", "bufio64k"]
+        );
+        assert!(!cfg.pin);
+        assert_eq!(cfg.tarball, None);
+        let cfg =
+            config(&bench_args(&["--compare", "--pin", "--tarball", "t.tar"])).expect("config");
+        assert!(cfg.pin);
+        assert_eq!(cfg.tarball.as_deref(), Some(std::path::Path::new("t.tar")));
+        assert!(bench_args_result(&["--pin"]).is_err());
+        assert!(bench_args_result(&["--tarball", "t.tar"]).is_err());
+        let engine = config(&bench_args(&["programs"])).expect("config");
+        let e = engine.validate().expect_err("programs needs --compare");
+        assert!(e.contains("only with --compare"), "{e}");
+        let cfg = config(&bench_args(&["--compare"])).expect("config");
         assert_eq!(cfg.threads, Some(vec![1, 2]));
         assert_eq!(cfg.target, TargetSpec::Compare { size: 1 << 30 });
         assert_eq!(

@@ -1,9 +1,11 @@
 //! Goal: `lanefs bench --compare` mounts alike images with lanefs, fuse2fs and the kernel's
-//! ext4, runs fallocate2, mdtest and bufio64k at 1 and 2 threads on each, prints one row
-//! per workload phase, target and thread count with nonzero ops/s (and the FUSE daemons'
-//! CPU time per operation), takes every mount down and finds every image clean; without
-//! what it needs it fails with one line naming what is missing.
-//! Method: 0.2 s runs, one repetition, 200 files per thread for mdtest.
+//! ext4, runs the programs (tar x, find -ls, tar c, cp -a, rm -rf of an archive) and
+//! fallocate2, mdtest and bufio64k at 1 and 2 threads on each, prints one row per program
+//! and target (seconds, and requests per entry from lanefs's and the ceiling's daemons)
+//! and per workload phase, target and thread count with nonzero ops/s (and the FUSE
+//! daemons' CPU time per operation), takes every mount down and finds every image clean;
+//! without what it needs it fails with one line naming what is missing.
+//! Method: a 60-entry archive, 0.2 s runs, one repetition, 200 files per thread for mdtest.
 
 mod fuse_common;
 
@@ -54,8 +56,28 @@ fn compare_runs_every_workload_on_every_mount() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("compare.json");
+    // The programs' archive: 4 directories of 14 files and a symlink.
+    let tree = dir.path().join("tree");
+    for d in 0..4 {
+        let sub = tree.join(format!("d{d}"));
+        std::fs::create_dir_all(&sub).expect("mkdir");
+        for f in 0..14 {
+            std::fs::write(sub.join(format!("f{f}")), vec![b'x'; 100 + 997 * f]).expect("write");
+        }
+        std::os::unix::fs::symlink("f0", sub.join("l")).expect("symlink");
+    }
+    let archive = dir.path().join("tree.tar");
+    let tar = run(Command::new("tar")
+        .arg("cf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&tree)
+        .arg("."));
+    assert!(tar.status.success(), "{tar:?}");
     let out = run(Command::new(LANEFS)
         .args(["bench", "--compare", "--seconds", "0.2", "--warmup", "0.05"])
+        .arg("--tarball")
+        .arg(&archive)
         .args(["--reps", "1", "--files", "200", "--verbose", "--json"])
         .arg(&json));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -100,6 +122,25 @@ fn compare_runs_every_workload_on_every_mount() {
             }
         }
     }
+    // The programs: a row per program and target, requests per entry where counted.
+    for &target in &targets {
+        for program in ["tar-x", "find-ls", "tar-c", "cp-a", "rm-rf"] {
+            let row = text
+                .lines()
+                .map(cells)
+                .find(|c| c.len() == 10 && c[..2] == [program, target])
+                .unwrap_or_else(|| panic!("no row {program} {target} in\n{text}"));
+            assert!(row[2].parse::<f64>().is_ok_and(|s| s >= 0.0), "{row:?}");
+            let counted = ["lanefs-fuse", "memfs", "lanefs-devfuse", "memfs-devfuse"];
+            let per_entry = row[8].parse::<f64>();
+            if counted.contains(&target) {
+                assert!(per_entry.is_ok_and(|r| r > 0.0), "{row:?}");
+            } else {
+                assert_eq!(row[8], "-", "{row:?}");
+            }
+        }
+    }
+    assert!(text.contains("issue 56's goals for the programs"), "{text}");
     assert!(
         text.contains("e2fsck -fn: every image clean after the run"),
         "{text}"

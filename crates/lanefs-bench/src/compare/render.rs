@@ -327,9 +327,9 @@ pub(super) fn render_programs(records: &[Record]) -> String {
             table.add_row(vec![
                 p.to_string(),
                 t.to_string(),
-                format!("{med:.2}"),
-                format!("{min:.2}"),
-                format!("{max:.2}"),
+                format!("{med:.3}"),
+                format!("{min:.3}"),
+                format!("{max:.3}"),
                 fmt_x(div(program_seconds(records, p, KERNEL), Some(med))),
                 fmt_x(div(program_seconds(records, p, FUSE2FS), Some(med))),
                 if cpu.is_empty() {
