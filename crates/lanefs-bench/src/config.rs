@@ -106,7 +106,7 @@ pub struct BenchConfig {
     /// runs always pin). Off by default: users' programs are not pinned.
     pub pin: bool,
     /// The archive `--compare`'s `programs` extracts and copies (`--tarball`); `None`
-    /// builds one ([`crate::compare::programs`]).
+    /// builds one (the `compare` module's `programs.rs`).
     pub tarball: Option<PathBuf>,
     /// The `lanefs` executable a [`TargetSpec::Compare`] run mounts with (`lanefs mount
     /// -f`); the command line passes its own (`std::env::current_exe`).
@@ -176,6 +176,8 @@ const MAX_THREADS: usize = 4096;
 
 /// Thread counts a compare run (`--compare`) sweeps when none are named.
 pub const COMPARE_THREADS: &[usize] = &[1, 2];
+/// The name of `--compare`'s real-programs workload (`compare/programs.rs`).
+pub const PROGRAMS: &str = "programs";
 const MAX_REPS: usize = 1000;
 const MAX_SECONDS: f64 = 24.0 * 3600.0;
 const MAX_FILES: usize = 100_000_000;
@@ -189,16 +191,16 @@ impl BenchConfig {
         }
         let compare = matches!(self.target, TargetSpec::Compare { .. });
         for w in &self.workloads {
-            if w == crate::compare::programs::NAME && !compare {
+            if w == PROGRAMS && !compare {
                 return Err(format!(
                     "workload {w} runs only with --compare (real programs on mounts)"
                 ));
             }
-            if w != crate::compare::programs::NAME && crate::workloads::find(w).is_none() {
+            if w != PROGRAMS && crate::workloads::find(w).is_none() {
                 return Err(format!(
                     "unknown workload {w:?} (known: {}; with --compare also {})",
                     crate::workload_names().join(", "),
-                    crate::compare::programs::NAME
+                    PROGRAMS
                 ));
             }
         }

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// The workload's name on the command line.
-pub const NAME: &str = "programs";
+pub const NAME: &str = crate::config::PROGRAMS;
 
 /// The programs in the order they run: phase name and the shell command, where `$A` is
 /// the archive and `$D` the run's directory on the mount.
