@@ -2,7 +2,8 @@
 //!
 //! One process per program, not pinned to a CPU (`--pin` pins it to the first CPU the
 //! bench may use, as the mount workloads' threads are with `--pin`), in a fresh directory
-//! of the mount: `tar x` of an archive then `sync -f`, `find -ls` and `tar c` with the
+//! of the mount: `tar x` of an archive then `sync -f` and an fsync of the directory (what
+//! makes a FUSE daemon write it home), `find -ls` and `tar c` with the
 //! page, dentry and inode caches dropped first (every mount alike), `cp -a` of the
 //! extracted tree within the mount, `rm -rf` of both trees. The archive is `--tarball` or
 //! one this module builds: a tree shaped like a system's documentation and headers
@@ -23,9 +24,12 @@ pub const NAME: &str = crate::config::PROGRAMS;
 /// The programs in the order they run: phase name and the shell command, where `$A` is
 /// the archive and `$D` the run's directory on the mount.
 pub const PROGRAMS: &[(&str, &str)] = &[
+    // `sync -f` (syncfs) reaches no FUSE daemon (Linux sends FUSE_SYNCFS to virtiofs
+    // only), so the fsync of the directory after it (`sync DIR`) is what makes a FUSE
+    // file system write the tree home and commit, as syncfs makes the kernel's ext4.
     (
         "tar-x",
-        "mkdir \"$D/src\" && tar xf \"$A\" -C \"$D/src\" && sync -f \"$D\"",
+        "mkdir \"$D/src\" && tar xf \"$A\" -C \"$D/src\" && sync -f \"$D\" && sync \"$D\"",
     ),
     ("find-ls", "find \"$D/src\" -ls > /dev/null"),
     ("tar-c", "tar cf - -C \"$D/src\" . | wc -c > /dev/null"),
