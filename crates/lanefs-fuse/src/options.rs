@@ -41,7 +41,13 @@ pub const DEFAULT_SPIN_US: u64 = 200;
 /// to poll (`io_uring_spin=` still sets it).
 pub const SPIN_MAX_CPUS: usize = 4;
 
-/// The default `io_uring_spin` on a machine with `cpus` possible CPUs.
+/// The CPUs the daemon may use: its affinity and its cgroup's CPU quota, as the standard
+/// library counts them.
+fn usable_cpus() -> usize {
+    std::thread::available_parallelism().map_or(usize::MAX, |n| n.get())
+}
+
+/// The default `io_uring_spin` where the daemon may use `cpus` CPUs.
 pub fn default_spin(cpus: usize) -> Duration {
     if cpus <= SPIN_MAX_CPUS {
         Duration::from_micros(DEFAULT_SPIN_US)
@@ -120,7 +126,7 @@ impl Default for MountConfig {
             max_write: None,
             io_uring: UringMode::Auto,
             io_uring_depth: 8,
-            io_uring_spin: default_spin(crate::uring::possible_cpus().unwrap_or(usize::MAX)),
+            io_uring_spin: default_spin(usable_cpus()),
             errors: ErrorPolicy::RemountRo,
             fsname: None,
             vfs_flags: Vec::new(),

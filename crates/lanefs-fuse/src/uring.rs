@@ -297,8 +297,10 @@ fn queue_thread<FS: Filesystem>(
     ready: &Sender<Result<(), String>>,
     go: &Receiver<Go<FS>>,
 ) {
-    // A CPU this thread may not run on still has a queue; it is served from elsewhere.
-    let _ = pin(qid);
+    // A CPU this thread may not run on (offline, or outside the daemon's CPU set) still
+    // has a queue; it is served from elsewhere, and does not poll: its thread would share
+    // a CPU with the others and with the program.
+    let polls = pin(qid).is_ok();
     // The entries are declared before the ring, so the ring (and any command of it the
     // kernel still holds) goes first when the thread ends.
     let mut entries = match (0..depth)
@@ -327,6 +329,7 @@ fn queue_thread<FS: Filesystem>(
     let Ok(Go::Serve { fd, dispatcher }) = go.recv() else {
         return;
     };
+    let activity = polls.then_some(activity);
     if let Err(e) = serve(
         &mut ring,
         &mut entries,
@@ -518,7 +521,7 @@ fn serve<FS: Filesystem>(
     qid: u16,
     fd: &OwnedFd,
     dispatcher: &Dispatcher<FS>,
-    activity: &Activity,
+    activity: Option<&Activity>,
 ) -> Result<(), String> {
     for (i, e) in entries.iter_mut().enumerate() {
         let sqe = command(fd, CMD_REGISTER, qid, 0, i, Some(&e.iov));
@@ -528,7 +531,9 @@ fn serve<FS: Filesystem>(
     // Transient failures of io_uring_enter (memory, a full completion queue) are retried.
     let mut transient = 0u32;
     while entries.iter().any(|e| e.live) {
-        activity.poll(|| !ring.completion().is_empty());
+        if let Some(a) = activity {
+            a.poll(|| !ring.completion().is_empty());
+        }
         let waited = if ring.completion().is_empty() {
             ring.submit_and_wait(1)
         } else {
@@ -559,9 +564,13 @@ fn serve<FS: Filesystem>(
             };
             let next = match res {
                 0 => {
-                    activity.served();
                     e.failures = 0;
                     let commit_id = handle(e, dispatcher);
+                    // The window runs from the reply, so that a long request (an fsync)
+                    // still finds the queues polling when its reply wakes the program.
+                    if let Some(a) = activity {
+                        a.served();
+                    }
                     Some(command(fd, CMD_COMMIT_AND_FETCH, qid, commit_id, i, None))
                 }
                 r if r == -libc::EAGAIN || r == -libc::EINTR => e.last.clone(),

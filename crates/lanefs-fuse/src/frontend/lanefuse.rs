@@ -23,7 +23,7 @@ impl LaneFuse {
             mountpoint: None,
             kernel_ro: Default::default(),
             born: std::time::Instant::now(),
-            removed: Removed::default(),
+            known: Known::default(),
         }
     }
 
@@ -120,24 +120,30 @@ impl LaneFuse {
         r: lanefs::Result<Attr>,
     ) {
         match r {
-            Ok(a) => reply.created(
-                &self.entry_ttl,
-                &self.file_attr(&a),
-                Generation(a.generation.into()),
-                FileHandle(0),
-                self.open_flags(),
-            ),
+            Ok(a) => {
+                self.looked_up(a.ino);
+                reply.created(
+                    &self.entry_ttl,
+                    &self.file_attr(&a),
+                    Generation(a.generation.into()),
+                    FileHandle(0),
+                    self.open_flags(),
+                )
+            }
             Err(e) => reply.error(self.errno(what, dir, e)),
         }
     }
 
     pub(super) fn entry(&self, reply: ReplyEntry, op: &str, ino: Ino, r: lanefs::Result<Attr>) {
         match r {
-            Ok(a) => reply.entry(
-                &self.entry_ttl,
-                &self.file_attr(&a),
-                Generation(a.generation.into()),
-            ),
+            Ok(a) => {
+                self.looked_up(a.ino);
+                reply.entry(
+                    &self.entry_ttl,
+                    &self.file_attr(&a),
+                    Generation(a.generation.into()),
+                )
+            }
             Err(Error::NotFound) if op == "lookup" => not_found(reply, &self.negative_ttl),
             Err(e) => reply.error(self.errno(op, ino, e)),
         }
@@ -207,25 +213,43 @@ impl LaneFuse {
         self.fs.setattr(ino, &set).map(|_| ())
     }
 
-    /// After a change of `ino`'s data by a caller other than root (fallocate and its
-    /// modes): clear set-user-ID, and set-group-ID where the file is group-executable or
-    /// the caller is not in its group, as Linux's `file_remove_privs` does for ext4
-    /// (`setattr_should_drop_suidgid`). The kernel's FUSE client, without
-    /// FUSE_HANDLE_KILLPRIV_V2, keeps the older rule (set-group-ID only with group
-    /// execute) and sends nothing at all for fallocate under V2; so the daemon applies
-    /// the rule itself, from the caller's groups.
-    pub(super) fn kill_privs(&self, req: &Request, ino: Ino) -> lanefs::Result<()> {
+    /// The mode `a` (with permission bits `perm`) keeps after the caller of `req` changes
+    /// its data (a write, truncate or fallocate), when that clears anything: set-user-ID,
+    /// and set-group-ID where the file is group-executable or the caller is not in its
+    /// group, as Linux's `file_remove_privs` does for ext4 (`setattr_should_drop_suidgid`),
+    /// for a caller without CAP_FSETID. That is a caller other than root, or any caller
+    /// when the kernel said so (`lacks_fsetid`: a WRITE flagged FUSE_WRITE_KILL_SUIDGID).
+    pub(super) fn privs_cleared(
+        &self,
+        req: &Request,
+        a: &Attr,
+        perm: u16,
+        lacks_fsetid: bool,
+    ) -> Option<u16> {
+        if (req.uid() == 0 && !lacks_fsetid) || a.kind != FileType::Regular || perm & 0o6000 == 0 {
+            return None;
+        }
+        let mut kept = perm & !0o4000;
+        if perm & 0o2010 == 0o2010 || (perm & 0o2000 != 0 && !in_group(req, a.gid)) {
+            kept &= !0o2000;
+        }
+        (kept != perm).then_some(kept)
+    }
+
+    /// After a change of `ino`'s data (a write, fallocate, a bare SETATTR): clear what
+    /// [`Self::privs_cleared`] says. Under FUSE_HANDLE_KILLPRIV_V2 the kernel leaves this
+    /// to the daemon (and sends nothing for fallocate), so the daemon applies ext4's rule,
+    /// from the caller's groups.
+    pub(super) fn kill_privs(
+        &self,
+        req: &Request,
+        ino: Ino,
+        lacks_fsetid: bool,
+    ) -> lanefs::Result<()> {
         let a = self.fs.getattr(ino)?;
-        if req.uid() == 0 || a.kind != FileType::Regular || a.perm & 0o6000 == 0 {
+        let Some(perm) = self.privs_cleared(req, &a, a.perm, lacks_fsetid) else {
             return Ok(());
-        }
-        let mut perm = a.perm & !0o4000;
-        if a.perm & 0o2010 == 0o2010 || (a.perm & 0o2000 != 0 && !in_group(req, a.gid)) {
-            perm &= !0o2000;
-        }
-        if perm == a.perm {
-            return Ok(());
-        }
+        };
         let set = SetAttr {
             perm: Some(perm),
             ..SetAttr::default()
@@ -275,41 +299,65 @@ impl LaneFuse {
         Some(a.ino)
     }
 
-    /// After the removal `hold_removed` prepared: kept until the kernel forgets the inode
-    /// when it was removed, let go at once when not.
+    /// The kernel took an entry for `ino` (its lookup count goes up by one).
+    pub(super) fn looked_up(&self, ino: Ino) {
+        self.known.shard(ino).entry(ino).or_default().lookups += 1;
+    }
+
+    /// After the removal `hold_removed` prepared: kept while the kernel still knows the
+    /// inode when it was removed, let go at once when not.
     pub(super) fn removed(&self, held: Option<Ino>, done: bool) {
         let Some(ino) = held else { return };
-        if done {
-            *self.removed.shard(ino).entry(ino).or_default() += 1;
-        } else if let Err(e) = self.fs.release(ino) {
-            let _ = self.errno("release", ino, e);
+        let kept = done && {
+            let mut known = self.known.shard(ino);
+            match known.get_mut(&ino) {
+                Some(c) if c.lookups > 0 => {
+                    c.holds += 1;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if !kept {
+            self.release(ino, 1);
         }
     }
 
-    /// The kernel forgot `ino`: a removed inode it held can go now.
-    pub(super) fn forgotten(&self, ino: Ino) {
-        let held = self.removed.shard(ino).remove(&ino);
-        for _ in 0..held.unwrap_or(0) {
-            if let Err(e) = self.fs.release(ino) {
-                let _ = self.errno("release", ino, e);
+    /// The kernel forgot `n` lookups of `ino`: at zero, a removed inode it held can go.
+    pub(super) fn forgotten(&self, ino: Ino, n: u64) {
+        let holds = {
+            let mut known = self.known.shard(ino);
+            let Some(c) = known.get_mut(&ino) else { return };
+            c.lookups = c.lookups.saturating_sub(n);
+            if c.lookups > 0 {
+                return;
+            }
+            let holds = c.holds;
+            known.remove(&ino);
+            holds
+        };
+        self.release(ino, holds);
+    }
+
+    /// Let go of every removed inode still held (the session is ending: the kernel sends
+    /// no FORGET for what it knew when the connection closed).
+    pub(super) fn release_removed(&self) {
+        for shard in &self.known.0 {
+            let all: Vec<(Ino, u32)> = {
+                let mut m = shard.lock().unwrap_or_else(|e| e.into_inner());
+                m.drain().map(|(ino, c)| (ino, c.holds)).collect()
+            };
+            for (ino, holds) in all {
+                self.release(ino, holds);
             }
         }
     }
 
-    /// Let go of every removed inode still held (the session is ending: the kernel sends
-    /// no FORGET for what it held when the connection closed).
-    pub(super) fn release_removed(&self) {
-        for shard in &self.removed.0 {
-            let all: Vec<(Ino, u32)> = {
-                let mut m = shard.lock().unwrap_or_else(|e| e.into_inner());
-                m.drain().collect()
-            };
-            for (ino, n) in all {
-                for _ in 0..n {
-                    if let Err(e) = self.fs.release(ino) {
-                        let _ = self.errno("release", ino, e);
-                    }
-                }
+    /// Drop `n` open references of `ino` taken by `hold_removed`.
+    fn release(&self, ino: Ino, n: u32) {
+        for _ in 0..n {
+            if let Err(e) = self.fs.release(ino) {
+                let _ = self.errno("release", ino, e);
             }
         }
     }
@@ -334,14 +382,28 @@ impl LaneFuse {
     }
 }
 
-/// Removed inodes the kernel still holds, with the open references taken for each, in
-/// shards by inode number (an unlink and a FORGET take one shard's lock, briefly).
-#[derive(Default)]
-pub(super) struct Removed([std::sync::Mutex<std::collections::HashMap<Ino, u32>>; 16]);
+/// The kernel's lookup count and the removal holds of each inode it knows, in shards by
+/// inode number (an entry reply, an unlink and a FORGET take one shard's lock, briefly).
+pub(super) struct Known([std::sync::Mutex<std::collections::HashMap<Ino, Counts>>; 64]);
 
-impl Removed {
-    fn shard(&self, ino: Ino) -> std::sync::MutexGuard<'_, std::collections::HashMap<Ino, u32>> {
-        self.0[(ino % 16) as usize]
+impl Default for Known {
+    fn default() -> Known {
+        Known(std::array::from_fn(|_| Default::default()))
+    }
+}
+
+/// One inode's counts in [`Known`].
+#[derive(Default)]
+pub(super) struct Counts {
+    /// Lookups the kernel has not forgotten.
+    lookups: u64,
+    /// Open references taken when it was removed.
+    holds: u32,
+}
+
+impl Known {
+    fn shard(&self, ino: Ino) -> std::sync::MutexGuard<'_, std::collections::HashMap<Ino, Counts>> {
+        self.0[(ino % 64) as usize]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }

@@ -13,7 +13,7 @@ mod lanefuse;
 
 use convert::*;
 pub use convert::{init_flags, not_found};
-use lanefuse::Removed;
+use lanefuse::Known;
 
 use crate::log;
 use crate::options::{ErrorPolicy, MountConfig};
@@ -63,14 +63,18 @@ pub struct LaneFuse {
     /// (milliseconds since `born`).
     kernel_ro: (std::sync::atomic::AtomicBool, std::sync::atomic::AtomicU64),
     born: std::time::Instant,
-    /// Inodes removed (their last name unlinked, a directory removed, or either replaced
-    /// by a rename) while the kernel still holds them, each with the open references taken
-    /// for it, until the kernel forgets them (FORGET): ext4 keeps such an inode until its
-    /// last reference goes. So a removed directory that a process has as its working
-    /// directory (directories are never opened: OPENDIR is answered ENOSYS) cannot have
-    /// its number reused under it, and the attribute update the kernel sends for a file
-    /// it just unlinked (under `writeback_cache`) finds the file. Sharded by inode number.
-    removed: Removed,
+    /// The kernel's lookup count of every inode it knows (each entry this daemon answers
+    /// counts one, each FORGET takes its count off), and the open references taken for an
+    /// inode removed (its last name unlinked, a directory removed, or either replaced by a
+    /// rename) while the kernel still knows it, let go when the count reaches zero: ext4
+    /// keeps such an inode until its last reference goes. So a removed directory that a
+    /// process has as its working directory (directories are never opened: OPENDIR is
+    /// answered ENOSYS) cannot have its number reused under it, and the attribute update
+    /// the kernel sends for a file it just unlinked (under `writeback_cache`) finds the
+    /// file. Counting, rather than letting go at the first FORGET, keeps a late FORGET of
+    /// an earlier lookup (they come on the /dev/fuse thread, the lookups on the queues)
+    /// from letting go of a hold the kernel still needs. Sharded by inode number.
+    known: Known,
 }
 
 impl crate::uring::UringCapable for LaneFuse {
@@ -103,8 +107,8 @@ impl Filesystem for LaneFuse {
     }
 
     /// (BATCH_FORGET comes here too, a node at a time: fuser's default.)
-    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
-        self.forgotten(to_ino(ino));
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.forgotten(to_ino(ino), nlookup);
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
@@ -179,8 +183,16 @@ impl Filesystem for LaneFuse {
         let nothing = set == SetAttr::default();
         let r = if uid.is_some() || gid.is_some() {
             self.chown_kills(req, i, &mut set)
-        } else if size.is_some() || nothing {
-            self.kill_privs(req, i)
+        } else if nothing {
+            self.kill_privs(req, i, false)
+        } else if size.is_some() {
+            // In the same change as the size, so a truncate that fails clears nothing.
+            self.fs.getattr(i).map(|a| {
+                let perm = set.perm.unwrap_or(a.perm);
+                if let Some(p) = self.privs_cleared(req, &a, perm, false) {
+                    set.perm = Some(p);
+                }
+            })
         } else {
             Ok(())
         };
@@ -409,7 +421,7 @@ impl Filesystem for LaneFuse {
         // FUSE_HANDLE_KILLPRIV_V2: the kernel flags each write by a caller without
         // CAP_FSETID and leaves the clearing to the daemon (file_remove_privs).
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            if let Err(e) = self.kill_privs(req, i) {
+            if let Err(e) = self.kill_privs(req, i, true) {
                 return reply.error(self.errno("write", i, e));
             }
         }
@@ -505,14 +517,25 @@ impl Filesystem for LaneFuse {
                 Err(Error::NotFound) => return Ok(false),
                 Err(err) => return Err(self.errno("readdirplus", e.ino, err)),
             };
-            Ok(reply.add(
+            // Every entry the kernel takes but "." and ".." counts as a lookup; the
+            // count goes up before the reply can reach the kernel.
+            let dots = e.name == b"." || e.name == b"..";
+            if !dots {
+                self.looked_up(e.ino);
+            }
+            let full = reply.add(
                 INodeNo(to_node(e.ino)),
                 e.next,
                 OsStr::from_bytes(&e.name),
                 &self.entry_ttl,
                 &self.file_attr(&attr),
                 Generation(attr.generation.into()),
-            ))
+            );
+            if full && !dots {
+                // Not in this reply after all.
+                self.forgotten(e.ino, 1);
+            }
+            Ok(full)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -603,8 +626,13 @@ impl Filesystem for LaneFuse {
         };
         let r = self.fs.setxattr(i, n.as_bytes(), value, f);
         let r = r.and_then(|()| {
-            if self.posix_acl && n.as_bytes() == b"system.posix_acl_access" {
-                self.acl_kill_sgid(req, i)?;
+            if n.as_bytes() == b"system.posix_acl_access" {
+                if self.posix_acl {
+                    self.acl_kill_sgid(req, i)?;
+                }
+                // The engine set the mode from the ACL (posix_acl_update_mode); without
+                // FUSE_POSIX_ACL the kernel would keep its cached mode for a day.
+                self.attributes_changed(i);
             }
             Ok(())
         });
@@ -712,12 +740,10 @@ impl Filesystem for LaneFuse {
                     if flags & libc::O_TRUNC != 0 && a.kind == FileType::Regular {
                         let set = SetAttr {
                             size: Some(0),
+                            perm: self.privs_cleared(req, &a, a.perm, false),
                             ..SetAttr::default()
                         };
-                        let r = self
-                            .kill_privs(req, a.ino)
-                            .and_then(|()| self.fs.setattr(a.ino, &set));
-                        if let Err(e) = r {
+                        if let Err(e) = self.fs.setattr(a.ino, &set) {
                             let _ = self.fs.release(a.ino);
                             return Err(e);
                         }
@@ -780,7 +806,7 @@ impl Filesystem for LaneFuse {
                     let _ = n.inval_inode(INodeNo(to_node(i)), from, 0);
                 }
             }
-            let r = r.and_then(|()| self.kill_privs(req, i));
+            let r = r.and_then(|()| self.kill_privs(req, i, false));
             return self.empty(reply, "fallocate", i, r);
         }
         let known =
@@ -802,7 +828,7 @@ impl Filesystem for LaneFuse {
             reply,
             "fallocate",
             i,
-            r.and_then(|()| self.kill_privs(req, i)),
+            r.and_then(|()| self.kill_privs(req, i, false)),
         );
     }
 
