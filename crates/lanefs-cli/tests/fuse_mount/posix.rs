@@ -406,3 +406,51 @@ fn open_truncate_checks_before_it_cuts() {
     assert_eq!(fs::read(&exe).unwrap(), sleep);
     m.umount();
 }
+
+/// A directory removed while a process still has it open keeps its inode, as on ext4:
+/// reading it through the open descriptor gives no entries, and the directories and
+/// files made after it never get its inode number (directories are read without OPENDIR,
+/// so only the frontend's count of the kernel's lookups keeps it). The same for a file
+/// unlinked while open, which still reads back. Then e2fsck finds the image clean.
+#[test]
+fn removed_while_open_keeps_its_inode() {
+    if !fuse_ready("removed_while_open_keeps_its_inode") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("a.img");
+    mkfs(&img, "64M", &[]);
+    let m = Mount::new(&img, &t.path().join("mnt"), "allow_other");
+    fs::create_dir(m.path("gone")).unwrap();
+    let dir = fs::File::open(m.path("gone")).unwrap();
+    let dir_ino = dir.metadata().unwrap().ino();
+    fs::write(m.path("f"), b"still here").unwrap();
+    let mut file = fs::File::open(m.path("f")).unwrap();
+    let file_ino = file.metadata().unwrap().ino();
+    fs::remove_dir(m.path("gone")).unwrap();
+    fs::remove_file(m.path("f")).unwrap();
+    for i in 0..64 {
+        let d = m.path(&format!("new{i}"));
+        fs::create_dir(&d).unwrap();
+        fs::write(d.join("x"), b"x").unwrap();
+        for p in [d.clone(), d.join("x")] {
+            let ino = fs::metadata(&p).unwrap().ino();
+            assert!(
+                ino != dir_ino && ino != file_ino,
+                "{} reused inode {ino}",
+                p.display()
+            );
+        }
+    }
+    let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&dir));
+    let left: Vec<_> = fs::read_dir(&fd_path).unwrap().collect();
+    assert!(left.is_empty(), "a removed directory lists {left:?}");
+    assert_eq!(dir.metadata().unwrap().nlink(), 0);
+    let mut text = String::new();
+    file.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "still here");
+    drop((dir, file));
+    m.umount();
+    e2fsck_clean(&img);
+}
