@@ -323,6 +323,20 @@ mod tests {
         assert!(err("max_write=12").contains("max_write=12"));
         assert!(err("io_uring=1").contains("takes no value"));
         assert!(err("io_uring_depth=0").contains("io_uring_depth=0"));
+        assert!(err("io_uring_spin=2000000").contains("io_uring_spin=2000000"));
+        assert!(err("io_uring_spin=-1").contains("io_uring_spin=-1"));
+        let mut s = MountConfig::default();
+        s.parse("io_uring_spin=0").unwrap();
+        assert!(s.io_uring_spin.is_zero());
+        s.parse("io_uring_spin=50").unwrap();
+        assert_eq!(s.io_uring_spin, Duration::from_micros(50));
+        // Polling by default only where every CPU can be kept busy.
+        assert_eq!(default_spin(2), Duration::from_micros(DEFAULT_SPIN_US));
+        assert_eq!(
+            default_spin(SPIN_MAX_CPUS),
+            Duration::from_micros(DEFAULT_SPIN_US)
+        );
+        assert!(default_spin(SPIN_MAX_CPUS + 1).is_zero());
         let mut u = MountConfig::default();
         assert_eq!(u.io_uring, UringMode::Auto);
         u.parse("io_uring,io_uring_depth=4").unwrap();

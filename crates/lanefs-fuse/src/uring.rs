@@ -759,6 +759,32 @@ fn bytes_of(words: &mut [u64]) -> &mut [u8] {
 mod tests {
     use super::*;
 
+    /// Polling stops at once when a request is there or polling is off, and otherwise
+    /// once the window since the last request has passed (it cannot spin on forever).
+    #[test]
+    fn polling_ends() {
+        let off = Activity::new(std::time::Duration::ZERO);
+        off.served();
+        off.poll(|| false);
+        let on = Activity::new(std::time::Duration::from_millis(2));
+        on.poll(|| true);
+        on.served();
+        let mut turns = 0u64;
+        on.poll(|| {
+            turns += 1;
+            false
+        });
+        assert!(turns >= 1);
+        // Nothing served for longer than the window: no polling at all.
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let mut late = 0u64;
+        on.poll(|| {
+            late += 1;
+            false
+        });
+        assert_eq!(late, 1, "one look, then sleep");
+    }
+
     #[test]
     fn possible_cpus_reads_sysfs() {
         let n = possible_cpus().unwrap();
