@@ -251,20 +251,29 @@ pub fn run(
             None => format!("{} (loop device)", m.name),
         })
         .collect();
+    // The timed workloads' shape (the programs have none: each is one command).
+    let shape = if chosen.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " x threads {threads:?}, {} s per timed run ({} s warm-up), {} files per thread, \
+             threads {}",
+            cfg.seconds,
+            cfg.warmup,
+            cfg.files,
+            if cfg.pin { "pinned" } else { "not pinned" },
+        )
+    };
     say(
         out,
         &format!(
-            "lanefs bench --compare on {}: images of {size} bytes in {} by mkfs.ext4 {}; {} x threads \
-             {threads:?} x {} reps, {} s per timed run ({} s warm-up), {} files per thread, \
-             {cpus} CPUs",
+            "lanefs bench --compare on {}: images of {size} bytes in {} by mkfs.ext4 {}; {} x {} \
+             reps{shape}; {cpus} CPUs",
             pids.join(", "),
             home.display(),
             MKFS_ARGS.join(" "),
             cfg.workloads.join("+"),
             cfg.reps,
-            cfg.seconds,
-            cfg.warmup,
-            cfg.files,
         ),
     )?;
     let targets: Vec<Target> = mounts.0.iter().map(Mounted::target).collect();
