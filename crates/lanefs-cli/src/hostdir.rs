@@ -141,6 +141,15 @@ impl HostDir {
         Ok(File::from(fd))
     }
 
+    /// Open what `name` names for writing, following a symlink, emptied when it is a
+    /// regular file (O_TRUNC), as `cp` opens a destination that exists: never becoming a
+    /// controlling terminal.
+    pub fn open_existing_for_write(&self, name: &OsStr) -> io::Result<File> {
+        let flags = OFlags::WRONLY | OFlags::TRUNC | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty()).map_err(os)?;
+        Ok(File::from(fd))
+    }
+
     /// Open `name` for reading: not through a symlink, never blocking on a FIFO or
     /// becoming a controlling terminal (the caller checks with `fstat` what it got).
     pub fn open_read(&self, name: &OsStr) -> io::Result<File> {

@@ -92,7 +92,7 @@ pub fn copy_out(srcs: &[ImageArg], dst: &Path, recursive: bool) -> CmdResult<i32
                 let msg = format!("will not overwrite just-created {host} with it");
                 return Err(Failure::new(src.display(), Error::msg(msg)));
             }
-            copier.top(&f.attr, &src.display(), name.as_deref())?;
+            copier.top(&f.attr, &src.display(), name.as_deref(), new_name.is_some())?;
         }
         Ok(0)
     });
@@ -280,8 +280,10 @@ impl Copier<'_> {
         nodes.len() - 1
     }
 
-    /// Copy source `attr` (shown as `shown`) to `name` in `base`, or into `base` itself.
-    fn top(&self, attr: &Attr, shown: &str, name: Option<&OsStr>) -> CmdResult<()> {
+    /// Copy source `attr` (shown as `shown`) to `name` in `base`, or into `base` itself;
+    /// `typed`: `name` is the last part of the destination the user gave (not a source's
+    /// name put into a destination directory).
+    fn top(&self, attr: &Attr, shown: &str, name: Option<&OsStr>, typed: bool) -> CmdResult<()> {
         self.dirs.borrow_mut().clear();
         let Some(name) = name else {
             self.dirs.borrow_mut().insert(attr.ino);
@@ -301,7 +303,76 @@ impl Copier<'_> {
             let dir = self.enter(&self.base, node, attr)?;
             return self.tree(attr, node, dir);
         }
+        if typed && attr.kind == FileType::Regular && self.write_through(base, name, attr, shown)? {
+            return Ok(());
+        }
         self.leaf(&self.base, base, name, attr, shown)
+    }
+
+    /// A regular file copied to a destination the user named that exists and is not a
+    /// directory: written into what is there, following a symlink, as `cp` does. A name
+    /// the copy takes from the image (a source's name put into a destination directory,
+    /// every name inside a copied tree) is never followed: what is there is replaced
+    /// (`leaf`), so a symlink planted in a shared directory cannot redirect the copy.
+    /// A regular file there is emptied and gets the copy's owner, mode, xattrs and times;
+    /// anything else (`/dev/stdout`, a FIFO, a device) gets the bytes and keeps its own
+    /// attributes. False when nothing is there (the copy makes the file).
+    fn write_through(
+        &self,
+        base: usize,
+        name: &OsStr,
+        attr: &Attr,
+        shown: &str,
+    ) -> CmdResult<bool> {
+        let host = self.host(base, Some(name.as_bytes()));
+        let Some(old) = self.base.lstat(name).ctx(&host)? else {
+            return Ok(false);
+        };
+        let kind = HostType::from_raw_mode(old.st_mode);
+        if kind == HostType::Directory {
+            return Ok(false);
+        }
+        let file = match self.base.open_existing_for_write(name) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && kind == HostType::Symlink => {
+                let msg = "not writing through a dangling symlink";
+                return Err(Failure::new(host, Error::msg(msg)));
+            }
+            Err(e) => return Err(Failure::new(host, e)),
+        };
+        let meta = file.metadata().ctx(&host)?;
+        if meta.is_dir() {
+            return Ok(false);
+        }
+        if meta.is_file() {
+            self.data(attr, shown, &file, &host)?;
+            self.finish_fd(attr, &file, &host)?;
+        } else {
+            self.stream(attr, shown, &file, &host)?;
+        }
+        Ok(true)
+    }
+
+    /// Write the bytes of regular file `attr` in order into `file`, which cannot seek (a
+    /// pipe, a terminal, a device): holes as zeros.
+    fn stream(&self, attr: &Attr, shown: &str, mut file: &File, host: &str) -> CmdResult<()> {
+        use std::io::Write;
+        let mut buf = self.buf.borrow_mut();
+        let mut off = 0u64;
+        while off < attr.size {
+            let want = (attr.size - off).min(buf.len() as u64) as usize;
+            let n = read_full(&mut buf[..want], |filled, b| {
+                Ok(self.fs.read(attr.ino, off + filled as u64, b)?)
+            })
+            .ctx(shown)?;
+            if n == 0 {
+                break;
+            }
+            file.write_all(&buf[..n]).ctx(host)?;
+            off += n as u64;
+            self.progress.add(n as u64);
+        }
+        Ok(())
     }
 
     /// Copy directory `attr` into host directory `dir` (at `node`), its whole tree, each

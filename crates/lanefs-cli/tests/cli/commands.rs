@@ -72,6 +72,45 @@ fn cp_tree_in_and_out_round_trips() {
     assert_clean(&image);
 }
 
+/// A destination the user named that exists and is not a directory is written into as
+/// `cp` writes it: through a symlink (the symlink stays), into `/dev/stdout` (a pipe
+/// here: the bytes come out and `/dev/stdout` stays what it was), over a regular file
+/// (emptied first, given the copy's mode); a dangling symlink is refused in one line.
+#[test]
+fn cp_out_writes_through_an_existing_destination() {
+    let dir = tempdir();
+    let image = new_image(dir.path());
+    let src = dir.path().join("src");
+    write_file(&src, b"from the image\n", 0o640);
+    ok(lanefs(&["cp", &s(&src), &at(&image, "/f")]));
+    let target = dir.path().join("target");
+    write_file(&target, b"an older and longer text\n", 0o600);
+    let link = dir.path().join("link");
+    make_symlink("target", &link);
+    ok(lanefs(&["cp", &at(&image, "/f"), &s(&link)]));
+    assert!(lmeta(&link).file_type().is_symlink());
+    assert_eq!(fs::read(&target).unwrap(), b"from the image\n");
+    assert_eq!(lmeta(&target).permissions().mode() & 0o7777, 0o640);
+    let stdout_before = fs::symlink_metadata("/dev/stdout").map(|m| m.file_type());
+    let out = ok(lanefs(&["cp", &at(&image, "/f"), "/dev/stdout"]));
+    assert_eq!(stdout(&out), "from the image\n");
+    assert_eq!(
+        fs::symlink_metadata("/dev/stdout")
+            .map(|m| m.file_type())
+            .ok(),
+        stdout_before.ok()
+    );
+    let dangling = dir.path().join("dangling");
+    make_symlink("nowhere", &dangling);
+    let out = lanefs(&["cp", &at(&image, "/f"), &s(&dangling)]);
+    assert!(
+        one_line_failure(&out).contains("dangling symlink"),
+        "{out:?}"
+    );
+    assert!(!dir.path().join("nowhere").exists());
+    assert_clean(&image);
+}
+
 #[test]
 fn cp_single_files_and_symlinks() {
     let dir = tempdir();
