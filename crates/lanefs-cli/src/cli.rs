@@ -366,10 +366,12 @@ pub struct MountArgs {
     /// default_permissions, threads=N, writeback_cache, attr_timeout=SECS,
     /// entry_timeout=SECS, negative_timeout=SECS, max_write=BYTES, commit=SECS,
     /// errors=remount-ro|panic, fsname=NAME (or source=NAME), the VFS flags (nosuid, nodev,
-    /// noexec, noatime, sync, dirsync, ...), io_uring, no_io_uring, io_uring_depth=N,
-    /// io_uring_spin=USECS, and the engine's
-    /// mb_trylock=0|1, mb_stream_goal=global|inode|slots, mb_optimize_scan=0|1, rtdev=DATA,
-    /// rt_alloc=lean|plain.
+    /// noexec, sync, dirsync, ...), relatime, strictatime, noatime, nodiratime, io_uring,
+    /// no_io_uring, io_uring_depth=N, io_uring_spin=USECS, and the engine's
+    /// mb_trylock=0|1, mb_stream_goal=global|inode|slots, mb_optimize_scan=0|1,
+    /// ialloc=optimistic|locked, icache=bucket|global|papaya, icache_limit=SIZE,
+    /// dir_digest=0|1, pagecache_limit=SIZE, folio_max_order=N, bufcache_limit=SIZE,
+    /// rtdev=DATA, rt_alloc=lean|plain.
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
     /// Stay in the foreground and log to stderr.
