@@ -17,8 +17,9 @@ use std::sync::Arc;
 /// The FUSE subtype: mounts show as `fuse.lanefs`.
 pub const SUBTYPE: &str = "lanefs";
 
-/// Checks that need nothing opened: the mount point is an existing directory that is not
-/// already a mount point, and /dev/fuse exists. Returns the canonical mount point.
+/// Checks that open nothing but /dev/fuse: the mount point is an existing directory that is
+/// not already a mount point, and /dev/fuse exists and this user may open it (as
+/// fusermount3 will, as the user). Returns the canonical mount point.
 pub fn preflight(mountpoint: &Path) -> Result<PathBuf, String> {
     let mp = mountpoint
         .canonicalize()
@@ -34,6 +35,18 @@ pub fn preflight(mountpoint: &Path) -> Result<PathBuf, String> {
     }
     if !Path::new("/dev/fuse").exists() {
         return Err("no /dev/fuse: load the fuse module (modprobe fuse) or pass the device into the container".into());
+    }
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            " (it must be readable and writable by every user, mode 0666 as udev makes it)"
+        } else {
+            ""
+        };
+        return Err(format!("/dev/fuse: {e}{hint}"));
     }
     Ok(mp)
 }
