@@ -170,6 +170,14 @@ fn open_target(args: &MkfsArgs, size: Option<u64>) -> CmdResult<(FileDevice, boo
         )),
         (found, Some(size)) => {
             let created = matches!(found, Existing::Missing);
+            if created {
+                // Name the directory that is missing rather than the I/O error.
+                let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+                if let Some(dir) = parent.filter(|p| !p.is_dir()) {
+                    let msg = format!("directory {} does not exist", dir.display());
+                    return Err(Failure::new(what, Error::msg(msg)));
+                }
+            }
             Ok((FileDevice::create(path, size).ctx(what)?, created, true))
         }
     }
