@@ -47,6 +47,50 @@ fn is_mount_daemon(pid: &str) -> bool {
     name == "mount.fuse.lanefs" || (name == "lanefs" && argv.next() == Some(b"mount"))
 }
 
+/// Every process other than this one that has `image` open: its pid and command name.
+fn processes_holding(image: &Path) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in procs.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        let holds = fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| same_file(&t, image)));
+        if holds {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            found.push((pid, comm.trim().to_string()));
+        }
+    }
+    found
+}
+
+/// Who holds `image`, for a "busy" message: its lanefs mounts and the processes that
+/// have it open (as far as this user may see them), or `None` when none is found.
+pub fn who_holds(image: &Path) -> Option<String> {
+    let mut parts: Vec<String> = live_mounts(image)
+        .into_iter()
+        .map(|(mp, _)| format!("mounted by lanefs at {}", mp.display()))
+        .collect();
+    parts.extend(
+        processes_holding(image)
+            .into_iter()
+            .map(|(pid, comm)| format!("open in pid {pid} ({comm})")),
+    );
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
 /// A lanefs mount daemon other than this process that has `image` open: its pid.
 pub fn daemon_holding(image: &Path) -> Option<u32> {
     let me = std::process::id();

@@ -50,7 +50,20 @@ pub fn with_fs_opts<T>(
         return Err(Failure::new(what, e));
     }
     let read_only = opts.read_only;
-    let fs = Fs::mount_path(image, opts).ctx(&what)?;
+    let fs = match Fs::mount_path(image, opts) {
+        Ok(fs) => fs,
+        // Name who has it (the README promises the holder is named).
+        Err(lanefs::Error::Busy(why)) => {
+            let who = crate::holders::who_holds(image)
+                .map(|w| format!(": {w}"))
+                .unwrap_or_default();
+            return Err(Failure::new(
+                &what,
+                lanefs::Error::Busy(format!("{why}{who}")),
+            ));
+        }
+        Err(e) => return Err(Failure::new(&what, e)),
+    };
     // A command that writes says why it cannot, before it starts.
     let refused = (!read_only)
         .then(|| fs.read_only_reason())

@@ -239,8 +239,8 @@ fn kernel_mounted_image_is_refused() {
     assert!(text.contains('k') && !text.contains("\nd\n"), "{text}");
 }
 
-/// Two writers at once: the second is refused in one line while the first holds the
-/// image, and the first's tree is whole afterwards.
+/// Two writers at once: the second is refused in one line naming the holder's pid while
+/// the first holds the image, and the first's tree is whole afterwards.
 #[test]
 fn second_writer_is_refused() {
     let td = tempfile::tempdir().unwrap();
@@ -253,6 +253,10 @@ fn second_writer_is_refused() {
     fs::write(src.join("f"), b"second").unwrap();
     let line = one_line_failure(&lanefs(&["cp", "-r", &s(&src), &at(&image, "/second")]));
     assert!(line.contains("in use by another lanefs"), "{line}");
+    assert!(
+        line.contains(&format!("open in pid {}", std::process::id())),
+        "{line}"
+    );
     fs.unmount().unwrap();
     ok(lanefs(&["cp", "-r", &s(&src), &at(&image, "/second")]));
     let ls = ok(lanefs(&["ls", &at(&image, "/")]));
