@@ -12,7 +12,7 @@
 //!   `inode_hash_lock` before Linux 6.11.
 //! - `papaya`: the `papaya` crate's lock-free map.
 //!
-//! The rules (KERNEL-NOTES 4.4):
+//! The rules (as the kernel's inode cache keeps them):
 //! - One in-memory inode per number. An inode being read from disk or created sits in the
 //!   table as a [`Slot::New`] placeholder: a lookup that meets it waits for that inode
 //!   alone, then looks again; a failed set-up removes the placeholder.

@@ -1,5 +1,5 @@
 //! `bufio` (seed 002, after its fio runs: buffered 64 KiB IO over files held in the page
-//! cache; KERNEL-NOTES 5). One operation is one 64 KiB call, so bandwidth is ops/s x 64 KiB
+//! cache; docs/page-cache.md). One operation is one 64 KiB call, so bandwidth is ops/s x 64 KiB
 //! ([`PhaseResult::io`] says how many of those bytes are read and how many written).
 //!
 //! Before the timed phases (untimed) the run lays out its data: one shared file of `size`
