@@ -317,7 +317,7 @@ pub fn set_pinning(pin: bool) {
 }
 
 /// Keep the calling thread on `cpu` (best effort: an unpinned thread still runs right).
-fn pin_to(cpu: usize) {
+pub(crate) fn pin_to(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is a valid (empty) set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `cpu` came from `allowed_cpus`, so it is below CPU_SETSIZE.

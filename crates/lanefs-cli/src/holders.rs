@@ -47,33 +47,38 @@ fn is_mount_daemon(pid: &str) -> bool {
     name == "mount.fuse.lanefs" || (name == "lanefs" && argv.next() == Some(b"mount"))
 }
 
-/// Every process other than this one that has `image` open: its pid and command name.
-fn processes_holding(image: &Path) -> Vec<(u32, String)> {
+/// The pids of every process but this one (as far as this user may see them).
+fn other_pids() -> Vec<u32> {
     let me = std::process::id();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut found = Vec::new();
-    for e in procs.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            continue;
-        };
-        let holds = fds
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| same_file(&t, image)));
-        if holds {
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .collect()
+}
+
+/// Whether process `pid` has `image` open.
+fn holds(pid: u32, image: &Path) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| same_file(&t, image)))
+}
+
+/// Every process other than this one that has `image` open: its pid and command name.
+fn processes_holding(image: &Path) -> Vec<(u32, String)> {
+    other_pids()
+        .into_iter()
+        .filter(|&pid| holds(pid, image))
+        .map(|pid| {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            found.push((pid, comm.trim().to_string()));
-        }
-    }
-    found
+            (pid, comm.trim().to_string())
+        })
+        .collect()
 }
 
 /// Who holds `image`, for a "busy" message: its lanefs mounts and the processes that
@@ -93,26 +98,7 @@ pub fn who_holds(image: &Path) -> Option<String> {
 
 /// A lanefs mount daemon other than this process that has `image` open: its pid.
 pub fn daemon_holding(image: &Path) -> Option<u32> {
-    let me = std::process::id();
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        if pid.parse() == Ok(me) || !is_mount_daemon(pid) {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            continue;
-        };
-        for fd in fds.flatten() {
-            if std::fs::read_link(fd.path()).is_ok_and(|t| same_file(&t, image)) {
-                return pid.parse().ok();
-            }
-        }
-    }
-    None
+    other_pids()
+        .into_iter()
+        .find(|&pid| is_mount_daemon(&pid.to_string()) && holds(pid, image))
 }

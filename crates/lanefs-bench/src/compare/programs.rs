@@ -244,13 +244,11 @@ fn pin_first_cpu(cmd: &mut Command) {
     let Some(cpu) = crate::timing::allowed_cpus().first().copied() else {
         return;
     };
-    // SAFETY: the closure runs in the child between fork and exec and only calls
-    // sched_setaffinity (async-signal-safe) on a cpu_set_t on its own stack.
+    // SAFETY: the closure runs in the child between fork and exec; `pin_to` only fills
+    // a cpu_set_t on its own stack and calls sched_setaffinity (async-signal-safe).
     unsafe {
         cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            crate::timing::pin_to(cpu);
             Ok(())
         });
     }
