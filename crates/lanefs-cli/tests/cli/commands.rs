@@ -281,3 +281,23 @@ fn engine_errors_are_one_line() {
     one_line_failure(&out);
     assert_eq!(out.status.code(), Some(8));
 }
+
+/// Errors that name what is wrong: `mkfs` into a directory that does not exist names the
+/// directory; a file too small to hold a superblock is said to be no ext2/3/4 file system.
+#[test]
+fn errors_name_the_missing_directory_and_the_non_image() {
+    let dir = tempdir();
+    let missing = dir.path().join("nosuchdir");
+    let img = missing.join("x.img");
+    let line = one_line_failure(&lanefs(&["mkfs", &s(&img), "--size", "16M"]));
+    assert!(
+        line.contains(&format!("directory {} does not exist", missing.display())),
+        "{line}"
+    );
+    assert!(!missing.exists());
+    let small = dir.path().join("small");
+    write_file(&small, b"not an image\n", 0o644);
+    let line = one_line_failure(&lanefs(&["ls", &at(&small, "/")]));
+    assert!(line.contains("not an ext2/3/4 file system"), "{line}");
+    assert!(line.contains("13 bytes"), "{line}");
+}

@@ -269,3 +269,25 @@ fn mounts_again_after_kernel_umount() {
     m.umount();
     e2fsck_clean(&img);
 }
+
+/// The daemon takes no transparent huge pages (PR_SET_THP_DISABLE; see mount.rs
+/// `no_huge_pages`): its /proc status says so.
+#[test]
+fn the_daemon_takes_no_huge_pages() {
+    if !fuse_ready("the_daemon_takes_no_huge_pages") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("a.img");
+    mkfs(&img, "64M", &[]);
+    let m = Mount::new(&img, &t.path().join("mnt"), "");
+    let pid = daemon_pid(&m.dir).expect("the daemon's pid");
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    m.umount();
+    let line = status.lines().find(|l| l.starts_with("THP_enabled:"));
+    assert_eq!(
+        line.map(|l| l.split_whitespace().nth(1)),
+        Some(Some("0")),
+        "{status}"
+    );
+}
