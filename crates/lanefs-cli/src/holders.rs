@@ -60,13 +60,27 @@ fn other_pids() -> Vec<u32> {
         .collect()
 }
 
-/// Whether process `pid` has `image` open.
+/// Whether process `pid` has `image` (canonical) open. A descriptor's link names the
+/// file as the kernel resolved it; only one that names `image`, or a file of the same
+/// name (a bind mount's or a hard link's), is looked at further, through the
+/// descriptor's own /proc link: this scan never walks a path into another process's
+/// files, which on a FUSE mount would take a reference on that mount for the walk (and
+/// could make an `umount` there fail EBUSY) and wait for its daemon.
 fn holds(pid: u32, image: &Path) -> bool {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return false;
     };
-    fds.flatten()
-        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| same_file(&t, image)))
+    let Ok(want) = std::fs::metadata(image) else {
+        return false;
+    };
+    fds.flatten().any(|fd| match std::fs::read_link(fd.path()) {
+        Ok(t) if t == image => true,
+        Ok(t) if t.file_name().is_some() && t.file_name() == image.file_name() => {
+            std::fs::metadata(fd.path())
+                .is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino())
+        }
+        _ => false,
+    })
 }
 
 /// Every process other than this one that has `image` open: its pid and command name.
@@ -84,6 +98,7 @@ fn processes_holding(image: &Path) -> Vec<(u32, String)> {
 /// Who holds `image`, for a "busy" message: its lanefs mounts and the processes that
 /// have it open (as far as this user may see them), or `None` when none is found.
 pub fn who_holds(image: &Path) -> Option<String> {
+    let image = &image.canonicalize().ok()?;
     let mut parts: Vec<String> = live_mounts(image)
         .into_iter()
         .map(|(mp, _)| format!("mounted by lanefs at {}", mp.display()))

@@ -220,6 +220,7 @@ fn daemon(
     // SAFETY: setsid has no preconditions; failure (already a group leader) is harmless.
     unsafe { libc::setsid() };
     let _ = std::env::set_current_dir("/");
+    close_inherited(status.as_raw_fd());
     let status = std::fs::File::from(status);
     let r = server(
         mp,
@@ -238,6 +239,24 @@ fn daemon(
         }),
     );
     i32::from(r.is_err())
+}
+
+/// Close every descriptor above standard error that the daemon inherited, except `keep`
+/// (the status pipe). A caller's descriptor without close-on-exec (a shell's `exec
+/// 3>/mnt/a/log`, a test's raw open) would otherwise live as long as the mount, and a
+/// file it names keeps another mount busy: `umount` says EBUSY until this daemon exits.
+fn close_inherited(keep: std::os::fd::RawFd) {
+    let keep = keep as libc::c_uint;
+    // SAFETY: this runs in the forked child before it opens anything: the descriptors
+    // above 2 are those inherited across the fork, which no object in this process owns
+    // except `keep` (the status pipe, left open); the rest of `run`'s parent side
+    // (the pipe's read end) was dropped already. close_range only closes descriptors.
+    unsafe {
+        if keep > 3 {
+            libc::close_range(3, keep - 1, 0);
+        }
+        libc::close_range(keep + 1, libc::c_uint::MAX, 0);
+    }
 }
 
 /// Point stdin, stdout and stderr at /dev/null.

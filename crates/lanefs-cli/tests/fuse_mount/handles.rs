@@ -116,7 +116,9 @@ pub(super) fn open_handle(
         libc::open_by_handle_at(
             std::os::fd::AsRawFd::as_raw_fd(&dir),
             handle.as_mut_ptr().cast(),
-            flags,
+            // Close-on-exec, as every descriptor std opens: a program another test starts
+            // meanwhile must not inherit it (and keep this mount busy).
+            flags | libc::O_CLOEXEC,
         )
     };
     if fd < 0 {
@@ -157,18 +159,6 @@ fn file_handles_reopen_after_the_caches_drop() {
         Some(libc::ESTALE)
     );
     drop((f, d));
-    // Files opened by handle let go of the mount a moment after their close (the
-    // kernel's deferred release); until then umount says EBUSY.
-    let mut tries = 0;
-    loop {
-        let out = run(Command::new(LANEFS).arg("umount").arg(&m.dir));
-        if out.status.success() {
-            break;
-        }
-        tries += 1;
-        assert!(tries < 50, "lanefs umount: {out:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    m.forget();
+    m.umount();
     e2fsck_clean(&img);
 }

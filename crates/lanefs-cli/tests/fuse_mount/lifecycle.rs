@@ -291,3 +291,37 @@ fn the_daemon_takes_no_huge_pages() {
         "{status}"
     );
 }
+
+/// The daemon keeps no descriptor it inherited: a shell that has a file on one mount
+/// open (a redirection, without close-on-exec) and mounts another image leaves the
+/// first mount free to unmount while the second serves.
+#[test]
+fn the_daemon_keeps_no_inherited_descriptor() {
+    if !fuse_ready("the_daemon_keeps_no_inherited_descriptor") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = (t.path().join("a.img"), t.path().join("b.img"));
+    mkfs(&a, "64M", &[]);
+    mkfs(&b, "64M", &[]);
+    let ma = Mount::new(&a, &t.path().join("ma"), "");
+    let mb_dir = t.path().join("mb");
+    fs::create_dir_all(&mb_dir).unwrap();
+    let out = run(Command::new("bash")
+        .arg("-c")
+        .arg("exec 3>\"$1/log\" && \"$2\" mount \"$3\" \"$4\"")
+        .arg("bash")
+        .arg(&ma.dir)
+        .arg(LANEFS)
+        .arg(&b)
+        .arg(&mb_dir));
+    assert!(
+        out.status.success(),
+        "mount with a descriptor open: {out:?}"
+    );
+    let mb = Mount::adopt(&b, &mb_dir);
+    ma.umount();
+    mb.umount();
+    e2fsck_clean(&a);
+    e2fsck_clean(&b);
+}

@@ -360,7 +360,7 @@ fn open_truncate_checks_before_it_cuts() {
     let open = |p: &Path, flags: i32| {
         let c = cstr(p);
         // SAFETY: `c` is a NUL-terminated path living for the call.
-        let fd = unsafe { libc::open(c.as_ptr(), flags) };
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
         if fd < 0 {
             return Err(errno());
         }
