@@ -30,8 +30,11 @@ pub enum Error {
     IsDir,
     /// The directory is not empty.
     NotEmpty,
-    /// No free blocks or inodes left (or a directory index is full).
+    /// No free blocks left (or a directory index or an inode's xattr room is full).
     NoSpace,
+    /// No free inodes left (ENOSPC, as for blocks; told apart in messages, as `df -i`
+    /// tells them apart).
+    NoInodes,
     /// A name longer than 255 bytes.
     NameTooLong,
     /// An invalid argument, with what was wrong.
@@ -80,7 +83,7 @@ impl Error {
             Error::NotDir => libc::ENOTDIR,
             Error::IsDir => libc::EISDIR,
             Error::NotEmpty => libc::ENOTEMPTY,
-            Error::NoSpace => libc::ENOSPC,
+            Error::NoSpace | Error::NoInodes => libc::ENOSPC,
             Error::NameTooLong => libc::ENAMETOOLONG,
             Error::Invalid(_) => libc::EINVAL,
             Error::ReadOnly => libc::EROFS,
@@ -118,6 +121,7 @@ impl fmt::Display for Error {
             Error::IsDir => write!(f, "is a directory"),
             Error::NotEmpty => write!(f, "directory not empty"),
             Error::NoSpace => write!(f, "no space left on device"),
+            Error::NoInodes => write!(f, "no free inodes left on device"),
             Error::NameTooLong => write!(f, "file name too long"),
             Error::Invalid(s) => write!(f, "invalid argument: {s}"),
             Error::ReadOnly => write!(f, "read-only file system"),

@@ -395,7 +395,7 @@ impl InodeAllocator {
             self.find_group_other(&want, al)
         };
         let Some(g0) = g0 else {
-            return Err(Error::NoSpace);
+            return Err(Error::NoInodes);
         };
         want.last.store(g0, Ordering::Relaxed);
         let n = self.geo.groups;
@@ -408,7 +408,7 @@ impl InodeAllocator {
                 return Ok(u64::from(g) * u64::from(self.geo.ipg) + u64::from(bit) + 1);
             }
         }
-        Err(Error::NoSpace)
+        Err(Error::NoInodes)
     }
 
     /// Claim a free bit of group `g` (see the module comment for the two policies).

@@ -29,7 +29,9 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Mutex;
 
 mod fill;
+mod outcome;
 use fill::{changed, work};
+use outcome::Outcome;
 
 /// What a host entry is (from `fstat` or `fstatat`).
 #[derive(Clone, Copy)]
@@ -200,9 +202,11 @@ pub fn populate(image: &Path, src: &Path, clamp: Option<i64>) -> CmdResult<()> {
 }
 
 /// Run `walker` (which makes the names) while workers write the files' data it hands
-/// them; the first failure of either is the result.
+/// them. The first error stops the walk; what the workers had in hand is written or,
+/// once an error is in, left; every error is reported and every file not copied whole
+/// removed (`outcome`).
 fn walk(ctx: Ctx<'_>, walker: impl FnOnce(&Copier<'_>) -> CmdResult<()>) -> CmdResult<i32> {
-    let failed: Mutex<Option<Failure>> = Mutex::new(None);
+    let failed: Mutex<Outcome> = Mutex::new(Outcome::default());
     // File data is written by workers while this thread walks the tree and makes the
     // names (a directory's own attributes are set after its last name).
     let block_size = u64::from(ctx.fs.statfs().ctx("statfs")?.block_size);
@@ -220,12 +224,21 @@ fn walk(ctx: Ctx<'_>, walker: impl FnOnce(&Copier<'_>) -> CmdResult<()>) -> CmdR
             buf: RefCell::new(Vec::new()),
             block_size,
             made: RefCell::new(HashSet::new()),
+            link_names: RefCell::new(Vec::new()),
+            stopped: std::cell::Cell::new(false),
         };
-        walker(&copier)
+        let walked = walker(&copier);
+        (walked, copier.stopped.get(), copier.link_names.take())
     });
-    let failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
-    walked?;
-    failed.map_or(Ok(0), Err)
+    let (walked, stopped, links) = walked;
+    let mut outcome = failed.into_inner().unwrap_or_else(|e| e.into_inner());
+    match walked {
+        // The walk stopped for the workers' error, which is in already.
+        Err(_) if stopped => {}
+        Err(e) => outcome.errors.push(e),
+        Ok(()) => {}
+    }
+    outcome.settle(ctx.fs, &links, ctx.progress)
 }
 
 /// Each source opened where it is (a final symlink is not followed), refusing directories
@@ -357,6 +370,9 @@ struct Job {
     path: PathBuf,
     meta: Meta,
     ino: Ino,
+    /// Where the walk made (or found) its name.
+    dir: Ino,
+    name: Vec<u8>,
     truncate: bool,
     shown: String,
     /// Every byte of the host file's data segments is written, zeros too (its blocks were
@@ -422,7 +438,12 @@ struct Copier<'a> {
     /// first name was copied to: later names become hard links to it, as `cp -a` does.
     links: RefCell<HashMap<(u64, u64), Ino>>,
     jobs: SyncSender<Job>,
-    failed: &'a Mutex<Option<Failure>>,
+    failed: &'a Mutex<Outcome>,
+    /// The names `link` made: removed with their inode's first name if its copy does
+    /// not finish.
+    link_names: RefCell<Vec<outcome::Name>>,
+    /// The walk stopped because a worker's error is in `failed`.
+    stopped: std::cell::Cell<bool>,
     /// The walk's own data buffer, for files it writes itself (a reproducible build).
     buf: RefCell<Vec<u8>>,
     /// The image's block size (read once: `statfs` takes the superblock's lock).
@@ -602,6 +623,13 @@ impl Copier<'_> {
             None => {}
         }
         self.ctx.fs.link(target, dir, name).ctx(shown)?;
+        let made = outcome::Name {
+            ino: target,
+            dir,
+            name: name.to_vec(),
+            shown: shown.to_string(),
+        };
+        self.link_names.borrow_mut().push(made);
         Ok(())
     }
 
@@ -745,8 +773,12 @@ impl Copier<'_> {
         reuse: Option<Ino>,
         shown: &str,
     ) -> CmdResult<Ino> {
-        if let Some(e) = self.failed.lock().ok().and_then(|mut f| f.take()) {
-            return Err(e);
+        if Outcome::stopped(self.failed) {
+            self.stopped.set(true);
+            return Err(Failure::new(
+                shown,
+                Error::msg("not copied: the copy stopped"),
+            ));
         }
         let ino = match reuse {
             Some(ino) => {
@@ -766,21 +798,44 @@ impl Copier<'_> {
             path: path.to_path_buf(),
             meta,
             ino,
+            dir,
+            name: name.to_vec(),
             truncate: reuse.is_some(),
             shown: shown.to_string(),
             dense: false,
             xattrs_done: false,
         };
-        if self.ctx.clamp.is_some() && !self.allocate_in_order(&mut job)? {
-            // Written here: a small file, a block-mapped one, or one whose extents a
-            // worker's writes could outgrow the inode's room for.
-            let mut buf = self.buf.borrow_mut();
-            buf.resize(CHUNK, 0);
-            self.ctx.run(&mut buf, &job)?;
-            return Ok(ino);
+        let by_worker = match self.ctx.clamp {
+            Some(_) => self.allocate_in_order(&mut job),
+            None => Ok(true),
+        };
+        let unfinished = |job: &Job, e: Failure| {
+            Outcome::fail(self.failed, job, None);
+            Err(e)
+        };
+        match by_worker {
+            Ok(true) => {}
+            Ok(false) => {
+                // Written here: a small file, a block-mapped one, or one whose extents a
+                // worker's writes could outgrow the inode's room for.
+                let mut buf = self.buf.borrow_mut();
+                buf.resize(CHUNK, 0);
+                return match self.ctx.run(&mut buf, &job) {
+                    Ok(()) => Ok(ino),
+                    Err(e) => unfinished(&job, e),
+                };
+            }
+            Err(e) => {
+                let _ = self.ctx.fs.release(ino);
+                return unfinished(&job, e);
+            }
         }
-        if self.jobs.send(job).is_err() {
-            return Err(Failure::new(shown, Error::msg("the copy's workers ended")));
+        if let Err(std::sync::mpsc::SendError(job)) = self.jobs.send(job) {
+            let _ = self.ctx.fs.release(ino);
+            return unfinished(
+                &job,
+                Failure::new(shown, Error::msg("the copy's workers ended")),
+            );
         }
         Ok(ino)
     }

@@ -4,8 +4,9 @@
 
 use super::*;
 
-/// A worker: run jobs until the walk ends; after a failure only release what is left.
-pub(super) fn work(ctx: Ctx<'_>, rx: &Mutex<Receiver<Job>>, failed: &Mutex<Option<Failure>>) {
+/// A worker: run jobs until the walk ends. A job that fails, or that comes after an
+/// error stopped the copy (then only released), leaves its file unfinished.
+pub(super) fn work(ctx: Ctx<'_>, rx: &Mutex<Receiver<Job>>, failed: &Mutex<Outcome>) {
     let mut buf = vec![0u8; CHUNK];
     loop {
         let job = match rx.lock() {
@@ -13,16 +14,13 @@ pub(super) fn work(ctx: Ctx<'_>, rx: &Mutex<Receiver<Job>>, failed: &Mutex<Optio
             Err(_) => return,
         };
         let Ok(job) = job else { return };
-        let stop = failed.lock().map_or(true, |f| f.is_some());
-        let r = if stop {
-            ctx.fs.release(job.ino).ctx(&job.shown)
-        } else {
-            ctx.run(&mut buf, &job)
-        };
-        if let Err(e) = r {
-            if let Ok(mut f) = failed.lock() {
-                f.get_or_insert(e);
-            }
+        if Outcome::stopped(failed) {
+            let released = ctx.fs.release(job.ino).ctx(&job.shown);
+            Outcome::fail(failed, &job, released.err());
+            continue;
+        }
+        if let Err(e) = ctx.run(&mut buf, &job) {
+            Outcome::fail(failed, &job, Some(e));
         }
     }
 }
