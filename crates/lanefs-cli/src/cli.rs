@@ -124,7 +124,8 @@ pub struct MkfsArgs {
     /// Percentage of blocks reserved for root.
     #[arg(short = 'm', long)]
     pub reserved_percent: Option<u32>,
-    /// Overwrite an image that already holds an ext4 file system.
+    /// Overwrite a file or device that holds a file system, a volume or a partition
+    /// table without asking (mkfs asks on a terminal, else refuses).
     #[arg(short = 'F', long, visible_short_alias = 'f')]
     pub force: bool,
     /// Copy this host directory into the new file system, as `mke2fs -d`: its contents

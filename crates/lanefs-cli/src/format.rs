@@ -8,17 +8,11 @@ use lanefs::info::report as info_report;
 use lanefs::mkfs::{format, MkfsOptions};
 use lanefs::{BlockDevice, FileDevice};
 use std::io::Write;
-use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 /// fsck exit code for operational errors (image unreadable).
 pub const FSCK_OPERATIONAL: i32 = 8;
-
-/// Byte offset of the ext4 superblock magic.
-const MAGIC_OFFSET: u64 = 1080;
-
-/// The ext4 superblock magic.
-const EXT4_MAGIC: u16 = 0xEF53;
 
 /// What is at the path `mkfs` is asked to format.
 enum Existing {
@@ -44,15 +38,49 @@ fn existing(path: &Path) -> CmdResult<Existing> {
     }
 }
 
-/// Whether `path` holds an ext4 superblock magic.
-fn holds_ext4(path: &Path) -> CmdResult<bool> {
-    let file = std::fs::File::open(path).ctx(path.display())?;
-    let mut magic = [0u8; 2];
-    match file.read_exact_at(&mut magic, MAGIC_OFFSET) {
-        Ok(()) => Ok(u16::from_le_bytes(magic) == EXT4_MAGIC),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-        Err(e) => Err(Failure::new(path.display(), e)),
+/// What `path` (an existing file or device) holds that mke2fs asks about before
+/// overwriting it: "an ext4 file system", "a DOS partition table", ... (read before the
+/// image is opened to write: a reader's shared claim).
+fn holds_signature(path: &Path) -> CmdResult<Option<String>> {
+    let dev = FileDevice::open(path, true).ctx(path.display())?;
+    lanefs::mkfs::existing_signature(&dev).ctx(path.display())
+}
+
+/// Go on over what `path` holds (`what`) only when the user says so: asked on a
+/// terminal as mke2fs asks ("Proceed anyway? (y,N)"), refused otherwise.
+fn confirm_overwrite(path: &Path, what: &str) -> CmdResult<()> {
+    use std::io::IsTerminal;
+    let refuse = || {
+        let msg = format!("already holds {what} (use --force to overwrite)");
+        Err(Failure::new(path.display(), Error::msg(msg)))
+    };
+    if !std::io::stdin().is_terminal() {
+        return refuse();
     }
+    eprint!("{} holds {what}. Proceed anyway? (y,N) ", path.display());
+    let mut answer = String::new();
+    let _ = std::io::stdin().read_line(&mut answer);
+    match answer.trim() {
+        "y" | "Y" | "yes" | "YES" | "Yes" => Ok(()),
+        _ => refuse(),
+    }
+}
+
+/// Empty the regular file `dev` formats whole (punched, reading as zeros after), as
+/// mke2fs discards a file before formatting it: nothing of what it held before stays
+/// in it, in free blocks either. False when the host file system cannot punch holes.
+fn punch_whole(path: &Path, len: u64) -> bool {
+    use rustix::fs::{fallocate, FallocateFlags};
+    let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) else {
+        return false;
+    };
+    fallocate(
+        &f,
+        FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+        0,
+        len,
+    )
+    .is_ok()
 }
 
 /// A count or size option: digits with an optional K/M/G/T suffix, in one line on error.
@@ -151,18 +179,30 @@ fn open_target(args: &MkfsArgs, size: Option<u64>) -> CmdResult<(FileDevice, boo
     let path = &args.image;
     let what = path.display();
     let found = existing(path)?;
-    let is_ext4 = matches!(found, Existing::File(len) if len > 0) && holds_ext4(path)?;
-    if is_ext4 && !args.force {
-        let msg = "already holds an ext4 file system (use --force to overwrite)";
-        return Err(Failure::new(what, Error::msg(msg)));
+    let probe =
+        matches!(found, Existing::File(len) if len > 0) || matches!(found, Existing::Device);
+    if probe && !args.force {
+        if let Some(what) = holds_signature(path)? {
+            confirm_overwrite(path, &what)?;
+        }
     }
     match (found, size) {
         (Existing::Device, Some(_)) => Err(Failure::new(
             what,
             Error::msg("is a block device: its own size is used, drop --size"),
         )),
-        (Existing::Device, None) | (Existing::File(_), None) => {
-            Ok((FileDevice::open(path, false).ctx(what)?, false, false))
+        (Existing::Device, None) => {
+            let dev = FileDevice::open(path, false).ctx(&what)?;
+            lanefs::mkfs::clear_ends(&dev).ctx(what)?;
+            Ok((dev, false, false))
+        }
+        (Existing::File(len), None) => {
+            let dev = FileDevice::open(path, false).ctx(&what)?;
+            if punch_whole(path, len) {
+                return Ok((dev, false, true));
+            }
+            lanefs::mkfs::clear_ends(&dev).ctx(what)?;
+            Ok((dev, false, false))
         }
         (Existing::Missing, None) => Err(Failure::new(
             what,

@@ -16,6 +16,70 @@ fn mkfs_refuses_to_overwrite_ext4_without_force() {
     assert_eq!(lmeta(&image).len(), 4096, "the refused image was changed");
 }
 
+/// mkfs over a file of data (no signature: a gzip stream) formats it and keeps none of
+/// its bytes, the first 1024 included; over a file holding another file system (an xfs
+/// magic) or a partition table it refuses without --force when it cannot ask (standard
+/// input not a terminal), naming what is there, and leaves the file as it was.
+#[test]
+fn mkfs_clears_data_and_asks_before_other_file_systems() {
+    let dir = tempdir();
+    let image = dir.path().join("v.tgz");
+    let mut x = 7u64;
+    let mut data: Vec<u8> = (0..2 << 20)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 56) as u8
+        })
+        .collect();
+    data[..4].copy_from_slice(&[0x1f, 0x8b, 8, 0]);
+    write_file(&image, &data, 0o644);
+    let out = Command::new(env!("CARGO_BIN_EXE_lanefs"))
+        .args(["mkfs", &s(&image)])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    ok(out);
+    let now = std::fs::read(&image).unwrap();
+    assert_eq!(now.len(), data.len());
+    assert!(
+        now[..1024].iter().all(|&b| b == 0),
+        "the boot block kept old data"
+    );
+    let kept = now
+        .chunks(4096)
+        .zip(data.chunks(4096))
+        .filter(|(a, b)| a == b)
+        .count();
+    assert_eq!(kept, 0, "blocks of the old data are still in the image");
+    ok(lanefs(&["fsck", &s(&image)]));
+
+    for (what, off, magic) in [
+        ("an xfs file system", 0usize, &b"XFSB"[..]),
+        ("a DOS partition table", 510, &[0x55, 0xAA][..]),
+    ] {
+        let mut bytes = vec![0u8; 1 << 20];
+        bytes[off..off + magic.len()].copy_from_slice(magic);
+        bytes[446 + 4] = 0x83;
+        write_file(&image, &bytes, 0o644);
+        let out = Command::new(env!("CARGO_BIN_EXE_lanefs"))
+            .args(["mkfs", &s(&image)])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let line = one_line_failure(&out);
+        assert!(line.contains(what) && line.contains("--force"), "{line}");
+        assert_eq!(
+            std::fs::read(&image).unwrap(),
+            bytes,
+            "a refused mkfs wrote"
+        );
+        ok(lanefs(&["mkfs", "-F", &s(&image)]));
+        ok(lanefs(&["fsck", &s(&image)]));
+    }
+}
+
 #[test]
 fn mkfs_then_fsck_and_e2fsck_are_clean() {
     let dir = tempdir();

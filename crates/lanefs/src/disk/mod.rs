@@ -18,6 +18,7 @@ pub mod quota;
 pub mod reseal;
 pub mod rtdev;
 pub mod seal;
+pub mod signature;
 pub mod superblock;
 pub mod xattr;
 

@@ -132,6 +132,33 @@ impl MkfsOptions {
     }
 }
 
+/// What `dev` holds already, by the signatures mke2fs asks about before it overwrites
+/// them ("an xfs file system", "a DOS partition table", ...;
+/// [`crate::disk::signature`]), or `None`.
+pub fn existing_signature(dev: &dyn BlockDevice) -> Result<Option<String>> {
+    let len = (crate::disk::signature::HEAD as u64).min(dev.size()) as usize;
+    let mut head = vec![0u8; len];
+    dev.read_at(0, &mut head)?;
+    Ok(crate::disk::signature::identify(&head))
+}
+
+/// Zero what other formats keep at the ends of a device that [`format`] may leave as
+/// it was: the first 4 KiB (a boot sector, a partition table, the superblocks of xfs,
+/// LUKS, MD RAID 1.1/1.2) and the last 64 KiB to 128 KiB (MD RAID 0.90/1.0, the GPT
+/// backup header), as mke2fs zeroes them. A regular image file is better emptied
+/// whole (punched) by its caller, which makes it read as zeros.
+pub fn clear_ends(dev: &dyn BlockDevice) -> Result<()> {
+    const REGION: u64 = 64 << 10;
+    let size = dev.size();
+    let head = size.min(4096);
+    dev.write_at(0, &vec![0u8; head as usize])?;
+    let tail = (size / REGION * REGION).saturating_sub(REGION).max(head);
+    if tail < size {
+        dev.write_at(tail, &vec![0u8; (size - tail) as usize])?;
+    }
+    Ok(())
+}
+
 /// Format `dev` as an empty file system with `lost+found`.
 ///
 /// Errors with `Error::Invalid` (one line, naming what is wrong) when an option or a
