@@ -164,6 +164,24 @@ pub struct FsckArgs {
     /// Say more about what is checked.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Check only, change nothing (the default).
+    #[arg(short = 'n', long = "no", conflicts_with_all = ["preen", "yes"])]
+    pub no: bool,
+    /// Repair what is safe without asking, as `e2fsck -p`: replay the journal, finish the
+    /// orphan list, rewrite the free counts; name the rest and leave it to `e2fsck -fy`.
+    #[arg(
+        short = 'p',
+        long = "preen",
+        visible_short_alias = 'a',
+        conflicts_with = "yes"
+    )]
+    pub preen: bool,
+    /// Repair as `-p` does (lanefs repairs nothing more; the rest goes to `e2fsck -fy`).
+    #[arg(short = 'y', long = "yes")]
+    pub yes: bool,
+    /// Accepted for e2fsck's sake: the check is always full.
+    #[arg(short = 'f', long = "force", hide = true)]
+    pub force: bool,
 }
 
 /// Options of `info`.

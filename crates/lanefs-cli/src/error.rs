@@ -109,6 +109,27 @@ impl Failure {
     }
 }
 
+/// The running command's name (`mkfs`, `cp`, ...), for messages.
+static COMMAND: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Record the running command's name (once, before it runs).
+pub fn set_command(name: &'static str) {
+    let _ = COMMAND.set(name);
+}
+
+/// The running command's name ("error" before one is set).
+pub fn command() -> &'static str {
+    COMMAND.get().copied().unwrap_or("error")
+}
+
+/// Print a note that does not change the outcome: `lanefs: CMD: note: TEXT`.
+pub fn note(text: &str) {
+    eprintln!(
+        "{}",
+        one_line(&format!("lanefs: {}: note: {text}", command()))
+    );
+}
+
 /// `s` with line breaks replaced, so that it prints as one line.
 pub fn one_line(s: &str) -> String {
     s.trim_end().replace(['\n', '\r'], " ")

@@ -1,18 +1,14 @@
-//! `mkfs`, `fsck` and `info`: whole-image commands.
+//! `mkfs` and `info`: whole-image commands (`fsck` is in its own module).
 
-use crate::cli::{FsckArgs, InfoArgs, MkfsArgs};
+use crate::cli::{InfoArgs, MkfsArgs};
 use crate::error::{CmdResult, Context, Error, Failure};
 use crate::size::{human, parse_size};
-use lanefs::fsck::{check, FsckOptions, FsckReport};
 use lanefs::info::report as info_report;
 use lanefs::mkfs::{format, MkfsOptions};
 use lanefs::{BlockDevice, FileDevice};
 use std::io::Write;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
-
-/// fsck exit code for operational errors (image unreadable).
-pub const FSCK_OPERATIONAL: i32 = 8;
 
 /// What is at the path `mkfs` is asked to format.
 enum Existing {
@@ -331,57 +327,39 @@ fn attach_rt(args: &MkfsArgs, rt: &Path) -> CmdResult<String> {
     ))
 }
 
-/// Checker options from the command line.
-#[allow(clippy::needless_update)]
-fn fsck_options(args: &FsckArgs) -> FsckOptions {
-    FsckOptions {
-        verbose: args.verbose,
-        ..FsckOptions::default()
-    }
-}
-
-/// What `fsck` prints for `report`: problems, notes when verbose, and the summary.
-fn fsck_text(report: &FsckReport, verbose: bool) -> String {
-    let mut text = String::new();
-    for p in &report.problems {
-        text += &format!("{p}\n");
-    }
-    if report.problems_omitted > 0 {
-        text += &format!("... and {} more problem(s)\n", report.problems_omitted);
-    }
-    if verbose {
-        for n in &report.notes {
-            text += &format!("note: {n}\n");
-        }
-    }
-    text += &format!("{}\n", report.summary().trim_end());
-    text
-}
-
-/// `lanefs fsck`.
-pub fn fsck(args: &FsckArgs) -> CmdResult<i32> {
-    let what = args.image.display();
-    let op = |e: Error| Failure::new(&what, e).with_code(FSCK_OPERATIONAL);
-    let dev = open_device(&args.image).map_err(op)?;
-    let report = check(&dev, &fsck_options(args)).map_err(|e| op(e.into()))?;
-    let text = fsck_text(&report, args.verbose);
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .map_err(|e| op(e.into()))?;
-    Ok(report.exit_code())
-}
-
-/// Open an image or device read-only; a missing path gives a plain host error.
-fn open_device(path: &Path) -> Result<FileDevice, Error> {
+/// Open an image or device read-only, with a note when another program writes it; a
+/// missing path gives a plain host error.
+pub fn open_device(path: &Path) -> Result<FileDevice, Error> {
     std::fs::metadata(path)?;
-    Ok(FileDevice::open(path, true)?)
+    let dev = FileDevice::open(path, true)?;
+    crate::holders::note_if_shared(path);
+    Ok(dev)
 }
 
 /// `lanefs info`.
 pub fn info(args: &InfoArgs) -> CmdResult<i32> {
     let what = args.image.display();
     let dev = open_device(&args.image).ctx(&what)?;
-    let text = info_report(&dev).ctx(&what)?;
+    let mut text = info_report(&dev).ctx(&what)?;
+    if let Some(who) = lanefs::sharing_note(&args.image) {
+        // What lanefs may do with it now, not only what its features allow.
+        let key = "lanefs access:";
+        let lines: Vec<String> = text
+            .lines()
+            .map(|l| match l.strip_prefix(key) {
+                Some(rest) => {
+                    let later = rest.trim();
+                    format!(
+                        "{key}{:pad$}read-only now ({who}); {later} once it is free",
+                        "",
+                        pad = rest.len() - rest.trim_start().len()
+                    )
+                }
+                None => l.to_string(),
+            })
+            .collect();
+        text = lines.join("\n") + "\n";
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).ctx("standard output")?;
     if !text.ends_with('\n') {

@@ -117,3 +117,20 @@ pub fn daemon_holding(image: &Path) -> Option<u32> {
         .into_iter()
         .find(|&pid| is_mount_daemon(&pid.to_string()) && holds(pid, image))
 }
+
+/// The note for reading `image` while another program writes it, if one does (its
+/// lanefs mount named where there is one): what is read is what the writer has made
+/// durable so far.
+pub fn note_if_shared(image: &Path) {
+    let Some(mut who) = lanefs::sharing_note(image) else {
+        return;
+    };
+    let canonical = image.canonicalize().unwrap_or_else(|_| image.to_path_buf());
+    if let Some((mp, _)) = live_mounts(&canonical).into_iter().next() {
+        who = format!("mounted by lanefs at {}", mp.display());
+    }
+    crate::error::note(&format!(
+        "{} is {who}: this reads what is on it now, which may be behind the mount",
+        image.display()
+    ));
+}

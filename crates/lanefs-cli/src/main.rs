@@ -10,6 +10,7 @@ mod copy;
 mod docs;
 mod error;
 mod format;
+mod fsck;
 mod holders;
 mod hostdir;
 mod hostsys;
@@ -25,7 +26,6 @@ use clap::Parser;
 use cli::{Cli, Command};
 use error::{one_line, CmdResult, EXIT_FAILURE};
 use std::io::Write;
-use std::sync::OnceLock;
 
 /// The command's heap: mimalloc (per-thread free lists, pages of one size class) instead
 /// of glibc's malloc, whose bins fragment when millions of inodes are cached and evicted:
@@ -151,9 +151,6 @@ fn trim_heap() {
     unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
-/// The running command's name, for the panic hook's message.
-static COMMAND: OnceLock<&'static str> = OnceLock::new();
-
 /// Print a panic as one line instead of a trace.
 fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
@@ -167,7 +164,7 @@ fn install_panic_hook() {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        let cmd = COMMAND.get().copied().unwrap_or("error");
+        let cmd = error::command();
         let line = one_line(&format!("lanefs: {cmd}: internal error: {msg}{at}"));
         let _ = writeln!(std::io::stderr(), "{line}");
     }));
@@ -177,7 +174,7 @@ fn install_panic_hook() {
 fn dispatch(command: &Command) -> CmdResult<i32> {
     match command {
         Command::Mkfs(a) => format::mkfs(a),
-        Command::Fsck(a) => format::fsck(a),
+        Command::Fsck(a) => fsck::fsck(a),
         Command::Info(a) => format::info(a),
         Command::Ls(a) => browse::ls(a),
         Command::Stat(a) => browse::stat(a),
@@ -202,7 +199,7 @@ fn main() {
     hostsys::default_sigpipe();
     let cli = Cli::parse_from(mount::helper_args(std::env::args_os().collect()));
     let name = cli.command.name();
-    let _ = COMMAND.set(name);
+    error::set_command(name);
     session::set_rtdev(cli.rtdev.clone());
     let code = match std::panic::catch_unwind(|| dispatch(&cli.command)) {
         Ok(Ok(code)) => code,

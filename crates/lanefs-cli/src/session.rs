@@ -64,6 +64,9 @@ pub fn with_fs_opts<T>(
         }
         Err(e) => return Err(Failure::new(&what, e)),
     };
+    if read_only {
+        crate::holders::note_if_shared(image);
+    }
     // A command that writes says why it cannot, before it starts.
     let refused = (!read_only)
         .then(|| fs.read_only_reason())

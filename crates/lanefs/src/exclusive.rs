@@ -13,8 +13,12 @@
 //! - A block device opened read-write is opened with `O_EXCL`: the kernel refuses that
 //!   while the device is mounted, and refuses to mount it while lanefs holds it.
 //!
-//! Read-only opens of a mounted image or device are allowed, as `debugfs` allows them:
-//! nothing is written, and the journal is replayed in memory only.
+//! Read-only opens are never refused, as `debugfs` (`-c`) reads a mounted device:
+//! nothing is written, the journal is replayed in memory only, and what is read is what
+//! the writer (the kernel's mount, a lanefs mount or command) has made durable so far,
+//! which may be behind it. A reader takes a shared lock when it can, which keeps a new
+//! writer out while it reads; [`sharing_note`] says who writes meanwhile, for a
+//! command to tell its user.
 
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -108,15 +112,13 @@ fn lock(file: &File, path: &Path, read_only: bool) -> Result<()> {
         };
         match r {
             Ok(()) => return Ok(()),
+            // A writer holds it: read what it has made durable (see the module's notes).
+            Err(std::fs::TryLockError::WouldBlock) if read_only => return Ok(()),
             Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_PATIENCE => {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
             Err(std::fs::TryLockError::WouldBlock) => {
-                let who = if read_only {
-                    "open for writing by another lanefs"
-                } else {
-                    "in use by another lanefs"
-                };
+                let who = "in use by another lanefs";
                 return Err(Error::Busy(format!("{}: {who}", path.display())));
             }
             // A file system without flock support (some network mounts): go on unlocked.
@@ -153,6 +155,33 @@ fn loops_backed_by(dev: u64, ino: u64) -> Vec<(u64, PathBuf)> {
     out
 }
 
+/// Who writes the image or device at `path` while it is read: "mounted by the kernel at
+/// /mnt (through /dev/loop0)", "open for writing by another lanefs", or `None`. For a
+/// read-only command's note that what it shows may be behind the writer.
+pub fn sharing_note(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.file_type().is_file() {
+        for (dev, node) in loops_backed_by(meta.dev(), meta.ino()) {
+            if let Some(at) = mounted_at(dev) {
+                let node = node.display();
+                return Some(format!("mounted by the kernel at {at} (through {node})"));
+            }
+        }
+        let probe = File::open(path).ok()?;
+        return match probe.try_lock_shared() {
+            Err(std::fs::TryLockError::WouldBlock) => {
+                Some("open for writing by another lanefs".to_string())
+            }
+            _ => None,
+        };
+    }
+    use std::os::unix::fs::FileTypeExt;
+    if meta.file_type().is_block_device() {
+        return mounted_at(meta.rdev()).map(|at| format!("mounted by the kernel at {at}"));
+    }
+    None
+}
+
 /// "major:minor" as a device number.
 fn parse_dev(s: &str) -> Option<u64> {
     let (ma, mi) = s.split_once(':')?;
@@ -186,14 +215,20 @@ mod tests {
         let td = tempfile::tempdir().unwrap();
         let p = td.path().join("img");
         std::fs::write(&p, [0u8; 4096]).unwrap();
+        assert_eq!(sharing_note(&p), None);
         let a = File::options().read(true).write(true).open(&p).unwrap();
         let _ca = claim(&a, &p, false).unwrap();
-        let b = File::open(&p).unwrap();
-        let e = claim(&b, &p, true)
+        let a2 = File::options().read(true).write(true).open(&p).unwrap();
+        let e = claim(&a2, &p, false)
             .err()
-            .expect("reader refused while a writer holds it");
-        assert!(e.to_string().contains("open for writing"), "{e}");
-        drop((_ca, a));
+            .expect("a second writer refused");
+        assert!(e.to_string().contains("in use by another lanefs"), "{e}");
+        // A reader reads on while a writer holds it, and is told who writes.
+        let b = File::open(&p).unwrap();
+        claim(&b, &p, true).expect("a reader is never refused");
+        let note = sharing_note(&p);
+        assert_eq!(note.as_deref(), Some("open for writing by another lanefs"));
+        drop((_ca, a, a2));
         let c = File::open(&p).unwrap();
         let _cc = claim(&c, &p, true).unwrap();
         let _cb = claim(&b, &p, true).unwrap();

@@ -176,6 +176,7 @@ mod mmp;
 pub use crashdev::{CrashDevice, PendingWrite};
 pub use dev::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};
+pub use exclusive::sharing_note;
 pub use fs::{Fs, MountOptions, DEFAULT_ICACHE_LIMIT, MAX_EXTSIZE};
 #[doc(inline)] // Timespec is defined with the inode format
 pub use types::{

@@ -74,12 +74,19 @@ fn kernel_mounted_image_is_not_written() {
     let fs = Fs::mount_path(&img, MountOptions::default()).unwrap();
     assert!(fs.lookup(ROOT_INO, b"kernel-file").is_ok());
     fs.mkdir(ROOT_INO, b"d", 0o755, Owner::default()).unwrap();
-    // A second writer, and a reader, are refused while this one holds it.
+    // A second writer is refused while this one holds it; a reader reads what it has
+    // made durable, and is told who writes.
     busy(
         Fs::mount_path(&img, MountOptions::default()),
         "in use by another lanefs",
     );
-    busy(Fs::mount_path(&img, ro()), "open for writing");
+    let reader = Fs::mount_path(&img, ro()).expect("a reader beside a writer");
+    assert!(reader.lookup(ROOT_INO, b"kernel-file").is_ok());
+    drop(reader);
+    assert_eq!(
+        lanefs::sharing_note(&img).as_deref(),
+        Some("open for writing by another lanefs")
+    );
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
 }

@@ -4,6 +4,7 @@
 mod bench;
 mod commands;
 mod kernel;
+mod state;
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
