@@ -13,8 +13,18 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
     /// The realtime data device of an image made with `mkfs --rtdev` (any command that
-    /// opens the image needs it; for mkfs, the device to give the image).
-    #[arg(long, global = true, value_name = "DATA")]
+    /// opens the image needs it; for mkfs, the device to give the image). Also taken
+    /// after the command's name, by the commands that open an image.
+    #[arg(long, value_name = "DATA")]
+    pub rtdev: Option<PathBuf>,
+}
+
+/// `--rtdev` on a command that opens an image.
+#[derive(Debug, Args, Default)]
+pub struct RtdevArg {
+    /// The realtime data device of an image made with `mkfs --rtdev` (for mkfs, the
+    /// device to give the image).
+    #[arg(long = "rtdev", value_name = "DATA")]
     pub rtdev: Option<PathBuf>,
 }
 
@@ -58,6 +68,23 @@ pub enum Command {
 }
 
 impl Command {
+    /// The `--rtdev` given after the command's name, if it takes one.
+    pub fn rtdev(&self) -> Option<PathBuf> {
+        let rt = match self {
+            Command::Mkfs(a) => &a.rt,
+            Command::Fsck(a) => &a.rt,
+            Command::Info(a) => &a.rt,
+            Command::Ls(a) => &a.rt,
+            Command::Stat(a) | Command::Cat(a) => &a.rt,
+            Command::Mkdir(a) => &a.rt,
+            Command::Rm(a) => &a.rt,
+            Command::Realtime(a) => &a.rt,
+            Command::Cp(a) => &a.rt,
+            _ => return None,
+        };
+        rt.rtdev.clone()
+    }
+
     /// The command's name, as typed.
     pub fn name(&self) -> &'static str {
         match self {
@@ -154,6 +181,8 @@ pub struct MkfsArgs {
     /// Without it an existing file or device keeps its size.
     #[arg(long, value_name = "SIZE", requires = "rtdev")]
     pub rtsize: Option<String>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
 }
 
 /// Options of `fsck`.
@@ -182,6 +211,8 @@ pub struct FsckArgs {
     /// Accepted for e2fsck's sake: the check is always full.
     #[arg(short = 'f', long = "force", hide = true)]
     pub force: bool,
+    #[command(flatten)]
+    pub rt: RtdevArg,
 }
 
 /// Options of `info`.
@@ -189,6 +220,8 @@ pub struct FsckArgs {
 pub struct InfoArgs {
     /// Image file or block device.
     pub image: PathBuf,
+    #[command(flatten)]
+    pub rt: RtdevArg,
 }
 
 /// Options of `ls`.
@@ -202,6 +235,8 @@ pub struct LsArgs {
     pub all: bool,
     /// IMAGE:/PATH (a bare IMAGE lists its root).
     pub target: OsString,
+    #[command(flatten)]
+    pub rt: RtdevArg,
 }
 
 /// A single `IMAGE:/PATH`.
@@ -209,6 +244,8 @@ pub struct LsArgs {
 pub struct PathArg {
     /// IMAGE:/PATH.
     pub target: OsString,
+    #[command(flatten)]
+    pub rt: RtdevArg,
 }
 
 /// Options of `mkdir`.
@@ -220,6 +257,8 @@ pub struct MkdirArgs {
     /// IMAGE:/PATH of each directory to create.
     #[arg(required = true)]
     pub targets: Vec<OsString>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
 }
 
 /// Options of `rm`.
@@ -234,6 +273,8 @@ pub struct RmArgs {
     /// IMAGE:/PATH of each entry to remove.
     #[arg(required = true)]
     pub targets: Vec<OsString>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
 }
 
 /// Options of `realtime`.
@@ -251,6 +292,8 @@ pub struct RealtimeArgs {
     /// IMAGE:/PATH of each file or directory (a file must have no data yet).
     #[arg(required = true)]
     pub targets: Vec<OsString>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
 }
 
 /// Options of `cp`.
@@ -264,6 +307,8 @@ pub struct CpArgs {
     /// written as it is (`./a:b.img:/dir`), and paths inside may hold ':' too.
     #[arg(required = true, num_args = 2..)]
     pub paths: Vec<OsString>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
 }
 
 /// Options of `bench`.
@@ -430,4 +475,49 @@ pub struct ManArgs {
 pub struct CompletionsArgs {
     /// The shell, e.g. `lanefs completions bash > /etc/bash_completion.d/lanefs`.
     pub shell: clap_complete::Shell,
+}
+
+/// The error for a first argument that is no command, with suggestions only for names
+/// a typo away (clap's own suggests any name that shares a few letters: `nosuch` got
+/// `bench`), or `None` when the command is known (clap then parses as usual).
+pub fn unknown_command(args: &[OsString]) -> Option<String> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let mut rest = args.iter().skip(1);
+    let first = loop {
+        let a = rest.next()?.to_str()?;
+        match a {
+            "--rtdev" => {
+                rest.next();
+            }
+            _ if a.starts_with('-') => return None,
+            _ => break a,
+        }
+    };
+    let names: Vec<&str> = cmd
+        .get_subcommands()
+        .flat_map(|c| std::iter::once(c.get_name()).chain(c.get_all_aliases()))
+        .chain(["help"])
+        .collect();
+    if names.contains(&first) {
+        return None;
+    }
+    let near: Vec<String> = names
+        .iter()
+        .filter(|n| {
+            let d = strsim::damerau_levenshtein(first, n);
+            d <= 1 || (d == 2 && n.len() >= 5)
+        })
+        .map(|n| format!("'{n}'"))
+        .collect();
+    let tip = match near.len() {
+        0 => String::new(),
+        1 => format!("\n  tip: a similar command exists: {}\n", near[0]),
+        _ => format!("\n  tip: similar commands exist: {}\n", near.join(", ")),
+    };
+    let all: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
+    Some(format!(
+        "error: unrecognized command '{first}'\n{tip}\nCommands: {}\n\nFor more information, try 'lanefs --help'.\n",
+        all.join(", ")
+    ))
 }

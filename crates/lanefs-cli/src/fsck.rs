@@ -48,7 +48,7 @@ pub fn fsck(args: &FsckArgs) -> CmdResult<i32> {
             return Err(op(Error::msg(msg)));
         }
     }
-    let mut report = check_image(image, args).map_err(op)?;
+    let mut report = check_image(image, args).map_err(|e| op(superblock_hint(e, image)))?;
     if !repair && lanefs::sharing_note(image).is_some() {
         // Mounted: needs_recovery and a full journal are the mount at work, not damage
         // (e2fsck -n on a mounted device skips the journal too).
@@ -90,6 +90,21 @@ pub fn fsck(args: &FsckArgs) -> CmdResult<i32> {
         0 => FSCK_REPAIRED,
         code => code,
     })
+}
+
+/// A damaged primary superblock stops the check; e2fsck repairs one from its backups.
+fn superblock_hint(e: Error, image: &Path) -> Error {
+    match e {
+        Error::Fs(lanefs::Error::Corrupt {
+            what: "superblock",
+            ref detail,
+            ..
+        }) if !detail.contains("not an ext2/3/4") => Error::msg(format!(
+            "{e}; e2fsck -fy {} repairs it from a backup superblock",
+            image.display()
+        )),
+        e => e,
+    }
 }
 
 /// Check `image` read-only.

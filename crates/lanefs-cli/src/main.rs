@@ -197,10 +197,15 @@ fn main() {
     lanefs_bench::rss::set_heap_trim(trim_heap);
     install_panic_hook();
     hostsys::default_sigpipe();
-    let cli = Cli::parse_from(mount::helper_args(std::env::args_os().collect()));
+    let args = mount::helper_args(std::env::args_os().collect());
+    if let Some(msg) = cli::unknown_command(&args) {
+        let _ = std::io::stderr().write_all(msg.as_bytes());
+        std::process::exit(2);
+    }
+    let cli = Cli::parse_from(args);
     let name = cli.command.name();
     error::set_command(name);
-    session::set_rtdev(cli.rtdev.clone());
+    session::set_rtdev(cli.command.rtdev().or_else(|| cli.rtdev.clone()));
     let code = match std::panic::catch_unwind(|| dispatch(&cli.command)) {
         Ok(Ok(code)) => code,
         Ok(Err(failure)) => {

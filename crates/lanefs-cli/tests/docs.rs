@@ -2,7 +2,8 @@
 //! and the shells accept.
 //! Method: `lanefs man DIR` must write lanefs(1) and exactly one page per command that
 //! `lanefs --help` lists, each rendered by `man --warnings` without a warning and naming
-//! its command and options; `lanefs completions SHELL` must parse in bash, zsh and fish,
+//! its command and options, with EXAMPLES and EXIT STATUS and every option's value in
+//! the synopsis; `lanefs completions SHELL` must parse in bash, zsh and fish,
 //! and bash's completion function must offer the commands and a command's options.
 //! Without man, zsh or fish the test prints a SKIP line (a failure under
 //! LANEFS_REQUIRE_PRIVILEGED=1, as CI installs them).
@@ -96,6 +97,9 @@ fn man_pages_cover_every_command_and_render_cleanly() {
     }
     assert!(page("lanefs-mkfs.1").contains("block\\-size"));
     assert!(page("lanefs-mount.1").contains("\\-o"));
+    // --rtdev is on the commands that open an image, not on every command.
+    assert!(page("lanefs-ls.1").contains("rtdev"));
+    assert!(!page("lanefs-umount.1").contains("rtdev"));
     if !need("man_pages_cover_every_command_and_render_cleanly", "man") {
         return;
     }
@@ -114,6 +118,15 @@ fn man_pages_cover_every_command_and_render_cleanly() {
         assert!(
             text.contains("NAME") && text.contains("SYNOPSIS"),
             "{name}: {text}"
+        );
+        assert!(
+            text.contains("EXAMPLES") && text.contains("EXIT STATUS"),
+            "{name}: {text}"
+        );
+        // Every option in the synopsis shows its value.
+        assert!(
+            !text.contains(" ]"),
+            "{name}: an option without its value: {text}"
         );
     }
 }

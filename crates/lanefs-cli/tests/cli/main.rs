@@ -329,6 +329,22 @@ fn bad_arguments_exit_2() {
     }
 }
 
+/// An unknown command suggests only commands a typo away (clap's own suggestion sent
+/// `nosuch` to `bench`), and lists the commands.
+#[test]
+fn an_unknown_command_suggests_only_near_names() {
+    let out = lanefs(&["nosuch"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("unrecognized command 'nosuch'"), "{err}");
+    assert!(!err.contains("tip"), "{err}");
+    assert!(err.contains("Commands: mkfs, fsck"), "{err}");
+    let err = stderr(&lanefs(&["mkfss", "x.img"]));
+    assert!(err.contains("a similar command exists: 'mkfs'"), "{err}");
+    let err = stderr(&lanefs(&["--rtdev", "d.img", "lss"]));
+    assert!(err.contains("'ls'"), "{err}");
+}
+
 #[test]
 fn cat_of_missing_image_fails_in_one_line() {
     let dir = tempdir();

@@ -504,11 +504,21 @@ impl Superblock {
         let sb = Superblock { raw };
         sb.check_magic()?;
         if sb.metadata_csum() && sb.checksum() != sb.compute_checksum() {
+            // Name what else is wrong too, so every reader of a damaged superblock
+            // (a mount, fsck) says the same.
+            let mut fixed = Superblock {
+                raw: sb.raw.clone(),
+            };
+            fixed.update_checksum();
+            let also = match fixed.check_geometry(device_size) {
+                Err(Error::Corrupt { detail, .. }) => format!("; {detail}"),
+                _ => String::new(),
+            };
             return Err(Error::corrupt(
                 "superblock",
                 0,
                 format!(
-                    "checksum mismatch (stored {:#010x}, computed {:#010x})",
+                    "checksum mismatch (stored {:#010x}, computed {:#010x}){also}",
                     sb.checksum(),
                     sb.compute_checksum()
                 ),

@@ -90,7 +90,10 @@ pub(crate) fn load_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, Vec<
         return Err(Error::corrupt(
             "superblock",
             0,
-            "device too small for a superblock",
+            format!(
+                "{} bytes, too small to hold one (not an ext2/3/4 file system)",
+                dev.size()
+            ),
         ));
     }
     let mut sb = Superblock::zeroed();
@@ -112,7 +115,15 @@ pub(crate) fn load_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, Vec<
     // problem to report rather than a reason to stop.
     let mut fixed = sb.clone();
     fixed.update_checksum();
-    Superblock::decode(&fixed.raw[..], dev.size())?;
+    if let Err(e) = Superblock::decode(&fixed.raw[..], dev.size()) {
+        // A bad checksum too: the error names both, as a mount's does.
+        return Err(match problems.is_empty() {
+            true => e,
+            false => Superblock::decode(&sb.raw[..], dev.size())
+                .err()
+                .unwrap_or(e),
+        });
+    }
     Ok((sb, problems))
 }
 
