@@ -136,3 +136,27 @@ fn info_and_fsck_say_the_kernel_has_it_mounted() {
     drop(m);
     assert_clean(&image);
 }
+
+/// One damaged byte in the superblock (its blocks-per-group field) reads the same to
+/// every command: the checksum mismatch and the field it makes invalid; `fsck` exits 8
+/// and sends the user to e2fsck, which repairs from a backup superblock.
+#[test]
+fn a_damaged_superblock_reads_the_same_everywhere() {
+    let dir = tempdir();
+    let image = new_image(dir.path());
+    let mut bytes = fs::read(&image).unwrap();
+    bytes[1024 + 0x20] ^= 0x42;
+    fs::write(&image, &bytes).unwrap();
+    let ls = one_line_failure(&lanefs(&["ls", &at(&image, "/")]));
+    let out = lanefs(&["fsck", &s(&image)]);
+    assert_eq!(out.status.code(), Some(8));
+    let fsck = one_line_failure(&out);
+    let info = one_line_failure(&lanefs(&["info", &s(&image)]));
+    for line in [&ls, &fsck, &info] {
+        assert!(
+            line.contains("checksum mismatch") && line.contains("blocks per group"),
+            "{line}"
+        );
+    }
+    assert!(fsck.contains("e2fsck -fy"), "{fsck}");
+}
