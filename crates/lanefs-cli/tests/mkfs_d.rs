@@ -242,6 +242,26 @@ fn plain_build_copies_the_tree() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("copied"), "{text}");
     e2fsck_clean(&image);
+    // Filling the image was no mount (as with mke2fs -d), and its writes are counted.
+    let info =
+        String::from_utf8_lossy(&ok(lanefs_at(None, &["info", &s(&image)])).stdout).into_owned();
+    let field = |key: &str| {
+        let line = info
+            .lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_default();
+        line[key.len()..].trim().to_string()
+    };
+    assert!(field("Mount count:").starts_with("0 "), "{info}");
+    let kib: u64 = field("Lifetime writes:")
+        .trim_end_matches(" KiB")
+        .parse()
+        .unwrap_or(0);
+    let tree_bytes: u64 = walk_bytes(&tree);
+    assert!(
+        kib * 1024 >= tree_bytes,
+        "lifetime writes {kib} KiB < {tree_bytes} bytes\n{info}"
+    );
     let mnt = td.path().join("mnt");
     if !kernel_mount(name, &image, &mnt, "loop,ro") {
         return;
@@ -278,4 +298,18 @@ fn bad_arguments_fail_in_one_line() {
         assert!(line.contains(needle), "{all:?}: {line}");
         assert!(!image.exists(), "{all:?} left {}", image.display());
     }
+}
+
+/// Bytes the regular files under `root` hold (allocated: holes do not count).
+fn walk_bytes(root: &Path) -> u64 {
+    let mut total = 0;
+    for e in fs::read_dir(root).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        if m.is_dir() {
+            total += walk_bytes(&e.path());
+        } else if m.is_file() {
+            total += m.blocks() * 512;
+        }
+    }
+    total
 }

@@ -445,6 +445,8 @@ pub struct ErrorLatch {
     failed: std::sync::atomic::AtomicBool,
     /// Why the mount stopped writing, when it was not a device error.
     reason: std::sync::Mutex<Option<String>>,
+    /// Bytes written through it (the superblock's lifetime writes count them).
+    written: std::sync::atomic::AtomicU64,
 }
 
 impl ErrorLatch {
@@ -454,6 +456,7 @@ impl ErrorLatch {
             inner,
             failed: std::sync::atomic::AtomicBool::new(false),
             reason: std::sync::Mutex::new(None),
+            written: std::sync::atomic::AtomicU64::new(0),
         }
     }
     /// Stop writes for a reason other than a failed write (another host took the image
@@ -469,6 +472,14 @@ impl ErrorLatch {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+    /// Bytes written through it so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn count(&self, n: usize) {
+        self.written
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
     }
     /// Whether a write or flush has failed.
     pub fn failed(&self) -> bool {
@@ -488,15 +499,18 @@ impl BlockDevice for ErrorLatch {
         self.inner.read_at(off, buf)
     }
     fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
+        self.count(buf.len());
         self.note(self.inner.write_at(off, buf))
     }
     fn read_scatter_at(&self, off: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
         self.inner.read_scatter_at(off, bufs)
     }
     fn write_gather_at(&self, off: u64, bufs: &[&[u8]]) -> Result<()> {
+        self.count(bufs.iter().map(|b| b.len()).sum());
         self.note(self.inner.write_gather_at(off, bufs))
     }
     fn write_log_at(&self, off: u64, bufs: &[&[u8]]) -> Result<()> {
+        self.count(bufs.iter().map(|b| b.len()).sum());
         self.note(self.inner.write_log_at(off, bufs))
     }
     fn flush(&self) -> Result<()> {

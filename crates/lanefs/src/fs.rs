@@ -88,6 +88,9 @@ use std::sync::Arc;
 pub struct Fs {
     dev: Arc<dyn BlockDevice>,
     latch: Arc<ErrorLatch>,
+    /// The superblock's lifetime writes (KiB) when mounted; the clean unmount adds this
+    /// mount's.
+    kbytes_at_mount: u64,
     bufs: Arc<BufCache>,
     journal: Journal,
     al: Arc<Allocator>,
@@ -315,6 +318,7 @@ impl Fs {
             ialc.seal(&alc);
             alc.seal();
         }));
+        let kbytes_at_mount = sb.kbytes_written();
         let fs = Fs {
             journal,
             seed: sb.hash_seed(),
@@ -356,6 +360,7 @@ impl Fs {
             mmp: std::sync::Mutex::new(mmp),
             ro_reason,
             latch,
+            kbytes_at_mount,
             bs,
             timer: std::sync::Mutex::new(Vec::new()),
             timer_stop: std::sync::atomic::AtomicBool::new(false),
@@ -373,7 +378,7 @@ impl Fs {
             fs.open_rt(geo, rd, opts.rt_alloc)?;
         }
         if !read_only {
-            fs.mark_mounted()?;
+            fs.mark_mounted(opts.count_mount)?;
             fs.process_orphans()?;
         }
         let fs = Arc::new(fs);
@@ -386,12 +391,14 @@ impl Fs {
         Ok(fs)
     }
 
-    fn mark_mounted(&self) -> Result<()> {
+    fn mark_mounted(&self, count: bool) -> Result<()> {
         let mut sbg = self.sb.lock();
         let sb = &mut *sbg;
         sb.set_state(sb.state() & !1);
-        sb.set_mnt_count(sb.mnt_count().wrapping_add(1));
-        sb.set_mtime(self.now().sec as u32);
+        if count {
+            sb.set_mnt_count(sb.mnt_count().wrapping_add(1));
+            sb.set_mtime(self.now().sec as u32);
+        }
         if self.journal.has_log() {
             // Until a clean unmount, the log may hold committed transactions.
             sb.set_feature_incompat(sb.feature_incompat() | incompat::RECOVER);

@@ -270,7 +270,13 @@ fn write_superblock(out: &mut String, sb: &Superblock, geo: &Geometry, problems:
         "Mount count",
         format!("{} (max {})", sb.mnt_count(), sb.max_mnt_count() as i16),
     ));
+    let mtime = match sb.mtime() {
+        0 => "n/a".to_string(),
+        t => format!("{t} (unix)"),
+    };
+    kv.push(("Last mount time", mtime));
     kv.push(("Last write time", format!("{} (unix)", sb.wtime())));
+    kv.push(("Lifetime writes", format!("{} KiB", sb.kbytes_written())));
     kv.push(("Filesystem created", format!("{} (unix)", sb.mkfs_time())));
     kv.push(("First orphan inode", sb.last_orphan().to_string()));
     for (k, v) in kv {

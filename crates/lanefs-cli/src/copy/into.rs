@@ -184,6 +184,8 @@ pub fn populate(image: &Path, src: &Path, clamp: Option<i64>) -> CmdResult<()> {
         // then decide alike however the workers run.
         mb_trylock: clamp.is_none(),
         pagecache_limit: COPY_PAGECACHE,
+        // Filling the image mkfs just made is no mount (mount count 0, never mounted).
+        count_mount: false,
         ..crate::session::mount_options(false)
     };
     let shown = format!("{}:/", image.display());

@@ -763,6 +763,13 @@ impl Fs {
         sb.set_free_blocks_count(self.al.free_blocks());
         sb.set_free_inodes_count(self.ial.free_inodes() as u32);
         sb.set_wtime(self.now().sec as u32);
+        // Lifetime writes, as the kernel keeps them: what the mount found plus what this
+        // mount wrote (this superblock write included). Not under a time clamp (a
+        // reproducible build): how much the journal writes depends on when it commits.
+        if self.clamp_time.is_none() {
+            let written = self.latch.bytes_written() + sbm::SB_SIZE as u64;
+            sb.set_kbytes_written(self.kbytes_at_mount + written / 1024);
+        }
         sb.set_state(sb.state() | 1);
         sb.set_feature_incompat(
             sb.feature_incompat() & !crate::disk::superblock::incompat::RECOVER,

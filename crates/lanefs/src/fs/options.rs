@@ -94,6 +94,10 @@ pub struct MountOptions {
     /// sets from `SOURCE_DATE_EPOCH` (`lanefs mkfs -d`). Times given explicitly
     /// (`setattr`) are kept as given.
     pub clamp_time: Option<i64>,
+    /// Count this mount in the superblock (mount count, last mount time), as a kernel
+    /// mount does; false for filling a just-made image (`mkfs -d`), which is no mount
+    /// to the user, as `mke2fs -d`'s is not.
+    pub count_mount: bool,
 }
 
 /// The inode cache's default memory limit.
@@ -119,6 +123,7 @@ impl Default for MountOptions {
             rtdev: None,
             rt_alloc: RtAllocPolicy::Lean,
             clamp_time: None,
+            count_mount: true,
         }
     }
 }
