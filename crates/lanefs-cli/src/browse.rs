@@ -4,7 +4,7 @@ use crate::cli::{LsArgs, PathArg};
 use crate::error::{CmdResult, Context, Error, Failure};
 use crate::imgpath::{parse_image_arg, resolve, Located};
 use crate::session::{read_dir_all, with_fs};
-use crate::show::{full_time, mode_string, short_time, type_name};
+use crate::show::{full_time, mode_string, shell_quoted, short_time, type_name};
 use lanefs::{Attr, FileType, Fs, Ino};
 use std::io::Write;
 
@@ -37,10 +37,16 @@ pub fn ls(args: &LsArgs) -> CmdResult<i32> {
         } else {
             vec![(arg.path.clone(), found.attr.ino)]
         };
+        // On a terminal names are quoted as GNU ls quotes them; piped, they are bytes.
+        let quote = std::io::IsTerminal::is_terminal(&std::io::stdout());
+        let shown = |n: &[u8]| match quote {
+            true => shell_quoted(n),
+            false => n.to_vec(),
+        };
         if !args.long {
-            return Ok(short_listing(&names));
+            return Ok(short_listing(&names, shown));
         }
-        Ok(format_rows(&long_rows(fs, names).ctx(&what)?))
+        Ok(format_rows(&long_rows(fs, names).ctx(&what)?, shown))
     })?;
     emit(&text)?;
     Ok(0)
@@ -66,10 +72,10 @@ fn dir_names(fs: &Fs, dir: &Located, all: bool) -> Result<Vec<(Vec<u8>, Ino)>, E
 }
 
 /// One name per line.
-fn short_listing(names: &[(Vec<u8>, Ino)]) -> Vec<u8> {
+fn short_listing(names: &[(Vec<u8>, Ino)], shown: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
     let mut out = Vec::new();
     for (name, _) in names {
-        out.extend_from_slice(name);
+        out.extend_from_slice(&shown(name));
         out.push(b'\n');
     }
     out
@@ -101,7 +107,7 @@ fn size_field(attr: &Attr) -> String {
 }
 
 /// The long listing text, with aligned columns.
-fn format_rows(rows: &[Row]) -> Vec<u8> {
+fn format_rows(rows: &[Row], shown: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
     let mut out = Vec::new();
     let cols: Vec<[String; 4]> = rows
         .iter()
@@ -133,10 +139,10 @@ fn format_rows(rows: &[Row]) -> Vec<u8> {
             w3 = w[3],
         );
         out.extend_from_slice(line.as_bytes());
-        out.extend_from_slice(&row.name);
+        out.extend_from_slice(&shown(&row.name));
         if let Some(t) = &row.target {
             out.extend_from_slice(b" -> ");
-            out.extend_from_slice(t);
+            out.extend_from_slice(&shown(t));
         }
         out.push(b'\n');
     }
@@ -149,25 +155,45 @@ pub fn stat(args: &PathArg) -> CmdResult<i32> {
     let what = arg.display();
     let text = with_fs(&arg.image, true, |fs| {
         let found = resolve(fs, &arg.path, false).ctx(&what)?;
+        let ino = found.attr.ino;
         let target = match found.attr.kind {
-            FileType::Symlink => Some(fs.readlink(found.attr.ino).ctx(&what)?),
+            FileType::Symlink => Some(fs.readlink(ino).ctx(&what)?),
             _ => None,
         };
-        Ok(stat_text(&arg.path, &found.attr, target.as_deref()))
+        let mut xattrs = Vec::new();
+        for name in fs.listxattr(ino).ctx(&what)? {
+            let value = fs.getxattr(ino, &name).ctx(&what)?;
+            xattrs.push((name, value));
+        }
+        Ok(stat_text(
+            &arg.path,
+            &found.attr,
+            target.as_deref(),
+            &xattrs,
+        ))
     })?;
-    emit(text.as_bytes())?;
+    emit(&text)?;
     Ok(0)
 }
 
-/// What `stat` prints for `attr`.
-fn stat_text(path: &[u8], a: &Attr, target: Option<&[u8]>) -> String {
-    let mut name = String::from_utf8_lossy(path).into_owned();
+/// What `stat` prints for `attr` and its extended attributes: the name's bytes as they
+/// are (as `ls` prints them), ACLs in `getfacl`'s short form, other values as text
+/// when they are printable and in hex (`getfattr -e hex`) otherwise.
+fn stat_text(
+    path: &[u8],
+    a: &Attr,
+    target: Option<&[u8]>,
+    xattrs: &[(Vec<u8>, Vec<u8>)],
+) -> Vec<u8> {
+    let mut out = b"  File: ".to_vec();
+    out.extend_from_slice(path);
     if let Some(t) = target {
-        name = format!("{name} -> {}", String::from_utf8_lossy(t));
+        out.extend_from_slice(b" -> ");
+        out.extend_from_slice(t);
     }
+    out.push(b'\n');
     let (major, minor) = crate::hostsys::split_rdev(a.rdev);
     let mut s = String::new();
-    s += &format!("  File: {name}\n");
     s += &format!("  Type: {}\n", type_name(a.kind));
     s += &format!(
         "  Size: {:<12} Blocks: {:<10} Links: {}\n",
@@ -186,7 +212,71 @@ fn stat_text(path: &[u8], a: &Attr, target: Option<&[u8]>) -> String {
     s += &format!("Modify: {}\n", full_time(a.mtime));
     s += &format!("Change: {}\n", full_time(a.ctime));
     s += &format!(" Birth: {}\n", full_time(a.crtime));
-    s
+    for (name, value) in xattrs {
+        let key = String::from_utf8_lossy(name);
+        let shown = match name.as_slice() {
+            b"system.posix_acl_access" | b"system.posix_acl_default" => {
+                acl_text(value).unwrap_or_else(|| hex(value))
+            }
+            _ => xattr_value(value),
+        };
+        let label = match name.as_slice() {
+            b"system.posix_acl_access" => "   ACL".to_string(),
+            b"system.posix_acl_default" => "Default ACL".to_string(),
+            _ => format!(" Xattr: {key}"),
+        };
+        s += &format!("{label}: {shown}\n");
+    }
+    out.extend_from_slice(s.as_bytes());
+    out
+}
+
+/// A value as `getfattr` shows it: quoted text when every byte is printable (a final
+/// NUL allowed), else hex.
+fn xattr_value(v: &[u8]) -> String {
+    let body = v.strip_suffix(&[0]).unwrap_or(v);
+    if body
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    {
+        format!("\"{}\"", String::from_utf8_lossy(body))
+    } else {
+        hex(v)
+    }
+}
+
+fn hex(v: &[u8]) -> String {
+    let digits: String = v.iter().map(|b| format!("{b:02x}")).collect();
+    format!("0x{digits}")
+}
+
+/// A POSIX ACL xattr (version 2: tag, permissions and id per entry) in `getfacl`'s
+/// short form: `user::rw-,user:1000:r--,group::r--,mask::r--,other::r--`.
+fn acl_text(v: &[u8]) -> Option<String> {
+    let (head, body) = v.split_first_chunk::<4>()?;
+    if u32::from_le_bytes(*head) != 2 || body.len() % 8 != 0 {
+        return None;
+    }
+    let entries = body.chunks_exact(8).map(|e| {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let perm = u16::from_le_bytes([e[2], e[3]]);
+        let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+        let rwx: String = [(4, 'r'), (2, 'w'), (1, 'x')]
+            .iter()
+            .map(|&(bit, c)| if perm & bit != 0 { c } else { '-' })
+            .collect();
+        let who = match tag {
+            0x01 => "user::".to_string(),
+            0x02 => format!("user:{id}:"),
+            0x04 => "group::".to_string(),
+            0x08 => format!("group:{id}:"),
+            0x10 => "mask::".to_string(),
+            0x20 => "other::".to_string(),
+            _ => return None,
+        };
+        Some(format!("{who}{rwx}"))
+    });
+    Some(entries.collect::<Option<Vec<_>>>()?.join(","))
 }
 
 /// `lanefs cat`.
@@ -263,7 +353,7 @@ mod tests {
                 target: Some(b"big".to_vec()),
             },
         ];
-        let text = String::from_utf8(format_rows(&rows)).unwrap_or_default();
+        let text = String::from_utf8(format_rows(&rows, |n| n.to_vec())).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "-rw-r----- 1 0 0 3145728 2009-02-13 23:31 big");
         assert_eq!(
@@ -274,11 +364,48 @@ mod tests {
 
     #[test]
     fn stat_shows_nanoseconds() {
-        let text = stat_text(b"/f", &attr(FileType::Regular, 0o644, 5), None);
+        let text = stat_text(b"/f", &attr(FileType::Regular, 0o644, 5), None, &[]);
+        let text = String::from_utf8(text).unwrap();
         assert!(
             text.contains("Modify: 2009-02-13 23:31:30.000000001 +0000"),
             "{text}"
         );
         assert!(text.contains("(0644/-rw-r--r--)"), "{text}");
+    }
+
+    /// A name that is not UTF-8 prints as its bytes; xattrs and ACLs are shown.
+    #[test]
+    fn stat_shows_raw_names_xattrs_and_acls() {
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [
+            (1u16, 6u16, 0u32),
+            (2, 4, 1000),
+            (4, 4, 0),
+            (0x10, 4, 0),
+            (0x20, 0, 0),
+        ] {
+            acl.extend_from_slice(&tag.to_le_bytes());
+            acl.extend_from_slice(&perm.to_le_bytes());
+            acl.extend_from_slice(&id.to_le_bytes());
+        }
+        let xattrs = vec![
+            (b"user.note".to_vec(), b"hello".to_vec()),
+            (b"user.bin".to_vec(), vec![0, 1, 0xff]),
+            (b"system.posix_acl_access".to_vec(), acl),
+        ];
+        let text = stat_text(
+            b"/\xff\xfe",
+            &attr(FileType::Regular, 0o644, 5),
+            None,
+            &xattrs,
+        );
+        assert!(text.starts_with(b"  File: /\xff\xfe\n"));
+        let text = String::from_utf8_lossy(&text);
+        assert!(text.contains(" Xattr: user.note: \"hello\"\n"), "{text}");
+        assert!(text.contains(" Xattr: user.bin: 0x0001ff\n"), "{text}");
+        assert!(
+            text.contains("   ACL: user::rw-,user:1000:r--,group::r--,mask::r--,other::---\n"),
+            "{text}"
+        );
     }
 }

@@ -125,3 +125,79 @@ mod tests {
         );
     }
 }
+
+/// A name as GNU `ls` shows it on a terminal (its `shell-escape` quoting), so that a
+/// name holding a newline, a control character or bytes that are not UTF-8 cannot pass
+/// for two names or move the cursor: `a b` as `'a b'`, `a<newline>b` as
+/// `'a'$'\n''b'`, byte 0xff as `$'\377'`; a plain name as it is. (Piped, `ls` prints
+/// names as they are, as GNU `ls` does.)
+pub fn shell_quoted(name: &[u8]) -> Vec<u8> {
+    let plain = |c: char| match c.is_ascii() {
+        true => c.is_ascii_alphanumeric() || "-_./+,:@%^=".contains(c),
+        false => !c.is_control(),
+    };
+    let text = std::str::from_utf8(name).ok();
+    if !name.is_empty() && text.is_some_and(|t| t.chars().all(plain)) {
+        return name.to_vec();
+    }
+    let printable = |c: char| !c.is_control();
+    if let Some(t) = text.filter(|t| t.chars().all(printable)) {
+        if !t.contains('\'') {
+            return format!("'{t}'").into_bytes();
+        }
+        if !t.contains(['"', '$', '`', '\\', '!']) {
+            return format!("\"{t}\"").into_bytes();
+        }
+    }
+    // Quoted runs of printable characters, the rest as $'\NNN' escapes.
+    let mut out = String::new();
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        if !run.is_empty() {
+            out.push('\'');
+            out.push_str(&run.replace('\'', "'\\''"));
+            out.push('\'');
+            run.clear();
+        }
+    };
+    for chunk in name.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if printable(c) {
+                run.push(c);
+                continue;
+            }
+            flush(&mut run, &mut out);
+            let esc = match c {
+                '\n' => "\\n".to_string(),
+                '\t' => "\\t".to_string(),
+                '\r' => "\\r".to_string(),
+                c if (c as u32) < 0x100 => format!("\\{:03o}", c as u32),
+                c => c.escape_unicode().to_string(),
+            };
+            out.push_str(&format!("$'{esc}'"));
+        }
+        for b in chunk.invalid() {
+            flush(&mut run, &mut out);
+            out.push_str(&format!("$'\\{b:03o}'"));
+        }
+    }
+    flush(&mut run, &mut out);
+    out.into_bytes()
+}
+
+#[cfg(test)]
+mod quoting_tests {
+    use super::shell_quoted;
+
+    #[test]
+    fn names_quote_as_gnu_ls_shows_them() {
+        let q = |n: &[u8]| String::from_utf8(shell_quoted(n)).unwrap();
+        assert_eq!(q(b"plain-name.txt"), "plain-name.txt");
+        assert_eq!(q("caf\u{e9}".as_bytes()), "caf\u{e9}");
+        assert_eq!(q(b"a b"), "'a b'");
+        assert_eq!(q(b"it's"), "\"it's\"");
+        assert_eq!(q(b"a\nb"), "'a'$'\\n''b'");
+        assert_eq!(q(b"\xffx"), "$'\\377''x'");
+        assert_eq!(q(b"\x1b[31m"), "$'\\033''[31m'");
+    }
+}

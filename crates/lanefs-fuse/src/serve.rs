@@ -76,6 +76,11 @@ pub fn serve(
             return Err(msg);
         }
     };
+    // A read-write mount the engine can only serve read-only says so (before `ready`,
+    // this line reaches the terminal of `lanefs mount`).
+    if let Some(why) = fs.read_only_reason().filter(|_| !cfg.engine.read_only) {
+        log::line(&format!("mount: note: {}: {why}", image.display()));
+    }
     let checks = cfg.kernel_checks_permissions();
     let frontend = LaneFuse::new(fs.clone(), cfg, checks).with_mountpoint(mountpoint);
     let slot = frontend.notifier_slot();

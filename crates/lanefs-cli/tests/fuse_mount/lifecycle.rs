@@ -325,3 +325,32 @@ fn the_daemon_keeps_no_inherited_descriptor() {
     e2fsck_clean(&a);
     e2fsck_clean(&b);
 }
+
+/// An image lanefs only reads (quota) mounts read-only, and `lanefs mount` says so in one
+/// note rather than nothing.
+#[test]
+fn a_read_only_feature_is_told_at_mount() {
+    if !fuse_ready("a_read_only_feature_is_told_at_mount") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("q.img");
+    let made = run(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-O", "quota"])
+        .arg(&img)
+        .arg("64M"));
+    assert!(made.status.success(), "mkfs.ext4: {made:?}");
+    let dir = t.path().join("mnt");
+    fs::create_dir_all(&dir).unwrap();
+    let out = run(Command::new(LANEFS).arg("mount").arg(&img).arg(&dir));
+    assert!(out.status.success(), "{out:?}");
+    let m = Mount::adopt(&img, &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("note:") && err.contains("quota") && err.contains("read-only"),
+        "{err}"
+    );
+    let e = fs::write(m.path("x"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    m.umount();
+}
