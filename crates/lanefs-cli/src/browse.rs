@@ -5,17 +5,22 @@ use crate::error::{CmdResult, Context, Error, Failure};
 use crate::imgpath::{parse_image_arg, resolve, Located};
 use crate::session::{read_dir_all, with_fs};
 use crate::show::{full_time, mode_string, shell_quoted, short_time, type_name};
+use crate::xattr::{acl_text, hex, xattr_value};
 use lanefs::{Attr, FileType, Fs, Ino};
 use std::io::Write;
 
 /// Bytes `cat` reads per call.
 const CAT_CHUNK: usize = 1 << 20;
 
-/// One line of a listing: name, attributes and symlink target.
+/// One line of a listing: name, attributes, symlink target, owner and group as shown,
+/// and whether it has an ACL (`+` after the mode, as ls marks it).
 struct Row {
     name: Vec<u8>,
     attr: Attr,
     target: Option<Vec<u8>>,
+    owner: String,
+    group: String,
+    acl: bool,
 }
 
 /// Write `bytes` to standard output.
@@ -46,7 +51,9 @@ pub fn ls(args: &LsArgs) -> CmdResult<i32> {
         if !args.long {
             return Ok(short_listing(&names, shown));
         }
-        Ok(format_rows(&long_rows(fs, names).ctx(&what)?, shown))
+        let accounts = args.names.then(|| crate::accounts::Accounts::of(fs));
+        let rows = long_rows(fs, names, accounts.as_ref()).ctx(&what)?;
+        Ok(format_rows(&rows, shown))
     })?;
     emit(&text)?;
     Ok(0)
@@ -82,7 +89,11 @@ fn short_listing(names: &[(Vec<u8>, Ino)], shown: impl Fn(&[u8]) -> Vec<u8>) -> 
 }
 
 /// Rows with attributes and symlink targets for a long listing.
-fn long_rows(fs: &Fs, names: Vec<(Vec<u8>, Ino)>) -> Result<Vec<Row>, Error> {
+fn long_rows(
+    fs: &Fs,
+    names: Vec<(Vec<u8>, Ino)>,
+    accounts: Option<&crate::accounts::Accounts>,
+) -> Result<Vec<Row>, Error> {
     let mut rows = Vec::with_capacity(names.len());
     for (name, ino) in names {
         let attr = fs.getattr(ino)?;
@@ -90,7 +101,22 @@ fn long_rows(fs: &Fs, names: Vec<(Vec<u8>, Ino)>) -> Result<Vec<Row>, Error> {
             FileType::Symlink => Some(fs.readlink(ino)?),
             _ => None,
         };
-        rows.push(Row { name, attr, target });
+        let (owner, group) = match accounts {
+            Some(a) => (a.user_name(attr.uid), a.group_name(attr.gid)),
+            None => (attr.uid.to_string(), attr.gid.to_string()),
+        };
+        let acl = fs.listxattr(ino)?.iter().any(|n| {
+            n.as_slice() == b"system.posix_acl_access"
+                || n.as_slice() == b"system.posix_acl_default"
+        });
+        rows.push(Row {
+            name,
+            attr,
+            target,
+            owner,
+            group,
+            acl,
+        });
     }
     Ok(rows)
 }
@@ -115,19 +141,20 @@ fn format_rows(rows: &[Row], shown: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
             let a = &r.attr;
             [
                 a.nlink.to_string(),
-                a.uid.to_string(),
-                a.gid.to_string(),
+                r.owner.clone(),
+                r.group.clone(),
                 size_field(a),
             ]
         })
         .collect();
     let width = |i: usize| cols.iter().map(|c| c[i].len()).max().unwrap_or(0);
     let w = [width(0), width(1), width(2), width(3)];
+    let any_acl = rows.iter().any(|r| r.acl);
     for (row, c) in rows.iter().zip(&cols) {
         let a = &row.attr;
+        let mode = mode_string(a.kind, a.perm) + if row.acl { "+" } else { "" };
         let line = format!(
-            "{} {:>w0$} {:<w1$} {:<w2$} {:>w3$} {} ",
-            mode_string(a.kind, a.perm),
+            "{mode:<mw$} {:>w0$} {:<w1$} {:<w2$} {:>w3$} {} ",
             c[0],
             c[1],
             c[2],
@@ -137,6 +164,7 @@ fn format_rows(rows: &[Row], shown: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
             w1 = w[1],
             w2 = w[2],
             w3 = w[3],
+            mw = if any_acl { 11 } else { 10 },
         );
         out.extend_from_slice(line.as_bytes());
         out.extend_from_slice(&shown(&row.name));
@@ -231,54 +259,6 @@ fn stat_text(
     out
 }
 
-/// A value as `getfattr` shows it: quoted text when every byte is printable (a final
-/// NUL allowed), else hex.
-fn xattr_value(v: &[u8]) -> String {
-    let body = v.strip_suffix(&[0]).unwrap_or(v);
-    if body
-        .iter()
-        .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
-    {
-        format!("\"{}\"", String::from_utf8_lossy(body))
-    } else {
-        hex(v)
-    }
-}
-
-fn hex(v: &[u8]) -> String {
-    let digits: String = v.iter().map(|b| format!("{b:02x}")).collect();
-    format!("0x{digits}")
-}
-
-/// A POSIX ACL xattr (version 2: tag, permissions and id per entry) in `getfacl`'s
-/// short form: `user::rw-,user:1000:r--,group::r--,mask::r--,other::r--`.
-fn acl_text(v: &[u8]) -> Option<String> {
-    let (head, body) = v.split_first_chunk::<4>()?;
-    if u32::from_le_bytes(*head) != 2 || body.len() % 8 != 0 {
-        return None;
-    }
-    let entries = body.chunks_exact(8).map(|e| {
-        let tag = u16::from_le_bytes([e[0], e[1]]);
-        let perm = u16::from_le_bytes([e[2], e[3]]);
-        let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
-        let rwx: String = [(4, 'r'), (2, 'w'), (1, 'x')]
-            .iter()
-            .map(|&(bit, c)| if perm & bit != 0 { c } else { '-' })
-            .collect();
-        let who = match tag {
-            0x01 => "user::".to_string(),
-            0x02 => format!("user:{id}:"),
-            0x04 => "group::".to_string(),
-            0x08 => format!("group:{id}:"),
-            0x10 => "mask::".to_string(),
-            0x20 => "other::".to_string(),
-            _ => return None,
-        };
-        Some(format!("{who}{rwx}"))
-    });
-    Some(entries.collect::<Option<Vec<_>>>()?.join(","))
-}
-
 /// `lanefs cat`.
 pub fn cat(args: &PathArg) -> CmdResult<i32> {
     let arg = parse_image_arg(&args.target)?;
@@ -346,11 +326,17 @@ mod tests {
                 name: b"big".to_vec(),
                 attr: attr(FileType::Regular, 0o640, 3 << 20),
                 target: None,
+                owner: "0".into(),
+                group: "0".into(),
+                acl: false,
             },
             Row {
                 name: b"l".to_vec(),
                 attr: attr(FileType::Symlink, 0o777, 3),
                 target: Some(b"big".to_vec()),
+                owner: "0".into(),
+                group: "0".into(),
+                acl: false,
             },
         ];
         let text = String::from_utf8(format_rows(&rows, |n| n.to_vec())).unwrap_or_default();
@@ -360,6 +346,12 @@ mod tests {
             lines[1],
             "lrwxrwxrwx 1 0 0       3 2009-02-13 23:31 l -> big"
         );
+        let mut acl = rows;
+        acl[0].acl = true;
+        acl[0].owner = "root".into();
+        let text = String::from_utf8(format_rows(&acl, |n| n.to_vec())).unwrap_or_default();
+        assert!(text.starts_with("-rw-r-----+ 1 root 0 3145728"), "{text}");
+        assert!(text.contains("\nlrwxrwxrwx  1 0    0       3"), "{text}");
     }
 
     #[test]

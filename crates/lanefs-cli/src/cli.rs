@@ -52,6 +52,22 @@ pub enum Command {
     Realtime(RealtimeArgs),
     /// Copy files into or out of an image (IMAGE:/PATH names a path inside an image).
     Cp(CpArgs),
+    /// Move or rename inside an image, as mv does.
+    Mv(MvArgs),
+    /// Make a hard link, or a symbolic link with -s, inside an image.
+    Ln(LnArgs),
+    /// Change permission bits inside an image (octal or u+x,g-w,o=r as chmod takes them).
+    Chmod(ChmodArgs),
+    /// Change the owner and group inside an image (numbers, or names from the image's
+    /// /etc/passwd and /etc/group).
+    #[command(disable_help_flag = true)]
+    Chown(ChownArgs),
+    /// Set access and modification times inside an image, making empty files as needed.
+    Touch(TouchArgs),
+    /// Print extended attributes inside an image, as getfattr -d does.
+    Getfattr(GetfattrArgs),
+    /// Set or remove an extended attribute inside an image, as setfattr does.
+    Setfattr(SetfattrArgs),
     /// Run the benchmark workloads.
     Bench(BenchArgs),
     /// Mount an image through FUSE (daemonizes unless -f).
@@ -80,6 +96,13 @@ impl Command {
             Command::Rm(a) => &a.rt,
             Command::Realtime(a) => &a.rt,
             Command::Cp(a) => &a.rt,
+            Command::Mv(a) => &a.rt,
+            Command::Ln(a) => &a.rt,
+            Command::Chmod(a) => &a.rt,
+            Command::Chown(a) => &a.rt,
+            Command::Touch(a) => &a.rt,
+            Command::Getfattr(a) => &a.rt,
+            Command::Setfattr(a) => &a.rt,
             _ => return None,
         };
         rt.rtdev.clone()
@@ -98,6 +121,13 @@ impl Command {
             Command::Rm(_) => "rm",
             Command::Realtime(_) => "realtime",
             Command::Cp(_) => "cp",
+            Command::Mv(_) => "mv",
+            Command::Ln(_) => "ln",
+            Command::Chmod(_) => "chmod",
+            Command::Chown(_) => "chown",
+            Command::Touch(_) => "touch",
+            Command::Getfattr(_) => "getfattr",
+            Command::Setfattr(_) => "setfattr",
             Command::Bench(_) => "bench",
             Command::Mount(_) => "mount",
             Command::Umount(_) => "umount",
@@ -233,6 +263,10 @@ pub struct LsArgs {
     /// Show entries whose names start with '.', including '.' and '..'.
     #[arg(short = 'a')]
     pub all: bool,
+    /// With -l, show owners and groups by the names the image's /etc/passwd and
+    /// /etc/group give them (numbers where they give none).
+    #[arg(long)]
+    pub names: bool,
     /// IMAGE:/PATH (a bare IMAGE lists its root).
     pub target: OsString,
     #[command(flatten)]
@@ -290,6 +324,146 @@ pub struct RealtimeArgs {
     #[arg(long, value_name = "BLOCKS")]
     pub extsize: Option<u32>,
     /// IMAGE:/PATH of each file or directory (a file must have no data yet).
+    #[arg(required = true)]
+    pub targets: Vec<OsString>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
+}
+
+/// Options of `mv`.
+#[derive(Debug, Args)]
+pub struct MvArgs {
+    /// Do not replace an existing destination.
+    #[arg(short = 'n', long = "no-clobber")]
+    pub no_clobber: bool,
+    /// IMAGE:/PATH of each source, then the destination (a directory to move into, or
+    /// the new name of a single source); all in one image.
+    #[arg(required = true, num_args = 2..)]
+    pub paths: Vec<OsString>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
+}
+
+/// Options of `ln`.
+#[derive(Debug, Args)]
+pub struct LnArgs {
+    /// Make a symbolic link holding TARGET as it is written (not looked up).
+    #[arg(short, long)]
+    pub symbolic: bool,
+    /// Replace an existing non-directory at the link's place.
+    #[arg(short, long)]
+    pub force: bool,
+    /// What to link to: IMAGE:/PATH for a hard link; any text for -s.
+    pub target: OsString,
+    /// IMAGE:/PATH of the new link (an existing directory: a link of the target's name
+    /// in it).
+    pub link: OsString,
+    #[command(flatten)]
+    pub rt: RtdevArg,
+}
+
+/// Options of `chmod`.
+#[derive(Debug, Args)]
+pub struct ChmodArgs {
+    /// Change directories' contents too.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// Octal (0644) or symbolic ([ugoa]*[+-=][rwxXst]*, comma separated).
+    pub mode: String,
+    /// IMAGE:/PATH of each file.
+    #[arg(required = true)]
+    pub targets: Vec<OsString>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
+}
+
+/// Options of `chown`.
+#[derive(Debug, Args)]
+pub struct ChownArgs {
+    /// Change directories' contents too.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// Change a symbolic link itself, not what it points to.
+    #[arg(short = 'h', long = "no-dereference")]
+    pub no_dereference: bool,
+    /// Print help (-h means --no-dereference here, as for chown).
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+    /// OWNER, OWNER:GROUP, OWNER: or :GROUP: numbers, or names from the image's
+    /// /etc/passwd and /etc/group.
+    pub owner: String,
+    /// IMAGE:/PATH of each file.
+    #[arg(required = true)]
+    pub targets: Vec<OsString>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
+}
+
+/// Options of `touch`.
+#[derive(Debug, Args)]
+pub struct TouchArgs {
+    /// Make no file that does not exist.
+    #[arg(short = 'c', long = "no-create")]
+    pub no_create: bool,
+    /// The time to set instead of now: @SECONDS, or YYYY-MM-DD[ HH:MM[:SS]] in UTC.
+    #[arg(short = 'd', long = "date", value_name = "TIME")]
+    pub date: Option<String>,
+    /// Change only the access time.
+    #[arg(short = 'a')]
+    pub access_only: bool,
+    /// Change only the modification time.
+    #[arg(short = 'm', conflicts_with = "access_only")]
+    pub modify_only: bool,
+    /// IMAGE:/PATH of each file.
+    #[arg(required = true)]
+    pub targets: Vec<OsString>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
+}
+
+/// Options of `getfattr`.
+#[derive(Debug, Args)]
+pub struct GetfattrArgs {
+    /// Only this attribute (e.g. user.comment).
+    #[arg(short = 'n', long = "name")]
+    pub name: Option<String>,
+    /// How to show values: text (quoted, where printable) or hex.
+    #[arg(
+        short = 'e',
+        long = "encoding",
+        value_name = "text|hex",
+        default_value = "text"
+    )]
+    pub encoding: String,
+    /// Accepted for getfattr's sake: values are always printed.
+    #[arg(short = 'd', long = "dump", hide = true)]
+    pub dump: bool,
+    /// IMAGE:/PATH of each file.
+    #[arg(required = true)]
+    pub targets: Vec<OsString>,
+    #[command(flatten)]
+    pub rt: RtdevArg,
+}
+
+/// Options of `setfattr`.
+#[derive(Debug, Args)]
+pub struct SetfattrArgs {
+    /// The attribute to set (e.g. user.comment).
+    #[arg(
+        short = 'n',
+        long = "name",
+        required_unless_present = "remove",
+        conflicts_with = "remove"
+    )]
+    pub name: Option<String>,
+    /// Its value: text, "quoted text", 0x followed by hex digits, or 0s followed by
+    /// base64 (empty when not given).
+    #[arg(short = 'v', long = "value", requires = "name")]
+    pub value: Option<String>,
+    /// Remove this attribute instead.
+    #[arg(short = 'x', long = "remove", value_name = "NAME")]
+    pub remove: Option<String>,
+    /// IMAGE:/PATH of each file.
     #[arg(required = true)]
     pub targets: Vec<OsString>,
     #[command(flatten)]
@@ -520,4 +694,15 @@ pub fn unknown_command(args: &[OsString]) -> Option<String> {
         "error: unrecognized command '{first}'\n{tip}\nCommands: {}\n\nFor more information, try 'lanefs --help'.\n",
         all.join(", ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of every command's definition (unique short options and the
+    /// like), which a release build skips until the command runs.
+    #[test]
+    fn every_command_definition_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

@@ -199,6 +199,34 @@ fn examples(command: &str) -> &'static [(&'static str, &'static str)] {
             ("lanefs cp disk.img:/etc/passwd passwd.copy", "Copy a file out."),
             ("lanefs cp -r disk.img:/ restored/", "Copy a whole image out into a new directory."),
         ],
+        "mv" => &[
+            ("lanefs mv disk.img:/srv/old disk.img:/srv/new", "Rename inside an image."),
+            ("lanefs mv disk.img:/a disk.img:/b disk.img:/dir", "Move two entries into a directory."),
+        ],
+        "ln" => &[
+            ("lanefs ln disk.img:/etc/hosts disk.img:/etc/hosts.bak", "Make a hard link."),
+            ("lanefs ln -s ../lib/libx.so.1 disk.img:/usr/lib/libx.so", "Make a symbolic link holding the text ../lib/libx.so.1."),
+        ],
+        "chmod" => &[
+            ("lanefs chmod 0755 disk.img:/usr/local/bin/tool", "Set permission bits."),
+            ("lanefs chmod -R go-w disk.img:/srv", "Take write permission from group and others in a tree."),
+        ],
+        "chown" => &[
+            ("lanefs chown www-data:www-data disk.img:/srv/www", "Give a directory to the image's own www-data user and group."),
+            ("lanefs chown -R 1000:1000 disk.img:/home/user", "Give a tree to uid and gid 1000."),
+        ],
+        "touch" => &[
+            ("lanefs touch disk.img:/etc/first-boot", "Make an empty file, or set an existing one's times to now."),
+            ("lanefs touch -d '2024-01-01 00:00' disk.img:/etc/issue", "Set times to a given moment (UTC)."),
+        ],
+        "getfattr" => &[
+            ("lanefs getfattr disk.img:/usr/bin/ping", "Print every extended attribute (capabilities, ACLs, user.*)."),
+            ("lanefs getfattr -n user.comment disk.img:/srv/a", "Print one attribute."),
+        ],
+        "setfattr" => &[
+            ("lanefs setfattr -n user.comment -v 'built by ci' disk.img:/srv/a", "Set an attribute."),
+            ("lanefs setfattr -x user.comment disk.img:/srv/a", "Remove it."),
+        ],
         "bench" => &[
             ("lanefs bench --quick", "Every workload, short runs: each seed's table against its baseline."),
             ("lanefs bench --compare programs --reps 3", "Time tar, find, cp -a and rm -rf on the FUSE mount beside the kernel's ext4 and fuse2fs (as root)."),

@@ -3,11 +3,13 @@
 //! run the benchmarks (`lanefs bench`, crate `lanefs-bench`). The README has the commands
 //! and the mount options; `docs/commands.md` the details, `docs/design.md` the design.
 
+mod accounts;
 mod bench;
 mod browse;
 mod cli;
 mod copy;
 mod docs;
+mod edit;
 mod error;
 mod format;
 mod fsck;
@@ -21,6 +23,7 @@ mod progress;
 mod session;
 mod show;
 mod size;
+mod xattr;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -183,6 +186,13 @@ fn dispatch(command: &Command) -> CmdResult<i32> {
         Command::Rm(a) => modify::rm(a),
         Command::Realtime(a) => modify::realtime(a),
         Command::Cp(a) => copy::cp(a),
+        Command::Mv(a) => edit::mv(a),
+        Command::Ln(a) => edit::ln(a),
+        Command::Chmod(a) => edit::chmod(a),
+        Command::Chown(a) => edit::chown(a),
+        Command::Touch(a) => edit::touch(a),
+        Command::Getfattr(a) => xattr::getfattr(a),
+        Command::Setfattr(a) => xattr::setfattr(a),
         Command::Bench(a) => bench::bench(a),
         Command::Mount(a) => mount::mount(a),
         Command::Memfs(a) => mount::memfs(a),

@@ -21,7 +21,7 @@ pub fn own_owner() -> Owner {
 }
 
 /// Parse every argument; all must be in one image.
-fn parse_all(targets: &[std::ffi::OsString]) -> CmdResult<(std::path::PathBuf, Vec<ImageArg>)> {
+pub fn parse_all(targets: &[std::ffi::OsString]) -> CmdResult<(std::path::PathBuf, Vec<ImageArg>)> {
     let args = targets
         .iter()
         .map(|t| parse_image_arg(t))
@@ -35,7 +35,7 @@ fn parse_all(targets: &[std::ffi::OsString]) -> CmdResult<(std::path::PathBuf, V
 }
 
 /// Run `each` on every argument inside one mount of their image.
-fn for_each_in_image(
+pub fn for_each_in_image(
     targets: &[std::ffi::OsString],
     mut each: impl FnMut(&Fs, &ImageArg) -> CmdResult<()>,
 ) -> CmdResult<i32> {

@@ -3,6 +3,7 @@
 
 mod bench;
 mod commands;
+mod edits;
 mod kernel;
 mod state;
 
