@@ -275,7 +275,7 @@ pub fn cat(args: &PathArg) -> CmdResult<i32> {
 }
 
 /// Copy the data of `ino` to standard output in 1 MiB chunks.
-fn stream(fs: &Fs, ino: lanefs::Ino, what: &str) -> CmdResult<()> {
+pub fn stream(fs: &Fs, ino: lanefs::Ino, what: &str) -> CmdResult<()> {
     let mut buf = vec![0u8; CAT_CHUNK];
     let mut out = std::io::stdout().lock();
     let mut off = 0u64;

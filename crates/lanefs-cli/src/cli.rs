@@ -476,7 +476,14 @@ pub struct CpArgs {
     /// Copy directories recursively.
     #[arg(short, long, visible_short_alias = 'R')]
     pub recursive: bool,
-    /// Sources, then the destination; exactly one side is IMAGE:/PATH. IMAGE:/PATH splits
+    /// Do not replace an existing file (directories still merge).
+    #[arg(short = 'n', long = "no-clobber")]
+    pub no_clobber: bool,
+    /// Print each name copied, as 'SOURCE' -> 'DESTINATION'.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Sources, then the destination; exactly one side is IMAGE:/PATH (`-` is standard
+    /// input as the one source, standard output as the destination). IMAGE:/PATH splits
     /// at a ':' that follows an existing image file, so an image whose name holds ':' is
     /// written as it is (`./a:b.img:/dir`), and paths inside may hold ':' too.
     #[arg(required = true, num_args = 2..)]

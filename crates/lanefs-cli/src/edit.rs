@@ -186,7 +186,7 @@ pub fn chmod(args: &ChmodArgs) -> CmdResult<i32> {
 }
 
 /// The process's umask (read by setting it and putting it back).
-fn process_umask() -> u16 {
+pub fn process_umask() -> u16 {
     // SAFETY: umask only swaps the process's mask; it is restored at once, and no
     // thread creates files meanwhile (the command is single-threaded here).
     let old = unsafe { libc::umask(0o022) };

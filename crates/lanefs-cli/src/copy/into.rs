@@ -116,8 +116,8 @@ impl Source {
 const COPY_PAGECACHE: u64 = 64 << 20;
 
 /// Copy `srcs` from the host to `dst` inside an image.
-pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i32> {
-    let sources = host_sources(srcs, recursive)?;
+pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, flags: super::Flags) -> CmdResult<i32> {
+    let sources = host_sources(srcs, flags.recursive)?;
     let progress = if Progress::wanted() {
         Progress::new(sources.iter().map(host_total).sum())
     } else {
@@ -137,6 +137,7 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, recursive: bool) -> CmdResult<i
             fs,
             progress: &progress,
             clamp: None,
+            flags,
         };
         walk(ctx, |copier| {
             let mut made = HashSet::new();
@@ -194,6 +195,7 @@ pub fn populate(image: &Path, src: &Path, clamp: Option<i64>) -> CmdResult<()> {
             fs,
             progress: &progress,
             clamp,
+            flags: super::Flags::default(),
         };
         walk(ctx, |copier| {
             copier.tree_into(host, src.to_path_buf(), meta, lanefs::ROOT_INO, &shown)
@@ -363,6 +365,8 @@ struct Ctx<'a> {
     progress: &'a Progress,
     /// A reproducible build's latest time (`populate`): host times are clamped to it.
     clamp: Option<i64>,
+    /// `cp -n` and `-v`.
+    flags: super::Flags,
 }
 
 /// One regular file whose name exists (open, as create leaves it): its data, xattrs and
@@ -551,6 +555,10 @@ impl Copier<'_> {
         shown: &str,
     ) -> CmdResult<()> {
         let existing = self.existing(dir, name, shown)?;
+        if existing.is_some() && self.ctx.flags.no_clobber {
+            return Ok(());
+        }
+        self.ctx.flags.said(&path.display().to_string(), shown);
         let linked = (meta.nlink > 1)
             .then(|| self.links.borrow().get(&(meta.dev, meta.ino)).copied())
             .flatten();
@@ -636,7 +644,14 @@ impl Copier<'_> {
     }
 
     /// Make (or reuse) image directory `dir/name` for host directory `host`.
-    fn make_dir(&self, meta: &Meta, dir: Ino, name: &[u8], shown: &str) -> CmdResult<Ino> {
+    fn make_dir(
+        &self,
+        from: &Path,
+        meta: &Meta,
+        dir: Ino,
+        name: &[u8],
+        shown: &str,
+    ) -> CmdResult<Ino> {
         match self.existing(dir, name, shown)? {
             Some(old) if old.kind == FileType::Directory => {
                 // Made by this copy from another source (`cp -r a a IMG:/`): it now gets
@@ -655,6 +670,7 @@ impl Copier<'_> {
                     .mkdir(dir, name, meta.perm(), meta.owner())
                     .ctx(shown)?
                     .ino;
+                self.ctx.flags.said(&from.display().to_string(), shown);
                 self.made.borrow_mut().insert(ino);
                 Ok(ino)
             }
@@ -672,7 +688,7 @@ impl Copier<'_> {
         name: &[u8],
         shown: &str,
     ) -> CmdResult<()> {
-        let ino = self.make_dir(&meta, dir, name, shown)?;
+        let ino = self.make_dir(&path, &meta, dir, name, shown)?;
         self.tree_into(host, path, meta, ino, shown)
     }
 
@@ -750,7 +766,7 @@ impl Copier<'_> {
                 let msg = "a directory that contains itself (a bind mount?)";
                 return Err(Failure::new(child_path.display(), Error::msg(msg)));
             }
-            let ino = self.make_dir(&meta, top.ino, &child, &child_shown)?;
+            let ino = self.make_dir(&child_path, &meta, top.ino, &child, &child_shown)?;
             let names = host.listing().ctx(child_path.display())?;
             stack.push(Frame {
                 host,

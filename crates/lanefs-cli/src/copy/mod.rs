@@ -2,6 +2,7 @@
 
 mod into;
 mod out;
+mod stdio;
 
 pub use into::populate;
 
@@ -17,8 +18,32 @@ const CHUNK: usize = 1 << 20;
 /// All-zero runs of this size (aligned) are left as holes when writing a fresh file.
 const HOLE_CHUNK: usize = 64 << 10;
 
+/// What a copy does besides copying: replace existing files or not, print each name.
+#[derive(Clone, Copy, Default)]
+pub struct Flags {
+    pub recursive: bool,
+    pub no_clobber: bool,
+    pub verbose: bool,
+}
+
+impl Flags {
+    /// `'from' -> 'to'` on standard output, as `cp -v` prints it.
+    fn said(&self, from: &str, to: &str) {
+        if self.verbose {
+            use std::io::Write;
+            let line = crate::error::one_line(&format!("'{from}' -> '{to}'"));
+            let _ = writeln!(std::io::stdout(), "{line}");
+        }
+    }
+}
+
 /// `lanefs cp`.
 pub fn cp(args: &CpArgs) -> CmdResult<i32> {
+    let flags = Flags {
+        recursive: args.recursive,
+        no_clobber: args.no_clobber,
+        verbose: args.verbose,
+    };
     let Some((dst, srcs)) = args.paths.split_last() else {
         return Err(Failure::new(
             "",
@@ -26,6 +51,9 @@ pub fn cp(args: &CpArgs) -> CmdResult<i32> {
         ));
     };
     crate::hostsys::raise_fd_limit();
+    if let Some(r) = stdio::copy(srcs, dst, flags) {
+        return r;
+    }
     let src_images: Vec<Option<ImageArg>> = srcs.iter().map(|s| split_image_arg(s)).collect();
     let in_image = src_images.iter().filter(|s| s.is_some()).count();
     match split_image_arg(dst) {
@@ -35,7 +63,7 @@ pub fn cp(args: &CpArgs) -> CmdResult<i32> {
         Some(dst) => {
             check_absolute(&dst)?;
             let hosts: Vec<PathBuf> = srcs.iter().map(PathBuf::from).collect();
-            into::copy_in(&hosts, &dst, args.recursive)
+            into::copy_in(&hosts, &dst, flags)
         }
         None if in_image == 0 => Err(Failure::new(
             "",
@@ -47,7 +75,7 @@ pub fn cp(args: &CpArgs) -> CmdResult<i32> {
         )),
         None => {
             let srcs: Vec<ImageArg> = src_images.into_iter().flatten().collect();
-            out::copy_out(&srcs, &PathBuf::from(dst), args.recursive)
+            out::copy_out(&srcs, &PathBuf::from(dst), flags)
         }
     }
 }

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 const READDIR_BATCH: usize = 256;
 
 /// Copy `srcs`, all inside one image, to host path `dst`.
-pub fn copy_out(srcs: &[ImageArg], dst: &Path, recursive: bool) -> CmdResult<i32> {
+pub fn copy_out(srcs: &[ImageArg], dst: &Path, flags: super::Flags) -> CmdResult<i32> {
     let Some(first) = srcs.first() else {
         return Ok(0);
     };
@@ -44,7 +44,7 @@ pub fn copy_out(srcs: &[ImageArg], dst: &Path, recursive: bool) -> CmdResult<i32
     srcs.iter().try_for_each(crate::imgpath::check_absolute)?;
     let mut progress = Progress::hidden();
     let result = crate::session::with_fs(&first.image, true, |fs| {
-        let found = image_sources(fs, srcs, recursive)?;
+        let found = image_sources(fs, srcs, flags.recursive)?;
         if Progress::wanted() {
             progress = Progress::new(found.iter().map(|f| image_total(fs, &f.attr)).sum());
         }
@@ -77,6 +77,7 @@ pub fn copy_out(srcs: &[ImageArg], dst: &Path, recursive: bool) -> CmdResult<i32
             links: RefCell::new(HashMap::new()),
             dirs: RefCell::new(HashSet::new()),
             buf: RefCell::new(vec![0u8; CHUNK]),
+            flags,
         };
         let mut made = HashSet::new();
         for (src, f) in srcs.iter().zip(&found) {
@@ -202,6 +203,8 @@ struct Copier<'a> {
     /// Image directories of the source being copied: one met again is a hard link to a
     /// directory or a cycle, which the copy refuses.
     dirs: RefCell<HashSet<Ino>>,
+    /// `cp -n` and `-v`.
+    flags: super::Flags,
 }
 
 /// A copied directory: its parent's node (`None` for a source's top) and its name, the
@@ -302,6 +305,15 @@ impl Copier<'_> {
             let node = self.node(Some(base), name.as_bytes(), Some(shown.to_string()));
             let dir = self.enter(&self.base, node, attr)?;
             return self.tree(attr, node, dir);
+        }
+        if self.flags.no_clobber
+            && self
+                .base
+                .lstat(name)
+                .ctx(self.host(base, Some(name.as_bytes())))?
+                .is_some()
+        {
+            return Ok(());
         }
         if typed && attr.kind == FileType::Regular && self.write_through(base, name, attr, shown)? {
             return Ok(());
@@ -419,6 +431,7 @@ impl Copier<'_> {
         }
         let name = self.nodes.borrow()[node].name.clone();
         let host = self.host(node, None);
+        self.flags.said(&self.shown(node, None), &host);
         match parent.make_dir(OsStr::from_bytes(&name)).ctx(&host)? {
             Some(d) => Ok(d),
             None => Err(Failure::new(
@@ -439,7 +452,12 @@ impl Copier<'_> {
         shown: &str,
     ) -> CmdResult<()> {
         let host = self.host(node, Some(name.as_bytes()));
-        if let Some(old) = dir.lstat(name).ctx(&host)? {
+        let old = dir.lstat(name).ctx(&host)?;
+        if old.is_some() && self.flags.no_clobber {
+            return Ok(());
+        }
+        self.flags.said(shown, &host);
+        if let Some(old) = old {
             if HostType::from_raw_mode(old.st_mode) == HostType::Directory {
                 let msg = "cannot overwrite a directory with a non-directory";
                 return Err(Failure::new(host, Error::msg(msg)));

@@ -128,3 +128,50 @@ fn edits_change_what_they_name() {
     assert!(!got.contains("user.note"), "{got}");
     assert_clean(&image);
 }
+
+/// `cp -` reads standard input into a file, `cp IMG:/f -` writes it out, `-n` keeps what
+/// is there, and `-v` names each copy.
+#[test]
+fn cp_streams_keeps_and_names() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = tempdir();
+    let image = new_image(dir.path());
+    let p = |path: &str| at(&image, path);
+    let feed = |args: &[&str], input: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lanefs"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let big = random_bytes(3 << 20, 9);
+    ok(feed(&["cp", "-", &p("/in")], &big));
+    assert_eq!(ok(lanefs(&["cp", &p("/in"), "-"])).stdout, big);
+    ok(feed(&["cp", "-n", "-", &p("/in")], b"kept?"));
+    assert_eq!(ok(lanefs(&["cat", &p("/in")])).stdout, big);
+    ok(feed(&["cp", "-", &p("/in")], b"short"));
+    assert_eq!(ok(lanefs(&["cat", &p("/in")])).stdout, b"short");
+    let line = one_line_failure(&feed(&["cp", "-", &p("/")], b"x"));
+    assert!(line.contains("name the file"), "{line}");
+
+    let src = dir.path().join("t");
+    fs::create_dir(&src).unwrap();
+    write_file(&src.join("a"), b"new", 0o644);
+    ok(lanefs(&["mkdir", &p("/t")]));
+    let old = dir.path().join("old");
+    write_file(&old, b"old", 0o644);
+    ok(lanefs(&["cp", &s(&old), &p("/t/a")]));
+    let out = ok(lanefs(&["cp", "-r", "-n", "-v", &s(&src), &p("/")]));
+    assert_eq!(ok(lanefs(&["cat", &p("/t/a")])).stdout, b"old");
+    assert!(!stdout(&out).contains("/t/a'"), "{}", stdout(&out));
+    let out = ok(lanefs(&["cp", "-r", "-v", &s(&src), &p("/")]));
+    assert_eq!(ok(lanefs(&["cat", &p("/t/a")])).stdout, b"new");
+    let want = format!("'{}' -> '{}'", s(&src.join("a")), p("/t/a"));
+    assert!(stdout(&out).lines().any(|l| l == want), "{}", stdout(&out));
+    assert_clean(&image);
+}
