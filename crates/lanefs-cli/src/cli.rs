@@ -241,6 +241,14 @@ pub struct FsckArgs {
     /// Accepted for e2fsck's sake: the check is always full.
     #[arg(short = 'f', long = "force", hide = true)]
     pub force: bool,
+    /// Check through the backup superblock at this block and the descriptor copy after
+    /// it, as e2fsck -b reads them (8193 for 1 KiB blocks, 32768 for 4 KiB: the first
+    /// backup); read only.
+    #[arg(short = 'b', value_name = "BLOCK", conflicts_with_all = ["preen", "yes"])]
+    pub superblock: Option<u64>,
+    /// The block size of -b's block (each size is tried without it).
+    #[arg(short = 'B', value_name = "BYTES", requires = "superblock")]
+    pub block_size: Option<u32>,
     #[command(flatten)]
     pub rt: RtdevArg,
 }
@@ -687,7 +695,8 @@ pub fn unknown_command(args: &[OsString]) -> Option<String> {
         .iter()
         .filter(|n| {
             let d = strsim::damerau_levenshtein(first, n);
-            d <= 1 || (d == 2 && n.len() >= 5)
+            let same_start = first.chars().next() == n.chars().next();
+            d <= 1 || (d == 2 && same_start && n.len() >= 6)
         })
         .map(|n| format!("'{n}'"))
         .collect();

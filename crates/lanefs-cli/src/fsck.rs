@@ -48,6 +48,9 @@ pub fn fsck(args: &FsckArgs) -> CmdResult<i32> {
             return Err(op(Error::msg(msg)));
         }
     }
+    if let Some(block) = args.superblock {
+        return from_backup(image, args, block);
+    }
     let mut report = check_image(image, args).map_err(|e| op(superblock_hint(e, image)))?;
     if !repair && lanefs::sharing_note(image).is_some() {
         // Mounted: needs_recovery and a full journal are the mount at work, not damage
@@ -92,6 +95,24 @@ pub fn fsck(args: &FsckArgs) -> CmdResult<i32> {
     })
 }
 
+/// `fsck -b BLOCK`: the check through a backup superblock; what it finds goes to
+/// `e2fsck -b BLOCK -fy`, which restores the primary from it.
+fn from_backup(image: &Path, args: &FsckArgs, block: u64) -> CmdResult<i32> {
+    let op = |e: Error| Failure::new(image.display(), e).with_code(FSCK_OPERATIONAL);
+    let dev = open_device(image).map_err(op)?;
+    let opts = FsckOptions {
+        verbose: args.verbose,
+    };
+    let (report, group) = lanefs::fsck::check_backup(&dev, block, args.block_size, &opts)
+        .map_err(|e| op(e.into()))?;
+    let mut text =
+        format!("checked through the backup superblock at block {block} (group {group})\n");
+    text += &fsck_text(&report, args.verbose, image, true)
+        .replace("run e2fsck -fy", &format!("run e2fsck -b {block} -fy"));
+    print(&text).map_err(|e| op(e.into()))?;
+    Ok(report.exit_code())
+}
+
 /// A damaged primary superblock stops the check; e2fsck repairs one from its backups.
 fn superblock_hint(e: Error, image: &Path) -> Error {
     match e {
@@ -100,7 +121,7 @@ fn superblock_hint(e: Error, image: &Path) -> Error {
             ref detail,
             ..
         }) if !detail.contains("not an ext2/3/4") => Error::msg(format!(
-            "{e}; e2fsck -fy {} repairs it from a backup superblock",
+            "{e}; `lanefs fsck -b 32768 {0}` (8193 for 1 KiB blocks) checks the rest through a backup, e2fsck -fy {0} repairs it from one",
             image.display()
         )),
         e => e,

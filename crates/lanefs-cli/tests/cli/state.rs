@@ -159,4 +159,17 @@ fn a_damaged_superblock_reads_the_same_everywhere() {
         );
     }
     assert!(fsck.contains("e2fsck -fy"), "{fsck}");
+    // Through the first backup (1 KiB blocks: block 8193) the rest checks clean.
+    let out = ok(lanefs(&["fsck", "-b", "8193", &s(&image)]));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("checked through the backup superblock at block 8193 (group 1)\n")
+            && text.contains("clean: "),
+        "{text}"
+    );
+    let line = one_line_failure(&lanefs(&["fsck", "-b", "7", &s(&image)]));
+    assert!(
+        line.contains("no usable backup superblock at block 7"),
+        "{line}"
+    );
 }

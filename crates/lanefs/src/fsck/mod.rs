@@ -40,6 +40,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::Instant;
 
+mod backup;
 mod bitmaps;
 mod blockmap;
 mod claims;
@@ -54,6 +55,8 @@ mod rt;
 mod xattr;
 
 use claims::*;
+
+pub use backup::{check_backup, BackupView};
 pub(crate) use geo::*;
 
 /// Inode flag: encrypted (from the ext4 headers; `disk` does not name it).

@@ -142,7 +142,7 @@ pub fn existing_signature(dev: &dyn BlockDevice) -> Result<Option<String>> {
     Ok(crate::disk::signature::identify(&head))
 }
 
-/// Zero what other formats keep at the ends of a device that [`format`] may leave as
+/// Zero what other formats keep at the ends of a device that [`format()`] may leave as
 /// it was: the first 4 KiB (a boot sector, a partition table, the superblocks of xfs,
 /// LUKS, MD RAID 1.1/1.2) and the last 64 KiB to 128 KiB (MD RAID 0.90/1.0, the GPT
 /// backup header), as mke2fs zeroes them. A regular image file is better emptied
