@@ -173,3 +173,41 @@ fn a_damaged_superblock_reads_the_same_everywhere() {
         "{line}"
     );
 }
+
+/// `fsck -p` leaves alone what a mount does not repair: a block marked in use that no
+/// file holds (set with debugfs) is named, sent to e2fsck (exit 4), and the image is
+/// unchanged; e2fsck -fy then repairs it and both checkers agree it is clean.
+#[test]
+fn fsck_p_changes_nothing_it_cannot_repair() {
+    let dir = tempdir();
+    let image = new_image(dir.path());
+    ok(lanefs(&["mkdir", &at(&image, "/d")]));
+    let Some(debugfs) = ["/sbin/debugfs", "/usr/sbin/debugfs"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        assert!(
+            std::env::var("LANEFS_REQUIRE_PRIVILEGED").as_deref() != Ok("1"),
+            "debugfs is required"
+        );
+        println!("SKIP fsck_p_changes_nothing_it_cannot_repair: no debugfs");
+        return;
+    };
+    let set = Command::new(debugfs)
+        .args(["-w", "-R", "setb 60000"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "{set:?}");
+    let before = fs::read(&image).unwrap();
+    let out = lanefs(&["fsck", "-p", &s(&image)]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(text.contains("BLOCK_BITMAP_MISMATCH"), "{text}");
+    assert!(text.contains("run e2fsck -fy"), "{text}");
+    assert!(fs::read(&image).unwrap() == before, "fsck -p changed the image");
+    let fixed = Command::new("e2fsck").arg("-fy").arg(&image).output().unwrap();
+    assert!(fixed.status.code().is_some_and(|c| c <= 1), "{fixed:?}");
+    ok(lanefs(&["fsck", &s(&image)]));
+    assert_clean(&image);
+}
