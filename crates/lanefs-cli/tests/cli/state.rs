@@ -205,8 +205,15 @@ fn fsck_p_changes_nothing_it_cannot_repair() {
     let text = stdout(&out);
     assert!(text.contains("BLOCK_BITMAP_MISMATCH"), "{text}");
     assert!(text.contains("run e2fsck -fy"), "{text}");
-    assert!(fs::read(&image).unwrap() == before, "fsck -p changed the image");
-    let fixed = Command::new("e2fsck").arg("-fy").arg(&image).output().unwrap();
+    assert!(
+        fs::read(&image).unwrap() == before,
+        "fsck -p changed the image"
+    );
+    let fixed = Command::new("e2fsck")
+        .arg("-fy")
+        .arg(&image)
+        .output()
+        .unwrap();
     assert!(fixed.status.code().is_some_and(|c| c <= 1), "{fixed:?}");
     ok(lanefs(&["fsck", &s(&image)]));
     assert_clean(&image);
