@@ -2,7 +2,9 @@
 //!
 //! - A live lanefs mount of it: the kernel's ext4 shares one superblock between every
 //!   mount of a device, so a second `lanefs mount` of the image is a bind mount of the
-//!   first (one daemon serves both; it stops when the last is unmounted).
+//!   first (one daemon serves both; it stops when the last is unmounted). Found by the
+//!   mount's source, or through the daemon holding the image, which keeps its mount
+//!   point open, when an fsname hides the source.
 //! - A lanefs mount daemon whose mount is gone (`umount` returns before the daemon has
 //!   written everything back): the new mount waits for it to let go, as a mount after
 //!   `umount` of a kernel file system finds the device free. Any other holder (`lanefs
@@ -109,6 +111,19 @@ pub fn who_holds(image: &Path) -> Option<String> {
             .map(|(pid, comm)| format!("open in pid {pid} ({comm})")),
     );
     (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// The live lanefs mount daemon `pid` serves, if any: its mount point (which the daemon
+/// holds open, whatever source or fsname the mount shows) and whether it is read-only.
+pub fn daemon_mount(pid: u32) -> Option<(PathBuf, bool)> {
+    let live = mountinfo::mounts_of_type(&format!("fuse.{SUBTYPE}"));
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    fds.flatten().find_map(|fd| {
+        let target = std::fs::read_link(fd.path()).ok()?;
+        live.iter()
+            .find(|(mp, _, _)| *mp == target)
+            .map(|(mp, _, ro)| (mp.clone(), *ro))
+    })
 }
 
 /// A lanefs mount daemon other than this process that has `image` open: its pid.

@@ -43,16 +43,35 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
     }
     let image = a.image.canonicalize().ctx(a.image.display())?;
     let mp = preflight(&a.mountpoint).map_err(|e| Failure::new("", Error::msg(e)))?;
-    // Another mount of the image, or its daemon still closing (see `holders`).
-    let deadline = Instant::now() + WRITEBACK_WAIT;
+    // Another mount of the image (found by its source, or through its daemon when an
+    // fsname hides the image), or its daemon still closing (see `holders`).
+    let start = Instant::now();
+    let mut told = false;
     loop {
         if let Some((first, first_ro)) = holders::live_mounts(&image).into_iter().next() {
             return bind(&first, first_ro, &mp, cfg.engine.read_only);
         }
-        match holders::daemon_holding(&image) {
-            Some(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => break,
+        let Some(pid) = holders::daemon_holding(&image) else {
+            break;
+        };
+        if let Some((first, first_ro)) = holders::daemon_mount(pid) {
+            return bind(&first, first_ro, &mp, cfg.engine.read_only);
         }
+        if start.elapsed() > WRITEBACK_WAIT {
+            let msg = format!(
+                "the lanefs daemon (pid {pid}) of an earlier mount still holds it after {} s",
+                WRITEBACK_WAIT.as_secs()
+            );
+            return Err(Failure::new(image.display(), Error::msg(msg)));
+        }
+        if !told && start.elapsed() > Duration::from_secs(2) {
+            crate::error::note(&format!(
+                "waiting for the daemon of an earlier mount (pid {pid}) to finish writing {} back",
+                image.display()
+            ));
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
     run(&mp, &cfg, a.foreground, |mp, cfg, ready| {
         serve(&image, mp, cfg, ready)

@@ -11,6 +11,7 @@ use lanefs::Fs;
 use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -244,6 +245,15 @@ fn run_session<FS: UringCapable>(
     if prepared.is_ok() && uring::offered() {
         config.n_threads = Some(1);
     }
+    // Held while the daemon lives: `lanefs mount` finds a live mount of an image by its
+    // daemon's descriptors (this one names the mount point), whatever source or fsname
+    // the mount shows. O_PATH on the directory under the mount: it pins nothing of the
+    // FUSE mount itself.
+    let _where = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(mountpoint)
+        .ok();
     // As root, mount(2) directly with the type fuse.lanefs (fuser's own direct mount says
     // plain "fuse"); otherwise fusermount3 does it, subtype and all.
     let session = if root {

@@ -354,3 +354,59 @@ fn a_read_only_feature_is_told_at_mount() {
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
     m.umount();
 }
+
+/// A second mount of a mounted image binds the first at once whatever fsname either
+/// shows (mount(8) and fstab mounts all have one), instead of waiting for a daemon that
+/// is not closing.
+#[test]
+fn a_second_mount_with_an_fsname_binds_the_first() {
+    if !fuse_ready("a_second_mount_with_an_fsname_binds_the_first") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("f.img");
+    mkfs(&img, "64M", &[]);
+    let m = Mount::new(&img, &t.path().join("m1"), "fsname=first");
+    let other = t.path().join("m2");
+    fs::create_dir_all(&other).unwrap();
+    let start = std::time::Instant::now();
+    let out = run(Command::new("timeout")
+        .arg("20")
+        .arg(LANEFS)
+        .arg("mount")
+        .arg(&img)
+        .arg(&other)
+        .args(["-o", "fsname=second"]));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    fs::write(other.join("via-second"), b"2").unwrap();
+    assert_eq!(fs::read(m.path("via-second")).unwrap(), b"2");
+    let out = run(Command::new("umount").arg(&other));
+    assert!(out.status.success(), "{out:?}");
+    m.umount();
+    e2fsck_clean(&img);
+}
+
+/// `umount` right after `lanefs mount` succeeds every time: 200 pairs.
+#[test]
+fn mount_and_umount_200_times_never_busy() {
+    if !fuse_ready("mount_and_umount_200_times_never_busy") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("p.img");
+    mkfs(&img, "64M", &[]);
+    let dir = t.path().join("mnt");
+    for i in 0..200 {
+        let m = Mount::new(&img, &dir, "");
+        let out = run(Command::new("umount").arg(&dir));
+        assert!(out.status.success(), "pair {i}: {out:?}");
+        m.forget();
+    }
+    assert!(wait_released(&img, Duration::from_secs(60)));
+    e2fsck_clean(&img);
+}
