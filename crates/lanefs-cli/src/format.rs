@@ -169,6 +169,19 @@ fn source_date_epoch() -> CmdResult<Option<i64>> {
         })
 }
 
+/// The size the file system will have: `--size`, or what is there now (`None` when
+/// nothing is, which `open_target` reports).
+fn target_size(path: &Path, size: Option<u64>) -> CmdResult<Option<u64>> {
+    if size.is_some() {
+        return Ok(size);
+    }
+    Ok(match existing(path)? {
+        Existing::File(len) => Some(len),
+        Existing::Device => Some(FileDevice::open(path, true).ctx(path.display())?.size()),
+        Existing::Missing => None,
+    })
+}
+
 /// Open or create the device to format; the flags say whether the file was created, and
 /// whether it reads as zeros (created, or truncated to nothing and extended).
 fn open_target(args: &MkfsArgs, size: Option<u64>) -> CmdResult<(FileDevice, bool, bool)> {
@@ -233,6 +246,11 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
             Ok(_) => return Err(Failure::new(dir.display(), Error::msg("not a directory"))),
             Err(e) => return Err(Failure::new(dir.display(), e)),
         }
+    }
+    // Every option and the geometry are checked before anything is cleared: a refused
+    // mkfs leaves what was there as it was.
+    if let Some(n) = target_size(&args.image, size)? {
+        lanefs::mkfs::validate(&opts, n).ctx(args.image.display())?;
     }
     let (dev, created, zeroed) = open_target(args, size)?;
     opts.prezeroed = zeroed;

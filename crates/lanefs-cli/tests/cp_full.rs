@@ -101,3 +101,41 @@ fn running_out_of_inodes_is_named() {
     ok(lanefs(&["cp", "-r", &at(&img, "/dst"), &s(&back)]));
     all_whole(&back, &src);
 }
+
+/// Copying over existing files that does not fit: a file the copy had emptied and could
+/// not refill is removed, and every other existing file holds either its old or its new
+/// contents whole; none is lost for waiting behind the failure.
+#[test]
+fn an_overwrite_that_does_not_fit_loses_no_file_it_did_not_reach() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let name = |i: usize| format!("f{i:04}");
+    for i in 0..600 {
+        fs::write(src.join(name(i)), format!("old {i}")).unwrap();
+    }
+    let img = t.path().join("over.img");
+    ok(lanefs(&["mkfs", &s(&img), "--size", "8M"]));
+    ok(lanefs(&["cp", "-r", &s(&src), &at(&img, "/")]));
+    for i in 0..600 {
+        fs::write(src.join(name(i)), format!("new {i}")).unwrap();
+    }
+    fs::write(src.join(name(5)), noise(5, 16 << 20)).unwrap();
+    let out = lanefs(&["cp", "-r", &s(&src), &at(&img, "/")]);
+    assert_eq!(out.status.code(), Some(1));
+    e2fsck_clean(&img);
+    let back = t.path().join("back");
+    ok(lanefs(&["cp", "-r", &at(&img, "/src"), &s(&back)]));
+    for i in (0..600).filter(|&i| i != 5) {
+        let got = fs::read_to_string(back.join(name(i))).unwrap_or_default();
+        assert!(
+            got == format!("old {i}") || got == format!("new {i}"),
+            "{}: {got:?}",
+            name(i)
+        );
+    }
+    assert!(
+        !back.join(name(5)).exists(),
+        "the emptied file that did not fit stays"
+    );
+}

@@ -645,8 +645,12 @@ impl Copier<'_> {
             Some(_) => self.allocate_in_order(&mut job),
             None => Ok(true),
         };
+        // A new file is left unfinished by a failure here; one to overwrite was not
+        // emptied yet (its worker empties it first) and keeps its old data.
         let unfinished = |job: &Job, e: Failure| {
-            Outcome::fail(self.failed, job, None);
+            if !job.truncate {
+                Outcome::fail(self.failed, job, None);
+            }
             Err(e)
         };
         match by_worker {
@@ -658,7 +662,11 @@ impl Copier<'_> {
                 buf.resize(CHUNK, 0);
                 return match self.ctx.run(&mut buf, &job) {
                     Ok(()) => Ok(ino),
-                    Err(e) => unfinished(&job, e),
+                    // Emptied first, then not filled: unfinished either way.
+                    Err(e) => {
+                        Outcome::fail(self.failed, &job, None);
+                        Err(e)
+                    }
                 };
             }
             Err(e) => {

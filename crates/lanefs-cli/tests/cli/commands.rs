@@ -35,6 +35,22 @@ fn mkfs_clears_data_and_asks_before_other_file_systems() {
         .collect();
     data[..4].copy_from_slice(&[0x1f, 0x8b, 8, 0]);
     write_file(&image, &data, 0o644);
+    // A refused option clears nothing.
+    for bad in [
+        &["-b", "3000"][..],
+        &["-O", "bogus"],
+        &["-N", "99999999999"],
+    ] {
+        let mut args = vec!["mkfs"];
+        args.extend_from_slice(bad);
+        let path = s(&image);
+        args.push(&path);
+        one_line_failure(&lanefs(&args));
+        assert!(
+            std::fs::read(&image).unwrap() == data,
+            "{bad:?} changed the file"
+        );
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_lanefs"))
         .args(["mkfs", &s(&image)])
         .stdin(std::process::Stdio::null())

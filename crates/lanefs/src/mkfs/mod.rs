@@ -188,8 +188,41 @@ pub fn clear_ends(dev: &dyn BlockDevice) -> Result<()> {
 /// # Ok::<(), lanefs::Error>(())
 /// ```
 pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<()> {
+    let Prepared {
+        mut sb,
+        geo,
+        plan,
+        now,
+    } = prepare(opts, dev.size())?;
+    let mut out = write::Out::new(dev, geo.bs, opts.prezeroed);
+    let journal = write::files(&mut out, &geo, &plan, &sb, now, &opts.device_name)?;
+    if let Some(j) = &journal {
+        set_journal_backup(&mut sb, j);
+    }
+    let gdt = write::groups(&mut out, &geo, &plan, &mut sb)?;
+    write::superblocks(&mut out, &geo, &mut sb, &gdt)?;
+    dev.flush()
+}
+
+/// Whether [`format()`] would accept `opts` for a device of `size` bytes: every option,
+/// feature combination and the geometry are checked, nothing is written. A caller that
+/// clears the device first (as `lanefs mkfs` empties an image) asks this before it does.
+pub fn validate(opts: &MkfsOptions, size: u64) -> Result<()> {
+    prepare(opts, size).map(|_| ())
+}
+
+/// What [`format()`] writes, decided: the superblock, geometry and placement plan.
+struct Prepared {
+    sb: Superblock,
+    geo: Geometry,
+    plan: layout::Plan,
+    now: Timespec,
+}
+
+/// Resolve `opts` for a device of `size` bytes into the file system to write.
+fn prepare(opts: &MkfsOptions, size: u64) -> Result<Prepared> {
     check_options(opts)?;
-    let p = params::resolve(opts, dev.size())?;
+    let p = params::resolve(opts, size)?;
     let sizes = layout::size(&p)?;
     let now = opts.time.unwrap_or_else(Timespec::now);
     let mut sb = Superblock::zeroed();
@@ -216,14 +249,7 @@ pub fn format(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<()> {
         sb.set_mmp_update_interval(mmp::UPDATE_INTERVAL);
     }
     set_large_file(&mut sb, &geo, &plan);
-    let mut out = write::Out::new(dev, geo.bs, opts.prezeroed);
-    let journal = write::files(&mut out, &geo, &plan, &sb, now, &opts.device_name)?;
-    if let Some(j) = &journal {
-        set_journal_backup(&mut sb, j);
-    }
-    let gdt = write::groups(&mut out, &geo, &plan, &mut sb)?;
-    write::superblocks(&mut out, &geo, &mut sb, &gdt)?;
-    dev.flush()
+    Ok(Prepared { sb, geo, plan, now })
 }
 
 /// An `Error::Invalid` with `msg`.

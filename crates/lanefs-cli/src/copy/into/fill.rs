@@ -16,7 +16,12 @@ pub(super) fn work(ctx: Ctx<'_>, rx: &Mutex<Receiver<Job>>, failed: &Mutex<Outco
         let Ok(job) = job else { return };
         if Outcome::stopped(failed) {
             let released = ctx.fs.release(job.ino).ctx(&job.shown);
-            Outcome::fail(failed, &job, released.err());
+            // A new file is an empty stand-in: unfinished. A file being overwritten was
+            // not emptied yet (that comes first in `fill`): it keeps its old data.
+            match job.truncate {
+                false => Outcome::fail(failed, &job, released.err()),
+                true => Outcome::error(failed, released.err()),
+            }
             continue;
         }
         if let Err(e) = ctx.run(&mut buf, &job) {

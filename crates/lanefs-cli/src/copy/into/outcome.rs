@@ -1,8 +1,10 @@
 //! What a failed copy in leaves: every error it met, reported (the first few in full,
 //! then a count), and no file that claims to be complete. A file whose data, xattrs or
-//! attributes were not all written (a full image, a read error, a copy stopped by an
-//! earlier error while the file waited for a worker) is removed again, with every hard
-//! link this copy made to it: a name in the image is either a whole copy or absent.
+//! attributes were not all written (a full image, a read error, a new file whose copy
+//! was stopped by an earlier error while it waited for a worker) is removed again, with
+//! every hard link this copy made to it: a name in the image is either a whole copy or
+//! absent. An existing file the copy was to overwrite and had not emptied yet is left
+//! with its old data.
 
 use super::*;
 
@@ -50,6 +52,12 @@ impl Outcome {
         let mut o = m.lock().unwrap_or_else(|e| e.into_inner());
         o.errors.extend(why);
         o.unfinished.push(Name::of(job));
+    }
+
+    /// Record an error (if any) that left no file unfinished.
+    pub fn error(m: &Mutex<Outcome>, why: Option<Failure>) {
+        let mut o = m.lock().unwrap_or_else(|e| e.into_inner());
+        o.errors.extend(why);
     }
 
     /// Remove every unfinished file (`links`: the other names this copy gave an inode),
