@@ -105,7 +105,7 @@ fn long_rows(
             Some(a) => (a.user_name(attr.uid), a.group_name(attr.gid)),
             None => (attr.uid.to_string(), attr.gid.to_string()),
         };
-        let acl = fs.listxattr(ino)?.iter().any(|n| {
+        let acl = fs.listxattr(ino).unwrap_or_default().iter().any(|n| {
             n.as_slice() == b"system.posix_acl_access"
                 || n.as_slice() == b"system.posix_acl_default"
         });

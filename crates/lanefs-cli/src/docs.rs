@@ -144,7 +144,8 @@ fn exit_status(command: &str) -> &'static [(&'static str, &'static str)] {
             ("1", "-p or -y repaired it, and it is clean now."),
             ("2", "A usage error."),
             ("4", "Problems are left (each printed); run e2fsck -fy for what lanefs does not repair."),
-            ("8", "The check could not run: the image is unreadable or not an ext2/3/4 file system, or -p/-y was given for a mounted image."),
+            ("5", "-p or -y repaired part of it; problems are left (1 and 4 together)."),
+            ("8", "The check could not run: the image is unreadable or not an ext2/3/4 file system, or -p/-y was given for an image in use (mounted, or held by another program)."),
         ],
         "mount" | "memfs" => &[
             ("0", "The file system is mounted (the daemon serves it until it is unmounted), or with -f it was served and unmounted cleanly."),

@@ -106,6 +106,10 @@ pub fn ln(args: &LnArgs) -> CmdResult<i32> {
         };
         let (dir, name, existing) = place(fs, &name_for_dir, &link)?;
         if let Some(old) = existing {
+            if ino == Some(old.ino) {
+                let msg = "is the same file as the target";
+                return Err(Failure::new(link.display(), Error::msg(msg)));
+            }
             if !args.force {
                 return Err(Failure::new(link.display(), lanefs::Error::Exists));
             }
@@ -202,7 +206,17 @@ pub fn parse_mode(spec: &str, old: u16, is_dir: bool, umask: u16) -> Result<u16,
     let bad = || format!("invalid mode '{spec}' (octal such as 0644, or such as u+x,go-w)");
     if !spec.is_empty() && spec.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
         let v = u16::from_str_radix(spec, 8).map_err(|_| bad())?;
-        return if v <= 0o7777 { Ok(v) } else { Err(bad()) };
+        if v > 0o7777 {
+            return Err(bad());
+        }
+        // A directory keeps its set-user-ID and set-group-ID bits under a mode of up
+        // to four digits (GNU chmod; five digits, 00755, clear them).
+        let keep = if is_dir && spec.len() <= 4 {
+            old & 0o6000
+        } else {
+            0
+        };
+        return Ok(v | keep);
     }
     let mut perm = old & 0o7777;
     for clause in spec.split(',') {
@@ -270,10 +284,24 @@ pub fn parse_mode(spec: &str, old: u16, is_dir: bool, umask: u16) -> Result<u16,
 pub fn chown(args: &ChownArgs) -> CmdResult<i32> {
     for_each_in_image(&args.targets, |fs, arg| {
         let (uid, gid) = parse_owner(fs, &args.owner, &arg.image)?;
-        for (ino, what) in targets(fs, arg, !args.no_dereference, args.recursive)? {
+        // A symlink given is followed unless -h, or -R (whose default, as GNU chown's
+        // -P, changes the link itself and does not walk through it).
+        let follow = !args.no_dereference && !args.recursive;
+        for (ino, what) in targets(fs, arg, follow, args.recursive)? {
+            let a = fs.getattr(ino).ctx(&what)?;
+            // A changed owner clears set-user-ID, and set-group-ID where group execute
+            // is set, on a non-directory, as chown(2) does for an unprivileged file.
+            let mut perm = a.perm;
+            if a.kind != FileType::Directory && a.kind != FileType::Symlink {
+                perm &= !0o4000;
+                if perm & 0o010 != 0 {
+                    perm &= !0o2000;
+                }
+            }
             let set = SetAttr {
                 uid,
                 gid,
+                perm: (perm != a.perm).then_some(perm),
                 ..SetAttr::default()
             };
             fs.setattr(ino, &set).ctx(&what)?;
@@ -428,6 +456,9 @@ mod tests {
         let m = |spec: &str, old: u16, dir: bool| parse_mode(spec, old, dir, 0o022).unwrap();
         assert_eq!(m("644", 0o777, false), 0o644);
         assert_eq!(m("2755", 0, true), 0o2755);
+        assert_eq!(m("755", 0o2700, true), 0o2755, "a directory keeps setgid");
+        assert_eq!(m("00755", 0o2700, true), 0o755);
+        assert_eq!(m("755", 0o2700, false), 0o755);
         assert_eq!(m("u+x", 0o644, false), 0o744);
         assert_eq!(m("go-w", 0o666, false), 0o644);
         assert_eq!(m("a=r", 0o755, false), 0o444);

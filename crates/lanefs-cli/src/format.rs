@@ -349,7 +349,7 @@ fn attach_rt(args: &MkfsArgs, rt: &Path) -> CmdResult<String> {
 /// missing path gives a plain host error.
 pub fn open_device(path: &Path) -> Result<FileDevice, Error> {
     std::fs::metadata(path)?;
-    let dev = FileDevice::open(path, true)?;
+    let dev = FileDevice::open_snapshot(path)?;
     crate::holders::note_if_shared(path);
     Ok(dev)
 }

@@ -75,8 +75,18 @@ pub fn fsck(args: &FsckArgs) -> CmdResult<i32> {
         .collect();
     // One read-write mount and unmount: the engine replays, finishes orphans and
     // writes the counts back, as the kernel's mount would.
-    let opts = crate::session::mount_options(false);
+    // Not counted as a mount (the mount count says how often it was mounted for use).
+    let opts = lanefs::MountOptions {
+        count_mount: false,
+        ..crate::session::mount_options(false)
+    };
     let mounted = lanefs::Fs::mount_path(image, opts).and_then(|fs| fs.unmount());
+    if let Err(lanefs::Error::Busy(why)) = mounted {
+        // In use (a read-only lanefs mount, a device another program holds): no advice
+        // to repair under it.
+        let msg = format!("{why}; unmount it first");
+        return Err(Failure::new(image.display(), Error::msg(msg)).with_code(FSCK_OPERATIONAL));
+    }
     if let Err(e) = mounted {
         let msg = format!(
             "{e}; lanefs cannot repair this: run e2fsck -fy {}",
@@ -88,11 +98,9 @@ pub fn fsck(args: &FsckArgs) -> CmdResult<i32> {
     let mut text = format!("{}: {}\n", image.display(), done.join(", "));
     text += &fsck_text(&after, args.verbose, image, repair);
     print(&text).map_err(|e| op(e.into()))?;
-    Ok(match after.exit_code() {
-        0 if done.is_empty() => 0,
-        0 => FSCK_REPAIRED,
-        code => code,
-    })
+    // As e2fsck: 1 repaired, 4 problems left, both bits when both.
+    let repaired = if done.is_empty() { 0 } else { FSCK_REPAIRED };
+    Ok(after.exit_code() | repaired)
 }
 
 /// `fsck -b BLOCK`: the check through a backup superblock; what it finds goes to
@@ -109,6 +117,18 @@ fn from_backup(image: &Path, args: &FsckArgs, block: u64) -> CmdResult<i32> {
         format!("checked through the backup superblock at block {block} (group {group})\n");
     text += &fsck_text(&report, args.verbose, image, true)
         .replace("run e2fsck -fy", &format!("run e2fsck -b {block} -fy"));
+    const STALE: [&str; 5] = [
+        "GROUP_FREE_BLOCKS",
+        "GROUP_FREE_INODES",
+        "GROUP_DIRS_COUNT",
+        "BLOCK_BITMAP_CSUM",
+        "INODE_BITMAP_CSUM",
+    ];
+    if !report.is_clean() && report.problems.iter().all(|p| STALE.contains(&p.code)) {
+        text += "Only counts and bitmap checksums differ: a backup's descriptor copy keeps \
+                 those of when it was written, so the rest of the file system is whole as \
+                 far as this check sees.\n";
+    }
     print(&text).map_err(|e| op(e.into()))?;
     Ok(report.exit_code())
 }

@@ -117,13 +117,22 @@ pub fn who_holds(image: &Path) -> Option<String> {
 /// holds open, whatever source or fsname the mount shows) and whether it is read-only.
 pub fn daemon_mount(pid: u32) -> Option<(PathBuf, bool)> {
     let live = mountinfo::mounts_of_type(&format!("fuse.{SUBTYPE}"));
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
-    fds.flatten().find_map(|fd| {
-        let target = std::fs::read_link(fd.path()).ok()?;
-        live.iter()
-            .find(|(mp, _, _)| *mp == target)
-            .map(|(mp, _, ro)| (mp.clone(), *ro))
-    })
+    let holds = |pid: u32, path: &Path| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+        })
+    };
+    let (mp, ro) = live
+        .iter()
+        .find(|(mp, _, _)| holds(pid, mp))
+        .map(|(mp, _, ro)| (mp.clone(), *ro))?;
+    // Another daemon at the same path (this one's mount detached, another mounted there
+    // since) makes it unclear whose mount that is: none is taken.
+    let other = other_pids()
+        .into_iter()
+        .any(|p| p != pid && is_mount_daemon(&p.to_string()) && holds(p, &mp));
+    (!other).then_some((mp, ro))
 }
 
 /// A lanefs mount daemon other than this process that has `image` open: its pid.

@@ -274,7 +274,9 @@ fn close_inherited(keep: std::os::fd::RawFd) {
         if keep > 3 {
             libc::close_range(3, keep - 1, 0);
         }
-        libc::close_range(keep + 1, libc::c_uint::MAX, 0);
+        // The standard descriptors stay even when the pipe is one of them (started
+        // with stdin or stdout closed).
+        libc::close_range((keep + 1).max(3), libc::c_uint::MAX, 0);
     }
 }
 

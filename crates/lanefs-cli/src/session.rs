@@ -24,6 +24,8 @@ pub fn rtdev() -> Option<PathBuf> {
 pub fn mount_options(read_only: bool) -> MountOptions {
     MountOptions {
         read_only,
+        // A command that only reads reads beside a writer (with a note, `with_fs_opts`).
+        snapshot: read_only,
         rtdev: rtdev(),
         ..MountOptions::default()
     }

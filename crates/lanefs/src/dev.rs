@@ -168,6 +168,24 @@ impl FileDevice {
         Ok(FileDevice::with(file, size, claim, direct))
     }
 
+    /// Open an existing image or device read-only for a one-shot read, also while
+    /// another lanefs writes it (what it has made durable so far;
+    /// [`crate::sharing_note`] names the writer).
+    pub fn open_snapshot(path: &Path) -> Result<FileDevice> {
+        let file = OpenOptions::new()
+            .read(true)
+            .open(path)
+            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        let claim = exclusive::claim_snapshot(&file);
+        let size = {
+            use std::io::{Seek, SeekFrom};
+            let mut f = &file;
+            f.seek(SeekFrom::End(0))
+                .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?
+        };
+        Ok(FileDevice::with(file, size, claim, None))
+    }
+
     fn with(file: File, size: u64, claim: Claim, direct: Option<File>) -> FileDevice {
         FileDevice {
             file,

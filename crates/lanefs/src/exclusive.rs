@@ -13,12 +13,13 @@
 //! - A block device opened read-write is opened with `O_EXCL`: the kernel refuses that
 //!   while the device is mounted, and refuses to mount it while lanefs holds it.
 //!
-//! Read-only opens are never refused, as `debugfs` (`-c`) reads a mounted device:
-//! nothing is written, the journal is replayed in memory only, and what is read is what
-//! the writer (the kernel's mount, a lanefs mount or command) has made durable so far,
-//! which may be behind it. A reader takes a shared lock when it can, which keeps a new
-//! writer out while it reads; [`sharing_note`] says who writes meanwhile, for a
-//! command to tell its user.
+//! Read-only opens of an image the kernel has mounted are allowed, as `debugfs` allows
+//! them: nothing is written, and the journal is replayed in memory only. A read-only
+//! open is refused while another lanefs writes the image (a shared lock it could not
+//! hold would let a writer in under a long-lived reader, a read-only mount), except a
+//! snapshot ([`claim_snapshot`]): a one-shot read (`lanefs ls`, `fsck -n`) of what the
+//! writer has made durable so far, which may be behind it; [`sharing_note`] says who
+//! writes meanwhile, for the command to tell its user.
 
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -74,6 +75,14 @@ pub fn claim(file: &File, path: &Path, read_only: bool) -> Result<Claim> {
     Ok(Claim { _loops: loops })
 }
 
+/// Claim `file` (opened read-only from `path`) for a one-shot read: a shared lock when
+/// no writer holds the image, else none (the read sees what the writer has made
+/// durable so far). Never refused.
+pub fn claim_snapshot(file: &File) -> Claim {
+    let _ = file.try_lock_shared();
+    Claim::default()
+}
+
 /// Extra open(2) flags for a device opened read-write: `O_EXCL` on a block device
 /// (refused by the kernel while it is mounted). Harmless on regular files without
 /// `O_CREAT`, where Linux ignores it.
@@ -112,13 +121,15 @@ fn lock(file: &File, path: &Path, read_only: bool) -> Result<()> {
         };
         match r {
             Ok(()) => return Ok(()),
-            // A writer holds it: read what it has made durable (see the module's notes).
-            Err(std::fs::TryLockError::WouldBlock) if read_only => return Ok(()),
             Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_PATIENCE => {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
             Err(std::fs::TryLockError::WouldBlock) => {
-                let who = "in use by another lanefs";
+                let who = if read_only {
+                    "open for writing by another lanefs"
+                } else {
+                    "in use by another lanefs"
+                };
                 return Err(Error::Busy(format!("{}: {who}", path.display())));
             }
             // A file system without flock support (some network mounts): go on unlocked.
@@ -223,9 +234,14 @@ mod tests {
             .err()
             .expect("a second writer refused");
         assert!(e.to_string().contains("in use by another lanefs"), "{e}");
-        // A reader reads on while a writer holds it, and is told who writes.
+        // A reader is refused while a writer holds it; a snapshot reads on, and is told
+        // who writes.
         let b = File::open(&p).unwrap();
-        claim(&b, &p, true).expect("a reader is never refused");
+        let e = claim(&b, &p, true)
+            .err()
+            .expect("reader refused while a writer holds it");
+        assert!(e.to_string().contains("open for writing"), "{e}");
+        let _snapshot = claim_snapshot(&b);
         let note = sharing_note(&p);
         assert_eq!(note.as_deref(), Some("open for writing by another lanefs"));
         drop((_ca, a, a2));

@@ -182,8 +182,13 @@ impl Fs {
     /// drop(Fs::mount_path(&img, MountOptions::default())?); // free again
     /// # Ok::<(), Error>(())
     /// ```
-    pub fn mount_path(path: &Path, opts: MountOptions) -> Result<Arc<Fs>> {
-        let dev = FileDevice::open(path, opts.read_only)?;
+    pub fn mount_path(path: &Path, mut opts: MountOptions) -> Result<Arc<Fs>> {
+        let dev = if opts.snapshot {
+            opts.read_only = true;
+            FileDevice::open_snapshot(path)?
+        } else {
+            FileDevice::open(path, opts.read_only)?
+        };
         let rtdev = rt::open_rtdev(&opts)?;
         Fs::mount_named(Arc::new(dev), rtdev, opts, &path.display().to_string())
     }

@@ -74,13 +74,18 @@ fn kernel_mounted_image_is_not_written() {
     let fs = Fs::mount_path(&img, MountOptions::default()).unwrap();
     assert!(fs.lookup(ROOT_INO, b"kernel-file").is_ok());
     fs.mkdir(ROOT_INO, b"d", 0o755, Owner::default()).unwrap();
-    // A second writer is refused while this one holds it; a reader reads what it has
-    // made durable, and is told who writes.
+    // A second writer and a reader are refused while this one holds it; a snapshot
+    // reads what it has made durable, and is told who writes.
     busy(
         Fs::mount_path(&img, MountOptions::default()),
         "in use by another lanefs",
     );
-    let reader = Fs::mount_path(&img, ro()).expect("a reader beside a writer");
+    busy(Fs::mount_path(&img, ro()), "open for writing");
+    let snapshot = MountOptions {
+        snapshot: true,
+        ..MountOptions::default()
+    };
+    let reader = Fs::mount_path(&img, snapshot).expect("a snapshot beside a writer");
     assert!(reader.lookup(ROOT_INO, b"kernel-file").is_ok());
     drop(reader);
     assert_eq!(

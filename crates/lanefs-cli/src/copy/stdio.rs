@@ -54,7 +54,12 @@ fn from_stdin(dst: &OsString, flags: Flags) -> CmdResult<i32> {
     let arg = parse_image_arg(dst)?;
     let what = arg.display();
     with_fs(&arg.image, false, |fs| {
-        let ino = match resolve_dest(fs, &arg.path).ctx(&what)? {
+        let dest = resolve_dest(fs, &arg.path).ctx(&what)?;
+        let entry = match &dest {
+            Dest::Exists(f) => f.entry.clone(),
+            Dest::New { dir, name } => Some((*dir, name.clone())),
+        };
+        let ino = match dest {
             Dest::Exists(f) if f.attr.kind == FileType::Directory => {
                 let msg = "is a directory: name the file standard input goes to (IMAGE:/DIR/NAME)";
                 return Err(Failure::new(&what, Error::msg(msg)));
@@ -86,7 +91,20 @@ fn from_stdin(dst: &OsString, flags: Flags) -> CmdResult<i32> {
         flags.said("-", &what);
         let written = fill(fs, ino, &what);
         let released = fs.release(ino).ctx(&what);
-        written.and(released)
+        let result = written.and(released);
+        if result.is_err() {
+            // Emptied or new, and not filled: no file that looks complete stays.
+            if let Some((dir, name)) = entry {
+                if fs.lookup(dir, &name).is_ok_and(|a| a.ino == ino)
+                    && fs.unlink(dir, &name).is_ok()
+                {
+                    crate::error::note(&format!(
+                        "{what}: removed (standard input did not all fit)"
+                    ));
+                }
+            }
+        }
+        result
     })?;
     Ok(0)
 }

@@ -98,6 +98,10 @@ pub struct MountOptions {
     /// mount does; false for filling a just-made image (`mkfs -d`), which is no mount
     /// to the user, as `mke2fs -d`'s is not.
     pub count_mount: bool,
+    /// A one-shot read-only mount that reads also while another lanefs writes the image
+    /// (what it has made durable so far): `lanefs ls`, `cat`, `fsck -n`. Implies
+    /// `read_only`. Not for a long-lived mount, which a writer could change under.
+    pub snapshot: bool,
 }
 
 /// The inode cache's default memory limit.
@@ -124,6 +128,7 @@ impl Default for MountOptions {
             rt_alloc: RtAllocPolicy::Lean,
             clamp_time: None,
             count_mount: true,
+            snapshot: false,
         }
     }
 }

@@ -3,30 +3,34 @@
 //! seen through [`BackupView`], which serves the backup's bytes where the primary
 //! superblock and descriptor table are, so the whole checker runs unchanged. Nothing is
 //! written: restoring the primary from a backup (whose descriptor copy holds the counts
-//! and flags of when it was written) takes e2fsck's full repair.
+//! and flags of when it was written) takes e2fsck's full repair. As e2fsck does with a
+//! backup, no group is read as uninitialised and every inode table as used to its end;
+//! the counts and bitmap checksums of the copy are still those of when it was written,
+//! and are reported as such.
 
 use super::{check, FsckOptions, FsckReport};
 use crate::dev::BlockDevice;
 use crate::disk::geometry::Geometry;
+use crate::disk::group::{GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use crate::disk::superblock::{self as sbm, Superblock};
 use crate::error::{Error, Result};
 
 /// A device whose primary superblock and descriptor table read as a backup's copies.
 pub struct BackupView<'a> {
     inner: &'a dyn BlockDevice,
-    /// (primary byte offset, length, the copy's byte offset).
-    maps: Vec<(u64, u64, u64)>,
+    /// (primary byte offset, the bytes read there instead).
+    maps: Vec<(u64, Vec<u8>)>,
 }
 
 impl BlockDevice for BackupView<'_> {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         self.inner.read_at(off, buf)?;
         let end = off + buf.len() as u64;
-        for &(at, len, copy) in &self.maps {
-            let (lo, hi) = (at.max(off), (at + len).min(end));
+        for (at, bytes) in &self.maps {
+            let (lo, hi) = ((*at).max(off), (at + bytes.len() as u64).min(end));
             if lo < hi {
                 let dst = &mut buf[(lo - off) as usize..(hi - off) as usize];
-                self.inner.read_at(copy + (lo - at), dst)?;
+                dst.copy_from_slice(&bytes[(lo - at) as usize..(hi - at) as usize]);
             }
         }
         Ok(())
@@ -99,14 +103,24 @@ pub fn check_backup(
         ));
     }
     let bsz = u64::from(bs);
-    let mut maps = vec![(sbm::SB_OFFSET, sbm::SB_SIZE as u64, block * bsz)];
-    for i in 0..geo.gdt_blocks {
-        maps.push((
-            geo.gdt_block(i) * bsz,
-            bsz,
-            (block + 1 + u64::from(i)) * bsz,
-        ));
+    let mut sb_bytes = vec![0u8; sbm::SB_SIZE];
+    dev.read_at(block * bsz, &mut sb_bytes)?;
+    let mut gdt = vec![0u8; geo.gdt_blocks as usize * bs as usize];
+    dev.read_at((block + 1) * bsz, &mut gdt)?;
+    // As e2fsck does with a backup: its descriptors are from when it was written, so no
+    // group is taken as uninitialised and every inode table as in use up to its end.
+    let ds = geo.desc_size as usize;
+    for g in 0..geo.groups {
+        let at = g as usize * ds;
+        let mut d = GroupDesc {
+            raw: gdt[at..at + ds].to_vec(),
+        };
+        d.set_flags(d.flags() & !(BG_BLOCK_UNINIT | BG_INODE_UNINIT));
+        d.set_itable_unused(0);
+        d.seal(geo.desc_csum, g);
+        gdt[at..at + ds].copy_from_slice(&d.raw);
     }
+    let maps = vec![(sbm::SB_OFFSET, sb_bytes), (geo.gdt_block(0) * bsz, gdt)];
     let view = BackupView { inner: dev, maps };
     let report = check(&view, opts)?;
     Ok((report, u32::from(sb.block_group_nr())))
