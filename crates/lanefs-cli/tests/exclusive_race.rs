@@ -22,7 +22,10 @@ use std::time::Duration;
 mod cli_common;
 use cli_common::{noise, required};
 
-const FILES: usize = 12_000;
+/// Files per tree: enough that one copy outlasts the half second a second writer waits
+/// for the lock (12,000 copied in 0.27 s here, so the loser often got the lock after the
+/// winner's copy and no race happened in ten tries).
+const FILES: usize = 40_000;
 const DIRS: usize = 12;
 const BIG: usize = 96 << 20;
 
@@ -163,7 +166,7 @@ fn two_writers_race_one_wins() {
         let out = Command::new(env!("CARGO_BIN_EXE_lanefs"))
             .arg("mkfs")
             .arg(&img)
-            .args(["--size", "512M"])
+            .args(["--size", "2G"])
             .output()
             .unwrap();
         assert!(
