@@ -362,7 +362,7 @@ fn parse_owner(fs: &Fs, spec: &str, image: &Path) -> CmdResult<(Option<u32>, Opt
 pub fn touch(args: &TouchArgs) -> CmdResult<i32> {
     let when = match &args.date {
         Some(d) => parse_time(d).map_err(|e| Failure::new("-d", Error::msg(e)))?,
-        None => now(),
+        None => Timespec::now(),
     };
     for_each_in_image(&args.targets, |fs, arg| {
         let what = arg.display();
@@ -385,16 +385,6 @@ pub fn touch(args: &TouchArgs) -> CmdResult<i32> {
         fs.setattr(ino, &set).ctx(&what)?;
         Ok(())
     })
-}
-
-fn now() -> Timespec {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Timespec {
-        sec: d.as_secs() as i64,
-        nsec: d.subsec_nanos(),
-    }
 }
 
 /// `@SECONDS[.FRACTION]`, or `YYYY-MM-DD[( |T)HH:MM[:SS[.FRACTION]]]` in UTC.

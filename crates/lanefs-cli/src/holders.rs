@@ -68,11 +68,8 @@ fn other_pids() -> Vec<u32> {
 /// descriptor's own /proc link: this scan never walks a path into another process's
 /// files, which on a FUSE mount would take a reference on that mount for the walk (and
 /// could make an `umount` there fail EBUSY) and wait for its daemon.
-fn holds(pid: u32, image: &Path) -> bool {
+fn holds(pid: u32, image: &Path, want: &std::fs::Metadata) -> bool {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    let Ok(want) = std::fs::metadata(image) else {
         return false;
     };
     fds.flatten().any(|fd| match std::fs::read_link(fd.path()) {
@@ -87,9 +84,12 @@ fn holds(pid: u32, image: &Path) -> bool {
 
 /// Every process other than this one that has `image` open: its pid and command name.
 fn processes_holding(image: &Path) -> Vec<(u32, String)> {
+    let Ok(want) = std::fs::metadata(image) else {
+        return Vec::new();
+    };
     other_pids()
         .into_iter()
-        .filter(|&pid| holds(pid, image))
+        .filter(|&pid| holds(pid, image, &want))
         .map(|pid| {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             (pid, comm.trim().to_string())
@@ -137,9 +137,10 @@ pub fn daemon_mount(pid: u32) -> Option<(PathBuf, bool)> {
 
 /// A lanefs mount daemon other than this process that has `image` open: its pid.
 pub fn daemon_holding(image: &Path) -> Option<u32> {
+    let want = std::fs::metadata(image).ok()?;
     other_pids()
         .into_iter()
-        .find(|&pid| is_mount_daemon(&pid.to_string()) && holds(pid, image))
+        .find(|&pid| is_mount_daemon(&pid.to_string()) && holds(pid, image, &want))
 }
 
 /// The note for reading `image` while another program writes it, if one does (its

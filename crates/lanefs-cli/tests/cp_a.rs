@@ -31,19 +31,6 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-fn e2fsck_clean(image: &Path) {
-    let out = Command::new("e2fsck").arg("-fn").arg(image).output();
-    match out {
-        Ok(out) => assert_eq!(
-            out.status.code(),
-            Some(0),
-            "e2fsck -fn: {}",
-            String::from_utf8_lossy(&out.stdout)
-        ),
-        Err(_) => skip("e2fsck", "e2fsck not installed"),
-    }
-}
-
 /// Ends the process if `secs` pass before it is dropped: a per-byte walk of a huge hole
 /// must fail the run, not hang it.
 struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);

@@ -4,7 +4,6 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod cli_common;
 use cli_common::*;
@@ -18,19 +17,6 @@ fn tree(dir: &Path, n: usize, size: usize) -> PathBuf {
         fs::write(src.join(format!("{at}f{i:04}")), noise(i as u64 + 1, size)).unwrap();
     }
     src
-}
-
-fn e2fsck_clean(image: &Path) {
-    let out = Command::new("e2fsck").arg("-fn").arg(image).output();
-    match out {
-        Ok(out) => assert_eq!(
-            out.status.code(),
-            Some(0),
-            "e2fsck -fn: {}",
-            String::from_utf8_lossy(&out.stdout)
-        ),
-        Err(_) => skip("e2fsck", "e2fsck not installed"),
-    }
 }
 
 /// Every regular file under `got` (copied back out of the image) is byte for byte the

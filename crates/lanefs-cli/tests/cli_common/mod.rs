@@ -82,3 +82,20 @@ pub fn kernel_mount(test: &str, image: &Path, mnt: &Path, opts: &str) -> bool {
     skip(test, "cannot loop-mount");
     false
 }
+
+/// `e2fsck -fn IMAGE` finds nothing (a SKIP line where e2fsck is not installed).
+pub fn e2fsck_clean(image: &Path) {
+    let out = std::process::Command::new("e2fsck")
+        .arg("-fn")
+        .arg(image)
+        .output();
+    match out {
+        Ok(out) => assert_eq!(
+            out.status.code(),
+            Some(0),
+            "e2fsck -fn: {}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+        Err(_) => skip("e2fsck", "e2fsck not installed"),
+    }
+}
