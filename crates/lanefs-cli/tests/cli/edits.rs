@@ -42,6 +42,16 @@ fn edits_change_what_they_name() {
     assert!(long.contains(" sym -> d/c\n"), "{long}");
     let line = one_line_failure(&lanefs(&["ln", &p("/srv/d/c"), &p("/srv/hard")]));
     assert!(line.contains("file exists"), "{line}");
+    let line = one_line_failure(&lanefs(&["ln", "-f", &p("/srv/hard"), &p("/srv/d/a")]));
+    assert!(line.contains("same file"), "{line}");
+    assert!(stdout(&ok(lanefs(&["ls", &p("/srv/d")]))).contains("a\n"));
+
+    // chown clears set-user-ID (and set-group-ID with group execute) of a file.
+    ok(lanefs(&["touch", &p("/srv/suid")]));
+    ok(lanefs(&["chmod", "6755", &p("/srv/suid")]));
+    ok(lanefs(&["chown", "5:5", &p("/srv/suid")]));
+    let stat = stdout(&ok(lanefs(&["stat", &p("/srv/suid")])));
+    assert!(stat.contains("(0755/-rwxr-xr-x)"), "{stat}");
 
     // chmod, octal and symbolic, -R; chown by the image's names and by number.
     ok(lanefs(&["chmod", "640", &p("/srv/hard")]));
@@ -146,7 +156,8 @@ fn cp_streams_keeps_and_names() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(input).unwrap();
+        // A command that stops reading (a full image) closes the pipe early.
+        let _ = child.stdin.take().unwrap().write_all(input);
         child.wait_with_output().unwrap()
     };
     let big = random_bytes(3 << 20, 9);
@@ -158,6 +169,13 @@ fn cp_streams_keeps_and_names() {
     assert_eq!(ok(lanefs(&["cat", &p("/in")])).stdout, b"short");
     let line = one_line_failure(&feed(&["cp", "-", &p("/")], b"x"));
     assert!(line.contains("name the file"), "{line}");
+    // More than fits: an error, and no partial file left.
+    let small = dir.path().join("small.img");
+    ok(lanefs(&["mkfs", &s(&small), "--size", "4M"]));
+    let out = feed(&["cp", "-", &at(&small, "/big")], &random_bytes(8 << 20, 3));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no space left"), "{}", stderr(&out));
+    assert!(!stdout(&ok(lanefs(&["ls", &at(&small, "/")]))).contains("big"));
 
     let src = dir.path().join("t");
     fs::create_dir(&src).unwrap();
