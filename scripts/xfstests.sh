@@ -18,9 +18,14 @@
 # allow_other,default_permissions).
 #
 # fstests needs root, its users (fsgqa, fsgqa2, 123456-fsgqa; made here when missing) and
-# its build and run dependencies (see .ci/run), and overlayfs. One edit is made to the unpacked copy, for
-# FUSE file systems in general: `_fs_type` learns that the mount type `fuse.lanefs` is
-# `fuse` (as it knows fuse.glusterfs).
+# its build and run dependencies (see .ci/run), overlayfs and loop devices. The test and
+# scratch file systems live on loop devices over the images, so that the tests needing a
+# block device run (and the dm-flakey, dm-error and dm-log-writes tests, on kernels with
+# device-mapper). Two edits are made to the unpacked copy: `_fs_type` learns that the
+# mount type `fuse.lanefs` is `fuse` (as it knows fuse.glusterfs), for FUSE file systems
+# in general; and scripts/xfstests-lanefs.rc is appended to common/rc, which makes the
+# scratch file system with mkfs.ext4 (`_scratch_mkfs`, `_scratch_mkfs_sized`,
+# `_scratch_mkfs_geom`, `_scratch_mkfs_blocksized`), for lanefs only.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,9 +62,17 @@ if [ ! -x "$src/src/fsstress" ] || [ ! -f "$dir/.built" ]; then
 	sed -i 's|-e .s/fuse.glusterfs/glusterfs/.|& -e "s/fuse.lanefs/fuse/"|' "$src/common/rc"
 	grep -q 's/fuse.lanefs/fuse/' "$src/common/rc" ||
 		{ echo "xfstests.sh: could not teach _fs_type about fuse.lanefs" >&2; exit 2; }
+	cat "$root/scripts/xfstests-lanefs.rc" >>"$src/common/rc"
 	(cd "$src" && make -j"$(nproc)" >"$dir/build.log" 2>&1) ||
 		{ echo "xfstests.sh: building fstests failed; see $dir/build.log" >&2; exit 2; }
 	touch "$dir/.built"
+fi
+
+# The lanefs additions to common/rc, kept current in an earlier build.
+if ! cmp -s <(tail -n +2 "$root/scripts/xfstests-lanefs.rc") \
+	<(sed -n '/^# --- lanefs: appended/,$p' "$src/common/rc"); then
+	sed -i '/^# --- lanefs: appended/,$d' "$src/common/rc"
+	cat "$root/scripts/xfstests-lanefs.rc" >>"$src/common/rc"
 fi
 
 # lanefs, and mount(8)'s helper for the type fuse.lanefs.
@@ -88,18 +101,24 @@ mkdir -p "$dir/images" /mnt/lanefs-test /mnt/lanefs-scratch
 for m in /mnt/lanefs-test /mnt/lanefs-scratch; do
 	while mountpoint -q "$m"; do umount "$m" || umount -l "$m"; done
 done
+# Each image behind a loop device, detached when the run ends.
+declare -A dev
+detach() { for i in "${dev[@]}"; do losetup -d "$i" 2>/dev/null || true; done; }
+trap detach EXIT
 for i in test scratch; do
 	rm -f "$dir/images/$i.img"
 	truncate -s "$size" "$dir/images/$i.img"
 	mkfs.ext4 -q -F "$dir/images/$i.img"
+	dev[$i]=$(losetup -f --show "$dir/images/$i.img") ||
+		{ echo "xfstests.sh: needs loop devices (losetup -f failed)" >&2; exit 2; }
 done
 
 cat >"$src/local.config" <<EOF
 export FSTYP=fuse
 export FUSE_SUBTYP=.lanefs
-export TEST_DEV=$dir/images/test.img
+export TEST_DEV=${dev[test]}
 export TEST_DIR=/mnt/lanefs-test
-export SCRATCH_DEV=$dir/images/scratch.img
+export SCRATCH_DEV=${dev[scratch]}
 export SCRATCH_MNT=/mnt/lanefs-scratch
 export TEST_FS_MOUNT_OPTS="-o $opts"
 export MOUNT_OPTIONS="-o $opts"
@@ -149,8 +168,8 @@ done
 # Images the run leaves must still be clean ext4 (once the daemons have let them go).
 status=0
 for i in test scratch; do
-	for _ in $(seq 300); do fuser -s "$dir/images/$i.img" 2>/dev/null || break; sleep 0.2; done
-	e2fsck -fn "$dir/images/$i.img" >"$dir/e2fsck-$i.log" 2>&1 || {
+	for _ in $(seq 300); do fuser -s "${dev[$i]}" 2>/dev/null || break; sleep 0.2; done
+	e2fsck -fn "${dev[$i]}" >"$dir/e2fsck-$i.log" 2>&1 || {
 		echo "xfstests.sh: e2fsck -fn $i.img found errors; see $dir/e2fsck-$i.log"
 		status=1
 	}

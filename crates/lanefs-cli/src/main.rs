@@ -23,6 +23,7 @@ mod progress;
 mod session;
 mod show;
 mod size;
+mod supervise;
 mod xattr;
 
 use clap::Parser;

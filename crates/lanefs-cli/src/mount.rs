@@ -1,9 +1,10 @@
 //! `lanefs mount` and `lanefs umount`: serve an image through FUSE.
 //!
 //! `mount` checks its options, the image path and the mount point, then (unless `-f`)
-//! forks before any thread exists: the child mounts and serves, and tells the parent
-//! through a pipe when the kernel has the mount or why it failed; the parent prints that
-//! one line (or nothing) and exits. `umount` unmounts and then waits until the daemon has
+//! forks before any thread exists: the child becomes the supervisor (`supervise`), whose
+//! own child, the daemon, mounts, serves and tells `lanefs mount` through a pipe when the
+//! kernel has the mount or why it failed; `lanefs mount` prints that one line (or
+//! nothing) and exits. With `-f` the process itself is the supervisor. `umount` unmounts and then waits until the daemon has
 //! let go of the image, so the image is clean when it returns. A second mount of a mounted
 //! image is a bind mount of the first, and a mount waits for a daemon still closing the
 //! image (`holders`).
@@ -11,6 +12,7 @@
 use crate::cli::{MemfsArgs, MountArgs, UmountArgs};
 use crate::error::{CmdResult, Context, Error, Failure};
 use crate::holders;
+use crate::supervise::{detach_stdio, supervise, Daemon};
 use lanefs_fuse::{
     mount_source, preflight, serve, serve_memfs, unmount_path, MountConfig, SUBTYPE,
 };
@@ -73,7 +75,11 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    run(&mp, &cfg, a.foreground, |mp, cfg, ready| {
+    let source = cfg
+        .fsname
+        .clone()
+        .unwrap_or_else(|| image.display().to_string());
+    run(&mp, &source, &cfg, a.foreground, |mp, cfg, ready| {
         serve(&image, mp, cfg, ready)
     })
 }
@@ -172,7 +178,8 @@ pub fn memfs(a: &MemfsArgs) -> CmdResult<i32> {
             .map_err(|e| Failure::new("-o", Error::msg(e)))?;
     }
     let mp = preflight(&a.mountpoint).map_err(|e| Failure::new("", Error::msg(e)))?;
-    run(&mp, &cfg, a.foreground, serve_memfs)
+    let source = cfg.fsname.clone().unwrap_or_else(|| "memfs".into());
+    run(&mp, &source, &cfg, a.foreground, serve_memfs)
 }
 
 /// Take no transparent huge pages in the daemon (PR_SET_THP_DISABLE, inherited by the
@@ -189,19 +196,20 @@ fn no_huge_pages() {
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
 }
 
-/// Serve with `server` in the foreground, or fork a daemon that does and report its
-/// first line.
+/// Serve with `server` under a supervisor (`supervise`): in the foreground, or in a
+/// forked process that reports the daemon's first line. `source` is the mount's source
+/// as mountinfo will show it.
 fn run(
     mp: &Path,
+    source: &str,
     cfg: &MountConfig,
     foreground: bool,
     server: impl Fn(&Path, &MountConfig, Box<dyn FnOnce(Result<(), String>)>) -> Result<(), String>,
 ) -> CmdResult<i32> {
     no_huge_pages();
     if foreground {
-        return server(mp, cfg, Box::new(|_| {}))
-            .map(|()| 0)
-            .map_err(|e| Failure::new("", Error::msg(e)));
+        let daemon: Daemon = Box::new(|cfg| i32::from(server(mp, cfg, Box::new(|_| {})).is_err()));
+        return Ok(supervise(mp, source, cfg, false, daemon));
     }
     let (rd, wr) = pipe().ctx("pipe")?;
     // SAFETY: no thread has been started yet (argument parsing and the checks above run
@@ -210,7 +218,7 @@ fn run(
         -1 => Err(Failure::new("fork", std::io::Error::last_os_error())),
         0 => {
             drop(rd);
-            std::process::exit(daemon(mp, cfg, wr, server));
+            std::process::exit(background(mp, source, cfg, wr, server));
         }
         _ => {
             drop(wr);
@@ -229,9 +237,11 @@ fn run(
     }
 }
 
-/// The daemon: a session of its own, the mount, and the status line to the parent.
-fn daemon(
+/// The background mount: a session of its own, the supervisor, and in its child the
+/// daemon, which sends its status line to `lanefs mount` through `status`.
+fn background(
     mp: &Path,
+    source: &str,
     cfg: &MountConfig,
     status: OwnedFd,
     server: impl Fn(&Path, &MountConfig, Box<dyn FnOnce(Result<(), String>)>) -> Result<(), String>,
@@ -240,24 +250,27 @@ fn daemon(
     unsafe { libc::setsid() };
     let _ = std::env::set_current_dir("/");
     close_inherited(status.as_raw_fd());
-    let status = std::fs::File::from(status);
-    let r = server(
-        mp,
-        cfg,
-        Box::new(move |r| {
-            let mut f = status;
-            let _ = match &r {
-                Ok(()) => f.write_all(b"ok"),
-                Err(e) => f.write_all(e.as_bytes()),
-            };
-            drop(f);
-            if r.is_ok() {
-                detach_stdio();
-                lanefs_fuse::log::to_syslog();
-            }
-        }),
-    );
-    i32::from(r.is_err())
+    let daemon: Daemon = Box::new(move |cfg| {
+        let status = std::fs::File::from(status);
+        let r = server(
+            mp,
+            cfg,
+            Box::new(move |r| {
+                let mut f = status;
+                let _ = match &r {
+                    Ok(()) => f.write_all(b"ok"),
+                    Err(e) => f.write_all(e.as_bytes()),
+                };
+                drop(f);
+                if r.is_ok() {
+                    detach_stdio();
+                    lanefs_fuse::log::to_syslog();
+                }
+            }),
+        );
+        i32::from(r.is_err())
+    });
+    supervise(mp, source, cfg, true, daemon)
 }
 
 /// Close every descriptor above standard error that the daemon inherited, except `keep`
@@ -277,20 +290,6 @@ fn close_inherited(keep: std::os::fd::RawFd) {
         // The standard descriptors stay even when the pipe is one of them (started
         // with stdin or stdout closed).
         libc::close_range((keep + 1).max(3), libc::c_uint::MAX, 0);
-    }
-}
-
-/// Point stdin, stdout and stderr at /dev/null.
-fn detach_stdio() {
-    if let Ok(null) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
-        for fd in 0..3 {
-            // SAFETY: dup2 onto the standard descriptors; `null` stays open for the call.
-            unsafe { libc::dup2(null.as_raw_fd(), fd) };
-        }
     }
 }
 

@@ -14,6 +14,7 @@
 //! The design, permissions, and the measured comparison with fuse2fs, the ceiling and the
 //! kernel's ext4 are in the repository's `docs/fuse-frontend.md`.
 
+pub mod confine;
 pub mod frontend;
 pub mod log;
 pub mod memfs;

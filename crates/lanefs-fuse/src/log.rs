@@ -9,7 +9,13 @@ static SYSLOG: AtomicBool = AtomicBool::new(false);
 pub fn to_syslog() {
     // SAFETY: openlog keeps the ident pointer; a static C string literal lives for the
     // whole program.
-    unsafe { libc::openlog(c"lanefs".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
+    unsafe {
+        libc::openlog(
+            c"lanefs".as_ptr(),
+            libc::LOG_PID | libc::LOG_NDELAY,
+            libc::LOG_DAEMON,
+        )
+    };
     SYSLOG.store(true, Ordering::Release);
 }
 

@@ -109,6 +109,13 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     /// Kernel VFS flags passed through (`nosuid`, `nodev`, `noexec`, `noatime`, ...).
     pub vfs_flags: Vec<String>,
+    /// The process that unmounts for the daemon (`lanefs mount`'s supervisor): a signal
+    /// the daemon gets goes to it, and the daemon confines itself once the mount is up
+    /// (see [`crate::confine`]). `None` (the library's callers, tests): the daemon
+    /// unmounts on a signal itself and is not confined.
+    pub supervisor: Option<i32>,
+    /// `unconfined`: serve without the confinement even when supervised.
+    pub unconfined: bool,
 }
 
 impl Default for MountConfig {
@@ -130,6 +137,8 @@ impl Default for MountConfig {
             errors: ErrorPolicy::RemountRo,
             fsname: None,
             vfs_flags: Vec::new(),
+            supervisor: None,
+            unconfined: false,
         }
     }
 }
@@ -216,6 +225,10 @@ impl MountConfig {
             "no_io_uring" => {
                 no_value()?;
                 self.io_uring = UringMode::Off;
+            }
+            "unconfined" => {
+                no_value()?;
+                self.unconfined = true;
             }
             "io_uring_depth" => {
                 let v = need()?;

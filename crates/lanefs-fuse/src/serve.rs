@@ -148,6 +148,7 @@ fn run_session<FS: UringCapable>(
     // A signal unmounts; the request loops then see the connection end. Set up first, so
     // that nothing can fail between starting the queues and serving.
     let mp = mountpoint.to_path_buf();
+    let supervisor = cfg.supervisor;
     let signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
@@ -164,11 +165,18 @@ fn run_session<FS: UringCapable>(
     let signal_thread = std::thread::Builder::new()
         .name("lanefs-signals".into())
         .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
+            for sig in signals.forever() {
+                // A supervised daemon may not unmount (confined): its supervisor does.
+                if let Some(sup) = supervisor {
+                    // SAFETY: kill only sends a signal to the supervising process.
+                    unsafe { libc::kill(sup, sig) };
+                    continue;
+                }
                 log::line(&format!("signal {sig}: unmounting {}", mp.display()));
                 if let Err(e) = unmount_path(&mp, true) {
                     log::line(&format!("unmounting {}: {e}", mp.display()));
                 }
+                break;
             }
         })
         .map_err(|e| format!("signal thread: {e}"));
@@ -282,14 +290,14 @@ fn run_session<FS: UringCapable>(
     }
     let dev_threads = config.n_threads.unwrap_or(1);
     let decided = decided.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let (transport, rings) = match (prepared, decided) {
+    let (transport, queues) = match (prepared, decided) {
         (Ok(p), Some(Ok(()))) => {
             let transport = Transport::Uring {
                 queues: p.queues(),
                 depth: p.depth,
             };
             match std::os::fd::AsFd::as_fd(&session).try_clone_to_owned() {
-                Ok(fd) => (transport, p.start(fd, session.dispatcher())),
+                Ok(fd) => (transport, Some((p, fd))),
                 // Without a descriptor for the queues the kernel would wait for them:
                 // nothing to do but fail the mount.
                 Err(e) => {
@@ -308,9 +316,9 @@ fn run_session<FS: UringCapable>(
             let why = decided
                 .and_then(Result::err)
                 .unwrap_or_else(|| "not negotiated".into());
-            (Transport::DevFuse(why), Vec::new())
+            (Transport::DevFuse(why), None)
         }
-        (Err(why), _) => (Transport::DevFuse(why), Vec::new()),
+        (Err(why), _) => (Transport::DevFuse(why), None),
     };
     ready(Ok(()));
     // After `ready`: a daemon logs to syslog from here on, `-f` to stderr.
@@ -324,6 +332,24 @@ fn run_session<FS: UringCapable>(
             mountpoint.display(),
         ),
     });
+    // The mount is up: confined before the first request is served.
+    if cfg.supervisor.is_some() && !cfg.unconfined {
+        match crate::confine::confine() {
+            Ok(c) => log::line(&format!("{}: {c}", mountpoint.display())),
+            Err(e) => {
+                let msg = format!("{}: {e}; not serving", mountpoint.display());
+                log::line(&msg);
+                if let Some((p, _)) = queues {
+                    p.stop();
+                }
+                return Err(msg);
+            }
+        }
+    }
+    let rings = match queues {
+        Some((p, fd)) => p.start(fd, session.dispatcher()),
+        None => Vec::new(),
+    };
 
     let served = session.run();
     if let Err(e) = &served {

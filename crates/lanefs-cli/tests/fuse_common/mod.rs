@@ -261,11 +261,33 @@ pub fn fnv(data: &[u8]) -> u64 {
 }
 
 /// The daemon of the mount at `dir` (canonical): the `lanefs mount` process with `dir`
-/// among its arguments.
+/// among its arguments that serves the mount, the child of its supervisor (the other
+/// such process; see `supervisor_pid`).
 pub fn daemon_pid(dir: &Path) -> Option<i32> {
+    let all = mount_processes(dir);
+    all.iter()
+        .find(|(_, ppid)| all.iter().any(|(p, _)| p == ppid))
+        .map(|(pid, _)| *pid)
+}
+
+/// The supervisor of the mount at `dir` (canonical): the `lanefs mount` process that
+/// started its daemon and unmounts for it.
+pub fn supervisor_pid(dir: &Path) -> Option<i32> {
+    let all = mount_processes(dir);
+    all.iter()
+        .find(|(pid, _)| all.iter().any(|(_, ppid)| ppid == pid))
+        .map(|(pid, _)| *pid)
+}
+
+/// Every `lanefs mount` process with `dir` among its arguments, with its parent's pid.
+fn mount_processes(dir: &Path) -> Vec<(i32, i32)> {
     use std::os::unix::ffi::OsStrExt;
     let want = dir.as_os_str().as_bytes();
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in procs.flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
@@ -278,10 +300,18 @@ pub fn daemon_pid(dir: &Path) -> Option<i32> {
             && args.contains(&want)
             && args[0].ends_with(b"lanefs")
         {
-            return Some(pid);
+            let ppid = std::fs::read_to_string(e.path().join("status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("PPid:"))
+                        .and_then(|v| v.trim().parse().ok())
+                })
+                .unwrap_or(0);
+            found.push((pid, ppid));
         }
     }
-    None
+    found
 }
 
 /// The accounts tests that switch between unprivileged users need (`.ci/run` makes them):

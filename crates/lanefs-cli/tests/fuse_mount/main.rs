@@ -8,6 +8,7 @@
 #[path = "../fuse_common/mod.rs"]
 mod fuse_common;
 
+mod confine;
 mod errors;
 mod handles;
 mod lifecycle;

@@ -79,6 +79,17 @@ impl LaneFuse {
     ) -> Result<Vec<u8>, Errno> {
         match cmd {
             crate::stats::IOC_REQUEST_COUNTS => Ok(crate::stats::counts_reply()),
+            // Debug builds' test hook: root makes the daemon try to open a host path.
+            #[cfg(debug_assertions)]
+            crate::confine::IOC_PROBE_OPEN if req.uid() == 0 => {
+                crate::confine::probe_open(in_data).map_err(Errno::from_i32)?;
+                Ok(Vec::new())
+            }
+            #[cfg(debug_assertions)]
+            crate::confine::IOC_PROBE_FORBIDDEN if req.uid() == 0 => {
+                crate::confine::probe_forbidden();
+                Ok(Vec::new())
+            }
             FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => match self.fs.get_flags(i) {
                 Ok(f) => {
                     let b = f.to_ne_bytes();

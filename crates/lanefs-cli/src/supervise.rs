@@ -1,0 +1,145 @@
+//! The supervisor: the process of `lanefs mount` that stays beside the daemon. The
+//! daemon parses a possibly hostile image and confines itself once its mount is up (no
+//! capabilities, no path, a seccomp filter: `lanefs_fuse::confine`), so it can no longer
+//! unmount; the supervisor, which reads nothing of the image, can:
+//!
+//! - SIGINT, SIGTERM or SIGHUP (to either process: the daemon passes its own on) unmount
+//!   the mount lazily; the daemon then sees its connection end, writes everything back
+//!   and exits, and so does the supervisor, with the daemon's exit status.
+//! - A daemon that dies with its mount up (killed, or a system call outside its filter)
+//!   leaves a dead FUSE mount: the supervisor says why in the log and unmounts it. What
+//!   was committed is in the journal, which the next mount replays.
+
+use lanefs_fuse::{log, mount_source, unmount_path, MountConfig, SUBTYPE};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+/// The daemon's work: serve at the mount point with the configuration (its `supervisor`
+/// set), telling `ready` once the kernel has the mount. Returns its exit status.
+pub type Daemon<'a> = Box<dyn FnOnce(&MountConfig) -> i32 + 'a>;
+
+/// Fork the daemon, which runs `daemon`, and supervise it until it exits; returns its
+/// exit status. `source` is the mount's source as mountinfo shows it (what the daemon
+/// mounts at `mp`). `detach`: the supervisor's own log lines go to syslog and its
+/// standard descriptors to /dev/null (a background mount); else they stay (`-f`).
+pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemon: Daemon) -> i32 {
+    let waited = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGCHLD];
+    // SAFETY: a zeroed sigset_t is valid storage for sigemptyset to initialize.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` and `old` are valid sigset_t storage for the calls; blocking changes
+    // only this (single-threaded) process's mask, which the child restores.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in waited {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+    }
+    // SAFETY: the caller starts no thread before this (argument parsing and the checks
+    // run on the main thread only), so the child may go on with any code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        log::line(&format!("fork: {e}; serving unsupervised"));
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        return daemon(cfg);
+    }
+    if pid == 0 {
+        // SAFETY: restores the mask saved above, in the child.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        let mut cfg = cfg.clone();
+        // SAFETY: getppid has no preconditions.
+        cfg.supervisor = Some(unsafe { libc::getppid() });
+        std::process::exit(daemon(&cfg));
+    }
+    drop(daemon);
+    if detach {
+        detach_stdio();
+        log::to_syslog();
+    }
+    loop {
+        // SAFETY: `set` was initialized above; a null info pointer is allowed.
+        let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+        match sig {
+            libc::SIGCHLD => {
+                let mut status = 0;
+                // SAFETY: waits for our own child; `status` is valid storage.
+                let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+                if r == pid {
+                    return ended(mp, source, pid, status);
+                }
+            }
+            libc::SIGINT | libc::SIGTERM | libc::SIGHUP if is_ours(mp, source) => {
+                log::line(&format!("signal {sig}: unmounting {}", mp.display()));
+                if let Err(e) = unmount_path(mp, true) {
+                    log::line(&format!("unmounting {}: {e}", mp.display()));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether a lanefs mount of `source` is at `mp`.
+fn is_ours(mp: &Path, source: &str) -> bool {
+    mount_source(mp).is_some_and(|(s, t)| s == source && t == format!("fuse.{SUBTYPE}"))
+}
+
+/// Whether the FUSE mount at `mp` lost its daemon: the kernel answers ENOTCONN.
+fn is_dead(mp: &Path) -> bool {
+    std::fs::metadata(mp).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+/// The daemon `pid` ended with wait status `status`: its exit status, after a log line
+/// and the unmount of the mount it left when it failed. (A daemon that ends with status
+/// 0 served until its connection ended: a live mount of the same source there now is a
+/// new one; only a dead one, whose connection ended otherwise, is unmounted.)
+fn ended(mp: &Path, source: &str, pid: i32, status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        let code = libc::WEXITSTATUS(status);
+        if is_ours(mp, source) && (code != 0 || is_dead(mp)) {
+            log::line(&format!(
+                "the daemon of {} (pid {pid}) exited with status {code} and left its mount: unmounting it",
+                mp.display()
+            ));
+            if let Err(e) = unmount_path(mp, true) {
+                log::line(&format!("unmounting {}: {e}", mp.display()));
+            }
+        }
+        return code;
+    }
+    let sig = libc::WTERMSIG(status);
+    let why = if sig == libc::SIGSYS {
+        ": a system call outside its seccomp filter (-o unconfined serves without the \
+         confinement; please report the call, which the kernel's log names)"
+    } else {
+        ""
+    };
+    log::line(&format!(
+        "the daemon of {} (pid {pid}) was killed by signal {sig}{why}; the journal replays at the next mount",
+        mp.display()
+    ));
+    if is_ours(mp, source) {
+        if let Err(e) = unmount_path(mp, true) {
+            log::line(&format!("unmounting {}: {e}", mp.display()));
+        }
+    }
+    1
+}
+
+/// Point stdin, stdout and stderr at /dev/null.
+pub(crate) fn detach_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto the standard descriptors; `null` stays open for the call.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
