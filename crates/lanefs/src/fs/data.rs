@@ -50,6 +50,8 @@ impl Fs {
     ///
     /// See [`Fs::write`] for an example.
     pub fn read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
+        // After a shutdown, as ext4_file_read_iter: EIO, cached or not.
+        self.check_live()?;
         let i = self.iget(ino)?;
         if let Some(n) = i.mapping.read_fast(self.bs as usize, off, buf) {
             return Ok(n);
@@ -631,6 +633,7 @@ impl Fs {
     /// ```
     pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
         let _ = datasync;
+        self.check_live()?;
         if self.read_only {
             return Ok(());
         }
@@ -665,6 +668,7 @@ impl Fs {
     /// (`lanefs cp`, `mkfs -d`) spreads the write-back over its threads instead of leaving
     /// it all to the next sync. Durable only after [`Fs::fsync`] or [`Fs::sync`].
     pub fn write_back(&self, ino: Ino) -> Result<()> {
+        self.check_live()?;
         if self.read_only {
             return Ok(());
         }
@@ -676,6 +680,7 @@ impl Fs {
     }
 
     fn check_io(&self) -> Result<()> {
+        self.check_live()?;
         if self.latch.failed() || self.journal.is_aborted() {
             return Err(Error::Io(
                 "an earlier device error aborted the journal and made the mount read-only".into(),
@@ -687,10 +692,16 @@ impl Fs {
     /// Make everything durable: write dirty pages, commit, and checkpoint (so the home
     /// locations are current and the log is empty).
     pub fn sync(&self) -> Result<()> {
+        self.check_live()?;
         if self.read_only {
             return Ok(());
         }
         self.check_io()?;
+        self.sync_all()
+    }
+
+    /// What [`Fs::sync`] does, without its checks (a shutdown's last flush).
+    pub(super) fn sync_all(&self) -> Result<()> {
         self.flush_pages()?;
         {
             let h = self.journal.start();
@@ -729,6 +740,12 @@ impl Fs {
     /// # Ok::<(), lanefs::Error>(())
     /// ```
     pub fn unmount(self: std::sync::Arc<Self>) -> Result<()> {
+        if self.is_shut_down() {
+            // Nothing more is written (the device refuses it anyway): the image keeps what
+            // was committed, and the next mount replays the journal.
+            self.stop_timer();
+            return Ok(());
+        }
         if self.read_only {
             return Ok(());
         }
