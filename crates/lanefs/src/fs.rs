@@ -26,6 +26,7 @@ use std::path::Path;
 
 mod create;
 mod data;
+mod durable;
 mod inline;
 mod open;
 pub(crate) use open::access_summary;
