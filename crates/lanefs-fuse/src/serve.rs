@@ -99,7 +99,13 @@ pub fn serve(
         ready,
     );
     // Every request thread has stopped and the frontend is gone: this is the last
-    // reference, and unmounting writes everything back.
+    // reference, and unmounting writes everything back (nothing after a shutdown).
+    if fs.is_shut_down() {
+        log::line(&format!(
+            "{} was shut down: nothing written at unmount; the journal replays at the next mount",
+            image.display()
+        ));
+    }
     let unmounted = match Arc::try_unwrap(fs) {
         Ok(fs) => Arc::new(fs).unmount(),
         Err(fs) => fs.unmount(),

@@ -458,6 +458,12 @@ impl BlockDevice for MemDevice {
 /// flush, so the mount can turn read-only (ext4's `errors=remount-ro`): memory is then
 /// ahead of the device, and what was committed before the failure must stay as it is.
 /// A failed read changes nothing and only fails its operation.
+///
+/// It is also where a shutdown ([`crate::Fs::shutdown`]) stops the mount: once
+/// [`ErrorLatch::shut_down`] has returned, every write and flush fails with
+/// [`Error::ShutDown`] without reaching the device, whichever thread issues it (an
+/// operation, the commit timer, the flusher, the MMP updater). Reads still reach it, as
+/// ext4 still reads metadata after a shutdown.
 pub struct ErrorLatch {
     inner: std::sync::Arc<dyn BlockDevice>,
     failed: std::sync::atomic::AtomicBool,
@@ -465,6 +471,17 @@ pub struct ErrorLatch {
     reason: std::sync::Mutex<Option<String>>,
     /// Bytes written through it (the superblock's lifetime writes count them).
     written: std::sync::atomic::AtomicU64,
+    /// Closed by a shutdown. Every write and flush holds it shared while it runs, so
+    /// the shutdown's exclusive hold waits for those in flight and none starts after.
+    /// Shared with the latch of the mount's other device (`sharing_shutdown`).
+    gate: std::sync::Arc<ShutGate>,
+}
+
+/// The shutdown flag of one mount's devices, under the lock that orders it after every
+/// write in flight.
+#[derive(Default)]
+struct ShutGate {
+    shut: std::sync::RwLock<bool>,
 }
 
 impl ErrorLatch {
@@ -475,6 +492,18 @@ impl ErrorLatch {
             failed: std::sync::atomic::AtomicBool::new(false),
             reason: std::sync::Mutex::new(None),
             written: std::sync::atomic::AtomicU64::new(0),
+            gate: Default::default(),
+        }
+    }
+    /// Watch `inner`, a second device of the same mount (the realtime data device): a
+    /// shutdown of `other` stops its writes too.
+    pub fn sharing_shutdown(
+        inner: std::sync::Arc<dyn BlockDevice>,
+        other: &ErrorLatch,
+    ) -> ErrorLatch {
+        ErrorLatch {
+            gate: other.gate.clone(),
+            ..ErrorLatch::new(inner)
         }
     }
     /// Stop writes for a reason other than a failed write (another host took the image
@@ -483,6 +512,11 @@ impl ErrorLatch {
         *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
         self.failed
             .store(true, std::sync::atomic::Ordering::Release);
+    }
+    /// Refuse every later write and flush with [`Error::ShutDown`]; returns once no write
+    /// or flush is under way on the device.
+    pub fn shut_down(&self) {
+        *self.gate.shut.write().unwrap_or_else(|e| e.into_inner()) = true;
     }
     /// The reason given to [`ErrorLatch::trip`], if any.
     pub fn reason(&self) -> Option<String> {
@@ -510,6 +544,15 @@ impl ErrorLatch {
         }
         r
     }
+    /// Run `write` (a write or flush of the device) unless the mount was shut down,
+    /// holding the gate open while it runs; note its failure.
+    fn gated(&self, write: impl FnOnce() -> Result<()>) -> Result<()> {
+        let shut = self.gate.shut.read().unwrap_or_else(|e| e.into_inner());
+        if *shut {
+            return Err(Error::ShutDown);
+        }
+        self.note(write())
+    }
 }
 
 impl BlockDevice for ErrorLatch {
@@ -517,22 +560,28 @@ impl BlockDevice for ErrorLatch {
         self.inner.read_at(off, buf)
     }
     fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
-        self.count(buf.len());
-        self.note(self.inner.write_at(off, buf))
+        self.gated(|| {
+            self.count(buf.len());
+            self.inner.write_at(off, buf)
+        })
     }
     fn read_scatter_at(&self, off: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
         self.inner.read_scatter_at(off, bufs)
     }
     fn write_gather_at(&self, off: u64, bufs: &[&[u8]]) -> Result<()> {
-        self.count(bufs.iter().map(|b| b.len()).sum());
-        self.note(self.inner.write_gather_at(off, bufs))
+        self.gated(|| {
+            self.count(bufs.iter().map(|b| b.len()).sum());
+            self.inner.write_gather_at(off, bufs)
+        })
     }
     fn write_log_at(&self, off: u64, bufs: &[&[u8]]) -> Result<()> {
-        self.count(bufs.iter().map(|b| b.len()).sum());
-        self.note(self.inner.write_log_at(off, bufs))
+        self.gated(|| {
+            self.count(bufs.iter().map(|b| b.len()).sum());
+            self.inner.write_log_at(off, bufs)
+        })
     }
     fn flush(&self) -> Result<()> {
-        self.note(self.inner.flush())
+        self.gated(|| self.inner.flush())
     }
     fn size(&self) -> u64 {
         self.inner.size()
@@ -561,6 +610,61 @@ mod tests {
         assert_eq!(back, all);
         let past = dev.write_gather_at((1 << 20) - 10, &[&[1u8; 8][..], &[2u8; 8][..]]);
         assert!(past.is_err(), "a gathered write past the end is refused");
+    }
+
+    /// A shutdown waits for the write under way, then refuses every write and flush (of
+    /// the latch that shares it too) without reaching the device; reads go on.
+    #[test]
+    fn shutdown_waits_for_writes_in_flight_then_refuses() {
+        use std::sync::Arc;
+        /// Holds each write for 100 ms, then lands it.
+        struct Slow(MemDevice);
+        impl BlockDevice for Slow {
+            fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+                self.0.read_at(off, buf)
+            }
+            fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                self.0.write_at(off, buf)
+            }
+            fn flush(&self) -> Result<()> {
+                self.0.flush()
+            }
+            fn size(&self) -> u64 {
+                self.0.size()
+            }
+        }
+        let slow = Arc::new(Slow(MemDevice::new(1 << 16)));
+        let latch = Arc::new(ErrorLatch::new(slow.clone()));
+        let other = ErrorLatch::sharing_shutdown(Arc::new(MemDevice::new(4096)), &latch);
+        let w = {
+            let latch = latch.clone();
+            std::thread::spawn(move || latch.write_at(0, &[7u8; 512]))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        latch.shut_down();
+        let mut b = [0u8; 512];
+        slow.read_at(0, &mut b).unwrap();
+        assert_eq!(
+            b, [7u8; 512],
+            "shut_down returned before the write in flight"
+        );
+        w.join().unwrap().unwrap();
+        assert_eq!(latch.write_at(512, &[1u8; 512]), Err(Error::ShutDown));
+        assert_eq!(
+            latch.write_gather_at(512, &[&[1u8; 8][..]]),
+            Err(Error::ShutDown)
+        );
+        assert_eq!(
+            latch.write_log_at(512, &[&[1u8; 8][..]]),
+            Err(Error::ShutDown)
+        );
+        assert_eq!(latch.flush(), Err(Error::ShutDown));
+        assert_eq!(other.write_at(0, &[1u8; 8]), Err(Error::ShutDown));
+        slow.read_at(512, &mut b).unwrap();
+        assert_eq!(b, [0u8; 512], "a refused write reached the device");
+        latch.read_at(0, &mut b).unwrap();
+        assert!(!latch.failed(), "a refusal is not a device error");
     }
 
     /// Log runs written past the page cache read back through it, over pages it had

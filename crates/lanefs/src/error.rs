@@ -72,6 +72,9 @@ pub enum Error {
     TooBig,
     /// Permission denied (a default ACL on a non-directory).
     AccessDenied,
+    /// The file system was shut down ([`Fs::shutdown`](crate::Fs::shutdown), ext4's
+    /// `FS_IOC_SHUTDOWN`): nothing more is written to the image; EIO, as ext4 answers.
+    ShutDown,
 }
 
 impl Error {
@@ -99,6 +102,7 @@ impl Error {
             Error::Range => libc::ERANGE,
             Error::TooBig => libc::E2BIG,
             Error::AccessDenied => libc::EACCES,
+            Error::ShutDown => libc::EIO,
         }
     }
 
@@ -139,6 +143,11 @@ impl fmt::Display for Error {
             Error::Range => write!(f, "name out of range"),
             Error::TooBig => write!(f, "argument list too long"),
             Error::AccessDenied => write!(f, "permission denied"),
+            Error::ShutDown => write!(
+                f,
+                "the file system was shut down: nothing more is written to the image until \
+                 it is unmounted; the next mount replays its journal"
+            ),
         }
     }
 }

@@ -26,6 +26,7 @@ use std::path::Path;
 
 mod create;
 mod data;
+mod durable;
 mod inline;
 mod open;
 pub(crate) use open::access_summary;
@@ -39,6 +40,8 @@ mod rename;
 mod rt;
 pub use rt::MAX_EXTSIZE;
 mod shift;
+mod shutdown;
+pub use shutdown::ShutdownMode;
 mod xattr;
 use std::sync::Arc;
 
@@ -110,6 +113,10 @@ pub struct Fs {
     /// `Arc` goes.
     timer: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     timer_stop: std::sync::atomic::AtomicBool,
+    /// Shut down (`Fs::shutdown`): no operation starts, nothing more is written.
+    shut: std::sync::atomic::AtomicBool,
+    /// Held by the one shutdown under way.
+    shutdown_lock: std::sync::Mutex<()>,
     read_only: bool,
     /// The latest time the engine stamps (`MountOptions::clamp_time`).
     clamp_time: Option<i64>,
@@ -247,6 +254,9 @@ impl Fs {
     ) -> Result<Arc<Fs>> {
         let latch = Arc::new(ErrorLatch::new(dev));
         let dev: Arc<dyn BlockDevice> = latch.clone();
+        // A shutdown stops the realtime device's writes with the image's.
+        let rtdev = rtdev
+            .map(|d| -> Arc<dyn BlockDevice> { Arc::new(ErrorLatch::sharing_shutdown(d, &latch)) });
         let sb = read_super(&*dev)?;
         let ro_reason = check_features(&sb)?;
         let rt_geo = rt::check_rtdev(&sb, rtdev.as_deref())?;
@@ -369,6 +379,8 @@ impl Fs {
             bs,
             timer: std::sync::Mutex::new(Vec::new()),
             timer_stop: std::sync::atomic::AtomicBool::new(false),
+            shut: std::sync::atomic::AtomicBool::new(false),
+            shutdown_lock: std::sync::Mutex::new(()),
         };
         let root = fs.iget(ROOT_INO).map_err(|e| match e {
             Error::NotFound => {
@@ -511,8 +523,10 @@ impl Fs {
         }
     }
 
-    /// Refuse changes on a read-only mount, or after a device error turned it read-only.
+    /// Refuse changes on a read-only mount, or after a device error turned it read-only,
+    /// or after a shutdown ([`Error::ShutDown`]).
     fn check_rw(&self) -> Result<()> {
+        self.check_live()?;
         if self.read_only || self.latch.failed() {
             Err(Error::ReadOnly)
         } else {
@@ -523,6 +537,9 @@ impl Fs {
     /// Why changes are refused, when they are: features lanefs cannot write, an earlier
     /// device error, or a read-only mount.
     pub fn read_only_reason(&self) -> Option<String> {
+        if self.is_shut_down() {
+            return Some("shut down (FS_IOC_SHUTDOWN): nothing more is written".into());
+        }
         if let Some(r) = self.latch.reason() {
             return Some(r);
         }
@@ -540,9 +557,10 @@ impl Fs {
         self.bs
     }
 
-    /// Whether changes are refused (read-only mount or an earlier device error).
+    /// Whether changes are refused (read-only mount, an earlier device error or a
+    /// shutdown).
     pub fn is_read_only(&self) -> bool {
-        self.read_only || self.latch.failed()
+        self.read_only || self.latch.failed() || self.is_shut_down()
     }
 
     /// The cached inode `ino`, loading it from disk on a miss.

@@ -223,10 +223,12 @@ fn pad<const N: usize>(s: &[u8]) -> [u8; N] {
 }
 
 impl MmpGuard {
-    /// Stop the updater and mark the block CLEAN (unmount).
-    pub fn release(&mut self) -> Result<()> {
+    /// Stop the updater and leave the block as it is (a shutdown: kmmpd stops, and the
+    /// next mount waits for the block as after a crash); `release` then writes nothing.
+    /// Whether the updater was still running.
+    pub fn abandon(&mut self) -> bool {
         let Some(t) = self.thread.take() else {
-            return Ok(());
+            return false;
         };
         {
             let (lock, cv) = &*self.stop;
@@ -234,6 +236,14 @@ impl MmpGuard {
             cv.notify_all();
         }
         let _ = t.join();
+        true
+    }
+
+    /// Stop the updater and mark the block CLEAN (unmount).
+    pub fn release(&mut self) -> Result<()> {
+        if !self.abandon() {
+            return Ok(());
+        }
         if self.lost.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());
         }

@@ -953,6 +953,28 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// lanefs patch: [`Filesystem::ioctl`] with the caller's argument `arg`
+    /// (`fuse_ioctl_in.arg`: the pointer it passed, in its own address space). For a
+    /// restricted ioctl the kernel copies in only what an `_IOW` command encodes, so a
+    /// daemon that needs the value of an `_IOR` command's argument (XFS_IOC_GOINGDOWN)
+    /// reads it from the caller's memory there. The sessions call this method; its
+    /// default calls [`Filesystem::ioctl`].
+    fn ioctl_arg(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        flags: IoctlFlags,
+        cmd: u32,
+        arg: u64,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let _ = arg;
+        self.ioctl(req, ino, fh, flags, cmd, in_data, out_size, reply);
+    }
+
     /// Poll for events
     fn poll(
         &self,

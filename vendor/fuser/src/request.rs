@@ -462,12 +462,14 @@ impl<'a> RequestWithSender<'a> {
                 if x.unrestricted() {
                     return Err(Errno::ENOSYS);
                 }
-                filesystem.ioctl(
+                // lanefs patch: with the caller's argument.
+                filesystem.ioctl_arg(
                     self.request_header(),
                     self.request.nodeid(),
                     x.file_handle(),
                     x.flags(),
                     x.command(),
+                    x.arg(),
                     x.in_data(),
                     x.out_size(),
                     self.reply(),

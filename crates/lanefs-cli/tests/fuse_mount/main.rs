@@ -2,7 +2,7 @@
 //! errors before mounting, signals, mount(8)'s helper), and the file system it serves
 //! (fresh attributes, long names, open with O_TRUNC, renameat2 flags, fallocate modes,
 //! SEEK_DATA/SEEK_HOLE, copy_file_range, special files, set-group-ID directories,
-//! read-only mounts, a corrupt area met while mounted). Every test ends with `e2fsck -fn`
+//! read-only mounts, a corrupt area met while mounted, FS_IOC_SHUTDOWN). Every test ends with `e2fsck -fn`
 //! clean, and where a tree was built, the kernel's ext4 reads the same tree.
 
 #[path = "../fuse_common/mod.rs"]
@@ -13,6 +13,7 @@ mod errors;
 mod handles;
 mod lifecycle;
 mod posix;
+mod shutdown;
 
 use fuse_common::*;
 use std::ffi::CString;

@@ -67,13 +67,14 @@ fn flags_of(x: u32) -> u32 {
 }
 
 impl LaneFuse {
-    /// Answer ioctl `cmd` on `i` (its output, at most `out_size` bytes): the flag
-    /// commands above; any other is ENOTTY.
+    /// Answer ioctl `cmd` on `i` (its output, at most `out_size` bytes; `arg` is the
+    /// caller's pointer): the flag commands above and the shutdown; any other is ENOTTY.
     pub(super) fn ioctl_cmd(
         &self,
         req: &Request,
         i: Ino,
         cmd: u32,
+        arg: u64,
         in_data: &[u8],
         out_size: u32,
     ) -> Result<Vec<u8>, Errno> {
@@ -90,6 +91,7 @@ impl LaneFuse {
                 crate::confine::probe_forbidden();
                 Ok(Vec::new())
             }
+            super::shutdown::EXT4_IOC_SHUTDOWN => self.shutdown_ioctl(req, i, arg),
             FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => match self.fs.get_flags(i) {
                 Ok(f) => {
                     let b = f.to_ne_bytes();

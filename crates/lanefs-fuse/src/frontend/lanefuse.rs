@@ -74,12 +74,13 @@ impl LaneFuse {
     }
 
     /// The engine's errno for `e`; corruption and device errors are logged, reported as
-    /// EIO, and end the daemon under `errors=panic`.
+    /// EIO, and end the daemon under `errors=panic` (not once the file system is shut
+    /// down: it writes nothing more, and its operations fail with EIO, unlogged).
     pub(super) fn errno(&self, op: &str, ino: Ino, e: Error) -> Errno {
         match e {
             Error::Corrupt { .. } | Error::Io(_) => {
                 log::line(&format!("{op} on inode {ino}: {e}"));
-                if self.errors == ErrorPolicy::Panic {
+                if self.errors == ErrorPolicy::Panic && !self.fs.is_shut_down() {
                     log::line(
                         "errors=panic: stopping the daemon; the journal replays at the next mount",
                     );

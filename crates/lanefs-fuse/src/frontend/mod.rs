@@ -10,6 +10,7 @@
 mod convert;
 mod flags;
 mod lanefuse;
+mod shutdown;
 
 use convert::*;
 pub use convert::{init_flags, not_found};
@@ -153,6 +154,10 @@ impl Filesystem for LaneFuse {
         reply: ReplyAttr,
     ) {
         let i = to_ino(ino);
+        // After a shutdown, as ext4_setattr: EIO, also for a change of nothing.
+        if self.fs.is_shut_down() {
+            return reply.error(Errno::EIO);
+        }
         let now = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
         let only_times = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none();
         if only_times
@@ -569,22 +574,24 @@ impl Filesystem for LaneFuse {
 
     /// `lsattr`/`chattr`: FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (the kernel's fileattr code
     /// sends them with a 4-byte int whatever the command's encoded size, after checking
-    /// ownership and CAP_LINUX_IMMUTABLE itself), FS_IOC_FSGETXATTR and FSSETXATTR; any
-    /// other command is ENOTTY. A set by a caller neither the file's owner nor root, or
-    /// a change of immutable, append-only or data journalling by one other than root, is
-    /// EPERM here too (`may_set_flags`).
-    fn ioctl(
+    /// ownership and CAP_LINUX_IMMUTABLE itself), FS_IOC_FSGETXATTR and FSSETXATTR; and
+    /// EXT4_IOC_SHUTDOWN, whose flags are read at `arg` in the caller's memory
+    /// (`shutdown.rs`); any other command is ENOTTY. A set by a caller neither the file's
+    /// owner nor root, or a change of immutable, append-only or data journalling by one
+    /// other than root, is EPERM here too (`may_set_flags`).
+    fn ioctl_arg(
         &self,
         req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
+        arg: u64,
         in_data: &[u8],
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        match self.ioctl_cmd(req, to_ino(ino), cmd, in_data, out_size) {
+        match self.ioctl_cmd(req, to_ino(ino), cmd, arg, in_data, out_size) {
             Ok(out) => reply.ioctl(0, &out),
             Err(e) => reply.error(e),
         }

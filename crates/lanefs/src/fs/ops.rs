@@ -400,6 +400,8 @@ impl Fs {
     /// Mark `ino` open: its data survives unlink until the matching [`Fs::release`].
     /// Opens are counted; a file system frontend calls this on open(2).
     pub fn open(&self, ino: Ino) -> Result<()> {
+        // After a shutdown, as ext4_file_open: EIO.
+        self.check_live()?;
         let i = self.iget(ino)?;
         if i.state.read().freed {
             return Err(Error::NotFound);
@@ -534,6 +536,7 @@ impl Fs {
     /// `strictatime` always, `noatime` never; nor on a read-only mount, an inode flagged
     /// `chattr +A`, or a directory under `nodiratime`.
     pub fn touch_atime(&self, ino: Ino) -> Result<()> {
+        self.check_live()?;
         if self.read_only || self.atime == AtimePolicy::Never {
             return Ok(());
         }

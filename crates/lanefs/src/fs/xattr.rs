@@ -57,6 +57,8 @@ impl Fs {
     /// Value of xattr `name` (full name with its prefix, e.g. `b"user.foo"`);
     /// `Error::NoData` when absent. ACLs come in the VFS's xattr form.
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        // After a shutdown, as ext4_xattr_get: EIO.
+        self.check_live()?;
         let (index, sub) = dx::split_name(name)?;
         refuse_system(index)?;
         let i = self.iget(ino)?;

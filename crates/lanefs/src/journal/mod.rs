@@ -35,7 +35,9 @@
 //!
 //! Without a journal (`has_journal` off) commit writes the snapshots home directly.
 //! A failed write or flush aborts the journal: every later commit fails, the mount is
-//! read-only (through the device's error latch), and what was committed stays.
+//! read-only (through the device's error latch), and what was committed stays. A write
+//! refused by a shutdown (`Fs::shutdown`) aborts it the same way, and later commits
+//! fail with `Error::ShutDown`.
 
 pub mod gate;
 mod log;
@@ -175,6 +177,8 @@ pub struct Journal {
     commit: Mutex<CommitState>,
     committed: AtomicU64,
     aborted: AtomicBool,
+    /// The write that aborted it was refused by a shutdown (`Error::ShutDown`), not failed.
+    shut_down: AtomicBool,
     /// A running transaction past this many buffers is due: the next handle start asks
     /// the commit thread for it (or commits it, without one).
     max_tx: usize,
@@ -276,6 +280,7 @@ impl Journal {
             ),
             committed: AtomicU64::new(next_tid - 1),
             aborted: AtomicBool::new(false),
+            shut_down: AtomicBool::new(false),
             max_tx,
             hard_tx,
             on_commit: std::sync::OnceLock::new(),
@@ -474,8 +479,8 @@ impl Journal {
             return Ok(false);
         }
         let r = self.commit_locked(&mut cs);
-        if r.is_err() {
-            self.aborted.store(true, Ordering::Release);
+        if let Err(e) = &r {
+            self.abort(e);
         }
         r.map(|()| true)
     }
@@ -505,8 +510,18 @@ impl Journal {
         self.commit_upto(self.running_tid()).map(|_| ())
     }
 
+    /// Abort after `e` failed a commit or checkpoint.
+    fn abort(&self, e: &Error) {
+        if *e == Error::ShutDown {
+            self.shut_down.store(true, Ordering::Release);
+        }
+        self.aborted.store(true, Ordering::Release);
+    }
+
     fn check_aborted(&self) -> Result<()> {
-        if self.is_aborted() {
+        if self.shut_down.load(Ordering::Acquire) {
+            Err(Error::ShutDown)
+        } else if self.is_aborted() {
             Err(Error::Io(
                 "the journal was aborted by an earlier write error; the mount is read-only".into(),
             ))
@@ -806,8 +821,8 @@ impl Journal {
         let mut cs = self.commit.lock();
         self.check_aborted()?;
         let r = self.checkpoint_locked(&mut cs);
-        if r.is_err() {
-            self.aborted.store(true, Ordering::Release);
+        if let Err(e) = &r {
+            self.abort(e);
         }
         r
     }

@@ -1359,6 +1359,10 @@ mod op {
         pub(crate) fn out_size(&self) -> u32 {
             self.arg.out_size
         }
+        /// The caller's argument: the pointer it passed (lanefs patch).
+        pub(crate) fn arg(&self) -> u64 {
+            self.arg.arg
+        }
     }
 
     /// Poll.
