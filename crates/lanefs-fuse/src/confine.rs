@@ -5,8 +5,10 @@
 //! - `no_new_privs`: nothing it could execute gains privileges (and Landlock and seccomp
 //!   need it).
 //! - Landlock: a ruleset that handles every file-system and TCP right the kernel knows
-//!   and grants none, and scopes abstract UNIX sockets: no path opens, no file is made,
-//!   renamed or removed, no TCP port is bound or reached, whatever the uid.
+//!   and grants none but reading and writing /dev/fuse (opened before; the /dev/fuse
+//!   transport's threads open it again to clone the connection), and scopes abstract
+//!   UNIX sockets: no other path opens, no file is made, renamed or removed, no TCP port
+//!   is bound or reached, whatever the uid.
 //! - Capabilities: every one dropped, bounding set included. Serving needs none: the
 //!   image and /dev/fuse are open, permissions are checked by the frontend itself, and
 //!   the unmount on a signal is the supervising process's (`lanefs mount`'s) to do.
@@ -41,7 +43,7 @@ impl std::fmt::Display for Confined {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "confined: no_new_privs, no capabilities, seccomp filter")?;
         match &self.landlock {
-            Ok(abi) => write!(f, ", Landlock ABI {abi} (no path)")?,
+            Ok(abi) => write!(f, ", Landlock ABI {abi} (no path but /dev/fuse)")?,
             Err(why) => write!(f, ", no Landlock ({why})")?,
         }
         write!(f, "; {} threads", self.threads)
@@ -67,8 +69,11 @@ pub fn confine() -> Result<Confined, String> {
 
 /// A Landlock ruleset that handles every right this kernel knows and allows none, with
 /// its ABI version; `None` where the kernel has no Landlock.
-fn landlock_ruleset() -> Result<Option<(OwnedFd, i32)>, landlock::RulesetError> {
-    use landlock::{Access, AccessFs, AccessNet, Ruleset, RulesetAttr, Scope, ABI};
+fn landlock_ruleset() -> Result<Option<(OwnedFd, i32)>, String> {
+    use landlock::{
+        Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+        Scope, ABI,
+    };
     // SAFETY: landlock_create_ruleset with a null attribute, size 0 and the VERSION flag
     // only returns the ABI version (or an error); it reads and writes no memory.
     let abi = unsafe {
@@ -84,11 +89,19 @@ fn landlock_ruleset() -> Result<Option<(OwnedFd, i32)>, landlock::RulesetError> 
     }
     // The newest ABI the crate knows: best effort drops what this kernel lacks.
     let all = ABI::V6;
+    // /dev/fuse only: the /dev/fuse transport's threads each open it again for a clone
+    // of the connection (FUSE_DEV_IOC_CLONE) as they start, after the confinement.
+    let fuse = PathBeneath::new(
+        PathFd::new("/dev/fuse").map_err(|e| e.to_string())?,
+        AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
+    );
     let created = Ruleset::default()
-        .handle_access(AccessFs::from_all(all))?
-        .handle_access(AccessNet::from_all(all))?
-        .scope(Scope::AbstractUnixSocket)?
-        .create()?;
+        .handle_access(AccessFs::from_all(all))
+        .and_then(|r| r.handle_access(AccessNet::from_all(all)))
+        .and_then(|r| r.scope(Scope::AbstractUnixSocket))
+        .and_then(|r| r.create())
+        .and_then(|r| r.add_rule(fuse))
+        .map_err(|e| e.to_string())?;
     let fd: Option<OwnedFd> = created.into();
     Ok(fd.map(|fd| (fd, abi as i32)))
 }

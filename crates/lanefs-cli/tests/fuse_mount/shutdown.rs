@@ -118,7 +118,9 @@ fn check_tree(root: &Path, mode: u32, who: &str) {
 }
 
 /// The whole round for flag value `mode` on a mount with `-o opts`, the shutdown sent by
-/// `shut` (given the mount's directory `d`, after the workload).
+/// `shut` (given the mount's directory `d`, after the workload). The daemon runs
+/// `unconfined`: a confined one has no capabilities and cannot read a root caller's
+/// flags (`shutdown_confined_means_default`).
 fn round(test: &str, mode: u32, opts: &str, shut: impl FnOnce(&Path)) {
     if !fuse_ready(test) {
         return;
@@ -128,7 +130,7 @@ fn round(test: &str, mode: u32, opts: &str, shut: impl FnOnce(&Path)) {
     mkfs(&img, "64M", &[]);
     let dir = t.path().join("mnt");
     fs::create_dir(&dir).unwrap();
-    let mut child = mount_foreground(&img, &dir, opts);
+    let mut child = mount_foreground(&img, &dir, &format!("{opts},unconfined"));
     let guard = Mount::adopt(&img, &dir);
     let held = workload(&dir);
     shut(&dir.join("d"));
@@ -243,7 +245,11 @@ fn shutdown_needs_root() {
     let t = u.a_dir("lanefs-shutdown-");
     let img = t.path().join("a.img");
     mkfs(&img, "64M", &[]);
-    let m = Mount::new(&img, &t.path().join("mnt"), "allow_other,commit=600");
+    let m = Mount::new(
+        &img,
+        &t.path().join("mnt"),
+        "allow_other,commit=600,unconfined",
+    );
     fs::create_dir(m.path("d")).unwrap();
     fs::set_permissions(m.path("d"), fs::Permissions::from_mode(0o777)).unwrap();
     // xfs_io's `shutdown` (expert mode) as lanefs-a: XFS_IOC_GOINGDOWN refused.
@@ -291,6 +297,44 @@ fn shutdown_flags_unreadable_mean_default() {
         wait_released(&img, Duration::from_secs(30)),
         "the daemon did not exit"
     );
+    let m = Mount::new(&img, &dir, "");
+    check_tree(&dir, 0, "lanefs");
+    m.umount();
+    e2fsck_clean(&img);
+}
+
+/// A confined daemon (the default) has no capabilities, so the kernel refuses it a root
+/// caller's memory: the shutdown asked for as NOLOGFLUSH is the default one (everything
+/// written back), and the log says so.
+#[test]
+fn shutdown_confined_means_default() {
+    let test = "shutdown_confined_means_default";
+    if !fuse_ready(test) {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("a.img");
+    mkfs(&img, "64M", &[]);
+    let dir = t.path().join("mnt");
+    fs::create_dir(&dir).unwrap();
+    let mut child = mount_foreground(&img, &dir, "commit=600");
+    let guard = Mount::adopt(&img, &dir);
+    let held = workload(&dir);
+    assert_eq!(shutdown_ioctl(&dir.join("d"), 2), Ok(2));
+    after_shutdown(&dir, held);
+    let out = run(Command::new("umount").arg(&dir));
+    assert!(out.status.success(), "umount: {out:?}");
+    guard.forget();
+    let status = child.wait().unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(status.success(), "daemon: {status}: {log}");
+    assert!(log.contains("could not read the flags"), "{log}");
     let m = Mount::new(&img, &dir, "");
     check_tree(&dir, 0, "lanefs");
     m.umount();
