@@ -145,8 +145,8 @@ impl fmt::Display for Error {
             Error::AccessDenied => write!(f, "permission denied"),
             Error::ShutDown => write!(
                 f,
-                "the file system was shut down: nothing more is written to the image until \
-                 it is unmounted; the next mount replays its journal"
+                "the file system was shut down (FS_IOC_SHUTDOWN): nothing more is written \
+                 to the image; the next mount replays its journal"
             ),
         }
     }

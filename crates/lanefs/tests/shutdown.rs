@@ -254,7 +254,12 @@ fn shutdown_stops_the_background_threads() {
         })
     };
     // Let the timer and the flusher work, then stop the mount under the writer.
+    let start = std::time::Instant::now();
     while dev.writes() < 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60) && !writer.is_finished(),
+            "the workload stopped before the device saw 200 writes"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     fs.shutdown(ShutdownMode::NoLogFlush).unwrap();
