@@ -102,7 +102,33 @@ fn bind(first: &Path, first_ro: bool, mp: &Path, read_only: bool) -> CmdResult<i
     if first_ro && !read_only {
         return Err(already(" read-only; mount it read-only here too (-o ro)"));
     }
-    mount_bind(first, mp).map_err(|e| {
+    // A clone of the first mount, detached and made private (a clone of a shared mount
+    // joins its peer group, as a plain bind does), then attached at `mp`: as a fresh
+    // mount of the device would be, it propagates where `mp`'s parent is shared but is
+    // no peer of the first (as a peer, mounts made under either would show under both:
+    // fstests generic/409, 411).
+    let cloned = rustix::mount::open_tree(
+        rustix::fs::CWD,
+        first,
+        rustix::mount::OpenTreeFlags::OPEN_TREE_CLONE
+            | rustix::mount::OpenTreeFlags::OPEN_TREE_CLOEXEC,
+    )
+    .and_then(|fd| {
+        make_private(&fd)?;
+        rustix::mount::move_mount(
+            &fd,
+            c"",
+            rustix::fs::CWD,
+            mp,
+            rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    });
+    // Kernels before 5.2 have no open_tree: a plain bind.
+    let bound = match cloned {
+        Err(rustix::io::Errno::NOSYS) => mount_bind(first, mp),
+        r => r,
+    };
+    bound.map_err(|e| {
         let why = if e == rustix::io::Errno::PERM {
             " (a second mount of one image is a bind mount of the first, which needs root)"
                 .to_string()
@@ -118,6 +144,31 @@ fn bind(first: &Path, first_ro: bool, mp: &Path, read_only: bool) -> CmdResult<i
         }
     }
     Ok(0)
+}
+
+/// Make the detached mount `fd` (from open_tree) private: in no peer group.
+fn make_private(fd: &OwnedFd) -> rustix::io::Result<()> {
+    // struct mount_attr (linux/mount.h): attr_set, attr_clr, propagation, userns_fd.
+    let attr: [u64; 4] = [0, 0, libc::MS_PRIVATE as u64, 0];
+    // SAFETY: mount_setattr reads `attr`, whose size is passed, during the call; the
+    // empty path with AT_EMPTY_PATH names `fd` itself.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            attr.as_ptr(),
+            std::mem::size_of_val(&attr),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(rustix::io::Errno::from_raw_os_error(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ))
+    }
 }
 
 /// `mount -o remount,ro|rw MOUNTPOINT` (mount(8) runs the helper with the options and

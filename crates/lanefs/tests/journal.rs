@@ -175,6 +175,48 @@ fn frees_wait_for_their_commit_and_enospc_counts_them() {
     fs.unmount().expect("unmount");
 }
 
+/// A removed file still open holds its blocks; one let go a moment after an allocation
+/// found the disk full (as a FUSE frontend lets a removed file go when the kernel's
+/// FORGET comes, after the removal returned) gives them to that allocation instead of
+/// ENOSPC; one held for good leaves ENOSPC, after a bounded wait.
+#[test]
+fn an_allocation_waits_a_moment_for_a_removed_file_still_open() {
+    let test = "an_allocation_waits_a_moment_for_a_removed_file_still_open";
+    let Some((_d, img)) = image(test, 64 << 20, &[]) else {
+        return;
+    };
+    let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), opts()).expect("mount");
+    let a = fs.create(ROOT_INO, b"a", 0o644, O).expect("create a").ino;
+    let chunk = 4 << 20;
+    let mut got = 0u64;
+    loop {
+        match fs.fallocate(a, FallocMode::default(), got, chunk) {
+            Ok(()) => got += chunk,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("fallocate: {e}"),
+        }
+    }
+    fs.sync().expect("sync");
+    // Removed, still open (the create's reference): an orphan holding its blocks.
+    fs.unlink(ROOT_INO, b"a").expect("unlink a");
+    let b = fs.create(ROOT_INO, b"b", 0o644, O).expect("create b").ino;
+    let start = std::time::Instant::now();
+    let held = fs.fallocate(b, FallocMode::default(), 0, chunk);
+    assert!(matches!(held, Err(Error::NoSpace)), "{held:?}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    // Let go 20 ms into the allocation's wait.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            fs.release(a).expect("release a");
+        });
+        fs.fallocate(b, FallocMode::default(), 0, got)
+            .expect("the removed file's space, once let go");
+    });
+    fs.release(b).expect("release b");
+    fs.unmount().expect("unmount");
+}
+
 /// An inode freed by a transaction not yet committed keeps its number from new files
 /// (a crash would leave it in use on disk, its old entry perhaps replayed), unless the
 /// same transaction made it; once the free commits, the number is free for anyone. Under

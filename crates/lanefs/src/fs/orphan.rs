@@ -90,6 +90,11 @@ impl Fs {
         Ok(())
     }
 
+    /// How many removed inodes are still open (on the orphan list).
+    pub(super) fn orphans_open(&self) -> usize {
+        self.orphan_count.load(Ordering::Acquire)
+    }
+
     /// Put `ino` (no links left, still open) at the head of the orphan list.
     pub(super) fn orphan_add(&self, h: &Handle, ino: Ino) -> Result<()> {
         let mut o = self.orphans.lock();
