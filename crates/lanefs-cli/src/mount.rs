@@ -149,7 +149,7 @@ fn bind(first: &Path, first_ro: bool, mp: &Path, read_only: bool) -> CmdResult<i
 /// Make the detached mount `fd` (from open_tree) private: in no peer group.
 fn make_private(fd: &OwnedFd) -> rustix::io::Result<()> {
     // struct mount_attr (linux/mount.h): attr_set, attr_clr, propagation, userns_fd.
-    let attr: [u64; 4] = [0, 0, libc::MS_PRIVATE as u64, 0];
+    let attr: [u64; 4] = [0, 0, libc::MS_PRIVATE, 0];
     // SAFETY: mount_setattr reads `attr`, whose size is passed, during the call; the
     // empty path with AT_EMPTY_PATH names `fd` itself.
     let r = unsafe {

@@ -11,7 +11,7 @@
 //!   was committed is in the journal, which the next mount replays.
 
 use lanefs_fuse::{log, mount_source, unmount_path, MountConfig, SUBTYPE};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
 use std::path::Path;
 
 /// The daemon's work: serve at the mount point with the configuration (its `supervisor`
@@ -37,6 +37,10 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
     }
+    // Where a confined daemon asks for a shutdown's flags (lanefs_fuse::flagproxy).
+    let chan = lanefs_fuse::flagproxy::channel()
+        .map_err(|e| log::line(&format!("shutdown flags channel: {e}")))
+        .ok();
     // SAFETY: the caller starts no thread before this (argument parsing and the checks
     // run on the main thread only), so the child may go on with any code.
     let pid = unsafe { libc::fork() };
@@ -53,16 +57,28 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
         let mut cfg = cfg.clone();
         // SAFETY: getppid has no preconditions.
         cfg.supervisor = Some(unsafe { libc::getppid() });
+        // The daemon owns its end for its life.
+        cfg.flag_channel = chan.map(|(_, d)| d.into_raw_fd());
         std::process::exit(daemon(&cfg));
     }
     drop(daemon);
+    let mut chan = chan.map(|(s, _)| s);
     if detach {
         detach_stdio();
         log::to_syslog();
     }
+    // SAFETY: `set` was initialized above; signalfd returns a new descriptor (or -1).
+    let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
     loop {
-        // SAFETY: `set` was initialized above; a null info pointer is allowed.
-        let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+        let sig = if sfd >= 0 {
+            match next_event(sfd, &mut chan) {
+                Some(sig) => sig,
+                None => continue,
+            }
+        } else {
+            // SAFETY: `set` was initialized above; a null info pointer is allowed.
+            unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) }
+        };
         match sig {
             libc::SIGCHLD => {
                 let mut status = 0;
@@ -81,6 +97,42 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
             _ => {}
         }
     }
+}
+
+/// Wait for a signal on `sfd` (a signalfd) or a request on `chan`, answering requests;
+/// the signal's number, or None after a request. A closed channel is dropped.
+fn next_event(sfd: i32, chan: &mut Option<OwnedFd>) -> Option<i32> {
+    let mut fds = [
+        libc::pollfd {
+            fd: sfd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: chan.as_ref().map_or(-1, |c| c.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: `fds` holds two pollfd entries (a negative fd is ignored by poll).
+    if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+        return None;
+    }
+    if fds[1].revents != 0 {
+        if let Some(c) = chan.as_ref() {
+            if !lanefs_fuse::flagproxy::answer(c.as_fd()) {
+                *chan = None;
+            }
+        }
+    }
+    if fds[0].revents & libc::POLLIN == 0 {
+        return None;
+    }
+    // struct signalfd_siginfo: 128 bytes, ssi_signo first.
+    let mut info = [0u8; 128];
+    // SAFETY: `info` is 128 writable bytes for the call.
+    let n = unsafe { libc::read(sfd, info.as_mut_ptr().cast(), info.len()) };
+    (n == 128).then(|| i32::from_ne_bytes([info[0], info[1], info[2], info[3]]))
 }
 
 /// Whether a lanefs mount of `source` is at `mp`.

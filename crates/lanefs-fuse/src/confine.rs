@@ -180,13 +180,14 @@ const ALLOWED: &[(&str, libc::c_long)] = &[
     // Signals: a signal the daemon gets goes to its supervisor; an abort.
     ("kill", libc::SYS_kill),
     ("tgkill", libc::SYS_tgkill),
-    // The signal thread's self-pipe (a socket pair); syslog on its connected socket.
+    // The signal thread's self-pipe (a socket pair); the supervisor's flag channel (a
+    // socket pair, crate::flagproxy); syslog on its connected socket.
     ("recvfrom", libc::SYS_recvfrom),
     ("recvmsg", libc::SYS_recvmsg),
     ("sendto", libc::SYS_sendto),
     ("sendmsg", libc::SYS_sendmsg),
-    // The caller's flags of FS_IOC_SHUTDOWN (only where the kernel lets this process
-    // read them; see frontend/shutdown.rs).
+    // The caller's flags of FS_IOC_SHUTDOWN, tried first (an unconfined daemon, or a
+    // caller with no more capabilities than it: a user's own mount).
     ("process_vm_readv", libc::SYS_process_vm_readv),
 ];
 

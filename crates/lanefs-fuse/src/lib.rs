@@ -15,6 +15,7 @@
 //! kernel's ext4 are in the repository's `docs/fuse-frontend.md`.
 
 pub mod confine;
+pub mod flagproxy;
 pub mod frontend;
 pub mod log;
 pub mod memfs;

@@ -116,6 +116,10 @@ pub struct MountConfig {
     pub supervisor: Option<i32>,
     /// `unconfined`: serve without the confinement even when supervised.
     pub unconfined: bool,
+    /// The daemon's end of the supervisor's [`crate::flagproxy`] channel (a descriptor
+    /// the daemon owns for its life), where a confined daemon asks for FS_IOC_SHUTDOWN's
+    /// flags.
+    pub flag_channel: Option<i32>,
 }
 
 impl Default for MountConfig {
@@ -139,6 +143,7 @@ impl Default for MountConfig {
             vfs_flags: Vec::new(),
             supervisor: None,
             unconfined: false,
+            flag_channel: None,
         }
     }
 }

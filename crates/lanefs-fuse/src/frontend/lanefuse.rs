@@ -11,6 +11,7 @@ impl LaneFuse {
     pub fn new(fs: Arc<Fs>, cfg: &MountConfig, kernel_checks: bool) -> LaneFuse {
         LaneFuse {
             fs,
+            flag_channel: cfg.flag_channel,
             attr_ttl: cfg.attr_timeout,
             entry_ttl: cfg.entry_timeout,
             negative_ttl: cfg.negative_timeout,

@@ -6,8 +6,9 @@
 //! input bytes for it (fuse_do_ioctl copies in only for `_IOC_WRITE`); the request
 //! carries the caller's pointer and pid, and the flags are read from the caller's memory
 //! with `process_vm_readv`. The kernel refuses that read when the daemon has fewer
-//! capabilities than the caller or belongs to another user (a confined daemon has none):
-//! then the shutdown is DEFAULT, which flushes and commits first and so loses nothing
+//! capabilities than the caller or belongs to another user. A confined daemon (which has
+//! none) then asks its supervisor, which may read it ([`crate::flagproxy`]). When neither
+//! can, the shutdown is DEFAULT, which flushes and commits first and so loses nothing
 //! acknowledged (fuse2fs ignores the flags and always flushes, for the same reason), and
 //! one line in the log says so. The reply carries no output: the kernel copies back only
 //! the bytes the daemon returns, so the caller's buffer is left alone.
@@ -24,8 +25,7 @@ use crate::log;
 use fuser::{Errno, Request};
 use lanefs::{Ino, ShutdownMode};
 
-/// `_IOR('X', 125, __u32)`: EXT4_IOC_SHUTDOWN, the number of XFS_IOC_GOINGDOWN.
-pub(super) const EXT4_IOC_SHUTDOWN: u32 = 0x8004_587d;
+pub(super) use crate::flagproxy::EXT4_IOC_SHUTDOWN;
 
 impl LaneFuse {
     /// Shut the file system down for the caller of `req`, whose flags are the `u32` at
@@ -41,7 +41,14 @@ impl LaneFuse {
         if req.uid() != 0 {
             return Err(Errno::EPERM);
         }
-        let flags = match caller_u32(req.pid(), arg) {
+        let read = crate::flagproxy::read_u32(req.pid(), arg);
+        let read = match (read, self.flag_channel) {
+            (Err(e), Some(chan)) if e.raw_os_error() == Some(libc::EPERM) => {
+                crate::flagproxy::ask(chan, req.pid())
+            }
+            (r, _) => r,
+        };
+        let flags = match read {
             Ok(f) => f,
             // A bad pointer: ext4's get_user fails the same way.
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => return Err(Errno::EFAULT),
@@ -69,34 +76,6 @@ impl LaneFuse {
     }
 }
 
-/// The `u32` at `addr` in the memory of process `pid`.
-fn caller_u32(pid: u32, addr: u64) -> std::io::Result<u32> {
-    let pid = libc::pid_t::try_from(pid)
-        .ok()
-        .filter(|&p| p > 0)
-        // No pid: the caller is in a pid namespace the daemon cannot see.
-        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))?;
-    let mut b = [0u8; 4];
-    let local = libc::iovec {
-        iov_base: b.as_mut_ptr().cast(),
-        iov_len: b.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as usize as *mut libc::c_void,
-        iov_len: b.len(),
-    };
-    // SAFETY: `local` describes `b`, 4 bytes this function owns and may write, alive for
-    // the whole call; `remote` is an address in the other process, which the kernel checks
-    // (EFAULT) and which this process never dereferences. Both arrays hold one iovec.
-    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    match n {
-        4 => Ok(u32::from_ne_bytes(b)),
-        n if n < 0 => Err(std::io::Error::last_os_error()),
-        // Part of the word past a mapping's end.
-        _ => Err(std::io::Error::from_raw_os_error(libc::EFAULT)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,17 +85,5 @@ mod tests {
     fn shutdown_command_number() {
         let ior = (2u32 << 30) | (4 << 16) | (u32::from(b'X') << 8) | 125;
         assert_eq!(EXT4_IOC_SHUTDOWN, ior);
-    }
-
-    /// A word of this process reads back; a bad address is EFAULT; no pid is ESRCH.
-    #[test]
-    fn shutdown_flags_from_caller_memory() {
-        let word: u32 = 0x0102_0304;
-        let me = std::process::id();
-        assert_eq!(caller_u32(me, &word as *const u32 as u64).unwrap(), word);
-        let bad = caller_u32(me, 8).unwrap_err();
-        assert_eq!(bad.raw_os_error(), Some(libc::EFAULT));
-        let none = caller_u32(0, &word as *const u32 as u64).unwrap_err();
-        assert_eq!(none.raw_os_error(), Some(libc::ESRCH));
     }
 }

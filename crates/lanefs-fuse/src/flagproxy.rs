@@ -1,0 +1,176 @@
+//! The supervisor reads FS_IOC_SHUTDOWN's flags for a confined daemon.
+//!
+//! The kernel passes the daemon no input for the `_IOR` command, only the caller's pid
+//! and pointer, and a confined daemon, with no capabilities, may not read the memory of a
+//! caller that has some (root's `godown`). Its supervisor, unconfined and reading
+//! nothing of the image, may: over a socket pair the daemon sends a pid; the supervisor
+//! answers with the `u32` that the thread of that pid passes to the ioctl it is in right
+//! now, by /proc/PID/syscall (the system call and its arguments, which the kernel shows
+//! only to who may trace the thread). It reads nothing else: a thread that is not in an
+//! EXT4_IOC_SHUTDOWN ioctl gets EPERM, so a daemon taken over by a hostile image learns
+//! no memory but a shutdown's flags through it.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// `_IOR('X', 125, __u32)`: EXT4_IOC_SHUTDOWN, the number of XFS_IOC_GOINGDOWN.
+pub const EXT4_IOC_SHUTDOWN: u32 = 0x8004_587d;
+
+/// A connected pair of sequenced-packet sockets: (the supervisor's, the daemon's), both
+/// close-on-exec. The daemon's waits at most 5 s for an answer.
+pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    let (sup, daemon) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let tv = libc::timeval {
+        tv_sec: 5,
+        tv_usec: 0,
+    };
+    // SAFETY: SO_RCVTIMEO takes a timeval, passed with its size; it lives for the call.
+    let r = unsafe {
+        libc::setsockopt(
+            daemon.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((sup, daemon))
+}
+
+/// The daemon's side: the flags thread `pid` passes to its shutdown ioctl, as read by the
+/// supervisor at the other end of `chan`.
+pub fn ask(chan: RawFd, pid: u32) -> io::Result<u32> {
+    let req = pid.to_ne_bytes();
+    // SAFETY: `req` is 4 readable bytes for the call; `chan` is the daemon's socket,
+    // open for the daemon's life.
+    if unsafe { libc::send(chan, req.as_ptr().cast(), req.len(), 0) } != req.len() as isize {
+        return Err(io::Error::last_os_error());
+    }
+    let mut ans = [0u8; 8];
+    // SAFETY: `ans` is 8 writable bytes for the call.
+    let n = unsafe { libc::recv(chan, ans.as_mut_ptr().cast(), ans.len(), 0) };
+    if n != ans.len() as isize {
+        return Err(if n < 0 {
+            io::Error::last_os_error()
+        } else {
+            io::Error::from_raw_os_error(libc::EPROTO)
+        });
+    }
+    let errno = i32::from_ne_bytes([ans[0], ans[1], ans[2], ans[3]]);
+    if errno != 0 {
+        return Err(io::Error::from_raw_os_error(errno));
+    }
+    Ok(u32::from_ne_bytes([ans[4], ans[5], ans[6], ans[7]]))
+}
+
+/// The supervisor's side: answer one request waiting on `chan`. False once the daemon's
+/// end is closed (nothing more will come).
+pub fn answer(chan: BorrowedFd<'_>) -> bool {
+    let mut req = [0u8; 4];
+    // SAFETY: `req` is 4 writable bytes for the call.
+    let n = unsafe { libc::recv(chan.as_raw_fd(), req.as_mut_ptr().cast(), req.len(), 0) };
+    if n <= 0 {
+        return n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
+    }
+    let (errno, flags) = match shutdown_flags(u32::from_ne_bytes(req)) {
+        Ok(f) => (0, f),
+        Err(e) => (e.raw_os_error().unwrap_or(libc::EIO), 0),
+    };
+    let mut ans = [0u8; 8];
+    ans[..4].copy_from_slice(&errno.to_ne_bytes());
+    ans[4..].copy_from_slice(&flags.to_ne_bytes());
+    // SAFETY: `ans` is 8 readable bytes for the call.
+    unsafe { libc::send(chan.as_raw_fd(), ans.as_ptr().cast(), ans.len(), 0) };
+    true
+}
+
+/// The `u32` that thread `pid` passes to the EXT4_IOC_SHUTDOWN ioctl it is making now;
+/// EPERM when it is making no such call.
+fn shutdown_flags(pid: u32) -> io::Result<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall"))?;
+    let mut f = text.split_whitespace();
+    let nr: i64 = f.next().and_then(|n| n.parse().ok()).unwrap_or(-1);
+    let hex = |s: Option<&str>| {
+        s.and_then(|s| s.strip_prefix("0x"))
+            .and_then(|s| u64::from_str_radix(s, 16).ok())
+    };
+    let (_fd, cmd, arg) = (hex(f.next()), hex(f.next()), hex(f.next()));
+    match (cmd, arg) {
+        (Some(cmd), Some(arg)) if nr == libc::SYS_ioctl && cmd as u32 == EXT4_IOC_SHUTDOWN => {
+            read_u32(pid, arg)
+        }
+        _ => Err(io::Error::from_raw_os_error(libc::EPERM)),
+    }
+}
+
+/// The `u32` at `addr` in the memory of process (or thread) `pid`.
+pub fn read_u32(pid: u32, addr: u64) -> io::Result<u32> {
+    let pid = libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        // No pid: the caller is in a pid namespace the daemon cannot see.
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+    let mut b = [0u8; 4];
+    let local = libc::iovec {
+        iov_base: b.as_mut_ptr().cast(),
+        iov_len: b.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: b.len(),
+    };
+    // SAFETY: `local` describes `b`, 4 bytes this function owns and may write, alive for
+    // the whole call; `remote` is an address in the other process, which the kernel checks
+    // (EFAULT) and which this process never dereferences. Both arrays hold one iovec.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    match n {
+        4 => Ok(u32::from_ne_bytes(b)),
+        n if n < 0 => Err(io::Error::last_os_error()),
+        // Part of the word past a mapping's end.
+        _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread in no shutdown ioctl gets EPERM: the supervisor reads nothing for it.
+    #[test]
+    fn nothing_read_for_a_thread_not_in_the_ioctl() {
+        let (sup, daemon) = channel().unwrap();
+        let t = std::thread::spawn(move || answer(std::os::fd::AsFd::as_fd(&sup)));
+        let e = ask(daemon.as_raw_fd(), std::process::id()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+        assert!(t.join().unwrap());
+    }
+
+    /// A word of this process reads back; a bad address is EFAULT; no pid is ESRCH.
+    #[test]
+    fn a_word_of_a_process() {
+        let word: u32 = 0x0102_0304;
+        let me = std::process::id();
+        assert_eq!(read_u32(me, &word as *const u32 as u64).unwrap(), word);
+        let bad = read_u32(me, 8).unwrap_err();
+        assert_eq!(bad.raw_os_error(), Some(libc::EFAULT));
+        let none = read_u32(0, &word as *const u32 as u64).unwrap_err();
+        assert_eq!(none.raw_os_error(), Some(libc::ESRCH));
+    }
+}
