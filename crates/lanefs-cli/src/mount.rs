@@ -259,7 +259,13 @@ fn run(
 ) -> CmdResult<i32> {
     no_huge_pages();
     if foreground {
-        let daemon: Daemon = Box::new(|cfg| i32::from(server(mp, cfg, Box::new(|_| {})).is_err()));
+        let daemon: Daemon = Box::new(|cfg| match server(mp, cfg, Box::new(|_| {})) {
+            Ok(()) => 0,
+            Err(e) => {
+                lanefs_fuse::log::line(&e);
+                1
+            }
+        });
         return Ok(supervise(mp, source, cfg, false, daemon));
     }
     let (rd, wr) = pipe().ctx("pipe")?;

@@ -29,8 +29,11 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
     // SAFETY: as above.
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` and `old` are valid sigset_t storage for the calls; blocking changes
-    // only this (single-threaded) process's mask, which the child restores.
+    // only this (single-threaded) process's mask, which the child restores. SIGCHLD's
+    // default disposition: one ignored (inherited across exec) would let the kernel reap
+    // the daemon unseen.
     unsafe {
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
         libc::sigemptyset(&mut set);
         for s in waited {
             libc::sigaddset(&mut set, s);
@@ -54,6 +57,10 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
     if pid == 0 {
         // SAFETY: restores the mask saved above, in the child.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        // A session of its own: no controlling terminal (whose input a daemon taken over
+        // could inject, TIOCSTI), and a terminal's ^C reaches only the supervisor.
+        // SAFETY: setsid has no preconditions; failing (a group leader) changes nothing.
+        unsafe { libc::setsid() };
         let mut cfg = cfg.clone();
         // SAFETY: getppid has no preconditions.
         cfg.supervisor = Some(unsafe { libc::getppid() });
@@ -69,9 +76,19 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
     }
     // SAFETY: `set` was initialized above; signalfd returns a new descriptor (or -1).
     let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
+    // A stop asked for before the mount is up: done once it is.
+    let mut pending = None;
     loop {
+        if let Some(sig) = pending.filter(|_| is_ours(mp, source)) {
+            pending = None;
+            log::line(&format!("signal {sig}: unmounting {}", mp.display()));
+            if let Err(e) = unmount_path(mp, true) {
+                log::line(&format!("unmounting {}: {e}", mp.display()));
+            }
+        }
         let sig = if sfd >= 0 {
-            match next_event(sfd, &mut chan) {
+            let wait = if pending.is_some() { 100 } else { -1 };
+            match next_event(sfd, &mut chan, wait) {
                 Some(sig) => sig,
                 None => continue,
             }
@@ -88,20 +105,16 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
                     return ended(mp, source, pid, status);
                 }
             }
-            libc::SIGINT | libc::SIGTERM | libc::SIGHUP if is_ours(mp, source) => {
-                log::line(&format!("signal {sig}: unmounting {}", mp.display()));
-                if let Err(e) = unmount_path(mp, true) {
-                    log::line(&format!("unmounting {}: {e}", mp.display()));
-                }
-            }
+            libc::SIGINT | libc::SIGTERM | libc::SIGHUP => pending = Some(sig),
             _ => {}
         }
     }
 }
 
-/// Wait for a signal on `sfd` (a signalfd) or a request on `chan`, answering requests;
-/// the signal's number, or None after a request. A closed channel is dropped.
-fn next_event(sfd: i32, chan: &mut Option<OwnedFd>) -> Option<i32> {
+/// Wait up to `wait_ms` (-1: for ever) for a signal on `sfd` (a signalfd) or a request on
+/// `chan`, answering requests; the signal's number, or None after a request or the wait.
+/// A closed channel is dropped.
+fn next_event(sfd: i32, chan: &mut Option<OwnedFd>, wait_ms: i32) -> Option<i32> {
     let mut fds = [
         libc::pollfd {
             fd: sfd,
@@ -115,7 +128,7 @@ fn next_event(sfd: i32, chan: &mut Option<OwnedFd>) -> Option<i32> {
         },
     ];
     // SAFETY: `fds` holds two pollfd entries (a negative fd is ignored by poll).
-    if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+    if unsafe { libc::poll(fds.as_mut_ptr(), 2, wait_ms) } <= 0 {
         return None;
     }
     if fds[1].revents != 0 {

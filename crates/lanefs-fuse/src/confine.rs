@@ -24,7 +24,10 @@
 //! the C library changes the uid of every thread), before the seccomp filter goes to all
 //! of them at once (SECCOMP_FILTER_FLAG_TSYNC). Threads started later inherit all of it.
 
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, SeccompRule, TargetArch};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
 use std::collections::{BTreeMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -33,15 +36,22 @@ use std::time::{Duration, Instant};
 /// What [`confine`] put in place, for the daemon's log line.
 #[derive(Debug)]
 pub struct Confined {
-    /// The Landlock ABI enforced, or why none.
+    /// The kernel's Landlock ABI (what the ruleset handles is at most the crate's
+    /// newest, 6), or why none.
     pub landlock: Result<i32, String>,
+    /// The seccomp filter, or why none.
+    pub seccomp: Result<(), String>,
     /// The threads confined (this one included).
     pub threads: usize,
 }
 
 impl std::fmt::Display for Confined {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "confined: no_new_privs, no capabilities, seccomp filter")?;
+        write!(f, "confined: no_new_privs, no capabilities")?;
+        match &self.seccomp {
+            Ok(()) => write!(f, ", seccomp filter")?,
+            Err(why) => write!(f, ", no seccomp filter ({why})")?,
+        }
         match &self.landlock {
             Ok(abi) => write!(f, ", Landlock ABI {abi} (no path but /dev/fuse)")?,
             Err(why) => write!(f, ", no Landlock ({why})")?,
@@ -52,19 +62,32 @@ impl std::fmt::Display for Confined {
 
 /// Confine this process, every thread of it (see the module's doc). An error leaves it
 /// partly confined: the caller stops serving.
-pub fn confine() -> Result<Confined, String> {
+/// `supervisor` is the one process the daemon may signal (besides its own threads).
+pub fn confine(supervisor: i32) -> Result<Confined, String> {
+    // Read again after the confinement (a remount read-only), which opens no path then.
+    crate::mountinfo::keep_open().map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
     let (ruleset, landlock) = match landlock_ruleset() {
         Ok(Some((fd, abi))) => (Some(fd), Ok(abi)),
         Ok(None) => (None, Err("not offered by this kernel".to_string())),
         Err(e) => return Err(format!("Landlock: {e}")),
     };
-    let filters = seccomp_filters()?;
+    // An architecture seccompiler does not know serves without the filter, saying so.
+    let filters = match arch() {
+        Ok(arch) => Ok(seccomp_filters(arch, supervisor)?),
+        Err(e) => Err(e),
+    };
     let threads = confine_all_threads(ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd))?;
     drop(ruleset);
-    for f in &filters {
-        seccompiler::apply_filter_all_threads(f).map_err(|e| format!("seccomp: {e}"))?;
+    if let Ok(filters) = &filters {
+        for f in filters {
+            seccompiler::apply_filter_all_threads(f).map_err(|e| format!("seccomp: {e}"))?;
+        }
     }
-    Ok(Confined { landlock, threads })
+    Ok(Confined {
+        landlock,
+        seccomp: filters.map(drop),
+        threads,
+    })
 }
 
 /// A Landlock ruleset that handles every right this kernel knows and allows none, with
@@ -122,6 +145,7 @@ const ALLOWED: &[(&str, libc::c_long)] = &[
     ("lseek", libc::SYS_lseek),
     ("fsync", libc::SYS_fsync),
     ("fdatasync", libc::SYS_fdatasync),
+    #[cfg(target_arch = "x86_64")]
     ("sync_file_range", libc::SYS_sync_file_range),
     ("fallocate", libc::SYS_fallocate),
     ("ftruncate", libc::SYS_ftruncate),
@@ -134,11 +158,13 @@ const ALLOWED: &[(&str, libc::c_long)] = &[
     ("dup", libc::SYS_dup),
     ("io_uring_enter", libc::SYS_io_uring_enter),
     ("io_uring_register", libc::SYS_io_uring_register),
+    #[cfg(target_arch = "x86_64")]
     ("poll", libc::SYS_poll),
     ("ppoll", libc::SYS_ppoll),
     // Opens reach Landlock, which refuses every path: allowed here so that a stray open
     // fails with EACCES instead of killing the mount.
     ("openat", libc::SYS_openat),
+    #[cfg(target_arch = "x86_64")]
     ("open", libc::SYS_open),
     // Memory (the allocator) and threads.
     ("mmap", libc::SYS_mmap),
@@ -148,6 +174,8 @@ const ALLOWED: &[(&str, libc::c_long)] = &[
     ("madvise", libc::SYS_madvise),
     ("brk", libc::SYS_brk),
     ("futex", libc::SYS_futex),
+    // seize (papaya's epochs, `icache=papaya`) at every retire.
+    ("membarrier", libc::SYS_membarrier),
     ("clone", libc::SYS_clone),
     ("clone3", libc::SYS_clone3),
     ("set_robust_list", libc::SYS_set_robust_list),
@@ -177,29 +205,26 @@ const ALLOWED: &[(&str, libc::c_long)] = &[
     ("getgid", libc::SYS_getgid),
     ("getegid", libc::SYS_getegid),
     ("uname", libc::SYS_uname),
-    // Signals: a signal the daemon gets goes to its supervisor; an abort.
-    ("kill", libc::SYS_kill),
-    ("tgkill", libc::SYS_tgkill),
     // The signal thread's self-pipe (a socket pair); the supervisor's flag channel (a
     // socket pair, crate::flagproxy); syslog on its connected socket.
     ("recvfrom", libc::SYS_recvfrom),
     ("recvmsg", libc::SYS_recvmsg),
     ("sendto", libc::SYS_sendto),
     ("sendmsg", libc::SYS_sendmsg),
-    // The caller's flags of FS_IOC_SHUTDOWN, tried first (an unconfined daemon, or a
-    // caller with no more capabilities than it: a user's own mount).
-    ("process_vm_readv", libc::SYS_process_vm_readv),
 ];
 
 /// Refused with an errno rather than allowed (stacked before the allow-list, which lists
 /// them too: the kernel takes the stricter answer). `socket` and `connect`: the C
 /// library's syslog reconnecting. `umount2`: fuser unmounts a user's mount when its
 /// session ends (the connection is gone by then); EINVAL, not EPERM, which would make it
-/// run `fusermount3 -u`.
+/// run `fusermount3 -u`. `process_vm_readv`: below.
 const REFUSED: &[(libc::c_long, i32)] = &[
     (libc::SYS_socket, libc::EACCES),
     (libc::SYS_connect, libc::EACCES),
     (libc::SYS_umount2, libc::EINVAL),
+    // A shutdown's flags, which the daemon tries to read first: refused, so that it asks
+    // the supervisor (crate::flagproxy), and reads no other process's memory.
+    (libc::SYS_process_vm_readv, libc::EPERM),
 ];
 
 fn arch() -> Result<TargetArch, String> {
@@ -208,33 +233,53 @@ fn arch() -> Result<TargetArch, String> {
 }
 
 /// The filters: the refusals, one per errno, then the allow-list (anything else kills).
-fn seccomp_filters() -> Result<Vec<BpfProgram>, String> {
-    let arch = arch()?;
-    let build = |calls: &mut dyn Iterator<Item = libc::c_long>,
+fn seccomp_filters(arch: TargetArch, supervisor: i32) -> Result<Vec<BpfProgram>, String> {
+    let err = |e: seccompiler::BackendError| format!("seccomp: {e}");
+    let build = |rules: BTreeMap<i64, Vec<SeccompRule>>,
                  miss: SeccompAction,
                  hit: SeccompAction|
      -> Result<BpfProgram, String> {
-        let rules: BTreeMap<i64, Vec<SeccompRule>> = calls.map(|n| (n, Vec::new())).collect();
         SeccompFilter::new(rules, miss, hit, arch)
             .and_then(BpfProgram::try_from)
             .map_err(|e| format!("seccomp: {e}"))
     };
+    let any = |calls: &mut dyn Iterator<Item = libc::c_long>| -> BTreeMap<i64, Vec<SeccompRule>> {
+        calls.map(|n| (n, Vec::new())).collect()
+    };
+    // kill only the supervisor (a signal passed on), tgkill only this process's threads
+    // (an abort, the confinement's own signal): a root daemon without capabilities could
+    // otherwise signal every root process.
+    let arg0_is = |v: i32| -> Result<Vec<SeccompRule>, String> {
+        let c = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            v as u32 as u64,
+        )
+        .map_err(err)?;
+        Ok(vec![SeccompRule::new(vec![c]).map_err(err)?])
+    };
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
     let mut filters = Vec::new();
     let mut errnos: Vec<i32> = REFUSED.iter().map(|r| r.1).collect();
     errnos.sort_unstable();
     errnos.dedup();
     for errno in errnos {
         filters.push(build(
-            &mut REFUSED.iter().filter(|r| r.1 == errno).map(|r| r.0),
+            any(&mut REFUSED.iter().filter(|r| r.1 == errno).map(|r| r.0)),
             SeccompAction::Allow,
             SeccompAction::Errno(errno as u32),
         )?);
     }
+    let mut allowed = any(&mut ALLOWED
+        .iter()
+        .map(|(_, n)| *n)
+        .chain(REFUSED.iter().map(|r| r.0)));
+    allowed.insert(libc::SYS_kill, arg0_is(supervisor)?);
+    allowed.insert(libc::SYS_tgkill, arg0_is(me)?);
     filters.push(build(
-        &mut ALLOWED
-            .iter()
-            .map(|(_, n)| *n)
-            .chain(REFUSED.iter().map(|r| r.0)),
+        allowed,
         SeccompAction::KillProcess,
         SeccompAction::Allow,
     )?);
@@ -375,8 +420,8 @@ fn confine_all_threads(ruleset: i32) -> Result<usize, String> {
             sent + 1
         ));
     }
-    // SAFETY: restores the default disposition, which for a real-time signal nobody
-    // sends is never used; the handler stays valid anyway.
+    // SAFETY: ignores the signal from now on (nobody sends it; the handler would stay
+    // valid anyway).
     unsafe { libc::signal(sig, libc::SIG_IGN) };
     Ok(sent + 1)
 }

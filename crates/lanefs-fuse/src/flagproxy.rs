@@ -1,4 +1,5 @@
-//! The supervisor reads FS_IOC_SHUTDOWN's flags for a confined daemon.
+//! The supervisor reads for a confined daemon what the daemon may no longer read itself:
+//! FS_IOC_SHUTDOWN's flags, and whether a caller is in a supplementary group.
 //!
 //! The kernel passes the daemon no input for the `_IOR` command, only the caller's pid
 //! and pointer, and a confined daemon, with no capabilities, may not read the memory of a
@@ -8,7 +9,12 @@
 //! now, by /proc/PID/syscall (the system call and its arguments, which the kernel shows
 //! only to who may trace the thread). It reads nothing else: a thread that is not in an
 //! EXT4_IOC_SHUTDOWN ioctl gets EPERM, so a daemon taken over by a hostile image learns
-//! no memory but a shutdown's flags through it.
+//! no memory but a shutdown's flags through it. A caller's groups (for set-group-ID
+//! rules) come from /proc/PID/status, which Landlock refuses the daemon; the supervisor
+//! answers only whether one thread is in one group.
+//!
+//! One question at a time (a lock); a channel that failed once (no answer in 5 s) is not
+//! asked again, so a late answer is never taken for another question's.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -54,13 +60,56 @@ pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((sup, daemon))
 }
 
+/// Requests: (kind, pid, gid), three `u32`s; answers: (errno, value), two.
+const FLAGS: u32 = 1;
+const IN_GROUP: u32 = 2;
+
+/// The daemon's end of the channel, once it has one; whether it failed.
+static DAEMON: std::sync::OnceLock<RawFd> = std::sync::OnceLock::new();
+static LOCK: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
+/// Use `chan` (the daemon's end, open for the process's life) for [`ask_flags`] and
+/// [`ask_in_group`].
+pub fn set_daemon_channel(chan: RawFd) {
+    let _ = DAEMON.set(chan);
+}
+
 /// The daemon's side: the flags thread `pid` passes to its shutdown ioctl, as read by the
-/// supervisor at the other end of `chan`.
-pub fn ask(chan: RawFd, pid: u32) -> io::Result<u32> {
-    let req = pid.to_ne_bytes();
-    // SAFETY: `req` is 4 readable bytes for the call; `chan` is the daemon's socket,
-    // open for the daemon's life.
-    if unsafe { libc::send(chan, req.as_ptr().cast(), req.len(), 0) } != req.len() as isize {
+/// supervisor.
+pub fn ask_flags(pid: u32) -> io::Result<u32> {
+    ask([FLAGS, pid, 0])
+}
+
+/// The daemon's side: whether thread `pid` is in group `gid` (its supplementary groups),
+/// as read by the supervisor.
+pub fn ask_in_group(pid: u32, gid: u32) -> io::Result<bool> {
+    ask([IN_GROUP, pid, gid]).map(|v| v != 0)
+}
+
+fn ask(req: [u32; 3]) -> io::Result<u32> {
+    let chan = *DAEMON
+        .get()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTCONN))?;
+    let mut failed = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if *failed {
+        return Err(io::Error::from_raw_os_error(libc::ENOTCONN));
+    }
+    let r = exchange(chan, req);
+    if r.as_ref()
+        .is_err_and(|e| e.raw_os_error() != Some(libc::EPERM))
+    {
+        *failed = true;
+    }
+    r
+}
+
+/// One request on `chan` and its answer.
+fn exchange(chan: RawFd, req: [u32; 3]) -> io::Result<u32> {
+    let b: Vec<u8> = req.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    // SAFETY: `b` is readable for its length during the call.
+    if unsafe { libc::send(chan, b.as_ptr().cast(), b.len(), libc::MSG_NOSIGNAL) }
+        != b.len() as isize
+    {
         return Err(io::Error::last_os_error());
     }
     let mut ans = [0u8; 8];
@@ -80,25 +129,58 @@ pub fn ask(chan: RawFd, pid: u32) -> io::Result<u32> {
     Ok(u32::from_ne_bytes([ans[4], ans[5], ans[6], ans[7]]))
 }
 
-/// The supervisor's side: answer one request waiting on `chan`. False once the daemon's
-/// end is closed (nothing more will come).
+/// The supervisor's side: answer one request waiting on `chan` (never blocking on a
+/// daemon that does not read its answers). False once the daemon's end is closed.
 pub fn answer(chan: BorrowedFd<'_>) -> bool {
-    let mut req = [0u8; 4];
-    // SAFETY: `req` is 4 writable bytes for the call.
-    let n = unsafe { libc::recv(chan.as_raw_fd(), req.as_mut_ptr().cast(), req.len(), 0) };
-    if n <= 0 {
-        return n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
+    let mut req = [0u8; 12];
+    // SAFETY: `req` is 12 writable bytes for the call.
+    let n = unsafe {
+        libc::recv(
+            chan.as_raw_fd(),
+            req.as_mut_ptr().cast(),
+            req.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error().raw_os_error();
+        return matches!(e, Some(libc::EINTR | libc::EAGAIN));
     }
-    let (errno, flags) = match shutdown_flags(u32::from_ne_bytes(req)) {
-        Ok(f) => (0, f),
+    if n == 0 {
+        return false;
+    }
+    let w = |k: usize| u32::from_ne_bytes([req[k], req[k + 1], req[k + 2], req[k + 3]]);
+    let r = match (n, w(0)) {
+        (12, FLAGS) => shutdown_flags(w(4)),
+        (12, IN_GROUP) => in_group(w(4), w(8)).map(u32::from),
+        _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    let (errno, value) = match r {
+        Ok(v) => (0, v),
         Err(e) => (e.raw_os_error().unwrap_or(libc::EIO), 0),
     };
     let mut ans = [0u8; 8];
     ans[..4].copy_from_slice(&errno.to_ne_bytes());
-    ans[4..].copy_from_slice(&flags.to_ne_bytes());
+    ans[4..].copy_from_slice(&value.to_ne_bytes());
     // SAFETY: `ans` is 8 readable bytes for the call.
-    unsafe { libc::send(chan.as_raw_fd(), ans.as_ptr().cast(), ans.len(), 0) };
+    unsafe {
+        libc::send(
+            chan.as_raw_fd(),
+            ans.as_ptr().cast(),
+            ans.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
     true
+}
+
+/// Whether thread `pid` is in supplementary group `gid`, by /proc/PID/status.
+pub fn in_group(pid: u32, gid: u32) -> io::Result<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    Ok(status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid))))
 }
 
 /// The `u32` that thread `pid` passes to the EXT4_IOC_SHUTDOWN ioctl it is making now;
@@ -152,14 +234,31 @@ pub fn read_u32(pid: u32, addr: u64) -> io::Result<u32> {
 mod tests {
     use super::*;
 
-    /// A thread in no shutdown ioctl gets EPERM: the supervisor reads nothing for it.
+    /// A thread in no shutdown ioctl gets EPERM: the supervisor reads nothing for it;
+    /// a group question is answered.
     #[test]
     fn nothing_read_for_a_thread_not_in_the_ioctl() {
         let (sup, daemon) = channel().unwrap();
-        let t = std::thread::spawn(move || answer(std::os::fd::AsFd::as_fd(&sup)));
-        let e = ask(daemon.as_raw_fd(), std::process::id()).unwrap_err();
+        let t = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let mut p = libc::pollfd {
+                    fd: sup.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd.
+                unsafe { libc::poll(&mut p, 1, 5000) };
+                assert!(answer(std::os::fd::AsFd::as_fd(&sup)));
+            }
+        });
+        let me = std::process::id();
+        let e = exchange(daemon.as_raw_fd(), [FLAGS, me, 0]).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EPERM));
-        assert!(t.join().unwrap());
+        // SAFETY: getgid has no preconditions.
+        let gid = unsafe { libc::getgid() };
+        let v = exchange(daemon.as_raw_fd(), [IN_GROUP, me, gid]).unwrap();
+        assert_eq!(v != 0, in_group(me, gid).unwrap());
+        t.join().unwrap();
     }
 
     /// A word of this process reads back; a bad address is EFAULT; no pid is ESRCH.

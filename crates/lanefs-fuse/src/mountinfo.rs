@@ -4,10 +4,39 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+/// /proc/self/mountinfo opened once for good ([`keep_open`]): a confined daemon may open
+/// no path, and reads it again from offset 0 (the kernel writes it afresh each time).
+static KEPT: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+
+/// Keep /proc/self/mountinfo open for later reads (before the daemon confines itself).
+pub fn keep_open() -> std::io::Result<()> {
+    if KEPT.get().is_none() {
+        let _ = KEPT.set(std::fs::File::open("/proc/self/mountinfo")?);
+    }
+    Ok(())
+}
+
+/// The text of /proc/self/mountinfo now.
+fn text() -> Option<String> {
+    let Some(f) = KEPT.get() else {
+        return std::fs::read_to_string("/proc/self/mountinfo").ok();
+    };
+    use std::os::unix::fs::FileExt;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = f.read_at(&mut buf, out.len() as u64).ok()?;
+        if n == 0 {
+            return String::from_utf8(out).ok();
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
 /// The fields of the visible mount at `path` (canonical): its per-mount options, its
 /// type and its source.
 fn fields(path: &Path) -> Option<(String, String, String)> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let info = text()?;
     let want = path.as_os_str().as_bytes();
     let mut found = None;
     for line in info.lines() {
@@ -45,7 +74,7 @@ pub fn read_only(path: &Path) -> bool {
 /// Every visible mount of type `kind`: its mount point, its source, and whether the kernel
 /// holds it read-only. Bind mounts of one file system are listed once each.
 pub fn mounts_of_type(kind: &str) -> Vec<(PathBuf, String, bool)> {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+    let Some(info) = text() else {
         return Vec::new();
     };
     let mut out = Vec::new();

@@ -174,8 +174,13 @@ fn run_session<FS: UringCapable>(
             for sig in signals.forever() {
                 // A supervised daemon may not unmount (confined): its supervisor does.
                 if let Some(sup) = supervisor {
-                    // SAFETY: kill only sends a signal to the supervising process.
-                    unsafe { libc::kill(sup, sig) };
+                    // SAFETY: getppid has no preconditions; kill only sends a signal to
+                    // the supervising process, while it is still this one's parent.
+                    unsafe {
+                        if libc::getppid() == sup {
+                            libc::kill(sup, sig);
+                        }
+                    }
                     continue;
                 }
                 log::line(&format!("signal {sig}: unmounting {}", mp.display()));
@@ -339,8 +344,8 @@ fn run_session<FS: UringCapable>(
         ),
     });
     // The mount is up: confined before the first request is served.
-    if cfg.supervisor.is_some() && !cfg.unconfined {
-        match crate::confine::confine() {
+    if let Some(sup) = cfg.supervisor.filter(|_| !cfg.unconfined) {
+        match crate::confine::confine(sup) {
             Ok(c) => log::line(&format!("{}: {c}", mountpoint.display())),
             Err(e) => {
                 let msg = format!("{}: {e}; not serving", mountpoint.display());

@@ -313,10 +313,22 @@ fn queue_thread<FS: Filesystem>(
             return;
         }
     };
+    // Made disabled, restricted to the one operation the queue uses (URING_CMD, with no
+    // SQE flags) and then enabled: a daemon that a hostile image took over cannot use
+    // its rings for what its seccomp filter refuses (IORING_OP_SOCKET, CONNECT, OPENAT).
     let built = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
         .setup_cqsize(2 * depth as u32)
         .setup_submit_all()
+        .setup_r_disabled()
         .build(depth as u32)
+        .and_then(|r| {
+            let mut only = [io_uring::register::Restriction::sqe_op(
+                opcode::UringCmd80::CODE,
+            )];
+            r.submitter().register_restrictions(&mut only)?;
+            r.submitter().register_enable_rings()?;
+            Ok(r)
+        })
         .map_err(|e| format!("io_uring_setup: {e}"));
     let mut ring = match built.and_then(|mut r| probe(&mut r, &entries[0]).map(|()| r)) {
         Ok(r) => r,

@@ -170,9 +170,12 @@ fn a_killed_daemon_leaves_no_dead_mount() {
         let log = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{how}: {log}");
         let sig = if how == "SIGKILL" {
-            "signal 9"
+            format!("signal {}", libc::SIGKILL)
         } else {
-            "signal 31: a system call outside its seccomp filter"
+            format!(
+                "signal {}: a system call outside its seccomp filter",
+                libc::SIGSYS
+            )
         };
         assert!(
             log.contains(&format!("was killed by {sig}")),

@@ -78,18 +78,20 @@ pub(super) fn name(n: &OsStr) -> Result<&[u8], Errno> {
 }
 
 /// Whether the caller of `req` is in group `gid`: its group or one of its supplementary
-/// groups (from /proc; a caller gone meanwhile counts as not in it).
+/// groups (from /proc, or through the supervisor when confined; a caller gone meanwhile
+/// counts as not in it).
 pub(super) fn in_group(req: &Request, gid: u32) -> bool {
     if req.gid() == gid {
         return true;
     }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+    // A confined daemon may not read /proc: its supervisor answers.
+    match crate::flagproxy::in_group(req.pid(), gid) {
+        Ok(v) => v,
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            crate::flagproxy::ask_in_group(req.pid(), gid).unwrap_or(false)
+        }
+        Err(_) => false,
+    }
 }
 
 /// The caller as the engine's owner of what it creates, with its umask (which the

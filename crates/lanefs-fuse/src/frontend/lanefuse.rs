@@ -9,9 +9,11 @@ impl LaneFuse {
     /// checks permissions (`default_permissions`, always so when users other than the
     /// mounter can reach the mount), which then covers POSIX ACLs too.
     pub fn new(fs: Arc<Fs>, cfg: &MountConfig, kernel_checks: bool) -> LaneFuse {
+        if let Some(chan) = cfg.flag_channel {
+            crate::flagproxy::set_daemon_channel(chan);
+        }
         LaneFuse {
             fs,
-            flag_channel: cfg.flag_channel,
             attr_ttl: cfg.attr_timeout,
             entry_ttl: cfg.entry_timeout,
             negative_ttl: cfg.negative_timeout,

@@ -43,9 +43,6 @@ const NAME_MAX: usize = 255;
 /// The file system FUSE serves.
 pub struct LaneFuse {
     fs: Arc<Fs>,
-    /// The supervisor's end of [`crate::flagproxy`], where it reads FS_IOC_SHUTDOWN's
-    /// flags for a confined daemon (`MountConfig::flag_channel`).
-    flag_channel: Option<std::os::fd::RawFd>,
     attr_ttl: Duration,
     entry_ttl: Duration,
     negative_ttl: Duration,

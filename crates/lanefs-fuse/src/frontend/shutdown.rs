@@ -42,11 +42,11 @@ impl LaneFuse {
             return Err(Errno::EPERM);
         }
         let read = crate::flagproxy::read_u32(req.pid(), arg);
-        let read = match (read, self.flag_channel) {
-            (Err(e), Some(chan)) if e.raw_os_error() == Some(libc::EPERM) => {
-                crate::flagproxy::ask(chan, req.pid())
+        let read = match read {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                crate::flagproxy::ask_flags(req.pid())
             }
-            (r, _) => r,
+            r => r,
         };
         let flags = match read {
             Ok(f) => f,
