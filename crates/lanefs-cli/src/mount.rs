@@ -66,7 +66,7 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
             );
             return Err(Failure::new(image.display(), Error::msg(msg)));
         }
-        if !told && start.elapsed() > Duration::from_secs(2) {
+        if !told && start.elapsed() > Duration::from_secs(5) {
             crate::error::note(&format!(
                 "waiting for the daemon of an earlier mount (pid {pid}) to finish writing {} back",
                 image.display()
