@@ -388,6 +388,8 @@ fn a_second_mount_with_an_fsname_binds_the_first() {
     let out = run(Command::new("umount").arg(&other));
     assert!(out.status.success(), "{out:?}");
     m.umount();
+    // `lanefs umount` waits for the write-back only when the source names the image.
+    assert!(wait_released(&img, Duration::from_secs(30)));
     e2fsck_clean(&img);
 }
 
