@@ -34,6 +34,9 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
     // the daemon unseen.
     unsafe {
         libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+        // A log line to a closed stderr (`lanefs mount -f ... 2>&1 | head -1`) is lost,
+        // and must not kill the supervisor or the daemon (inherited).
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
         libc::sigemptyset(&mut set);
         for s in waited {
             libc::sigaddset(&mut set, s);

@@ -27,6 +27,9 @@ pub fn line(msg: &str) {
         // it outlives the call.
         unsafe { libc::syslog(libc::LOG_ERR, c"%s".as_ptr(), c.as_ptr()) };
     } else {
-        eprintln!("lanefs: {msg}");
+        // A closed stderr (`lanefs mount -f ... 2>&1 | head -1`) loses the line; eprintln
+        // would panic and take the mount down.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "lanefs: {msg}");
     }
 }
