@@ -620,7 +620,7 @@ pub struct MountArgs {
     /// entry_timeout=SECS, negative_timeout=SECS, max_write=BYTES, commit=SECS,
     /// errors=remount-ro|panic, fsname=NAME (or source=NAME), the VFS flags (nosuid, nodev,
     /// noexec, sync, dirsync, ...), relatime, strictatime, noatime, nodiratime, io_uring,
-    /// no_io_uring, io_uring_depth=N, io_uring_spin=USECS, and the engine's
+    /// no_io_uring, io_uring_depth=N, io_uring_spin=USECS, unconfined, and the engine's
     /// mb_trylock=0|1, mb_stream_goal=global|inode|slots, mb_optimize_scan=0|1,
     /// ialloc=optimistic|locked, icache=bucket|global|papaya, icache_limit=SIZE,
     /// dir_digest=0|1, pagecache_limit=SIZE, folio_max_order=N, bufcache_limit=SIZE,
