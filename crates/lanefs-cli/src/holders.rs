@@ -135,6 +135,20 @@ pub fn daemon_mount(pid: u32) -> Option<(PathBuf, bool)> {
     (!other).then_some((mp, ro))
 }
 
+/// The lanefs mount daemon serving the mount at `mp` (canonical), found by the mount
+/// point it holds open (see [`daemon_mount`]): its pid, when exactly one holds it.
+pub fn daemon_at(mp: &Path) -> Option<u32> {
+    let mut found = other_pids().into_iter().filter(|&pid| {
+        is_mount_daemon(&pid.to_string())
+            && std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten()
+                    .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == mp))
+            })
+    });
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
 /// A lanefs mount daemon other than this process that has `image` open: its pid.
 pub fn daemon_holding(image: &Path) -> Option<u32> {
     let want = std::fs::metadata(image).ok()?;

@@ -372,13 +372,39 @@ pub fn umount(a: &UmountArgs) -> CmdResult<i32> {
             Error::msg(format!("not a lanefs mount (type {fstype})")),
         ));
     }
-    unmount_path(&mp, false).ctx(mp.display())?;
     let image = PathBuf::from(&source);
+    let by_image = image.is_absolute() && image.exists();
+    // A source that names no image (`fsname=`): the daemon, by the mount point it holds,
+    // and the connection, by the mount's device number (which its binds share).
+    let daemon = (!by_image)
+        .then(|| holders::daemon_at(&mp))
+        .flatten()
+        .zip(lanefs_fuse::mountinfo::device_of(&mp));
+    unmount_path(&mp, false).ctx(mp.display())?;
     // The daemon goes on serving while another mount of the image (a bind) is left.
-    if image.is_absolute() && image.exists() && holders::live_mounts(&image).is_empty() {
+    if by_image && holders::live_mounts(&image).is_empty() {
         wait_released(&image).map_err(|e| Failure::new(&source, Error::msg(e)))?;
     }
+    if let Some((pid, dev)) = daemon {
+        if !lanefs_fuse::mountinfo::device_mounted(&format!("fuse.{SUBTYPE}"), &dev) {
+            wait_exited(pid).map_err(|e| Failure::new(&source, Error::msg(e)))?;
+        }
+    }
     Ok(0)
+}
+
+/// Wait until the daemon `pid` has exited (written everything back).
+fn wait_exited(pid: u32) -> Result<(), String> {
+    let start = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if start.elapsed() > WRITEBACK_WAIT {
+            return Err(format!(
+                "unmounted, but the daemon (pid {pid}) is still running after 10 minutes"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// Wait until no process holds the image's exclusive claim (the daemon has written

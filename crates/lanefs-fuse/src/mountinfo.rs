@@ -71,6 +71,30 @@ pub fn read_only(path: &Path) -> bool {
     fields(path).is_some_and(|(opts, _, _)| opts.split(',').any(|o| o == "ro"))
 }
 
+/// The device (`major:minor`, which every bind of one file system shows) of the
+/// visible mount at `path` (canonical).
+pub fn device_of(path: &Path) -> Option<String> {
+    let info = text()?;
+    let want = path.as_os_str().as_bytes();
+    info.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() > 4 && unescape(f[4]).as_slice() == want).then(|| f[2].to_string())
+        })
+        .next_back()
+}
+
+/// Whether a mount of type `kind` on device `dev` (`major:minor`) is left.
+pub fn device_mounted(kind: &str, dev: &str) -> bool {
+    text().is_some_and(|info| {
+        info.lines().any(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|&x| x == "-");
+            f.len() > 2 && f[2] == dev && sep.is_some_and(|k| f.get(k + 1) == Some(&kind))
+        })
+    })
+}
+
 /// Every visible mount of type `kind`: its mount point, its source, and whether the kernel
 /// holds it read-only. Bind mounts of one file system are listed once each.
 pub fn mounts_of_type(kind: &str) -> Vec<(PathBuf, String, bool)> {

@@ -387,9 +387,9 @@ fn a_second_mount_with_an_fsname_binds_the_first() {
     assert_eq!(fs::read(m.path("via-second")).unwrap(), b"2");
     let out = run(Command::new("umount").arg(&other));
     assert!(out.status.success(), "{out:?}");
+    // `lanefs umount` waits for the write-back here too: it finds the daemon by the
+    // mount point it holds, though the fsname names no image.
     m.umount();
-    // `lanefs umount` waits for the write-back only when the source names the image.
-    assert!(wait_released(&img, Duration::from_secs(30)));
     e2fsck_clean(&img);
 }
 
