@@ -176,15 +176,20 @@ fn shutdown_logflush_commits_but_writes_no_data_back() {
         // The overwrite in place was dirty data of a block mapped before: not written.
         assert_eq!(content(fs, ROOT_INO, "kept"), Some(vec![1u8; 10_000]));
         // The new files and the blocks they map were in the committed transaction.
-        assert_eq!(
-            content(fs, ROOT_INO, "fresh").as_deref(),
-            Some(&b"never fsync'd"[..])
-        );
-        assert_eq!(
-            content(fs, ROOT_INO, "open").as_deref(),
-            Some(&b"held open"[..])
-        );
+        new_files_there(fs);
     });
+}
+
+/// The workload's files made since the last commit, never fsync'd, are there.
+fn new_files_there(fs: &Fs) {
+    assert_eq!(
+        content(fs, ROOT_INO, "fresh").as_deref(),
+        Some(&b"never fsync'd"[..])
+    );
+    assert_eq!(
+        content(fs, ROOT_INO, "open").as_deref(),
+        Some(&b"held open"[..])
+    );
 }
 
 #[test]
@@ -201,14 +206,7 @@ fn shutdown_default_writes_everything_back() {
     assert_eq!(dev.pending_len(), 0, "DEFAULT ends with a flush");
     replay_and_check(dir.path(), dev.snapshot(), |fs| {
         assert_eq!(content(fs, ROOT_INO, "kept"), Some(vec![2u8; 10_000]));
-        assert_eq!(
-            content(fs, ROOT_INO, "fresh").as_deref(),
-            Some(&b"never fsync'd"[..])
-        );
-        assert_eq!(
-            content(fs, ROOT_INO, "open").as_deref(),
-            Some(&b"held open"[..])
-        );
+        new_files_there(fs);
     });
 }
 

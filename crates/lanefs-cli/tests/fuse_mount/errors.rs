@@ -106,14 +106,7 @@ fn corrupt_area_fails_with_eio_and_a_log_line() {
         String::from_utf8_lossy(&out.stderr)
     );
     guard.forget();
-    let status = child.wait().unwrap();
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let (status, log) = wait_log(&mut child);
     assert!(status.success(), "daemon: {status}: {log}");
     assert!(
         log.lines()
@@ -152,14 +145,7 @@ fn errors_panic_stops_the_daemon() {
         ),
         "{e}"
     );
-    let status = child.wait().unwrap();
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let (status, log) = wait_log(&mut child);
     assert_eq!(status.code(), Some(1), "daemon: {log}");
     assert!(log.contains("errors=panic"), "log: {log}");
     assert!(!log.contains("panicked"), "{log}");

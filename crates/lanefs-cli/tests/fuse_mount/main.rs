@@ -33,6 +33,19 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
+/// Wait for a foreground daemon `child` (stderr piped) to exit: its status and its log.
+fn wait_log(child: &mut std::process::Child) -> (std::process::ExitStatus, String) {
+    let status = child.wait().unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    (status, log)
+}
+
 fn image_bytes(p: &Path) -> u64 {
     fnv(&fs::read(p).unwrap())
 }

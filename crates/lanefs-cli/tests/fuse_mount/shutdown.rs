@@ -153,14 +153,7 @@ fn round(test: &str, mode: u32, opts: &str, shut: impl FnOnce(&Path)) {
         wait_released(&img, Duration::from_secs(30)),
         "the daemon did not exit"
     );
-    let status = child.wait().unwrap();
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let (status, log) = wait_log(&mut child);
     assert!(status.success(), "daemon: {status}: {log}");
     assert!(
         log.contains(&format!("shut down requested ({mode}"))
