@@ -9,6 +9,10 @@
 //!   written everything back): the new mount waits for it to let go, as a mount after
 //!   `umount` of a kernel file system finds the device free. Any other holder (`lanefs
 //!   cp`, a library user) is not waited for: the open fails "in use" as before.
+//! - A lanefs mount daemon still serving a mount this mount namespace does not show (one
+//!   another namespace keeps after the mount here was unmounted, or a mount still being
+//!   made): once it has shown no mount for a moment, the new mount fails naming it,
+//!   rather than wait for a daemon that may never stop.
 
 use lanefs_fuse::{mountinfo, SUBTYPE};
 use std::os::unix::fs::MetadataExt;
@@ -147,6 +151,15 @@ pub fn daemon_at(mp: &Path) -> Option<u32> {
     });
     let first = found.next()?;
     found.next().is_none().then_some(first)
+}
+
+/// Whether daemon `pid` still serves a mount: it has /dev/fuse open (a daemon closes it
+/// once its connection ends, before it writes back and lets go of the image).
+pub fn serving(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == Path::new("/dev/fuse")))
+    })
 }
 
 /// A lanefs mount daemon other than this process that has `image` open: its pid.

@@ -25,6 +25,10 @@ use std::time::{Duration, Instant};
 /// How long `umount` waits for the daemon to finish writing back.
 const WRITEBACK_WAIT: Duration = Duration::from_secs(600);
 
+/// How long a new mount waits for the mount of a daemon that serves one to show (a
+/// mount of the image being made at the same time) before it gives up on binding it.
+const UNSEEN_MOUNT_WAIT: Duration = Duration::from_secs(1);
+
 /// `lanefs mount IMAGE MOUNTPOINT [-o OPTS] [-f]`.
 pub fn mount(a: &MountArgs) -> CmdResult<i32> {
     let opts: Vec<&str> = a.options.iter().flat_map(|o| o.split(',')).collect();
@@ -58,6 +62,15 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
         };
         if let Some((first, first_ro)) = holders::daemon_mount(pid) {
             return bind(&first, first_ro, &mp, cfg.engine.read_only);
+        }
+        // A daemon serving a mount that is not here (or not yet): nothing to bind, and
+        // nothing that ends by waiting.
+        if start.elapsed() > UNSEEN_MOUNT_WAIT && holders::serving(pid) {
+            let msg = format!(
+                "in use by the lanefs daemon (pid {pid}), which serves a mount this mount \
+                 namespace does not show (another namespace still has it); unmount it there"
+            );
+            return Err(Failure::new(image.display(), Error::msg(msg)));
         }
         if start.elapsed() > WRITEBACK_WAIT {
             let msg = format!(

@@ -1,5 +1,6 @@
 //! The supervisor reads for a confined daemon what the daemon may no longer read itself:
-//! FS_IOC_SHUTDOWN's flags, and whether a caller is in a supplementary group.
+//! FS_IOC_SHUTDOWN's flags, whether a caller is in a supplementary group, and a caller's
+//! fsuid where the kernel does not name it (under FUSE_ALLOW_IDMAP).
 //!
 //! The kernel passes the daemon no input for the `_IOR` command, only the caller's pid
 //! and pointer, and a confined daemon, with no capabilities, may not read the memory of a
@@ -10,8 +11,8 @@
 //! only to who may trace the thread). It reads nothing else: a thread that is not in an
 //! EXT4_IOC_SHUTDOWN ioctl gets EPERM, so a daemon taken over by a hostile image learns
 //! no memory but a shutdown's flags through it. A caller's groups (for set-group-ID
-//! rules) come from /proc/PID/status, which Landlock refuses the daemon; the supervisor
-//! answers only whether one thread is in one group.
+//! rules) and fsuid come from /proc/PID/status, which Landlock refuses the daemon; the
+//! supervisor answers only whether one thread is in one group, and its fsuid.
 //!
 //! One question at a time (a lock); a channel that failed once (no answer in 5 s) is not
 //! asked again, so a late answer is never taken for another question's.
@@ -63,6 +64,7 @@ pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
 /// Requests: (kind, pid, gid), three `u32`s; answers: (errno, value), two.
 const FLAGS: u32 = 1;
 const IN_GROUP: u32 = 2;
+const FSUID: u32 = 3;
 
 /// The daemon's end of the channel, once it has one; whether it failed.
 static DAEMON: std::sync::OnceLock<RawFd> = std::sync::OnceLock::new();
@@ -84,6 +86,11 @@ pub fn ask_flags(pid: u32) -> io::Result<u32> {
 /// as read by the supervisor.
 pub fn ask_in_group(pid: u32, gid: u32) -> io::Result<bool> {
     ask([IN_GROUP, pid, gid]).map(|v| v != 0)
+}
+
+/// The daemon's side: thread `pid`'s fsuid, as read by the supervisor.
+pub fn ask_fsuid(pid: u32) -> io::Result<u32> {
+    ask([FSUID, pid, 0])
 }
 
 fn ask(req: [u32; 3]) -> io::Result<u32> {
@@ -153,6 +160,7 @@ pub fn answer(chan: BorrowedFd<'_>) -> bool {
     let r = match (n, w(0)) {
         (12, FLAGS) => shutdown_flags(w(4)),
         (12, IN_GROUP) => in_group(w(4), w(8)).map(u32::from),
+        (12, FSUID) => fsuid(w(4)),
         _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
     };
     let (errno, value) = match r {
@@ -174,13 +182,36 @@ pub fn answer(chan: BorrowedFd<'_>) -> bool {
     true
 }
 
-/// Whether thread `pid` is in supplementary group `gid`, by /proc/PID/status.
+/// Whether thread `pid` is in group `gid` (its fsgid or a supplementary group), by
+/// /proc/PID/status.
 pub fn in_group(pid: u32, gid: u32) -> io::Result<bool> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    Ok(status
+    let status = status(pid)?;
+    let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).unwrap_or("");
+    let fsgid = field("Gid:").split_whitespace().nth(3);
+    Ok(fsgid.and_then(|g| g.parse().ok()) == Some(gid)
+        || field("Groups:")
+            .split_whitespace()
+            .any(|x| x.parse() == Ok(gid)))
+}
+
+/// Thread `pid`'s fsuid (the fourth of /proc/PID/status's `Uid:` line).
+pub fn fsuid(pid: u32) -> io::Result<u32> {
+    let status = status(pid)?;
+    status
         .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid))))
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|u| u.split_whitespace().nth(3))
+        .and_then(|u| u.parse().ok())
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EPROTO))
+}
+
+/// /proc/PID/status of thread `pid`; ESRCH for pid 0 (a caller in a pid namespace the
+/// daemon cannot see, or the kernel itself).
+fn status(pid: u32) -> io::Result<String> {
+    if pid == 0 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
 }
 
 /// The `u32` that thread `pid` passes to the EXT4_IOC_SHUTDOWN ioctl it is making now;
@@ -240,7 +271,7 @@ mod tests {
     fn nothing_read_for_a_thread_not_in_the_ioctl() {
         let (sup, daemon) = channel().unwrap();
         let t = std::thread::spawn(move || {
-            for _ in 0..2 {
+            for _ in 0..3 {
                 let mut p = libc::pollfd {
                     fd: sup.as_raw_fd(),
                     events: libc::POLLIN,
@@ -258,6 +289,10 @@ mod tests {
         let gid = unsafe { libc::getgid() };
         let v = exchange(daemon.as_raw_fd(), [IN_GROUP, me, gid]).unwrap();
         assert_eq!(v != 0, in_group(me, gid).unwrap());
+        assert!(in_group(me, gid).unwrap(), "the fsgid is a group one is in");
+        // SAFETY: geteuid has no preconditions (the fsuid follows the euid here).
+        let uid = unsafe { libc::geteuid() };
+        assert_eq!(exchange(daemon.as_raw_fd(), [FSUID, me, 0]).unwrap(), uid);
         t.join().unwrap();
     }
 

@@ -6,6 +6,7 @@
 //! create, write, fallocate or unlink takes a lock shared by the whole file system
 //! besides the journal's short handle start.
 
+use crate::alloc::reserve::default_reserve;
 pub use crate::alloc::StreamGoal;
 use crate::alloc::{AllocOptions, Allocator, Geometry};
 use crate::buf::{Buf, BufCache};
@@ -307,13 +308,17 @@ impl Fs {
             opts.ialloc,
             sb.hash_seed(),
         ));
-        let al = Arc::new(Allocator::new(geo, descs, gdt, bufs.clone()).with_options(
-            AllocOptions {
-                trylock: opts.mb_trylock,
-                stream: opts.mb_stream_goal,
-                optimize_scan: opts.mb_optimize_scan,
-            },
-        ));
+        let al = Arc::new(
+            Allocator::new(geo, descs, gdt, bufs.clone())
+                .with_options(AllocOptions {
+                    trylock: opts.mb_trylock,
+                    stream: opts.mb_stream_goal,
+                    optimize_scan: opts.mb_optimize_scan,
+                })
+                .with_reserve(opts.reserved_blocks.unwrap_or_else(|| {
+                    default_reserve(sb.blocks_count(), sb.has_incompat(incompat::EXTENTS))
+                })),
+        );
         let mut log = log;
         if let (Some(l), false) = (log.as_mut(), read_only) {
             // An empty log starting at its first block, in the format lanefs writes.

@@ -187,6 +187,8 @@ fn near_full_enospc_is_exact_and_clean() {
         let opts = MountOptions {
             mb_optimize_scan: optimize_scan,
             commit_interval: Duration::from_millis(3),
+            // Data may take every block (no reserve for metadata): exact to the last.
+            reserved_blocks: Some(0),
             ..MountOptions::default()
         };
         let fs = Fs::mount(dev.clone(), opts).expect("mount");

@@ -1,7 +1,10 @@
-//! Goal: a full disk gives ENOSPC, never corruption or leaked space.
+//! Goal: a full disk gives ENOSPC, never corruption or leaked space; and space already
+//! preallocated stays writable on a full disk.
 //! Method: fill a small image with writes, then fallocates, then creates until each
 //! fails with NoSpace; committed data reads back, e2fsck accepts the image, and deleting
-//! everything returns the free counts exactly to where they started.
+//! everything returns the free counts exactly to where they started. Most tests mount
+//! with no reserved blocks, to reach the very last block with data; the last keeps
+//! ext4's reserve and writes into preallocated space on a disk data has filled.
 
 mod common;
 
@@ -9,8 +12,13 @@ use lanefs::mkfs::{format, MkfsOptions};
 use lanefs::{Error, FallocMode, FileDevice, Fs, MountOptions, Owner, RenameMode, ROOT_INO};
 use std::sync::Arc;
 
+/// Mount `img` with no blocks reserved for metadata: data may take every block.
 fn mount(img: &std::path::Path) -> Arc<Fs> {
-    Fs::mount_path(img, MountOptions::default()).expect("mount")
+    let opts = MountOptions {
+        reserved_blocks: Some(0),
+        ..MountOptions::default()
+    };
+    Fs::mount_path(img, opts).expect("mount")
 }
 
 /// Write file `name` one block at a time until the disk is full; its inode and size.
@@ -293,4 +301,57 @@ fn an_inode_freed_after_they_ran_out_is_reused_without_a_remount() {
     );
     fs.unmount().unwrap();
     common::assert_fsck_clean(&img);
+}
+
+/// fstests' generic/274 in small: a file with 64 KiB written and 8 MiB preallocated past
+/// it (unwritten, size kept), the rest of the disk filled with data until ENOSPC; then
+/// every other 64 KiB of the preallocated space written (each write splits an unwritten
+/// extent, soon needing extent-tree blocks), then the holes between. Every write
+/// succeeds: data stopped short of the reserve, which the extent tree then takes.
+#[test]
+fn writes_into_preallocated_space_succeed_on_a_full_disk() {
+    let td = tempfile::tempdir().unwrap();
+    let img = td.path().join("prealloc.img");
+    let dev = FileDevice::create(&img, 64 << 20).unwrap();
+    format(&dev, &MkfsOptions::default()).unwrap();
+    drop(dev);
+    let fs = Fs::mount_path(&img, MountOptions::default()).expect("mount");
+    let o = Owner::default();
+    let f = fs.create(ROOT_INO, b"test", 0o644, o).unwrap().ino;
+    fs.write(f, 0, &[1u8; 64 << 10]).unwrap();
+    let keep = FallocMode {
+        keep_size: true,
+        punch_hole: false,
+        zero_range: false,
+    };
+    fs.fallocate(f, keep, 64 << 10, 8 << 20).unwrap();
+    let (g, _) = fill(&fs, b"fill");
+    fs.sync().unwrap();
+    let st = fs.statfs().unwrap();
+    assert_eq!(
+        st.avail_blocks, 0,
+        "data stopped short of the reserve: {st:?}"
+    );
+    assert!(st.free_blocks > 0, "the reserve is free: {st:?}");
+    let chunk = [7u8; 64 << 10];
+    for i in (1..128u64).step_by(2).chain((2..128u64).step_by(2)) {
+        fs.write(f, i * (64 << 10), &chunk)
+            .unwrap_or_else(|e| panic!("write at chunk {i}: {e}"));
+    }
+    assert!(fs.extent_count(f).unwrap() >= 1);
+    let mut back = vec![0u8; 64 << 10];
+    for i in 1..128u64 {
+        fs.read(f, i * (64 << 10), &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 7), "chunk {i} reads back");
+    }
+    fs.check_allocator().unwrap();
+    fs.release(f).unwrap();
+    fs.release(g).unwrap();
+    fs.unmount().unwrap();
+    if common::require_tools(
+        "writes_into_preallocated_space_succeed_on_a_full_disk",
+        &["e2fsck"],
+    ) {
+        common::assert_fsck_clean(&img);
+    }
 }

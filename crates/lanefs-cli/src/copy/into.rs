@@ -113,6 +113,9 @@ pub fn populate(image: &Path, src: &Path, clamp: Option<i64>) -> CmdResult<()> {
         pagecache_limit: COPY_PAGECACHE,
         // Filling the image mkfs just made is no mount (mount count 0, never mounted).
         count_mount: false,
+        // Nor does it keep blocks back for later metadata: the image is filled whole, as
+        // `mke2fs -d` fills it.
+        reserved_blocks: Some(0),
         ..crate::session::mount_options(false)
     };
     let shown = format!("{}:/", image.display());

@@ -77,25 +77,56 @@ pub(super) fn name(n: &OsStr) -> Result<&[u8], Errno> {
     Ok(b)
 }
 
+/// FUSE_INVALID_UIDGID: the uid and gid of a request whose caller the kernel does not
+/// name. Under FUSE_ALLOW_IDMAP it names the caller (mapped through the mount's
+/// idmapping) only in the requests that create an inode, and sends this in the rest.
+pub(super) const UNNAMED: u32 = u32::MAX;
+
 /// Whether the caller of `req` is in group `gid`: its group or one of its supplementary
 /// groups (from /proc, or through the supervisor when confined; a caller gone meanwhile
 /// counts as not in it).
 pub(super) fn in_group(req: &Request, gid: u32) -> bool {
-    if req.gid() == gid {
+    if req.gid() == gid && gid != UNNAMED {
         return true;
     }
-    // A confined daemon may not read /proc: its supervisor answers.
-    match crate::flagproxy::in_group(req.pid(), gid) {
-        Ok(v) => v,
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-            crate::flagproxy::ask_in_group(req.pid(), gid).unwrap_or(false)
-        }
-        Err(_) => false,
+    from_proc(
+        || crate::flagproxy::in_group(req.pid(), gid),
+        || crate::flagproxy::ask_in_group(req.pid(), gid),
+    )
+    .unwrap_or(false)
+}
+
+/// The fsuid of the caller of `req`: the request's, or where the kernel did not name it
+/// ([`UNNAMED`]) the one /proc shows for the calling thread (the caller's own, not mapped
+/// through an idmapped mount); `UNNAMED` again, which is nobody, for a caller gone or
+/// unseen. Only root's decisions need it (uid 0 stands for the capabilities the daemon
+/// cannot see), so a handler asks for it after its cheaper checks.
+pub(super) fn caller_uid(req: &Request) -> u32 {
+    if req.uid() != UNNAMED {
+        return req.uid();
+    }
+    from_proc(
+        || crate::flagproxy::fsuid(req.pid()),
+        || crate::flagproxy::ask_fsuid(req.pid()),
+    )
+    .unwrap_or(UNNAMED)
+}
+
+/// What `read` finds in /proc, or, for a confined daemon (which may not read it), what
+/// its supervisor answers through `ask`.
+fn from_proc<T>(
+    read: impl FnOnce() -> std::io::Result<T>,
+    ask: impl FnOnce() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    match read() {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => ask(),
+        r => r,
     }
 }
 
 /// The caller as the engine's owner of what it creates, with its umask (which the
-/// kernel leaves to the daemon under FUSE_DONT_MASK; symlinks take none).
+/// kernel leaves to the daemon under FUSE_DONT_MASK; symlinks take none). The kernel
+/// names the caller in every request that creates an inode, idmapped or not.
 pub(super) fn owner(req: &Request, umask: u32) -> Owner {
     Owner {
         uid: req.uid(),

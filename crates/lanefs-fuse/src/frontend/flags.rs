@@ -2,7 +2,7 @@
 //! `xfs_io -c chattr` (FS_IOC_FSGETXATTR/FSSETXATTR, with the realtime flag and extent
 //! size hint as XFS names them), and ext4's checks on who may change which.
 
-use super::LaneFuse;
+use super::{caller_uid, LaneFuse};
 use fuser::{Errno, Request};
 use lanefs::internals::disk::inode as fl;
 use lanefs::{Error, FileType, Ino};
@@ -82,12 +82,12 @@ impl LaneFuse {
             crate::stats::IOC_REQUEST_COUNTS => Ok(crate::stats::counts_reply()),
             // Debug builds' test hook: root makes the daemon try to open a host path.
             #[cfg(debug_assertions)]
-            crate::confine::IOC_PROBE_OPEN if req.uid() == 0 => {
+            crate::confine::IOC_PROBE_OPEN if caller_uid(req) == 0 => {
                 crate::confine::probe_open(in_data).map_err(Errno::from_i32)?;
                 Ok(Vec::new())
             }
             #[cfg(debug_assertions)]
-            crate::confine::IOC_PROBE_FORBIDDEN if req.uid() == 0 => {
+            crate::confine::IOC_PROBE_FORBIDDEN if caller_uid(req) == 0 => {
                 crate::confine::probe_forbidden();
                 Ok(Vec::new())
             }
@@ -158,7 +158,8 @@ impl LaneFuse {
     /// root (vfs_fileattr_set's inode_owner_or_capable; uid 0 stands for CAP_FOWNER,
     /// which the daemon cannot see).
     fn may_change_flags(&self, req: &Request, ino: Ino) -> lanefs::Result<()> {
-        if req.uid() != 0 && self.fs.getattr(ino)?.uid != req.uid() {
+        let uid = caller_uid(req);
+        if uid != 0 && self.fs.getattr(ino)?.uid != uid {
             return Err(Error::NotPermitted);
         }
         Ok(())
@@ -175,7 +176,7 @@ impl LaneFuse {
     fn may_set_flags(&self, req: &Request, ino: Ino, new: u32) -> lanefs::Result<()> {
         self.may_change_flags(req, ino)?;
         let old = self.fs.get_flags(ino)?;
-        if req.uid() != 0 && (old ^ new) & FL_CAPABLE_ONLY != 0 {
+        if (old ^ new) & FL_CAPABLE_ONLY != 0 && caller_uid(req) != 0 {
             return Err(Error::NotPermitted);
         }
         // As ext4, against the masked request and the whole of the old flags.

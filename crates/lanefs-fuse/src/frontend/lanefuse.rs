@@ -21,6 +21,7 @@ impl LaneFuse {
             max_write: cfg.max_write,
             errors: cfg.errors,
             posix_acl: kernel_checks,
+            idmap: kernel_checks && cfg.allow_other,
             uring: None,
             notifier: Arc::new(OnceLock::new()),
             mountpoint: None,
@@ -207,7 +208,7 @@ impl LaneFuse {
     /// fuser cannot negotiate; so the daemon decides from the caller's groups.
     pub(super) fn acl_kill_sgid(&self, req: &Request, ino: Ino) -> lanefs::Result<()> {
         let a = self.fs.getattr(ino)?;
-        if a.perm & 0o2000 == 0 || req.uid() == 0 || in_group(req, a.gid) {
+        if a.perm & 0o2000 == 0 || caller_uid(req) == 0 || in_group(req, a.gid) {
             return Ok(());
         }
         let set = SetAttr {
@@ -230,7 +231,10 @@ impl LaneFuse {
         perm: u16,
         lacks_fsetid: bool,
     ) -> Option<u16> {
-        if (req.uid() == 0 && !lacks_fsetid) || a.kind != FileType::Regular || perm & 0o6000 == 0 {
+        if a.kind != FileType::Regular || perm & 0o6000 == 0 {
+            return None;
+        }
+        if !lacks_fsetid && caller_uid(req) == 0 {
             return None;
         }
         let mut kept = perm & !0o4000;
@@ -281,7 +285,7 @@ impl LaneFuse {
             return Ok(());
         }
         let mut kept = perm & !0o4000;
-        let outside = req.uid() != 0 && !in_group(req, a.gid);
+        let outside = caller_uid(req) != 0 && !in_group(req, a.gid);
         if perm & 0o2010 == 0o2010 || (perm & 0o2000 != 0 && outside) {
             kept &= !0o2000;
         }

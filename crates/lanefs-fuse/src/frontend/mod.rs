@@ -52,6 +52,10 @@ pub struct LaneFuse {
     /// The kernel checks permissions (`default_permissions`: with `allow_other` or
     /// `allow_root`, or when asked for), POSIX ACLs included (FUSE_POSIX_ACL).
     posix_acl: bool,
+    /// Idmapped mounts of this mount are allowed (FUSE_ALLOW_IDMAP): with `allow_other`,
+    /// as the kernel then checks permissions and every user reaches the mount. The
+    /// kernel then names the caller only in requests that create an inode (`caller_uid`).
+    idmap: bool,
     /// FUSE-over-io_uring, when queues are ready for it: asked for at FUSE_INIT if the
     /// kernel offers it; what was decided is left here for `serve`.
     uring: Option<UringOffer>,
@@ -86,7 +90,10 @@ impl crate::uring::UringCapable for LaneFuse {
 
 impl Filesystem for LaneFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let want = init_flags(self.writeback_cache, self.posix_acl);
+        let mut want = init_flags(self.writeback_cache, self.posix_acl);
+        if self.idmap {
+            want |= InitFlags::FUSE_ALLOW_IDMAP;
+        }
         // Whatever this kernel lacks is simply not asked for.
         let have = config.capabilities();
         let _ = config.add_capabilities(want & have);
@@ -661,7 +668,7 @@ impl Filesystem for LaneFuse {
                 let mut buf = Vec::new();
                 // As ext4_xattr_trusted_list: trusted.* names only for root (CAP_SYS_ADMIN;
                 // the VFS refuses anyone else their values, and FUSE passes the list as is).
-                let trusted = req.uid() == 0;
+                let trusted = caller_uid(req) == 0;
                 for n in names {
                     if !trusted && n.starts_with(b"trusted.") {
                         continue;

@@ -20,7 +20,7 @@
 //! Reads the kernel serves from its own page cache, and attributes it has cached, never
 //! reach the daemon: they are not the daemon's to stop.
 
-use super::LaneFuse;
+use super::{caller_uid, LaneFuse};
 use crate::log;
 use fuser::{Errno, Request};
 use lanefs::{Ino, ShutdownMode};
@@ -38,7 +38,7 @@ impl LaneFuse {
         ino: Ino,
         arg: u64,
     ) -> Result<Vec<u8>, Errno> {
-        if req.uid() != 0 {
+        if caller_uid(req) != 0 {
             return Err(Errno::EPERM);
         }
         let read = crate::flagproxy::read_u32(req.pid(), arg);

@@ -144,8 +144,9 @@ impl Allocator {
         .map(|f| (self.geo.group_first(f.g) + f.off as u64, f.used as u32))
     }
 
-    /// Allocate blocks for file data: its preallocation first, then a search with the
-    /// request normalized and the surplus preallocated. `pa` is the file's
+    /// Allocate blocks for file data, leaving the reserve free (`reserve.rs`): its
+    /// preallocation first, then a search with the request normalized and the surplus
+    /// preallocated. `pa` is the file's
     /// preallocation handle, updated. Returns the first block and the length (>= 1).
     pub fn alloc_data(
         &self,
@@ -153,6 +154,9 @@ impl Allocator {
         r: &DataRequest,
         pa: &mut Option<PaRef>,
     ) -> Result<(u64, u32)> {
+        if !self.data_may_take(u64::from(r.want)) {
+            return Err(Error::NoSpace);
+        }
         if let Some(p) = *pa {
             if let Some(found) = self.use_pa(h, p, r.lblk, r.want)? {
                 return Ok(found);

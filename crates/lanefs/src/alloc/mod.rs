@@ -11,6 +11,7 @@
 pub mod blocks;
 pub mod buddy;
 pub mod lists;
+pub mod reserve;
 
 use buddy::Buddy;
 use lists::ScanLists;
@@ -196,6 +197,8 @@ pub struct Allocator {
     next_pa: AtomicU64,
     /// The realtime device's allocator, on an image that has one (set once at mount).
     pub rt: OnceLock<Arc<crate::rtalloc::RtAlloc>>,
+    /// Blocks file data may not take (ext4's reserved clusters).
+    reserve: reserve::Reserve,
 }
 
 impl Allocator {
@@ -253,6 +256,7 @@ impl Allocator {
             pa_count: AtomicUsize::new(0),
             next_pa: AtomicU64::new(1),
             rt: OnceLock::new(),
+            reserve: reserve::Reserve::default(),
         }
     }
 

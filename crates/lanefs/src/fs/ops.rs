@@ -621,7 +621,8 @@ impl Fs {
             block_size: self.bs,
             blocks: sb.blocks_count(),
             free_blocks: free,
-            avail_blocks: free.saturating_sub(sb.r_blocks_count()),
+            // As ext4's: neither root's blocks nor the reserve kept for metadata.
+            avail_blocks: free.saturating_sub(sb.r_blocks_count() + self.al.reserved_blocks()),
             inodes: u64::from(sb.inodes_count()),
             free_inodes: self.ial.free_inodes(),
             name_max: 255,

@@ -102,6 +102,11 @@ pub struct MountOptions {
     /// (what it has made durable so far): `lanefs ls`, `cat`, `fsck -n`. Implies
     /// `read_only`. Not for a long-lived mount, which a writer could change under.
     pub snapshot: bool,
+    /// Blocks file data may not take, kept for the metadata a full file system still
+    /// needs (ext4's reserved clusters, its sysfs `reserved_clusters`): `None` is ext4's
+    /// default, 2% of the blocks or 4096, whichever is fewer. Filling a just-made image
+    /// (`mkfs -d`) keeps none, as `mke2fs -d` does not.
+    pub reserved_blocks: Option<u64>,
 }
 
 /// The inode cache's default memory limit.
@@ -129,6 +134,7 @@ impl Default for MountOptions {
             clamp_time: None,
             count_mount: true,
             snapshot: false,
+            reserved_blocks: None,
         }
     }
 }
