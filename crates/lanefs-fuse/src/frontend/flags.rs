@@ -2,7 +2,7 @@
 //! `xfs_io -c chattr` (FS_IOC_FSGETXATTR/FSSETXATTR, with the realtime flag and extent
 //! size hint as XFS names them), and ext4's checks on who may change which.
 
-use super::{caller_uid, LaneFuse};
+use super::{caller_uid, LaneFuse, UNNAMED};
 use fuser::{Errno, Request};
 use lanefs::internals::disk::inode as fl;
 use lanefs::{Error, FileType, Ino};
@@ -156,10 +156,12 @@ impl LaneFuse {
 
     /// Whether the caller of `req` may change `ino`'s inode flags at all: its owner or
     /// root (vfs_fileattr_set's inode_owner_or_capable; uid 0 stands for CAP_FOWNER,
-    /// which the daemon cannot see).
+    /// which the daemon cannot see). A caller the kernel does not name (on a mount that
+    /// allows idmapped mounts) was found the owner by the kernel, through the mount's
+    /// idmapping, which the daemon does not know: that check stands.
     fn may_change_flags(&self, req: &Request, ino: Ino) -> lanefs::Result<()> {
-        let uid = caller_uid(req);
-        if uid != 0 && self.fs.getattr(ino)?.uid != uid {
+        let uid = req.uid();
+        if uid != 0 && uid != UNNAMED && self.fs.getattr(ino)?.uid != uid {
             return Err(Error::NotPermitted);
         }
         Ok(())
