@@ -197,9 +197,22 @@ pub struct MkfsArgs {
     #[arg(short = 'U', long, value_name = "UUID")]
     pub uuid: Option<String>,
     /// Extended options, comma separated (may be repeated): `hash_seed=UUID`, the seed of
-    /// directory name hashes.
+    /// directory name hashes; `root_owner[=UID:GID]`, the owner and group of the root
+    /// directory only, as mke2fs sets them (with no value: the user running mkfs; without
+    /// the option: 0:0, or with -d the directory's owner).
     #[arg(short = 'E', long = "extended", value_name = "OPTIONS")]
     pub extended: Vec<String>,
+    /// Make every file and directory -d copies owned by user 0 and group 0, as
+    /// `mksquashfs -all-root` and `mkfs.erofs --all-root` do (modes are kept; -E
+    /// root_owner and --device-table still set theirs).
+    #[arg(long)]
+    pub all_root: bool,
+    /// A device table (makedevs format, as `genext2fs -D`): lines of `PATH TYPE MODE UID
+    /// GID MAJOR MINOR START INCREMENT COUNT`, types f d c b p s. Listed paths the tree
+    /// has get the line's owner and mode as they are copied; directories and nodes it
+    /// lacks are made; a listed regular file it lacks is an error.
+    #[arg(long = "device-table", visible_alias = "devtable", value_name = "FILE")]
+    pub device_table: Option<PathBuf>,
     /// Realtime extent size in file-system blocks (with --rtdev; default 1).
     #[arg(long, value_name = "BLOCKS", requires = "rtdev")]
     pub rtextsize: Option<u32>,

@@ -96,8 +96,10 @@ fn number32(flag: &str, text: &Option<String>) -> CmdResult<Option<u32>> {
         .transpose()
 }
 
-/// Engine options from the command line: what is not given is left to the mke2fs rules.
-fn mkfs_options(args: &MkfsArgs) -> CmdResult<MkfsOptions> {
+/// Engine options from the command line (what is not given is left to the mke2fs rules),
+/// and `-E root_owner`'s owner of the root directory, if given.
+fn mkfs_options(args: &MkfsArgs) -> CmdResult<(MkfsOptions, Option<(u32, u32)>)> {
+    let mut root_owner = None;
     let mut opts = MkfsOptions::mke2fs();
     if let Some(label) = &args.label {
         opts.label = label.clone();
@@ -128,14 +130,47 @@ fn mkfs_options(args: &MkfsArgs) -> CmdResult<MkfsOptions> {
                     parse_uuid(v).map_err(|e| Failure::new("-E hash_seed", Error::msg(e)))?;
                 opts.hash_seed = Some(seed);
             }
+            Some(("root_owner", v)) => root_owner = Some(parse_owner(v)?),
+            None if opt == "root_owner" => root_owner = Some(running_user()),
             _ => {
-                let msg = format!("unknown extended option '{opt}' (lanefs knows hash_seed=UUID)");
+                let msg = format!(
+                    "unknown extended option '{opt}' (lanefs knows hash_seed=UUID, \
+                     root_owner[=UID:GID])"
+                );
                 return Err(Failure::new("-E", Error::msg(msg)));
             }
         }
     }
     opts.time = source_date_epoch()?.map(|sec| lanefs::Timespec { sec, nsec: 0 });
-    Ok(opts)
+    Ok((opts, root_owner))
+}
+
+/// `-E root_owner=UID:GID`, each number as mke2fs reads it (`strtoul` with base 0:
+/// decimal, `0x` hexadecimal, a leading `0` octal), 32 bits each.
+fn parse_owner(text: &str) -> CmdResult<(u32, u32)> {
+    let number = |t: &str| -> Option<u32> {
+        let (digits, radix) = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+            Some(hex) => (hex, 16),
+            None if t.len() > 1 && t.starts_with('0') => (&t[1..], 8),
+            None => (t, 10),
+        };
+        let ok = !digits.is_empty() && digits.chars().all(|c| c.is_digit(radix));
+        ok.then(|| u32::from_str_radix(digits, radix).ok())
+            .flatten()
+    };
+    text.split_once(':')
+        .and_then(|(u, g)| Some((number(u)?, number(g)?)))
+        .ok_or_else(|| {
+            let msg = format!("'{text}' is not UID:GID (two numbers of 32 bits)");
+            Failure::new("-E root_owner", Error::msg(msg))
+        })
+}
+
+/// The real user and group ids of this process, what `-E root_owner` with no value
+/// gives the root directory (mke2fs calls getuid and getgid).
+fn running_user() -> (u32, u32) {
+    // SAFETY: getuid(2) and getgid(2) take nothing, touch no memory and cannot fail.
+    unsafe { (libc::getuid(), libc::getgid()) }
 }
 
 /// A UUID in its text form, 8-4-4-4-12 hex digits.
@@ -238,7 +273,7 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         Some(s) => Some(parse_size(s).map_err(|e| Failure::new("--size", Error::Msg(e)))?),
         None => None,
     };
-    let mut opts = mkfs_options(args)?;
+    let (mut opts, root_owner) = mkfs_options(args)?;
     if let Some(dir) = &args.root_dir {
         // Before anything is formatted: a source that is not a directory changes nothing.
         match std::fs::metadata(dir) {
@@ -246,6 +281,18 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
             Ok(_) => return Err(Failure::new(dir.display(), Error::msg("not a directory"))),
             Err(e) => return Err(Failure::new(dir.display(), e)),
         }
+    }
+    let over = crate::copy::Overrides {
+        all_root: args.all_root,
+        root_owner,
+        table: match &args.device_table {
+            Some(path) => Some(crate::devtable::Table::read(path)?),
+            None => None,
+        },
+    };
+    if let Some(table) = &over.table {
+        // A listed file the tree lacks, or a type it contradicts, fails here too.
+        crate::copy::precheck(args.root_dir.as_deref(), table)?;
     }
     // Every option and the geometry are checked before anything is cleared: a refused
     // mkfs leaves what was there as it was.
@@ -271,15 +318,23 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
     if let Some(rt) = crate::session::rtdev() {
         line += &attach_rt(args, &rt)?;
     }
-    if let Some(dir) = &args.root_dir {
+    // Without -d, only -E root_owner and a device table change the image mkfs made
+    // (--all-root: its root and lost+found are owned by 0:0 already).
+    let dir = args.root_dir.as_deref();
+    if dir.is_some() || over.root_owner.is_some() || over.table.is_some() {
         let clamp = opts.time.map(|t| t.sec);
-        if let Err(e) = crate::copy::populate(&args.image, dir, clamp) {
+        if let Err(e) = crate::copy::populate(&args.image, dir, clamp, &over) {
             if created {
                 let _ = std::fs::remove_file(&args.image);
             }
             return Err(e);
         }
+    }
+    if let Some(dir) = dir {
         line += &format!("copied {} into it\n", dir.display());
+    }
+    if let Some(table) = &args.device_table {
+        line += &format!("applied the device table {}\n", table.display());
     }
     std::io::stdout()
         .write_all(line.as_bytes())

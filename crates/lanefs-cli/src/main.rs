@@ -8,6 +8,7 @@ mod bench;
 mod browse;
 mod cli;
 mod copy;
+mod devtable;
 mod docs;
 mod edit;
 mod error;

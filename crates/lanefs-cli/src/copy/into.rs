@@ -30,10 +30,16 @@ use std::sync::Mutex;
 
 mod fill;
 mod outcome;
+mod populate;
 mod sources;
+mod table;
+use crate::devtable::Node;
 use fill::{changed, work};
 use outcome::Outcome;
+pub use populate::populate;
 use sources::{host_sources, host_total, place, Meta, Source};
+use table::{merged, Item};
+pub use table::{precheck, Overrides};
 
 /// The page cache of a copy in: nothing written is read again, and each worker writes a
 /// file back once it is filled, so a small cache lets its memory be reused at once
@@ -64,6 +70,7 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, flags: super::Flags) -> CmdResu
             progress: &progress,
             clamp: None,
             flags,
+            over: &Overrides::default(),
         };
         walk(ctx, |copier| {
             let mut made = HashSet::new();
@@ -80,58 +87,6 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, flags: super::Flags) -> CmdResu
     });
     progress.finish();
     result
-}
-
-/// Fill the root of the just-formatted image `image` from host directory `src`, as
-/// `mke2fs -d`: the root takes the directory's xattrs and attributes after its last
-/// name. With `clamp` (SOURCE_DATE_EPOCH), the build is reproducible: every time the
-/// engine stamps and every host time copied is at most `clamp`, and every block and
-/// inode is allocated by the walk, in its (sorted) order, never by a worker.
-pub fn populate(image: &Path, src: &Path, clamp: Option<i64>) -> CmdResult<()> {
-    crate::hostsys::raise_fd_limit();
-    let shown_src = src.display();
-    let host = HostDir::open_path_readable(src).ctx(&shown_src)?;
-    let meta = Meta::from(host.stat().ctx(&shown_src)?);
-    if meta.kind != HostType::Directory {
-        return Err(Failure::new(shown_src, Error::msg("is not a directory")));
-    }
-    let source = Source {
-        path: src.to_path_buf(),
-        meta,
-        at: None,
-    };
-    let progress = if Progress::wanted() {
-        Progress::new(host_total(&source))
-    } else {
-        Progress::hidden()
-    };
-    let opts = lanefs::MountOptions {
-        clamp_time: clamp,
-        // A group another thread holds is waited for, not skipped: the walk's allocations
-        // then decide alike however the workers run.
-        mb_trylock: clamp.is_none(),
-        pagecache_limit: COPY_PAGECACHE,
-        // Filling the image mkfs just made is no mount (mount count 0, never mounted).
-        count_mount: false,
-        // Nor does it keep blocks back for later metadata: the image is filled whole, as
-        // `mke2fs -d` fills it.
-        reserved_blocks: Some(0),
-        ..crate::session::mount_options(false)
-    };
-    let shown = format!("{}:/", image.display());
-    let result = crate::session::with_fs_opts(image, opts, |fs| {
-        let ctx = Ctx {
-            fs,
-            progress: &progress,
-            clamp,
-            flags: super::Flags::default(),
-        };
-        walk(ctx, |copier| {
-            copier.tree_into(host, src.to_path_buf(), meta, lanefs::ROOT_INO, &shown)
-        })
-    });
-    progress.finish();
-    result.map(|_| ())
 }
 
 /// Run `walker` (which makes the names) while workers write the files' data it hands
@@ -188,6 +143,8 @@ struct Ctx<'a> {
     clamp: Option<i64>,
     /// `cp -n` and `-v`.
     flags: super::Flags,
+    /// What `mkfs` changes of the tree's owners and modes, and adds to it.
+    over: &'a Overrides,
 }
 
 /// One regular file whose name exists (open, as create leaves it): its data, xattrs and
@@ -220,13 +177,14 @@ enum XattrSource<'a> {
 /// A host directory being copied: its descriptor, the image directory it fills, and the
 /// names still to copy. Its path is rebuilt from the stack's names when needed (a path
 /// per frame would cost depth times depth).
-struct Frame {
+struct Frame<'t> {
     host: HostDir,
     /// Its name in its parent (empty for the tree's top).
     name: Vec<u8>,
     meta: Meta,
     ino: Ino,
-    names: std::vec::IntoIter<Listed>,
+    /// Its names, with what the device table lists there.
+    names: std::vec::IntoIter<Item<'t>>,
 }
 
 /// What the walk knows of a host entry: its `lstat`, or the regular file it opened.
@@ -251,7 +209,12 @@ fn regular_meta(file: &File, path: &Path) -> CmdResult<Meta> {
 
 /// The host path and the image path (for messages) of `name` in the directory on top of
 /// `stack`, or of that directory itself, for a tree copied from `path` to `shown`.
-fn located(stack: &[Frame], path: &Path, shown: &str, name: Option<&[u8]>) -> (PathBuf, String) {
+fn located(
+    stack: &[Frame<'_>],
+    path: &Path,
+    shown: &str,
+    name: Option<&[u8]>,
+) -> (PathBuf, String) {
     let names = stack.iter().skip(1).map(|f| f.name.as_slice()).chain(name);
     names.fold((path.to_path_buf(), shown.to_string()), |(p, s), n| {
         (p.join(OsStr::from_bytes(n)), join_display(&s, n))
@@ -262,8 +225,9 @@ fn located(stack: &[Frame], path: &Path, shown: &str, name: Option<&[u8]>) -> (P
 struct Copier<'a> {
     ctx: Ctx<'a>,
     /// Host files with more than one name, by (device, inode), and the image inode their
-    /// first name was copied to: later names become hard links to it, as `cp -a` does.
-    links: RefCell<HashMap<(u64, u64), Ino>>,
+    /// first name was copied to (with what it was given): later names become hard links
+    /// to it, as `cp -a` does.
+    links: RefCell<HashMap<(u64, u64), (Ino, Meta)>>,
     jobs: SyncSender<Job>,
     failed: &'a Mutex<Outcome>,
     /// The names `link` made: removed with their inode's first name if its copy does
@@ -303,7 +267,7 @@ impl Copier<'_> {
                     .ok_or_else(|| Failure::new(src.path.display(), lanefs::Error::NotFound))?;
                 let meta = Meta::from(meta);
                 let found = Found::Stat(meta);
-                self.entry(&parent, host_name, &src.path, found, dir, name, shown)
+                self.entry(&parent, host_name, &src.path, found, dir, name, shown, None)
             }
             None => {
                 let host = HostDir::open_path_readable(&src.path).ctx(src.path.display())?;
@@ -317,7 +281,8 @@ impl Copier<'_> {
     }
 
     /// Copy host entry `host_name` of `parent` (at host path `path`, as `meta` says it
-    /// was when listed; not followed if a symlink) to `dir/name`, shown as `shown`.
+    /// was when listed; not followed if a symlink) to `dir/name`, shown as `shown`, with
+    /// what the device table's `node` says of it.
     #[allow(clippy::too_many_arguments)]
     fn entry(
         &self,
@@ -328,12 +293,14 @@ impl Copier<'_> {
         dir: Ino,
         name: &[u8],
         shown: &str,
+        node: Option<&Node>,
     ) -> CmdResult<()> {
         let meta = match found {
             Found::Stat(meta) => meta,
             Found::Open(file) => {
                 let meta = regular_meta(&file, path)?;
-                return self.entry_as(parent, host_name, path, meta, Some(file), dir, name, shown);
+                let at = (dir, name, shown, node);
+                return self.entry_as(parent, host_name, path, meta, Some(file), at);
             }
         };
         if meta.kind == HostType::Directory {
@@ -358,12 +325,19 @@ impl Copier<'_> {
         } else {
             (meta, None)
         };
-        self.entry_as(parent, host_name, path, meta, file, dir, name, shown)
+        self.entry_as(
+            parent,
+            host_name,
+            path,
+            meta,
+            file,
+            (dir, name, shown, node),
+        )
     }
 
     /// Copy host non-directory `host_name` of `parent`, as `meta` says it is (and open as
-    /// `file` when regular), to `dir/name`.
-    #[allow(clippy::too_many_arguments)]
+    /// `file` when regular), to `dir/name` (shown as `shown`), with what the device
+    /// table's `node` says of it.
     fn entry_as(
         &self,
         parent: &HostDir,
@@ -371,10 +345,9 @@ impl Copier<'_> {
         path: &Path,
         meta: Meta,
         file: Option<File>,
-        dir: Ino,
-        name: &[u8],
-        shown: &str,
+        (dir, name, shown, node): (Ino, &[u8], &str, Option<&Node>),
     ) -> CmdResult<()> {
+        let meta = self.ctx.shaped(meta, node, shown)?;
         let existing = self.existing(dir, name, shown)?;
         if existing.is_some() && self.ctx.flags.no_clobber {
             return Ok(());
@@ -383,7 +356,8 @@ impl Copier<'_> {
         let linked = (meta.nlink > 1)
             .then(|| self.links.borrow().get(&(meta.dev, meta.ino)).copied())
             .flatten();
-        if let Some(target) = linked {
+        if let Some((target, first)) = linked {
+            self.link_fits(&first, node, shown)?;
             return self.link(target, dir, name, existing, shown);
         }
         let mut reuse = None;
@@ -418,7 +392,9 @@ impl Copier<'_> {
                 .ino
         };
         if meta.nlink > 1 {
-            self.links.borrow_mut().insert((meta.dev, meta.ino), ino);
+            self.links
+                .borrow_mut()
+                .insert((meta.dev, meta.ino), (ino, meta));
         }
         if meta.kind == HostType::RegularFile {
             // Its worker sets its attributes once the data is in.
@@ -510,11 +486,12 @@ impl Copier<'_> {
         shown: &str,
     ) -> CmdResult<()> {
         let ino = self.make_dir(&path, &meta, dir, name, shown)?;
-        self.tree_into(host, path, meta, ino, shown)
+        self.tree_into(host, path, meta, ino, shown, None)
     }
 
     /// Copy what host directory `host` (at `path`) holds into image directory `ino`, then
-    /// give `ino` the host directory's xattrs and attributes.
+    /// give `ino` the host directory's xattrs and attributes; `table` is the device
+    /// table's node for it.
     fn tree_into(
         &self,
         host: HostDir,
@@ -522,6 +499,7 @@ impl Copier<'_> {
         meta: Meta,
         ino: Ino,
         shown: &str,
+        table: Option<&Node>,
     ) -> CmdResult<()> {
         let mut on_path = HashSet::from([(meta.dev, meta.ino)]);
         let names = host.listing().ctx(path.display())?;
@@ -530,7 +508,7 @@ impl Copier<'_> {
             name: Vec::new(),
             meta,
             ino,
-            names: names.into_iter(),
+            names: merged(names, table).into_iter(),
         }];
         while let Some(top) = stack.last_mut() {
             let Some(child) = top.names.next() else {
@@ -543,36 +521,57 @@ impl Copier<'_> {
                     .finish(Some(src), &here, done.ino, &done.meta, &here_shown)?;
                 continue;
             };
-            let Listed {
-                name: child,
-                regular,
-            } = child;
+            let (
+                Listed {
+                    name: child,
+                    regular,
+                },
+                node,
+            ) = match child {
+                Item::Host(listed, node) => (listed, node),
+                Item::Table(name, node) => {
+                    let (_, child_shown) = located(&stack, &path, shown, Some(&name));
+                    let dir = stack.last().expect("a frame").ino;
+                    self.make_listed(dir, &name, node, &child_shown)?;
+                    continue;
+                }
+            };
             let (child_path, child_shown) = located(&stack, &path, shown, Some(&child));
             let top = stack.last().expect("a frame");
             let host_name = OsStr::from_bytes(&child);
             let (h, i) = (&top.host, top.ino);
+            // Removed since it was listed: as if it never was (what the table lists there
+            // is made from the table).
+            let gone = |child: &[u8]| match node {
+                Some(node) => self.make_listed(i, child, node, &child_shown),
+                None => Ok(()),
+            };
             if regular {
                 // Listed as a regular file: opened at once, its fstat its metadata.
                 match h.open_read(host_name) {
                     Ok(file) => {
                         let found = Found::Open(file);
-                        self.entry(h, host_name, &child_path, found, i, &child, &child_shown)?;
+                        let (p, s) = (&child_path, &child_shown);
+                        self.entry(h, host_name, p, found, i, &child, s, node)?;
                         continue;
                     }
-                    // Removed since it was listed: as if it never was.
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                        gone(&child)?;
+                        continue;
+                    }
                     // Replaced since (a symlink: ELOOP): looked at again below.
                     Err(_) => {}
                 }
             }
             let Some(meta) = h.lstat(host_name).ctx(child_path.display())? else {
-                // Removed since it was listed: as if it never was.
+                gone(&child)?;
                 continue;
             };
             let meta = Meta::from(meta);
             if meta.kind != HostType::Directory {
                 let found = Found::Stat(meta);
-                self.entry(h, host_name, &child_path, found, i, &child, &child_shown)?;
+                let (p, s) = (&child_path, &child_shown);
+                self.entry(h, host_name, p, found, i, &child, s, node)?;
                 continue;
             }
             let host = top
@@ -587,6 +586,7 @@ impl Copier<'_> {
                 let msg = "a directory that contains itself (a bind mount?)";
                 return Err(Failure::new(child_path.display(), Error::msg(msg)));
             }
+            let meta = self.ctx.shaped(meta, node, &child_shown)?;
             let ino = self.make_dir(&child_path, &meta, top.ino, &child, &child_shown)?;
             let names = host.listing().ctx(child_path.display())?;
             stack.push(Frame {
@@ -594,7 +594,7 @@ impl Copier<'_> {
                 name: child,
                 meta,
                 ino,
-                names: names.into_iter(),
+                names: merged(names, node).into_iter(),
             });
         }
         Ok(())
