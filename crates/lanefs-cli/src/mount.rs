@@ -67,8 +67,9 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
         // nothing that ends by waiting.
         if start.elapsed() > UNSEEN_MOUNT_WAIT && holders::serving(pid) {
             let msg = format!(
-                "in use by the lanefs daemon (pid {pid}), which serves a mount this mount \
-                 namespace does not show (another namespace still has it); unmount it there"
+                "in use by the lanefs daemon (pid {pid}), which serves a mount not shown \
+                 here: one another mount namespace still has, or one unmounted lazily while \
+                 still in use; it ends when that mount's last user lets go"
             );
             return Err(Failure::new(image.display(), Error::msg(msg)));
         }

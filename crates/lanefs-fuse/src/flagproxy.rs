@@ -14,8 +14,11 @@
 //! rules) and fsuid come from /proc/PID/status, which Landlock refuses the daemon; the
 //! supervisor answers only whether one thread is in one group, and its fsuid.
 //!
-//! One question at a time (a lock); a channel that failed once (no answer in 5 s) is not
-//! asked again, so a late answer is never taken for another question's.
+//! One question at a time (a lock); a channel that failed once (no answer in 5 s, or
+//! broken) is not asked again, so a late answer is never taken for another question's;
+//! an errno the supervisor answers is that question's alone. The supervisor answers for
+//! any pid the daemon names: a hostile daemon learns through it which threads exist and
+//! their fsuid and groups, what any process may read in /proc, and no more.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -101,17 +104,20 @@ fn ask(req: [u32; 3]) -> io::Result<u32> {
     if *failed {
         return Err(io::Error::from_raw_os_error(libc::ENOTCONN));
     }
-    let r = exchange(chan, req);
-    if r.as_ref()
-        .is_err_and(|e| e.raw_os_error() != Some(libc::EPERM))
-    {
-        *failed = true;
+    match exchange(chan, req) {
+        Ok(answer) => answer,
+        // No answer (in 5 s), or a broken channel: never asked again, so that a late
+        // answer is not taken for another question's.
+        Err(e) => {
+            *failed = true;
+            Err(e)
+        }
     }
-    r
 }
 
-/// One request on `chan` and its answer.
-fn exchange(chan: RawFd, req: [u32; 3]) -> io::Result<u32> {
+/// One request on `chan` and its answer: the outer error is the channel's (sending,
+/// receiving, a malformed answer), the inner one the supervisor's answer (an errno).
+fn exchange(chan: RawFd, req: [u32; 3]) -> io::Result<io::Result<u32>> {
     let b: Vec<u8> = req.iter().flat_map(|w| w.to_ne_bytes()).collect();
     // SAFETY: `b` is readable for its length during the call.
     if unsafe { libc::send(chan, b.as_ptr().cast(), b.len(), libc::MSG_NOSIGNAL) }
@@ -131,9 +137,9 @@ fn exchange(chan: RawFd, req: [u32; 3]) -> io::Result<u32> {
     }
     let errno = i32::from_ne_bytes([ans[0], ans[1], ans[2], ans[3]]);
     if errno != 0 {
-        return Err(io::Error::from_raw_os_error(errno));
+        return Ok(Err(io::Error::from_raw_os_error(errno)));
     }
-    Ok(u32::from_ne_bytes([ans[4], ans[5], ans[6], ans[7]]))
+    Ok(Ok(u32::from_ne_bytes([ans[4], ans[5], ans[6], ans[7]])))
 }
 
 /// The supervisor's side: answer one request waiting on `chan` (never blocking on a
@@ -206,12 +212,28 @@ pub fn fsuid(pid: u32) -> io::Result<u32> {
 }
 
 /// /proc/PID/status of thread `pid`; ESRCH for pid 0 (a caller in a pid namespace the
-/// daemon cannot see, or the kernel itself).
+/// daemon cannot see, or the kernel itself), and for any pid when /proc is not of this
+/// process's pid namespace (FUSE gives pids as this namespace numbers them, and another
+/// /proc would name other processes).
 fn status(pid: u32) -> io::Result<String> {
     if pid == 0 {
         return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    if !proc_is_ours() {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(text)
+}
+
+/// Whether /proc shows this process's pid namespace: /proc/self names this process.
+/// Asked once, after a read of /proc succeeded (so only where /proc may be read).
+fn proc_is_ours() -> bool {
+    static OURS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OURS.get_or_init(|| {
+        std::fs::read_link("/proc/self")
+            .is_ok_and(|p| p.as_os_str().to_str() == Some(&std::process::id().to_string()))
+    })
 }
 
 /// The `u32` that thread `pid` passes to the EXT4_IOC_SHUTDOWN ioctl it is making now;
@@ -283,16 +305,21 @@ mod tests {
             }
         });
         let me = std::process::id();
-        let e = exchange(daemon.as_raw_fd(), [FLAGS, me, 0]).unwrap_err();
+        let e = exchange(daemon.as_raw_fd(), [FLAGS, me, 0])
+            .unwrap()
+            .unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EPERM));
         // SAFETY: getgid has no preconditions.
         let gid = unsafe { libc::getgid() };
-        let v = exchange(daemon.as_raw_fd(), [IN_GROUP, me, gid]).unwrap();
+        let v = exchange(daemon.as_raw_fd(), [IN_GROUP, me, gid])
+            .unwrap()
+            .unwrap();
         assert_eq!(v != 0, in_group(me, gid).unwrap());
         assert!(in_group(me, gid).unwrap(), "the fsgid is a group one is in");
         // SAFETY: geteuid has no preconditions (the fsuid follows the euid here).
         let uid = unsafe { libc::geteuid() };
-        assert_eq!(exchange(daemon.as_raw_fd(), [FSUID, me, 0]).unwrap(), uid);
+        let got = exchange(daemon.as_raw_fd(), [FSUID, me, 0]).unwrap();
+        assert_eq!(got.unwrap(), uid);
         t.join().unwrap();
     }
 

@@ -149,7 +149,7 @@ pub fn map_one_block(
     let goal = ext
         .goal_for(lblk)
         .unwrap_or_else(|| geo.group_first(geo.group_of_inode(ino)));
-    let (p, _) = al.alloc_blocks(h, goal, 1)?;
+    let p = al.alloc_content_block(h, goal)?;
     ext.insert(Extent {
         lblk,
         len: 1,

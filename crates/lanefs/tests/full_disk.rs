@@ -355,3 +355,44 @@ fn writes_into_preallocated_space_succeed_on_a_full_disk() {
         common::assert_fsck_clean(&img);
     }
 }
+
+/// Eight threads fill the disk with data at once: together they stop short of the
+/// reserve (2% of the blocks), give or take a block each, however their allocations
+/// interleave between the allocator's sums of the free count.
+#[test]
+fn threads_filling_at_once_leave_the_reserve() {
+    let td = tempfile::tempdir().unwrap();
+    let img = td.path().join("threads.img");
+    let dev = FileDevice::create(&img, 64 << 20).unwrap();
+    format(&dev, &MkfsOptions::default()).unwrap();
+    drop(dev);
+    let fs = Fs::mount_path(&img, MountOptions::default()).expect("mount");
+    let blocks = fs.statfs().unwrap().blocks;
+    let reserve = (blocks / 50).min(4096);
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let name = format!("fill{t}");
+                let (g, _) = fill(&fs, name.as_bytes());
+                fs.release(g).unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    fs.sync().unwrap();
+    let st = fs.statfs().unwrap();
+    assert!(
+        st.free_blocks + 8 >= reserve && st.free_blocks <= reserve + 64,
+        "{} blocks free after the fill, reserve {reserve}",
+        st.free_blocks
+    );
+    assert_eq!(st.avail_blocks, 0);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    if common::require_tools("threads_filling_at_once_leave_the_reserve", &["e2fsck"]) {
+        common::assert_fsck_clean(&img);
+    }
+}

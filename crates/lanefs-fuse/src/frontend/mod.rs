@@ -668,7 +668,10 @@ impl Filesystem for LaneFuse {
                 let mut buf = Vec::new();
                 // As ext4_xattr_trusted_list: trusted.* names only for root (CAP_SYS_ADMIN;
                 // the VFS refuses anyone else their values, and FUSE passes the list as is).
-                let trusted = caller_uid(req) == 0;
+                // The caller's uid only when it matters (under FUSE_ALLOW_IDMAP it costs a
+                // read of /proc, or a question to the supervisor).
+                let any_trusted = names.iter().any(|n| n.starts_with(b"trusted."));
+                let trusted = any_trusted && caller_uid(req) == 0;
                 for n in names {
                     if !trusted && n.starts_with(b"trusted.") {
                         continue;

@@ -144,6 +144,17 @@ impl Allocator {
         .map(|f| (self.geo.group_first(f.g) + f.off as u64, f.used as u32))
     }
 
+    /// Allocate one block of a file's contents that the extent tree does not hold for
+    /// it (a directory's or a symlink's block, an xattr block) near `goal`: metadata to
+    /// the allocator, but left out of the reserve as data is (ext4 lets only the
+    /// extent tree's own splits into it).
+    pub fn alloc_content_block(&self, h: &Handle, goal: u64) -> Result<u64> {
+        if self.data_allowance(1) == 0 {
+            return Err(Error::NoSpace);
+        }
+        self.alloc_blocks(h, goal, 1).map(|(p, _)| p)
+    }
+
     /// Allocate blocks for file data, leaving the reserve free (`reserve.rs`): its
     /// preallocation first, then a search with the request normalized and the surplus
     /// preallocated. `pa` is the file's
@@ -154,9 +165,17 @@ impl Allocator {
         r: &DataRequest,
         pa: &mut Option<PaRef>,
     ) -> Result<(u64, u32)> {
-        if !self.data_may_take(u64::from(r.want)) {
+        let fits = self.data_allowance(u64::from(r.want)) as u32;
+        if fits == 0 {
             return Err(Error::NoSpace);
         }
+        let shrunk;
+        let r = if fits < r.want {
+            shrunk = DataRequest { want: fits, ..*r };
+            &shrunk
+        } else {
+            r
+        };
         if let Some(p) = *pa {
             if let Some(found) = self.use_pa(h, p, r.lblk, r.want)? {
                 return Ok(found);

@@ -7,29 +7,45 @@
 //! the rest. ext4 reserves 2% of the blocks or 4096, whichever is fewer, on an image with
 //! extents; so does lanefs. `statfs` leaves them out of the available count, as ext4's.
 //!
-//! The check reads no shared counter on the common path: the free count is the sum of
-//! the groups' counters, taken again only once this thread has allocated a sixteenth of
-//! the room the last sum left above the reserve (so far from full a sum is rare, and
-//! near full every data allocation sums, as ext4's percpu counter does near its limit).
-//! Several threads may each spend their sixteenth before one sums again: the reserve is
-//! approximate by that much, as ext4's is by its counter's batch.
+//! The check sums the groups' counters only when this thread has allocated, from this
+//! allocator, its share of a sixteenth of the room the last sum left above the reserve
+//! (the share: that sixteenth divided among the threads that have allocated here). So
+//! however many threads write, together they take at most about a sixteenth of the
+//! room between sums, and far from full a sum is rare; once the room is under sixteen
+//! blocks per thread every data allocation sums, as ext4's percpu counter is summed
+//! near its limit. Between sums an allocation reads the room and the thread count
+//! (written only at a sum and at a thread's first allocation) and its own thread's
+//! count: no counter every allocation writes is shared.
 
 use super::Allocator;
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The reserve of an allocator, and the room above it at the last sum.
 #[derive(Debug, Default)]
 pub struct Reserve {
     /// Blocks data may not take.
     pub blocks: u64,
+    /// This reserve's identity among the allocators of the process (the key of the
+    /// threads' counts).
+    id: u64,
     /// Free blocks above `blocks` at the last sum.
     room: AtomicU64,
+    /// Threads that have allocated data here.
+    threads: AtomicU32,
 }
 
+/// The next reserve's identity.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The allocators a thread keeps counts for at most (the oldest is forgotten: its next
+/// allocation there sums).
+const KEPT: usize = 8;
+
 thread_local! {
-    /// Data blocks this thread allocated since it last summed the groups' counters.
-    static SPENT: Cell<u64> = const { Cell::new(0) };
+    /// Per reserve this thread allocated from: (its id, data blocks allocated since this
+    /// thread last summed the groups' counters for it).
+    static SPENT: RefCell<Vec<(u64, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// ext4's default reserve for an image of `blocks` blocks: 2% of them or 4096, whichever
@@ -47,8 +63,10 @@ impl Reserve {
     pub fn new(blocks: u64) -> Reserve {
         Reserve {
             blocks,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             // The first check sums.
             room: AtomicU64::new(0),
+            threads: AtomicU32::new(0),
         }
     }
 }
@@ -65,21 +83,39 @@ impl Allocator {
         self.reserve.blocks
     }
 
-    /// Whether `n` more data blocks leave the reserve free.
-    pub(super) fn data_may_take(&self, n: u64) -> bool {
+    /// How many of `n` more data blocks leave the reserve free (0: none; a request is
+    /// cut to what fits, as ext4 shrinks one that does not).
+    pub(super) fn data_allowance(&self, n: u64) -> u64 {
         let r = &self.reserve;
         if r.blocks == 0 {
-            return true;
+            return n;
         }
-        let spent = SPENT.with(|s| s.get()) + n;
-        if spent < r.room.load(Ordering::Relaxed) / 16 {
-            SPENT.with(|s| s.set(spent));
-            return true;
-        }
-        let room = self.free_blocks().saturating_sub(r.blocks);
-        r.room.store(room, Ordering::Relaxed);
-        SPENT.with(|s| s.set(0));
-        n <= room
+        SPENT.with(|s| {
+            let mut s = s.borrow_mut();
+            let i = match s.iter().position(|&(id, _)| id == r.id) {
+                Some(i) => i,
+                None => {
+                    if s.len() == KEPT {
+                        s.remove(0);
+                    }
+                    r.threads.fetch_add(1, Ordering::Relaxed);
+                    s.push((r.id, u64::MAX));
+                    s.len() - 1
+                }
+            };
+            let threads = u64::from(r.threads.load(Ordering::Relaxed).max(1));
+            let share = r.room.load(Ordering::Relaxed) / 16 / threads;
+            let spent = s[i].1.saturating_add(n);
+            if spent < share {
+                s[i].1 = spent;
+                return n;
+            }
+            let room = self.free_blocks().saturating_sub(r.blocks);
+            r.room.store(room, Ordering::Relaxed);
+            let n = n.min(room);
+            s[i].1 = n;
+            n
+        })
     }
 }
 

@@ -674,7 +674,7 @@ impl Fs {
         }
         // A block of its own: new, or a copy of a shared one.
         let goal = self.al.geo.group_first(self.al.geo.group_of_inode(ino));
-        let (nb, _) = self.al.alloc_blocks(h, goal, 1)?;
+        let nb = self.al.alloc_content_block(h, goal)?;
         if found.blk != 0 {
             let old = self.bufs.get(found.blk)?;
             let mut d = old.write();
