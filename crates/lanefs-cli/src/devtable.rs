@@ -57,7 +57,7 @@ impl Line {
         if !matches!(self.kind, FileType::CharDevice | FileType::BlockDevice) {
             return 0;
         }
-        (self.minor & 0xff) | ((self.major & 0xfff) << 8) | ((self.minor & !0xff) << 12)
+        crate::hostsys::ext4_rdev(self.major, self.minor)
     }
 }
 

@@ -40,8 +40,15 @@ pub fn default_sigpipe() {
 
 /// The ext4 (Linux `new_encode_dev`) device number for a host `st_rdev`.
 pub fn rdev_to_ext4(dev: u64) -> u32 {
-    let major = libc::major(dev as libc::dev_t);
-    let minor = libc::minor(dev as libc::dev_t);
+    ext4_rdev(
+        libc::major(dev as libc::dev_t),
+        libc::minor(dev as libc::dev_t),
+    )
+}
+
+/// The ext4 device number (the new encoding, as the kernel's `new_encode_dev`) of
+/// `major`:`minor`.
+pub fn ext4_rdev(major: u32, minor: u32) -> u32 {
     (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
 }
 
