@@ -10,6 +10,8 @@
 
 pub mod blocks;
 pub mod buddy;
+mod check;
+mod free;
 pub mod lists;
 pub mod reserve;
 
