@@ -7,10 +7,12 @@
 //! inode, is never reachable by name). Open files keep their inode alive through
 //! `Fs::open`/`Fs::release`, so an unlinked file lives until its last close, as on ext4.
 
+mod attrs;
 mod convert;
 mod flags;
 mod lanefuse;
 mod shutdown;
+mod space;
 
 use convert::*;
 pub use convert::{init_flags, not_found};
@@ -165,20 +167,7 @@ impl Filesystem for LaneFuse {
         if self.fs.is_shut_down() {
             return reply.error(Errno::EIO);
         }
-        let now = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
-        let only_times = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none();
-        if only_times
-            && (now(&atime) || now(&mtime))
-            && (atime.is_none() || now(&atime))
-            && (mtime.is_none() || now(&mtime))
-        {
-            // utime(NULL): times to now, which an append-only file allows.
-            return match self.fs.set_times_now(i, atime.is_some(), mtime.is_some()) {
-                Ok(a) => reply.attr(&self.attr_ttl, &self.file_attr(&a)),
-                Err(e) => reply.error(self.errno("setattr", i, e)),
-            };
-        }
-        let mut set = SetAttr {
+        let set = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
             uid,
             gid,
@@ -187,37 +176,8 @@ impl Filesystem for LaneFuse {
             mtime: mtime.map(time_or_now),
             ctime: ctime.map(from_system),
         };
-        // Under FUSE_HANDLE_KILLPRIV_V2 the kernel leaves the set-user-ID and set-group-ID
-        // bits to the daemon: a chown clears them as notify_change would have, and a
-        // truncate, or a SETATTR that says nothing else (the kernel's file_remove_privs
-        // before a copy_file_range or fallocate), clears them for a caller without
-        // CAP_FSETID as a write does.
-        let nothing = set == SetAttr::default();
-        let r = if uid.is_some() || gid.is_some() {
-            self.chown_kills(req, i, &mut set)
-        } else if nothing {
-            self.kill_privs(req, i, false)
-        } else if size.is_some() {
-            // In the same change as the size, so a truncate that fails clears nothing.
-            self.fs.getattr(i).map(|a| {
-                let perm = set.perm.unwrap_or(a.perm);
-                if let Some(p) = self.privs_cleared(req, &a, perm, false) {
-                    set.perm = Some(p);
-                }
-            })
-        } else {
-            Ok(())
-        };
-        if let Err(e) = r {
-            return reply.error(self.errno("setattr", i, e));
-        }
-        if set == SetAttr::default() {
-            return match self.fs.getattr(i) {
-                Ok(a) => reply.attr(&self.attr_ttl, &self.file_attr(&a)),
-                Err(e) => reply.error(self.errno("setattr", i, e)),
-            };
-        }
-        match self.fs.setattr(i, &set) {
+        let now = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
+        match self.set_attributes(req, i, set, (now(&atime), now(&mtime))) {
             Ok(a) => reply.attr(&self.attr_ttl, &self.file_attr(&a)),
             Err(e) => reply.error(self.errno("setattr", i, e)),
         }
@@ -801,52 +761,8 @@ impl Filesystem for LaneFuse {
         reply: ReplyEmpty,
     ) {
         let i = to_ino(ino);
-        // Collapse and insert range: modes of their own, with no other flag beside them
-        // (vfs_fallocate: EOPNOTSUPP). Linux's fuse_file_fallocate (6.18 and before) refuses
-        // both with EOPNOTSUPP without asking the daemon, so `xfs_io -c fcollapse` on a
-        // mount fails in the kernel; a kernel or client that sends them gets ext4's
-        // behaviour here. The data from `offset` on moved and the size changed: the
-        // kernel's cached pages from there and its attributes are dropped (its dirty pages
-        // must reach the daemon before the request, as fuse_file_fallocate writes a
-        // punched range back first).
-        let shift = libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE;
-        if mode & shift != 0 {
-            let r = match mode {
-                libc::FALLOC_FL_COLLAPSE_RANGE => self.fs.collapse_range(i, offset, length),
-                libc::FALLOC_FL_INSERT_RANGE => self.fs.insert_range(i, offset, length),
-                _ => return reply.error(Errno::from_i32(libc::EOPNOTSUPP)),
-            };
-            if r.is_ok() {
-                if let Some(n) = self.notifier.get() {
-                    // Below s_maxbytes, or the engine refused it.
-                    let from = i64::try_from(offset).unwrap_or(0);
-                    let _ = n.inval_inode(INodeNo(to_node(i)), from, 0);
-                }
-            }
-            let r = r.and_then(|()| self.kill_privs(req, i, false));
-            return self.empty(reply, "fallocate", i, r);
-        }
-        let known =
-            libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
-        if mode & !known != 0 {
-            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
-        }
-        let m = FallocMode {
-            keep_size: mode & libc::FALLOC_FL_KEEP_SIZE != 0,
-            punch_hole: mode & libc::FALLOC_FL_PUNCH_HOLE != 0,
-            zero_range: mode & libc::FALLOC_FL_ZERO_RANGE != 0,
-        };
-        if m.punch_hole && !m.keep_size {
-            // As fallocate(2): punching must keep the size.
-            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
-        }
-        let r = self.fs.fallocate(i, m, offset, length);
-        self.empty(
-            reply,
-            "fallocate",
-            i,
-            r.and_then(|()| self.kill_privs(req, i, false)),
-        );
+        let r = self.allocate_space(req, i, offset, length, mode);
+        self.empty(reply, "fallocate", i, r);
     }
 
     fn lseek(
