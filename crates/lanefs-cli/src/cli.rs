@@ -213,6 +213,13 @@ pub struct MkfsArgs {
     /// lacks are made; a listed regular file it lacks is an error.
     #[arg(long = "device-table", visible_alias = "devtable", value_name = "FILE")]
     pub device_table: Option<PathBuf>,
+    /// Write IMAGE as an Android sparse image, what `fastboot flash` takes, `img2simg`
+    /// makes and `simg2img` expands (also `-E android_sparse`, as mke2fs names it). Needs
+    /// --size; the file system is built in a scratch file beside IMAGE, which is then
+    /// encoded: free blocks as DONT_CARE, repeated 4-byte patterns as FILL, with a CRC32
+    /// chunk.
+    #[arg(long = "sparse-output")]
+    pub sparse_output: bool,
     /// Realtime extent size in file-system blocks (with --rtdev; default 1).
     #[arg(long, value_name = "BLOCKS", requires = "rtdev")]
     pub rtextsize: Option<u32>,

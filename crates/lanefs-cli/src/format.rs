@@ -96,10 +96,19 @@ fn number32(flag: &str, text: &Option<String>) -> CmdResult<Option<u32>> {
         .transpose()
 }
 
+/// What `-E` asks for besides the engine's options.
+#[derive(Default)]
+struct Extended {
+    /// `root_owner`: the owner of the root directory.
+    root_owner: Option<(u32, u32)>,
+    /// `android_sparse`: write an Android sparse image (`--sparse-output`).
+    android_sparse: bool,
+}
+
 /// Engine options from the command line (what is not given is left to the mke2fs rules),
-/// and `-E root_owner`'s owner of the root directory, if given.
-fn mkfs_options(args: &MkfsArgs) -> CmdResult<(MkfsOptions, Option<(u32, u32)>)> {
-    let mut root_owner = None;
+/// and what `-E` asks for besides.
+fn mkfs_options(args: &MkfsArgs) -> CmdResult<(MkfsOptions, Extended)> {
+    let mut ext = Extended::default();
     let mut opts = MkfsOptions::mke2fs();
     if let Some(label) = &args.label {
         opts.label = label.clone();
@@ -130,19 +139,20 @@ fn mkfs_options(args: &MkfsArgs) -> CmdResult<(MkfsOptions, Option<(u32, u32)>)>
                     parse_uuid(v).map_err(|e| Failure::new("-E hash_seed", Error::msg(e)))?;
                 opts.hash_seed = Some(seed);
             }
-            Some(("root_owner", v)) => root_owner = Some(parse_owner(v)?),
-            None if opt == "root_owner" => root_owner = Some(running_user()),
+            Some(("root_owner", v)) => ext.root_owner = Some(parse_owner(v)?),
+            None if opt == "root_owner" => ext.root_owner = Some(running_user()),
+            None if opt == "android_sparse" => ext.android_sparse = true,
             _ => {
                 let msg = format!(
                     "unknown extended option '{opt}' (lanefs knows hash_seed=UUID, \
-                     root_owner[=UID:GID])"
+                     root_owner[=UID:GID], android_sparse)"
                 );
                 return Err(Failure::new("-E", Error::msg(msg)));
             }
         }
     }
     opts.time = source_date_epoch()?.map(|sec| lanefs::Timespec { sec, nsec: 0 });
-    Ok((opts, root_owner))
+    Ok((opts, ext))
 }
 
 /// `-E root_owner=UID:GID`, each number as mke2fs reads it (`strtoul` with base 0:
@@ -219,8 +229,11 @@ fn target_size(path: &Path, size: Option<u64>) -> CmdResult<Option<u64>> {
 
 /// Open or create the device to format; the flags say whether the file was created, and
 /// whether it reads as zeros (created, or truncated to nothing and extended).
-fn open_target(args: &MkfsArgs, size: Option<u64>) -> CmdResult<(FileDevice, bool, bool)> {
-    let path = &args.image;
+fn open_target(
+    args: &MkfsArgs,
+    path: &Path,
+    size: Option<u64>,
+) -> CmdResult<(FileDevice, bool, bool)> {
     let what = path.display();
     let found = existing(path)?;
     let probe =
@@ -273,7 +286,7 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         Some(s) => Some(parse_size(s).map_err(|e| Failure::new("--size", Error::Msg(e)))?),
         None => None,
     };
-    let (mut opts, root_owner) = mkfs_options(args)?;
+    let (mut opts, ext) = mkfs_options(args)?;
     if let Some(dir) = &args.root_dir {
         // Before anything is formatted: a source that is not a directory changes nothing.
         match std::fs::metadata(dir) {
@@ -284,7 +297,7 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
     }
     let over = crate::copy::Overrides {
         all_root: args.all_root,
-        root_owner,
+        root_owner: ext.root_owner,
         table: match &args.device_table {
             Some(path) => Some(crate::devtable::Table::read(path)?),
             None => None,
@@ -296,15 +309,35 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
     }
     // Every option and the geometry are checked before anything is cleared: a refused
     // mkfs leaves what was there as it was.
+    if args.sparse_output || ext.android_sparse {
+        let (size, blk) = sparse_checks(args, size, &opts)?;
+        return mkfs_sparse(args, size, blk, &mut opts, &over);
+    }
     if let Some(n) = target_size(&args.image, size)? {
         lanefs::mkfs::validate(&opts, n).ctx(args.image.display())?;
     }
-    let (dev, created, zeroed) = open_target(args, size)?;
+    let line = build(args, &args.image, size, &mut opts, &over)?;
+    std::io::stdout()
+        .write_all(line.as_bytes())
+        .ctx("standard output")?;
+    Ok(0)
+}
+
+/// Format `image` (the image, or the scratch file of a sparse one) and fill it as asked;
+/// the lines to print (naming `args.image`). A failure removes an image file it created.
+fn build(
+    args: &MkfsArgs,
+    image: &Path,
+    size: Option<u64>,
+    opts: &mut MkfsOptions,
+    over: &crate::copy::Overrides,
+) -> CmdResult<String> {
+    let (dev, created, zeroed) = open_target(args, image, size)?;
     opts.prezeroed = zeroed;
-    if let Err(e) = format(&dev, &opts).and_then(|()| dev.flush()) {
+    if let Err(e) = format(&dev, opts).and_then(|()| dev.flush()) {
         drop(dev);
         if created {
-            let _ = std::fs::remove_file(&args.image);
+            let _ = std::fs::remove_file(image);
         }
         return Err(Failure::new(args.image.display(), e));
     }
@@ -323,9 +356,9 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
     let dir = args.root_dir.as_deref();
     if dir.is_some() || over.root_owner.is_some() || over.table.is_some() {
         let clamp = opts.time.map(|t| t.sec);
-        if let Err(e) = crate::copy::populate(&args.image, dir, clamp, &over) {
+        if let Err(e) = crate::copy::populate(image, dir, clamp, over) {
             if created {
-                let _ = std::fs::remove_file(&args.image);
+                let _ = std::fs::remove_file(image);
             }
             return Err(e);
         }
@@ -336,10 +369,104 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
     if let Some(table) = &args.device_table {
         line += &format!("applied the device table {}\n", table.display());
     }
+    Ok(line)
+}
+
+/// What `--sparse-output` needs, checked before anything is made: a size (the image is
+/// built in a new scratch file), whole blocks of the sparse format, no realtime device,
+/// a geometry `opts` can make, and an output path that is no block device and holds
+/// nothing mke2fs would ask about (unless `--force`). The size and the sparse block size.
+fn sparse_checks(args: &MkfsArgs, size: Option<u64>, opts: &MkfsOptions) -> CmdResult<(u64, u32)> {
+    let what = args.image.display();
+    let refuse = |msg: String| Err(Failure::new("--sparse-output", Error::msg(msg)));
+    let Some(size) = size else {
+        return refuse("needs --size (the image is built anew)".into());
+    };
+    if crate::session::rtdev().is_some() {
+        return refuse("cannot write a realtime device (--rtdev)".into());
+    }
+    let Some(blk) = crate::sparse::block_size_for(size) else {
+        return refuse(format!(
+            "the size ({size} bytes) must be a multiple of 1024 bytes and at most 2^32 \
+             sparse blocks"
+        ));
+    };
+    lanefs::mkfs::validate(opts, size).ctx(&what)?;
+    match existing(&args.image)? {
+        Existing::Device => {
+            let msg = "is a block device: --sparse-output writes a file (flash it with fastboot)";
+            return Err(Failure::new(what, Error::msg(msg)));
+        }
+        Existing::File(len) if len > 0 && !args.force => {
+            if let Some(held) = holds_signature(&args.image)? {
+                confirm_overwrite(&args.image, &held)?;
+            }
+        }
+        _ => {
+            let parent = args.image.parent().filter(|p| !p.as_os_str().is_empty());
+            if let Some(dir) = parent.filter(|p| !p.is_dir()) {
+                let msg = format!("directory {} does not exist", dir.display());
+                return Err(Failure::new(what, Error::msg(msg)));
+            }
+        }
+    }
+    Ok((size, blk))
+}
+
+/// `mkfs --sparse-output`: build the image in an unseen scratch file beside the output,
+/// encode it into a second one, flush that and give it the output's name (an existing
+/// file is replaced only then). A failure anywhere leaves no scratch file and the output
+/// path as it was.
+fn mkfs_sparse(
+    args: &MkfsArgs,
+    size: u64,
+    blk: u32,
+    opts: &mut MkfsOptions,
+    over: &crate::copy::Overrides,
+) -> CmdResult<i32> {
+    let what = args.image.display();
+    let raw = crate::sparse::Scratch::new(&args.image, "raw").ctx(&what)?;
+    let mut line = build(args, raw.path(), Some(size), opts, over)
+        .map_err(|f| rename_failure(f, raw.path(), &args.image))?;
+    let out = crate::sparse::Scratch::new(&args.image, "sparse").ctx(&what)?;
+    let sink = crate::sparse::FileOut::new(out.file());
+    let sum = crate::sparse::walk(raw.file(), size, blk, sink)
+        .and_then(|(mut sink, sum)| sink.flush().map(|()| sum))
+        .and_then(|sum| out.file().sync_data().map(|()| sum))
+        .ctx(&what)?;
+    out.publish(&args.image).ctx(&what)?;
+    drop(raw);
+    let kept = u64::from(sum.total_blks) - sum.skip_blocks;
+    line += &format!(
+        "wrote it as an Android sparse image of {} ({} chunks; {} of {} blocks of {} bytes \
+         stored, {} of them as data)\n",
+        human(sum.bytes),
+        sum.chunks,
+        kept,
+        sum.total_blks,
+        sum.blk_sz,
+        sum.raw_blocks
+    );
     std::io::stdout()
         .write_all(line.as_bytes())
         .ctx("standard output")?;
     Ok(0)
+}
+
+/// A failure of the build in a scratch file, worded with the output's path instead.
+fn rename_failure(f: Failure, scratch: &Path, output: &Path) -> Failure {
+    let (from, to) = (scratch.display().to_string(), output.display().to_string());
+    let text = f.error.to_string();
+    let error = if text.contains(&from) {
+        Error::Msg(text.replace(&from, &to))
+    } else {
+        f.error
+    };
+    Failure {
+        what: f.what.replace(&from, &to),
+        error,
+        code: f.code,
+    }
 }
 
 /// Most rt groups `mkfs --rtdev` makes by default: enough for the threads of a small

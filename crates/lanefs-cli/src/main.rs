@@ -24,6 +24,7 @@ mod progress;
 mod session;
 mod show;
 mod size;
+mod sparse;
 mod supervise;
 mod xattr;
 

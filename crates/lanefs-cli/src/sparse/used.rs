@@ -1,0 +1,340 @@
+//! The raw image as the encoder reads it: only its data ranges (SEEK_DATA/SEEK_HOLE;
+//! holes are zeros unread), and which of its blocks the file system uses (its block
+//! bitmaps); and the scratch files the image is built and encoded in.
+//!
+//! A block that reads as zeros becomes DONT_CARE only where the file system marks it
+//! free; where it uses it (the journal, inode tables, a file's zeros) it becomes FILL, so
+//! a target that was not erased still reads zeros there. That also makes the encoding a
+//! function of the image's bytes alone: whether a zero block is a hole of the scratch file
+//! or was written (the journal's used blocks, wiped at unmount, depend on how the build's
+//! transactions were batched) does not change it, so reproducible builds give the same
+//! sparse file.
+
+use super::{Encoder, Out, Summary};
+use lanefs::internals::disk::geometry::Geometry;
+use lanefs::internals::disk::group::{GroupDesc, BG_BLOCK_UNINIT};
+use lanefs::internals::disk::superblock::{Superblock, SB_OFFSET, SB_SIZE};
+use lanefs::internals::disk::{find_one, find_zero, set_bit};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Bytes read from the raw image at a time.
+const WINDOW: usize = 4 << 20;
+
+/// Encode the raw image `raw` (`len` bytes, an ext2/3/4 file system) into `out` in
+/// blocks of `blk` bytes, reading only its data.
+pub fn walk<O: Out>(raw: &File, len: u64, blk: u32, out: O) -> io::Result<(O, Summary)> {
+    let b = u64::from(blk);
+    if !len.is_multiple_of(b) {
+        return Err(io::Error::other(format!(
+            "{len} bytes are not whole {b}-byte blocks"
+        )));
+    }
+    let mut used = UsedMap::read(raw, len, b)?;
+    let mut enc = Encoder::new(out, blk, len / b)?;
+    let mut buf = vec![0u8; WINDOW.min(len as usize).max(blk as usize)];
+    let mut pos = 0;
+    while pos < len {
+        let (start, end) = match next_data(raw, pos)? {
+            Some((d, h)) => {
+                let start = (d / b * b).clamp(pos, len);
+                (start, h.div_ceil(b).saturating_mul(b).clamp(start, len))
+            }
+            None => (len, len),
+        };
+        holes(&mut enc, &mut used, pos / b, start / b)?;
+        let mut at = start;
+        while at < end {
+            let n = ((end - at) as usize).min(buf.len());
+            raw.read_exact_at(&mut buf[..n], at)?;
+            enc.data(at / b, &buf[..n], &mut |k| used.care(k))?;
+            at += n as u64;
+        }
+        pos = end.max(start);
+    }
+    enc.finish()
+}
+
+/// Blocks `k..end`, holes of the image: FILL where the file system uses them, DONT_CARE
+/// where it does not.
+fn holes<O: Out>(enc: &mut Encoder<O>, used: &mut UsedMap, k: u64, end: u64) -> io::Result<()> {
+    let mut k = k;
+    while k < end {
+        let care = used.care(k)?;
+        let next = used.next_change(k, end, care)?;
+        enc.zeros(next - k, care)?;
+        k = next;
+    }
+    Ok(())
+}
+
+/// The data range at or after `pos`: (start, end of it), or `None` past the last.
+fn next_data(f: &File, pos: u64) -> io::Result<Option<(u64, u64)>> {
+    use rustix::fs::{seek, SeekFrom};
+    let d = match seek(f, SeekFrom::Data(pos)) {
+        Ok(d) => d,
+        Err(rustix::io::Errno::NXIO) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let h = seek(f, SeekFrom::Hole(d))?;
+    Ok(Some((d, h)))
+}
+
+/// Which file-system blocks are in use, from the block bitmaps (one group's at a time),
+/// asked of sparse-image blocks in increasing order.
+struct UsedMap<'a> {
+    raw: &'a File,
+    /// Bytes of a sparse-image block and of a file-system block.
+    blk: u64,
+    bs: u64,
+    /// `None`: every block counts as used (bigalloc, whose bitmaps count clusters).
+    geo: Option<Geometry>,
+    descs: Vec<GroupDesc>,
+    /// The group whose bitmap was read last, and the bitmap (`None`: all used).
+    cached: Option<(u32, Option<Vec<u8>>)>,
+}
+
+impl<'a> UsedMap<'a> {
+    fn read(raw: &'a File, len: u64, blk: u64) -> io::Result<UsedMap<'a>> {
+        let fs_err = |e: lanefs::Error| io::Error::other(format!("reading the image: {e}"));
+        let mut sb_raw = vec![0u8; SB_SIZE];
+        raw.read_exact_at(&mut sb_raw, SB_OFFSET)?;
+        let sb = Superblock::decode(&sb_raw, len).map_err(fs_err)?;
+        let geo = Geometry::from_superblock(&sb);
+        let bs = u64::from(geo.bs);
+        let mut map = UsedMap {
+            raw,
+            blk,
+            bs,
+            geo: None,
+            descs: Vec::new(),
+            cached: None,
+        };
+        if geo.cluster_ratio != 1 {
+            return Ok(map);
+        }
+        let ds = geo.desc_size as usize;
+        let mut block = vec![0u8; bs as usize];
+        for i in 0..geo.gdt_blocks {
+            raw.read_exact_at(&mut block, geo.gdt_block(i) * bs)?;
+            for d in block.chunks_exact(ds) {
+                if map.descs.len() < geo.groups as usize {
+                    map.descs.push(GroupDesc { raw: d.to_vec() });
+                }
+            }
+        }
+        map.geo = Some(geo);
+        Ok(map)
+    }
+
+    /// The file-system blocks sparse block `k` overlaps.
+    fn fs_range(&self, k: u64) -> (u64, u64) {
+        (
+            k * self.blk / self.bs,
+            ((k + 1) * self.blk).div_ceil(self.bs),
+        )
+    }
+
+    /// The sparse block holding the start of file-system block `b`.
+    fn sparse_of(&self, b: u64) -> u64 {
+        b * self.bs / self.blk
+    }
+
+    /// Whether the file system uses any block sparse block `k` overlaps.
+    fn care(&mut self, k: u64) -> io::Result<bool> {
+        let (a, e) = self.fs_range(k);
+        Ok(self.next_with(a, e, true)?.is_some())
+    }
+
+    /// The first sparse block after `k` and before `end` whose `care` is not `care`
+    /// (`end` if none).
+    fn next_change(&mut self, k: u64, end: u64, care: bool) -> io::Result<u64> {
+        let limit = self.fs_range(end - 1).1;
+        if !care {
+            // Every file-system block of `k` is free: the next used one decides.
+            let from = self.fs_range(k).1;
+            return Ok(match self.next_with(from, limit, true)? {
+                Some(u) => self.sparse_of(u).clamp(k + 1, end),
+                None => end,
+            });
+        }
+        let mut j = k + 1;
+        while j < end {
+            let Some(f) = self.next_with(self.fs_range(j).0, limit, false)? else {
+                return Ok(end);
+            };
+            j = j.max(self.sparse_of(f));
+            if j >= end || !self.care(j)? {
+                break;
+            }
+            j += 1;
+        }
+        Ok(j.min(end))
+    }
+
+    /// The first file-system block in `from..to` that is used (`want_used`) or free.
+    /// Blocks before the first group (the boot block of 1 KiB-block systems) count as
+    /// used, those past the last as free.
+    fn next_with(&mut self, from: u64, to: u64, want_used: bool) -> io::Result<Option<u64>> {
+        let Some(geo) = &self.geo else {
+            return Ok((want_used && from < to).then_some(from));
+        };
+        let (first_data, blocks) = (u64::from(geo.first_data_block), geo.blocks);
+        let mut b = from;
+        while b < to {
+            if b < first_data {
+                if want_used {
+                    return Ok(Some(b));
+                }
+                b = first_data;
+                continue;
+            }
+            if b >= blocks {
+                return Ok((!want_used).then_some(b));
+            }
+            let geo = self.geo.as_ref().expect("checked above");
+            let g = geo.group_of_block(b);
+            let (first, len) = (geo.group_first(g), u64::from(geo.group_len(g)));
+            let (lo, hi) = ((b - first) as usize, (to.min(first + len) - first) as usize);
+            let found = match self.group_map(g)? {
+                None => want_used.then_some(lo),
+                Some(m) if want_used => find_one(m, lo, hi),
+                Some(m) => find_zero(m, lo, hi),
+            };
+            if let Some(i) = found {
+                return Ok(Some(first + i as u64));
+            }
+            b = first + len;
+        }
+        Ok(None)
+    }
+
+    /// Group `g`'s block bitmap: read, or for a BLOCK_UNINIT group computed as the
+    /// kernel computes it; `None` (all used) where its location is not in the file system.
+    fn group_map(&mut self, g: u32) -> io::Result<Option<&[u8]>> {
+        if self.cached.as_ref().is_none_or(|(c, _)| *c != g) {
+            let geo = self
+                .geo
+                .as_ref()
+                .expect("a bitmap is asked for only with a geometry");
+            let d = &self.descs[g as usize];
+            let map = if d.flags() & BG_BLOCK_UNINIT != 0 && geo.desc_csum.on() {
+                Some(uninit_bitmap(geo, g, d))
+            } else if geo.in_fs(d.block_bitmap(), 1) {
+                let mut m = vec![0u8; geo.bs as usize];
+                self.raw.read_exact_at(&mut m, d.block_bitmap() * self.bs)?;
+                Some(m)
+            } else {
+                None
+            };
+            self.cached = Some((g, map));
+        }
+        Ok(self.cached.as_ref().and_then(|(_, m)| m.as_deref()))
+    }
+}
+
+/// The block bitmap the kernel assumes for a BLOCK_UNINIT group (`ext4_init_block_bitmap`):
+/// the group's superblock copy, descriptor and reserved blocks, and those of its own
+/// bitmaps and inode table that lie in it.
+fn uninit_bitmap(geo: &Geometry, g: u32, d: &GroupDesc) -> Vec<u8> {
+    let mut map = vec![0u8; geo.bs as usize];
+    let (first, len) = (geo.group_first(g), u64::from(geo.group_len(g)));
+    let parts = geo.base_meta_parts(g);
+    let runs = [
+        parts.super_block,
+        parts.descriptors,
+        parts.reserved,
+        (d.block_bitmap(), 1),
+        (d.inode_bitmap(), 1),
+        (d.inode_table(), geo.itable_blocks()),
+    ];
+    for (start, n) in runs {
+        for b in start..start.saturating_add(n) {
+            if b >= first && b - first < len {
+                set_bit(&mut map, (b - first) as usize);
+            }
+        }
+    }
+    map
+}
+
+/// A file beside the output under a hidden name (`.NAME.lanefs-TAG-PID-N`), removed when
+/// this is dropped unless it was published: the image is built in one and encoded into
+/// another, so a failed mkfs leaves neither (as a plain mkfs removes an image it made), and
+/// an existing output is replaced only by a complete one.
+pub struct Scratch {
+    file: File,
+    path: PathBuf,
+    /// Whether the hidden name is still there to remove.
+    named: bool,
+}
+
+impl Scratch {
+    /// A new empty scratch file beside `output`; `tag` says what it holds.
+    pub fn new(output: &Path, tag: &str) -> io::Result<Scratch> {
+        let (file, path) = hidden(output, tag, |p| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(p)
+        })?;
+        Ok(Scratch {
+            file,
+            path,
+            named: true,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Name the finished file `dest`, replacing what is there in one step.
+    pub fn publish(mut self, dest: &Path) -> io::Result<()> {
+        std::fs::rename(&self.path, dest)?;
+        self.named = false;
+        Ok(())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.named {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The directory `p` is in.
+fn parent(p: &Path) -> &Path {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Make something under a hidden name beside `output` (`.NAME.lanefs-TAG-PID-N`), the
+/// first N that `make` does not find taken.
+fn hidden<T>(
+    output: &Path,
+    tag: &str,
+    mut make: impl FnMut(&Path) -> io::Result<T>,
+) -> io::Result<(T, PathBuf)> {
+    let name = output.file_name().unwrap_or_default().to_string_lossy();
+    let mut n = 0;
+    loop {
+        let p = parent(output).join(format!(".{name}.lanefs-{tag}-{}-{n}", std::process::id()));
+        match make(&p) {
+            Ok(t) => return Ok((t, p)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
