@@ -273,11 +273,16 @@ fn run(
 ) -> CmdResult<i32> {
     no_huge_pages();
     if foreground {
-        let daemon: Daemon = Box::new(|cfg| match server(mp, cfg, Box::new(|_| {})) {
-            Ok(()) => 0,
-            Err(e) => {
-                lanefs_fuse::log::line(&e);
-                1
+        let daemon: Daemon = Box::new(|cfg| {
+            match server(mp, cfg, {
+                let (chan, mp) = (cfg.flag_channel, mp.to_path_buf());
+                Box::new(move |r| mounted(chan, &mp, &r))
+            }) {
+                Ok(()) => 0,
+                Err(e) => {
+                    lanefs_fuse::log::line(&e);
+                    1
+                }
             }
         });
         return Ok(supervise(mp, source, cfg, false, daemon));
@@ -308,6 +313,16 @@ fn run(
     }
 }
 
+/// In the daemon, once its mount is up (`r` is Ok) and before it says so: tell the
+/// supervisor the mount's device (see `supervise`).
+fn mounted(chan: Option<i32>, mp: &Path, r: &Result<(), String>) {
+    if let (Ok(()), Some(chan)) = (r, chan) {
+        if let Err(e) = lanefs_fuse::flagproxy::tell_mounted(chan, mp) {
+            lanefs_fuse::log::line(&format!("telling the supervisor the mount: {e}"));
+        }
+    }
+}
+
 /// The background mount: a session of its own, the supervisor, and in its child the
 /// daemon, which sends its status line to `lanefs mount` through `status`.
 fn background(
@@ -323,10 +338,12 @@ fn background(
     close_inherited(status.as_raw_fd());
     let daemon: Daemon = Box::new(move |cfg| {
         let status = std::fs::File::from(status);
+        let (chan, mpb) = (cfg.flag_channel, mp.to_path_buf());
         let r = server(
             mp,
             cfg,
             Box::new(move |r| {
+                mounted(chan, &mpb, &r);
                 let mut f = status;
                 let _ = match &r {
                     Ok(()) => f.write_all(b"ok"),

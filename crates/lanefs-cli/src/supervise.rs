@@ -81,8 +81,14 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
     let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
     // A stop asked for before the mount is up: done once it is.
     let mut pending = None;
+    // The mount's device (`major:minor` in mountinfo, its FUSE connection's own), which
+    // the daemon tells once its mount is up (`flagproxy::tell_mounted`): how the
+    // supervisor knows its mount from a later one at the same path of the same source,
+    // which it must not touch (not even stat: a path walk into a mount makes its
+    // `umount` fail EBUSY). Without it (no channel), a mount of the source at the path.
     loop {
-        if let Some(sig) = pending.filter(|_| is_ours(mp, source)) {
+        let dev = lanefs_fuse::flagproxy::mounted_device();
+        if let Some(sig) = pending.filter(|_| mine(mp, source, dev)) {
             pending = None;
             log::line(&format!("signal {sig}: unmounting {}", mp.display()));
             if let Err(e) = unmount_path(mp, true) {
@@ -105,7 +111,7 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
                 // SAFETY: waits for our own child; `status` is valid storage.
                 let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
                 if r == pid {
-                    return ended(mp, source, pid, status);
+                    return ended(mp, source, dev, pid, status);
                 }
             }
             libc::SIGINT | libc::SIGTERM | libc::SIGHUP => pending = Some(sig),
@@ -156,19 +162,31 @@ fn is_ours(mp: &Path, source: &str) -> bool {
     mount_source(mp).is_some_and(|(s, t)| s == source && t == format!("fuse.{SUBTYPE}"))
 }
 
+/// Whether the mount at `mp` is this supervisor's: the one on device `dev` where the
+/// daemon said so, else (no word from it) a lanefs mount of `source`. Read from
+/// mountinfo: nothing walks into the mount.
+fn mine(mp: &Path, source: &str, dev: Option<&str>) -> bool {
+    match dev {
+        Some(d) => lanefs_fuse::mountinfo::device_of(mp).as_deref() == Some(d),
+        None => is_ours(mp, source),
+    }
+}
+
 /// Whether the FUSE mount at `mp` lost its daemon: the kernel answers ENOTCONN.
 fn is_dead(mp: &Path) -> bool {
     std::fs::metadata(mp).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
 }
 
 /// The daemon `pid` ended with wait status `status`: its exit status, after a log line
-/// and the unmount of the mount it left when it failed. (A daemon that ends with status
-/// 0 served until its connection ended: a live mount of the same source there now is a
-/// new one; only a dead one, whose connection ended otherwise, is unmounted.)
-fn ended(mp: &Path, source: &str, pid: i32, status: i32) -> i32 {
+/// and the unmount of the mount it left when it failed. Its mount is the one on device
+/// `dev` (as the daemon said; see [`mine`]); a mount at the same path on another device
+/// is a later one and is left alone. (A daemon that ends with status 0 served until its connection
+/// ended: only a dead mount of its own, whose connection ended otherwise, is unmounted.)
+fn ended(mp: &Path, source: &str, dev: Option<&str>, pid: i32, status: i32) -> i32 {
+    let mine = || mine(mp, source, dev);
     if libc::WIFEXITED(status) {
         let code = libc::WEXITSTATUS(status);
-        if is_ours(mp, source) && (code != 0 || is_dead(mp)) {
+        if mine() && (code != 0 || is_dead(mp)) {
             log::line(&format!(
                 "the daemon of {} (pid {pid}) exited with status {code} and left its mount: unmounting it",
                 mp.display()
@@ -190,7 +208,7 @@ fn ended(mp: &Path, source: &str, pid: i32, status: i32) -> i32 {
         "the daemon of {} (pid {pid}) was killed by signal {sig}{why}; the journal replays at the next mount",
         mp.display()
     ));
-    if is_ours(mp, source) {
+    if mine() {
         if let Err(e) = unmount_path(mp, true) {
             log::line(&format!("unmounting {}: {e}", mp.display()));
         }

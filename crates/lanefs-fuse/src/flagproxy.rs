@@ -1,6 +1,7 @@
 //! The supervisor reads for a confined daemon what the daemon may no longer read itself:
 //! FS_IOC_SHUTDOWN's flags, whether a caller is in a supplementary group, and a caller's
-//! fsuid where the kernel does not name it (under FUSE_ALLOW_IDMAP).
+//! fsuid where the kernel does not name it (under FUSE_ALLOW_IDMAP). And the daemon tells
+//! the supervisor, once, the device of the mount it made.
 //!
 //! The kernel passes the daemon no input for the `_IOR` command, only the caller's pid
 //! and pointer, and a confined daemon, with no capabilities, may not read the memory of a
@@ -68,6 +69,10 @@ pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
 const FLAGS: u32 = 1;
 const IN_GROUP: u32 = 2;
 const FSUID: u32 = 3;
+const MOUNTED: u32 = 4;
+
+/// The supervisor's side: the device (`major:minor`) its daemon said it mounted.
+static MOUNTED_DEV: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// The daemon's end of the channel, once it has one; whether it failed.
 static DAEMON: std::sync::OnceLock<RawFd> = std::sync::OnceLock::new();
@@ -94,6 +99,27 @@ pub fn ask_in_group(pid: u32, gid: u32) -> io::Result<bool> {
 /// The daemon's side: thread `pid`'s fsuid, as read by the supervisor.
 pub fn ask_fsuid(pid: u32) -> io::Result<u32> {
     ask([FSUID, pid, 0])
+}
+
+/// The daemon's side, once its mount at `mp` is up (before it says so to anyone else):
+/// tell the supervisor the mount's device, as mountinfo shows it, by which the
+/// supervisor knows its mount from a later one at the same path. `chan` is the
+/// daemon's end of the channel.
+pub fn tell_mounted(chan: RawFd, mp: &std::path::Path) -> io::Result<()> {
+    set_daemon_channel(chan);
+    let dev = crate::mountinfo::device_of(mp)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+    let (major, minor) = dev
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EPROTO))?;
+    ask([MOUNTED, major, minor]).map(|_| ())
+}
+
+/// The supervisor's side: the device (`major:minor`) of the mount its daemon made, once
+/// the daemon has said (the first word only: a daemon taken over later cannot move it).
+pub fn mounted_device() -> Option<&'static str> {
+    MOUNTED_DEV.get().map(String::as_str)
 }
 
 fn ask(req: [u32; 3]) -> io::Result<u32> {
@@ -167,6 +193,10 @@ pub fn answer(chan: BorrowedFd<'_>) -> bool {
         (12, FLAGS) => shutdown_flags(w(4)),
         (12, IN_GROUP) => in_group(w(4), w(8)).map(u32::from),
         (12, FSUID) => fsuid(w(4)),
+        (12, MOUNTED) => {
+            let _ = MOUNTED_DEV.set(format!("{}:{}", w(4), w(8)));
+            Ok(0)
+        }
         _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
     };
     let (errno, value) = match r {

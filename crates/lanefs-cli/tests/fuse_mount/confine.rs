@@ -194,3 +194,61 @@ fn a_killed_daemon_leaves_no_dead_mount() {
         e2fsck_clean(&img);
     }
 }
+
+/// A supervisor knows its mount by the mount's device, not by path and source: a daemon
+/// whose mount is gone here (another mount namespace still holds it) and that is then
+/// killed leaves alone the later mount at the same path with the same `fsname`, of
+/// another image.
+#[test]
+fn a_killed_daemon_leaves_a_later_mount_at_its_path_alone() {
+    let test = "a_killed_daemon_leaves_a_later_mount_at_its_path_alone";
+    if !fuse_ready(test) {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = (t.path().join("a.img"), t.path().join("b.img"));
+    mkfs(&a, "64M", &[]);
+    mkfs(&b, "64M", &[]);
+    let dir = t.path().join("mnt");
+    let first = Mount::new(&a, &dir, "fsname=same");
+    let dir = first.dir.canonicalize().unwrap();
+    let old = daemon_pid(&dir).expect("the first daemon");
+    // A process in a mount namespace of its own keeps the first mount alive.
+    let mut holder = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    let ours = fs::read_link("/proc/self/ns/mnt").unwrap();
+    let start = std::time::Instant::now();
+    while fs::read_link(format!("/proc/{}/ns/mnt", holder.id()))
+        .ok()
+        .as_ref()
+        == Some(&ours)
+    {
+        assert!(start.elapsed() < Duration::from_secs(10), "no namespace");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = run(Command::new("umount").arg(&dir));
+    assert!(out.status.success(), "{out:?}");
+    first.forget();
+    let second = Mount::new(&b, &dir, "fsname=same");
+    fs::write(second.path("on-b"), b"b").unwrap();
+    // SAFETY: kill sends a signal to the first mount's daemon, found above.
+    assert_eq!(unsafe { libc::kill(old, libc::SIGKILL) }, 0);
+    let start = std::time::Instant::now();
+    while Path::new(&format!("/proc/{old}")).exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the daemon lives"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Its supervisor has had time to act on its end.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(is_mounted(&dir), "the later mount was unmounted");
+    assert_eq!(fs::read(second.path("on-b")).unwrap(), b"b");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    second.umount();
+    e2fsck_clean(&b);
+}
