@@ -121,34 +121,24 @@ pub fn who_holds(image: &Path) -> Option<String> {
 /// holds open, whatever source or fsname the mount shows) and whether it is read-only.
 pub fn daemon_mount(pid: u32) -> Option<(PathBuf, bool)> {
     let live = mountinfo::mounts_of_type(&format!("fuse.{SUBTYPE}"));
-    let holds = |pid: u32, path: &Path| {
-        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-            fds.flatten()
-                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
-        })
-    };
     let (mp, ro) = live
         .iter()
-        .find(|(mp, _, _)| holds(pid, mp))
+        .find(|(mp, _, _)| has_open(pid, mp))
         .map(|(mp, _, ro)| (mp.clone(), *ro))?;
     // Another daemon at the same path (this one's mount detached, another mounted there
     // since) makes it unclear whose mount that is: none is taken.
     let other = other_pids()
         .into_iter()
-        .any(|p| p != pid && is_mount_daemon(&p.to_string()) && holds(p, &mp));
+        .any(|p| p != pid && is_mount_daemon(&p.to_string()) && has_open(p, &mp));
     (!other).then_some((mp, ro))
 }
 
 /// The lanefs mount daemon serving the mount at `mp` (canonical), found by the mount
 /// point it holds open (see [`daemon_mount`]): its pid, when exactly one holds it.
 pub fn daemon_at(mp: &Path) -> Option<u32> {
-    let mut found = other_pids().into_iter().filter(|&pid| {
-        is_mount_daemon(&pid.to_string())
-            && std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-                fds.flatten()
-                    .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == mp))
-            })
-    });
+    let mut found = other_pids()
+        .into_iter()
+        .filter(|&pid| is_mount_daemon(&pid.to_string()) && has_open(pid, mp));
     let first = found.next()?;
     found.next().is_none().then_some(first)
 }
@@ -156,9 +146,15 @@ pub fn daemon_at(mp: &Path) -> Option<u32> {
 /// Whether daemon `pid` still serves a mount: it has /dev/fuse open (a daemon closes it
 /// once its connection ends, before it writes back and lets go of the image).
 pub fn serving(pid: u32) -> bool {
+    has_open(pid, Path::new("/dev/fuse"))
+}
+
+/// Whether process `pid` has a descriptor whose link names `path` (read from its /proc
+/// links only: nothing walks into `path`).
+fn has_open(pid: u32, path: &Path) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
         fds.flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == Path::new("/dev/fuse")))
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
     })
 }
 

@@ -173,7 +173,7 @@ fn an_idmapped_mount_as_on_kernel_ext4() {
         return;
     };
     for tool in ["setfacl", "getfattr", "chattr", "unshare"] {
-        if tool_missing(tool) {
+        if !have(tool) {
             skip(
                 test,
                 &format!("{tool} not installed (acl, attr, e2fsprogs, util-linux)"),
@@ -221,22 +221,4 @@ fn an_idmapped_mount_as_on_kernel_ext4() {
     );
     e2fsck_clean(&img);
     e2fsck_clean(&kimg);
-}
-
-fn tool_missing(tool: &str) -> bool {
-    !Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// `diff -u` of lanefs's output (`-`) against the kernel's (`+`).
-fn line_diff(got: &str, want: &str) -> String {
-    let t = tempfile::tempdir().unwrap();
-    let (g, w) = (t.path().join("lanefs"), t.path().join("kernel"));
-    std::fs::write(&g, got).unwrap();
-    std::fs::write(&w, want).unwrap();
-    let out = run(Command::new("diff").arg("-u").arg(&g).arg(&w));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }

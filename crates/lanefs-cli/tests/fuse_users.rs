@@ -362,16 +362,6 @@ fn tools_ready(test: &str) -> Option<Users> {
     Users::get(test)
 }
 
-/// `diff -u` of lanefs's output (`-`) against the kernel's (`+`).
-fn line_diff(got: &str, want: &str) -> String {
-    let t = tempfile::tempdir().unwrap();
-    let (g, w) = (t.path().join("lanefs"), t.path().join("kernel"));
-    std::fs::write(&g, got).unwrap();
-    std::fs::write(&w, want).unwrap();
-    let out = run(Command::new("diff").arg("-u").arg(&g).arg(&w));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn two_users_on_a_user_mount_as_on_kernel_ext4() {
     let test = "two_users_on_a_user_mount_as_on_kernel_ext4";

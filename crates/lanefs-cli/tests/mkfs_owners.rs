@@ -465,38 +465,23 @@ fn device_table_errors_fail_in_one_line() {
             "t.txt:2: /dev: listed as a directory on line 1",
         ),
     ];
+    // mkfs with `first` options, then the tree and the table, into the image.
+    let (tree_s, table_s, i) = (s(&tree), s(&table), s(&image));
+    let with_table = |first: &[&str]| {
+        let mut args = vec!["mkfs"];
+        args.extend_from_slice(first);
+        args.extend(["-d", &tree_s, "--device-table", &table_s, &i]);
+        lanefs_plain(&args)
+    };
     for (text, needle) in cases {
         fs::write(&table, text).unwrap();
-        let args = [
-            "mkfs",
-            "-s",
-            "32M",
-            "-d",
-            &s(&tree),
-            "--device-table",
-            &s(&table),
-        ];
-        let mut all = args.to_vec();
-        let i = s(&image);
-        all.push(&i);
-        let line = one_line_failure(&lanefs_plain(&all));
+        let line = one_line_failure(&with_table(&["-s", "32M"]));
         assert!(line.contains(needle), "{text:?}: {line}");
         assert!(!image.exists(), "{text:?} left {}", image.display());
     }
     // The hard link's case fails as the walk meets its second name, naming both.
     fs::write(&table, "/two f 600 5 5\n").unwrap();
-    let i = s(&image);
-    let args = [
-        "mkfs",
-        "-s",
-        "32M",
-        "-d",
-        &s(&tree),
-        "--device-table",
-        &s(&table),
-        &i,
-    ];
-    let line = one_line_failure(&lanefs_plain(&args));
+    let line = one_line_failure(&with_table(&["-s", "32M"]));
     assert!(line.contains("t.txt:1: "), "{line}");
     assert!(
         line.contains("/two: a hard link of a file copied already"),
@@ -507,16 +492,7 @@ fn device_table_errors_fail_in_one_line() {
     let old = noise(9, 1 << 20);
     fs::write(&image, &old).unwrap();
     fs::write(&table, "/etc/passwd f 644 0 0\n").unwrap();
-    let args = [
-        "mkfs",
-        "-F",
-        "-d",
-        &s(&tree),
-        "--device-table",
-        &s(&table),
-        &i,
-    ];
-    one_line_failure(&lanefs_plain(&args));
+    one_line_failure(&with_table(&["-F"]));
     assert!(
         fs::read(&image).unwrap() == old,
         "the old image was changed"

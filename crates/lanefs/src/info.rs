@@ -415,7 +415,7 @@ fn free_histogram(dev: &dyn BlockDevice, geo: &Geometry, descs: &[GroupDesc]) ->
                 next.next();
                 maps.next().unwrap_or_default()
             } else if d.flags() & BG_BLOCK_UNINIT != 0 && geo.desc_csum.on() {
-                fsck::uninit_block_bitmap(geo, g, d)
+                crate::disk::group::uninit_block_bitmap(geo, g, d)
             } else {
                 h.flush(&mut run, geo.block_bytes());
                 h.unknown_groups += 1;

@@ -12,9 +12,9 @@
 
 use super::{Encoder, Out, Summary};
 use lanefs::internals::disk::geometry::Geometry;
-use lanefs::internals::disk::group::{GroupDesc, BG_BLOCK_UNINIT};
+use lanefs::internals::disk::group::{uninit_block_bitmap, GroupDesc, BG_BLOCK_UNINIT};
 use lanefs::internals::disk::superblock::{Superblock, SB_OFFSET, SB_SIZE};
-use lanefs::internals::disk::{find_one, find_zero, set_bit};
+use lanefs::internals::disk::{find_one, find_zero};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -221,7 +221,7 @@ impl<'a> UsedMap<'a> {
                 .expect("a bitmap is asked for only with a geometry");
             let d = &self.descs[g as usize];
             let map = if d.flags() & BG_BLOCK_UNINIT != 0 && geo.desc_csum.on() {
-                Some(uninit_bitmap(geo, g, d))
+                Some(uninit_block_bitmap(geo, g, d))
             } else if geo.in_fs(d.block_bitmap(), 1) {
                 let mut m = vec![0u8; geo.bs as usize];
                 self.raw.read_exact_at(&mut m, d.block_bitmap() * self.bs)?;
@@ -233,31 +233,6 @@ impl<'a> UsedMap<'a> {
         }
         Ok(self.cached.as_ref().and_then(|(_, m)| m.as_deref()))
     }
-}
-
-/// The block bitmap the kernel assumes for a BLOCK_UNINIT group (`ext4_init_block_bitmap`):
-/// the group's superblock copy, descriptor and reserved blocks, and those of its own
-/// bitmaps and inode table that lie in it.
-fn uninit_bitmap(geo: &Geometry, g: u32, d: &GroupDesc) -> Vec<u8> {
-    let mut map = vec![0u8; geo.bs as usize];
-    let (first, len) = (geo.group_first(g), u64::from(geo.group_len(g)));
-    let parts = geo.base_meta_parts(g);
-    let runs = [
-        parts.super_block,
-        parts.descriptors,
-        parts.reserved,
-        (d.block_bitmap(), 1),
-        (d.inode_bitmap(), 1),
-        (d.inode_table(), geo.itable_blocks()),
-    ];
-    for (start, n) in runs {
-        for b in start..start.saturating_add(n) {
-            if b >= first && b - first < len {
-                set_bit(&mut map, (b - first) as usize);
-            }
-        }
-    }
-    map
 }
 
 /// A file beside the output under a hidden name (`.NAME.lanefs-TAG-PID-N`), removed when

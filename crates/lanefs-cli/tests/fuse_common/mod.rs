@@ -23,7 +23,7 @@ pub fn skip(test: &str, why: &str) -> bool {
     false
 }
 
-fn have(tool: &str) -> bool {
+pub fn have(tool: &str) -> bool {
     Command::new("sh")
         .arg("-c")
         .arg(format!("command -v {tool}"))
@@ -535,4 +535,14 @@ pub fn super_options(dir: &Path) -> Option<String> {
         .rfind(|l| l.split(' ').nth(4) == Some(want))
         .and_then(|l| l.rsplit(' ').next())
         .map(str::to_string)
+}
+
+/// `diff -u` of lanefs's output (`-`) against the kernel's (`+`).
+pub fn line_diff(got: &str, want: &str) -> String {
+    let t = tempfile::tempdir().unwrap();
+    let (g, w) = (t.path().join("lanefs"), t.path().join("kernel"));
+    std::fs::write(&g, got).unwrap();
+    std::fs::write(&w, want).unwrap();
+    let out = run(Command::new("diff").arg("-u").arg(&g).arg(&w));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

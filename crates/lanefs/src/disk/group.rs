@@ -257,3 +257,26 @@ pub fn has_super(g: u32, sparse: bool) -> bool {
         p == g
     })
 }
+
+/// The block bitmap the kernel assumes for a BLOCK_UNINIT group (`ext4_init_block_bitmap`):
+/// only the group's superblock copy, descriptors and its own bitmaps and table are used.
+pub fn uninit_block_bitmap(geo: &super::geometry::Geometry, g: u32, d: &GroupDesc) -> Vec<u8> {
+    let mut map = vec![0u8; geo.bs as usize];
+    let first = geo.group_first(g);
+    let len = u64::from(geo.group_len(g));
+    let mut mark = |start: u64, n: u64| {
+        for b in start..start.saturating_add(n) {
+            if b >= first && b - first < len {
+                super::set_bit(&mut map, (b - first) as usize);
+            }
+        }
+    };
+    let parts = geo.base_meta_parts(g);
+    for (s, n) in [parts.super_block, parts.descriptors, parts.reserved] {
+        mark(s, n);
+    }
+    mark(d.block_bitmap(), 1);
+    mark(d.inode_bitmap(), 1);
+    mark(d.inode_table(), geo.itable_blocks());
+    map
+}

@@ -73,7 +73,7 @@ impl Checker<'_> {
         let used = crate::disk::count_ones(&computed, len as usize) as u64;
         let ondisk = match map {
             Bitmap::Loaded(m) => Some(m),
-            Bitmap::Uninit => Some(uninit_block_bitmap(
+            Bitmap::Uninit => Some(group::uninit_block_bitmap(
                 &self.geo,
                 g,
                 &self.groups[g as usize].desc,
