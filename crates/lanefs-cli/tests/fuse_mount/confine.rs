@@ -252,3 +252,57 @@ fn a_killed_daemon_leaves_a_later_mount_at_its_path_alone() {
     second.umount();
     e2fsck_clean(&b);
 }
+
+/// A second mount of an image whose daemon still serves a mount that only another mount
+/// namespace has: nothing here to bind, and nothing that ends by waiting: it fails at
+/// once (about a second), naming the daemon.
+#[test]
+fn a_second_mount_of_an_image_served_out_of_sight_fails_at_once() {
+    let test = "a_second_mount_of_an_image_served_out_of_sight_fails_at_once";
+    if !fuse_ready(test) {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("a.img");
+    mkfs(&img, "64M", &[]);
+    let first = Mount::new(&img, &t.path().join("m1"), "");
+    let old = daemon_pid(&first.dir.canonicalize().unwrap()).expect("the daemon");
+    let mut holder = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    let ours = fs::read_link("/proc/self/ns/mnt").unwrap();
+    let start = std::time::Instant::now();
+    while fs::read_link(format!("/proc/{}/ns/mnt", holder.id()))
+        .ok()
+        .as_ref()
+        == Some(&ours)
+    {
+        assert!(start.elapsed() < Duration::from_secs(10), "no namespace");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = run(Command::new("umount").arg(&first.dir));
+    assert!(out.status.success(), "{out:?}");
+    first.forget();
+    let second = t.path().join("m2");
+    fs::create_dir_all(&second).unwrap();
+    let start = std::time::Instant::now();
+    let out = run(Command::new("timeout")
+        .arg("20")
+        .arg(LANEFS)
+        .arg("mount")
+        .arg(&img)
+        .arg(&second));
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "mounted: {out:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {err}");
+    assert!(
+        err.contains(&format!("lanefs daemon (pid {old})")) && err.lines().count() == 1,
+        "{err}"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(wait_released(&img, Duration::from_secs(30)));
+    e2fsck_clean(&img);
+}
