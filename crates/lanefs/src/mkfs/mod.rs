@@ -28,9 +28,12 @@
 //! per 16 KiB, no resize_inode), which the engine's tests rely on;
 //! `MkfsOptions::mke2fs()` leaves every choice to the mke2fs rules, as `lanefs mkfs` does.
 
+mod fit;
 mod layout;
 mod params;
 mod write;
+
+pub use fit::{capacity, min_size, Capacity, Fit, Slack, TreeNeeds};
 
 use crate::dev::BlockDevice;
 use crate::disk::geometry::Geometry;
@@ -274,20 +277,23 @@ fn check_options(opts: &MkfsOptions) -> Result<()> {
     Ok(())
 }
 
+/// mke2fs's default journal sizes: below each count of file system blocks, the journal's
+/// blocks (the largest, 262144, above the last).
+const JOURNAL_SIZES: [(u64, u32); 8] = [
+    (2048, 0),
+    (32768, 1024),
+    (256 << 10, 4096),
+    (512 << 10, 8192),
+    (4096 << 10, 16384),
+    (8192 << 10, 32768),
+    (16384 << 10, 65536),
+    (32768 << 10, 131072),
+];
+
 /// mke2fs's default journal size in blocks for a file system of `blocks` blocks (0: too
 /// small for one).
 fn default_journal_blocks(blocks: u64) -> u32 {
-    const TABLE: [(u64, u32); 8] = [
-        (2048, 0),
-        (32768, 1024),
-        (256 << 10, 4096),
-        (512 << 10, 8192),
-        (4096 << 10, 16384),
-        (8192 << 10, 32768),
-        (16384 << 10, 65536),
-        (32768 << 10, 131072),
-    ];
-    TABLE
+    JOURNAL_SIZES
         .iter()
         .find(|(limit, _)| blocks < *limit)
         .map_or(262144, |&(_, j)| j)

@@ -421,17 +421,7 @@ fn inode_count(
         }
         return Ok(n);
     }
-    let ratio = match opts.inode_ratio {
-        Some(r) if !(MIN_RATIO..=MAX_RATIO).contains(&r) => {
-            return Err(invalid(format!(
-                "invalid inode ratio {r} (from {MIN_RATIO} to {MAX_RATIO})"
-            )))
-        }
-        Some(r) => r,
-        None => lookup(types, |t| t.inode_ratio)
-            .unwrap_or(DEFAULT_INODE_RATIO)
-            .max(u64::from(bs)),
-    };
+    let ratio = ratio(opts, types, bs)?;
     let n = blocks * u64::from(bs) / ratio;
     if n > u64::from(u32::MAX) {
         if features.has("64bit") {
@@ -442,6 +432,25 @@ fn inode_count(
         )));
     }
     Ok(n)
+}
+
+/// `-i`, else the profile's inode ratio (at least a block).
+fn ratio(opts: &MkfsOptions, types: &[&str], bs: u32) -> Result<u64> {
+    match opts.inode_ratio {
+        Some(r) if !(MIN_RATIO..=MAX_RATIO).contains(&r) => Err(invalid(format!(
+            "invalid inode ratio {r} (from {MIN_RATIO} to {MAX_RATIO})"
+        ))),
+        Some(r) => Ok(r),
+        None => Ok(lookup(types, |t| t.inode_ratio)
+            .unwrap_or(DEFAULT_INODE_RATIO)
+            .max(u64::from(bs))),
+    }
+}
+
+/// The bytes per inode a device of `dev_bytes` bytes gets: `-i`, else its size class's.
+pub(super) fn inode_ratio(opts: &MkfsOptions, dev_bytes: u64) -> Result<u64> {
+    let types = type_list(opts, dev_bytes)?;
+    ratio(opts, &types, block_size(opts, &types)?)
 }
 
 /// Refuse what mke2fs refuses; drop what it drops silently (uninit_bg under
