@@ -84,7 +84,7 @@ fn count(nodes: &[Node], dir: usize, needs: &mut TreeNeeds, nth: &mut usize) {
                 needs.entry(dir, name.len());
                 needs.inode();
                 needs.file(runs.clone());
-                if *nth % 3 == 0 {
+                if (*nth).is_multiple_of(3) {
                     needs.xattrs([("user.big".len(), BIG_XATTR)]);
                 }
                 *nth += 1;
@@ -119,7 +119,7 @@ fn build(fs: &Fs, nodes: &[Node], dir: Ino, made: &mut Vec<Ino>) {
                     });
                     assert_eq!(n, len as usize);
                 }
-                if made.len() % 3 == 0 {
+                if made.len().is_multiple_of(3) {
                     let value = vec![7u8; BIG_XATTR];
                     fs.setxattr(ino, b"user.big", &value, XattrFlags::default())
                         .unwrap_or_else(|e| panic!("xattr of {name}: {e}"));
