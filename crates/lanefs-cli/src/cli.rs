@@ -144,7 +144,9 @@ pub struct MkfsArgs {
     /// Image file or block device.
     pub image: PathBuf,
     /// Size of the image file, e.g. 4G, 512M or bytes (K/M/G/T are powers of 1024);
-    /// creates or resizes the file. Without it an existing file or device keeps its size.
+    /// creates or resizes the file. `min` is the smallest image that holds the -d tree
+    /// (counted before the copy), `min+64M` or `min+10%` that much larger. Without it an
+    /// existing file or device keeps its size, and a new image made with -d is min+10%.
     #[arg(short, long)]
     pub size: Option<String>,
     /// File system type: ext2, ext3 or ext4 (default ext4), with the features Debian 12's

@@ -2,7 +2,7 @@
 
 use crate::cli::{InfoArgs, MkfsArgs};
 use crate::error::{CmdResult, Context, Error, Failure};
-use crate::size::{human, parse_size};
+use crate::size::{human, parse_size, parse_size_arg, SizeArg, DEFAULT_SLACK};
 use lanefs::info::report as info_report;
 use lanefs::mkfs::{format, MkfsOptions};
 use lanefs::{BlockDevice, FileDevice};
@@ -282,8 +282,8 @@ fn open_target(
 
 /// `lanefs mkfs`.
 pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
-    let size = match &args.size {
-        Some(s) => Some(parse_size(s).map_err(|e| Failure::new("--size", Error::Msg(e)))?),
+    let size_arg = match &args.size {
+        Some(s) => Some(parse_size_arg(s).map_err(|e| Failure::new("--size", Error::Msg(e)))?),
         None => None,
     };
     let (mut opts, ext) = mkfs_options(args)?;
@@ -307,20 +307,87 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         // A listed file the tree lacks, or a type it contradicts, fails here too.
         crate::copy::precheck(args.root_dir.as_deref(), table)?;
     }
+    // The smallest size that holds the tree, asked for or (-d making a new image
+    // without --size) the default: counted before anything is made.
+    let slack = match size_arg {
+        Some(SizeArg::Min(slack)) => Some(slack),
+        None if args.root_dir.is_some() && matches!(existing(&args.image)?, Existing::Missing) => {
+            Some(DEFAULT_SLACK)
+        }
+        _ => None,
+    };
+    let (size, budget, sized) = match slack {
+        Some(slack) => {
+            let (fit, budget) = fit_tree(args, &opts, &over, slack)?;
+            opts = fit.opts;
+            let line = format!("sized it to hold the tree: {}\n", human(fit.size));
+            (Some(fit.size), Some(budget), line)
+        }
+        None => match size_arg {
+            Some(SizeArg::Bytes(n)) => (Some(n), None, String::new()),
+            _ => (None, None, String::new()),
+        },
+    };
+    let budget = budget.as_ref();
     // Every option and the geometry are checked before anything is cleared: a refused
     // mkfs leaves what was there as it was.
     if args.sparse_output || ext.android_sparse {
         let (size, blk) = sparse_checks(args, size, &opts)?;
-        return mkfs_sparse(args, size, blk, &mut opts, &over);
+        return mkfs_sparse(args, size, blk, &mut opts, &over, budget, sized);
     }
     if let Some(n) = target_size(&args.image, size)? {
         lanefs::mkfs::validate(&opts, n).ctx(args.image.display())?;
     }
-    let line = build(args, &args.image, size, &mut opts, &over)?;
+    let base = opts.clone();
+    let line = build(args, &args.image, size, &mut opts, &over, budget)
+        .map_err(|f| with_size_hint(f, args, &base, &over, size_arg))?;
     std::io::stdout()
-        .write_all(line.as_bytes())
+        .write_all((sized + &line).as_bytes())
         .ctx("standard output")?;
     Ok(0)
+}
+
+/// A `-d` build into a size given in bytes that failed: when the tree does not fit that
+/// size, say what size it needs.
+fn with_size_hint(
+    f: Failure,
+    args: &MkfsArgs,
+    opts: &MkfsOptions,
+    over: &crate::copy::Overrides,
+    size_arg: Option<SizeArg>,
+) -> Failure {
+    let (Some(SizeArg::Bytes(given)), Some(_)) = (size_arg, &args.root_dir) else {
+        return f;
+    };
+    let Ok((fit, _)) = fit_tree(args, opts, over, lanefs::mkfs::Slack::Bytes(0)) else {
+        return f;
+    };
+    let hint = match fit.opts.inodes {
+        _ if fit.size > given => format!("the tree needs at least {}", human(fit.size)),
+        Some(n) if opts.inodes.is_none() => {
+            format!("the tree fits in {} with -N {n}", human(fit.size))
+        }
+        _ => return f,
+    };
+    let hint = format!("{}; {hint} (as --size min makes it)", f.error);
+    Failure {
+        error: Error::Msg(hint),
+        ..f
+    }
+}
+
+/// `--size min[+SLACK]`: the tree (`-d`, and the device table's additions) counted, and
+/// the smallest size and inode count that hold it with `slack` more; the budget that
+/// holds the copy to what was counted.
+fn fit_tree(
+    args: &MkfsArgs,
+    opts: &MkfsOptions,
+    over: &crate::copy::Overrides,
+    slack: lanefs::mkfs::Slack,
+) -> CmdResult<(lanefs::mkfs::Fit, crate::copy::Budget)> {
+    let needs = crate::copy::measure(args.root_dir.as_deref(), over)?;
+    let fit = lanefs::mkfs::min_size(opts, &needs, slack).ctx("--size")?;
+    Ok((fit, crate::copy::Budget::of(&needs)))
 }
 
 /// Format `image` (the image, or the scratch file of a sparse one) and fill it as asked;
@@ -331,6 +398,7 @@ fn build(
     size: Option<u64>,
     opts: &mut MkfsOptions,
     over: &crate::copy::Overrides,
+    budget: Option<&crate::copy::Budget>,
 ) -> CmdResult<String> {
     let (dev, created, zeroed) = open_target(args, image, size)?;
     opts.prezeroed = zeroed;
@@ -356,7 +424,7 @@ fn build(
     let dir = args.root_dir.as_deref();
     if dir.is_some() || over.root_owner.is_some() || over.table.is_some() {
         let clamp = opts.time.map(|t| t.sec);
-        if let Err(e) = crate::copy::populate(image, dir, clamp, over) {
+        if let Err(e) = crate::copy::populate(image, dir, clamp, over, budget) {
             if created {
                 let _ = std::fs::remove_file(image);
             }
@@ -423,10 +491,13 @@ fn mkfs_sparse(
     blk: u32,
     opts: &mut MkfsOptions,
     over: &crate::copy::Overrides,
+    budget: Option<&crate::copy::Budget>,
+    sized: String,
 ) -> CmdResult<i32> {
     let what = args.image.display();
     let raw = crate::sparse::Scratch::new(&args.image, "raw").ctx(&what)?;
-    let mut line = build(args, raw.path(), Some(size), opts, over)
+    let mut line = sized;
+    line += &build(args, raw.path(), Some(size), opts, over, budget)
         .map_err(|f| rename_failure(f, raw.path(), &args.image))?;
     let out = crate::sparse::Scratch::new(&args.image, "sparse").ctx(&what)?;
     let sink = crate::sparse::FileOut::new(out.file());

@@ -3,6 +3,41 @@
 
 pub use lanefs::parse_size;
 
+/// `mkfs --size`: a size, or the smallest that holds the `-d` tree with a slack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeArg {
+    /// This many bytes.
+    Bytes(u64),
+    /// `min`, `min+SIZE` or `min+PERCENT%`.
+    Min(lanefs::mkfs::Slack),
+}
+
+/// The slack `mkfs -d` leaves without `--size` on an image it creates: `min+10%`.
+pub const DEFAULT_SLACK: lanefs::mkfs::Slack = lanefs::mkfs::Slack::Percent(10);
+
+/// Parse `--size`: `4G`, `min`, `min+64M`, `min+10%`.
+pub fn parse_size_arg(text: &str) -> Result<SizeArg, String> {
+    use lanefs::mkfs::Slack;
+    let Some(rest) = text.strip_prefix("min") else {
+        return parse_size(text).map(SizeArg::Bytes);
+    };
+    if rest.is_empty() {
+        return Ok(SizeArg::Min(Slack::Bytes(0)));
+    }
+    let bad = || format!("invalid size '{text}' (min, min+SIZE such as min+64M, or min+PERCENT%)");
+    let slack = rest.strip_prefix('+').ok_or_else(bad)?;
+    if let Some(pct) = slack.strip_suffix('%') {
+        let p: u32 = pct.parse().map_err(|_| bad())?;
+        if p > 10_000 {
+            return Err(format!("invalid size '{text}': at most min+10000%"));
+        }
+        return Ok(SizeArg::Min(Slack::Percent(p)));
+    }
+    parse_size(slack)
+        .map(|b| SizeArg::Min(Slack::Bytes(b)))
+        .map_err(|_| bad())
+}
+
 /// `bytes` for people: "4.0 GiB", "512 B".
 pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -21,6 +56,24 @@ pub fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn min_sizes_parse() {
+        use lanefs::mkfs::Slack;
+        assert_eq!(parse_size_arg("4G"), Ok(SizeArg::Bytes(4 << 30)));
+        assert_eq!(parse_size_arg("min"), Ok(SizeArg::Min(Slack::Bytes(0))));
+        assert_eq!(
+            parse_size_arg("min+64M"),
+            Ok(SizeArg::Min(Slack::Bytes(64 << 20)))
+        );
+        assert_eq!(
+            parse_size_arg("min+10%"),
+            Ok(SizeArg::Min(Slack::Percent(10)))
+        );
+        for bad in ["min64M", "min+", "min+x%", "min+-1%", "minimum", "min+10%%"] {
+            assert!(parse_size_arg(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn suffixes_are_powers_of_1024() {

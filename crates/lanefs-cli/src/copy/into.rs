@@ -29,12 +29,14 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Mutex;
 
 mod fill;
+mod measure;
 mod outcome;
 mod populate;
 mod sources;
 mod table;
 use crate::devtable::Node;
 use fill::{changed, work};
+pub use measure::{measure, Budget};
 use outcome::Outcome;
 pub use populate::populate;
 use sources::{host_sources, host_total, place, Meta, Source};
@@ -71,6 +73,7 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, flags: super::Flags) -> CmdResu
             clamp: None,
             flags,
             over: &Overrides::default(),
+            budget: None,
         };
         walk(ctx, |copier| {
             let mut made = HashSet::new();
@@ -145,6 +148,15 @@ struct Ctx<'a> {
     flags: super::Flags,
     /// What `mkfs` changes of the tree's owners and modes, and adds to it.
     over: &'a Overrides,
+    /// What the tree was counted to need when the image was sized for it.
+    budget: Option<&'a Budget>,
+}
+
+impl Ctx<'_> {
+    /// One more inode, for `shown`, out of the budget (if any).
+    fn spend_inode(&self, shown: &str) -> CmdResult<()> {
+        self.budget.map_or(Ok(()), |b| b.inode(&shown))
+    }
 }
 
 /// One regular file whose name exists (open, as create leaves it): its data, xattrs and
@@ -360,6 +372,7 @@ impl Copier<'_> {
             self.link_fits(&first, node, shown)?;
             return self.link(target, dir, name, existing, shown);
         }
+        self.ctx.spend_inode(shown)?;
         let mut reuse = None;
         if let Some(old) = existing {
             if old.kind == FileType::Directory {
@@ -461,6 +474,7 @@ impl Copier<'_> {
                 Error::msg("cannot overwrite a non-directory with a directory"),
             )),
             None => {
+                self.ctx.spend_inode(shown)?;
                 let ino = self
                     .ctx
                     .fs

@@ -4,7 +4,7 @@ mod into;
 mod out;
 mod stdio;
 
-pub use into::{populate, precheck, Overrides};
+pub use into::{measure, populate, precheck, Budget, Overrides};
 
 use crate::cli::CpArgs;
 use crate::error::{CmdResult, Error, Failure};

@@ -98,6 +98,9 @@ impl Ctx<'_> {
                         self.write_all(ino, off + at as u64, piece).ctx(shown)?;
                     }
                 }
+                if let Some(b) = self.budget {
+                    b.bytes(n as u64, &src)?;
+                }
                 off += n as u64;
                 copied += n as u64;
                 self.progress.add(n as u64);

@@ -11,11 +11,15 @@ use super::*;
 /// inode is allocated by the walk, in its (sorted) order, never by a worker. `over`
 /// changes owners and modes as each name is made, and adds what its table lists; with no
 /// `src` only those are applied to the empty image.
+///
+/// With `budget` (the image was sized for the tree), a tree that grew since it was
+/// counted fails the copy.
 pub fn populate(
     image: &Path,
     src: Option<&Path>,
     clamp: Option<i64>,
     over: &Overrides,
+    budget: Option<&Budget>,
 ) -> CmdResult<()> {
     crate::hostsys::raise_fd_limit();
     let tree = match src {
@@ -59,6 +63,7 @@ pub fn populate(
             clamp,
             flags: crate::copy::Flags::default(),
             over,
+            budget,
         };
         walk(ctx, |copier| match tree {
             Some((src, host, meta)) => {

@@ -15,6 +15,8 @@ pub(super) struct Meta {
     pub(super) ino: u64,
     pub(super) rdev: u64,
     pub(super) size: u64,
+    /// 512-byte blocks allocated (`st_blocks`).
+    pub(super) blocks: u64,
     pub(super) atime: lanefs::Timespec,
     pub(super) mtime: lanefs::Timespec,
 }
@@ -31,6 +33,7 @@ impl From<Stat> for Meta {
             ino: st.st_ino,
             rdev: st.st_rdev,
             size: st.st_size.max(0) as u64,
+            blocks: st.st_blocks.max(0) as u64,
             atime: timespec(st.st_atime, st.st_atime_nsec as i64),
             mtime: timespec(st.st_mtime, st.st_mtime_nsec as i64),
         }
