@@ -217,7 +217,7 @@ pub struct MkfsArgs {
     pub device_table: Option<PathBuf>,
     /// Write IMAGE as an Android sparse image, what `fastboot flash` takes, `img2simg`
     /// makes and `simg2img` expands (also `-E android_sparse`, as mke2fs names it). Needs
-    /// --size; the file system is built in a scratch file beside IMAGE, which is then
+    /// --size (or -d); the file system is built in a scratch file beside IMAGE, which is then
     /// encoded: free blocks as DONT_CARE, repeated 4-byte patterns as FILL, with a CRC32
     /// chunk.
     #[arg(long = "sparse-output")]
