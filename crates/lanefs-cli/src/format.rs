@@ -495,7 +495,7 @@ fn mkfs_sparse(
     sized: String,
 ) -> CmdResult<i32> {
     let what = args.image.display();
-    let raw = crate::sparse::Scratch::new(&args.image, "raw").ctx(&what)?;
+    let raw = crate::sparse::Raw::new(&args.image, size).ctx(&what)?;
     let mut line = sized;
     line += &build(args, raw.path(), Some(size), opts, over, budget)
         .map_err(|f| rename_failure(f, raw.path(), &args.image))?;

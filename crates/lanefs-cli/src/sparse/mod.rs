@@ -23,7 +23,7 @@
 
 mod used;
 
-pub use used::{walk, Scratch};
+pub use used::{walk, Raw, Scratch};
 
 use std::io;
 

@@ -17,6 +17,7 @@ use lanefs::internals::disk::superblock::{Superblock, SB_OFFSET, SB_SIZE};
 use lanefs::internals::disk::{find_one, find_zero};
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -285,6 +286,53 @@ impl Drop for Scratch {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+/// Where the raw image of a sparse build is made: in memory (a memfd) when the whole
+/// image could be held in a quarter of the memory available, else a scratch file beside
+/// the output. In memory, nothing of it reaches a disk: no writeback, no flush, and no
+/// blocks to free when it goes (deleting a large scratch file on a discard-mounted disk
+/// costs as much as the encoding).
+pub enum Raw {
+    Memory { file: File, path: PathBuf },
+    Disk(Scratch),
+}
+
+impl Raw {
+    /// The raw image's home for an image of `size` bytes to be written as `output`.
+    pub fn new(output: &Path, size: u64) -> io::Result<Raw> {
+        if size <= mem_available().unwrap_or(0) / 4 {
+            let fd = rustix::fs::memfd_create("lanefs-raw", rustix::fs::MemfdFlags::CLOEXEC)
+                .map_err(io::Error::from)?;
+            let file = File::from(fd);
+            // The engine opens the image by path: the memfd's own, in /proc.
+            let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+            return Ok(Raw::Memory { file, path });
+        }
+        Scratch::new(output, "raw").map(Raw::Disk)
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            Raw::Memory { path, .. } => path,
+            Raw::Disk(s) => s.path(),
+        }
+    }
+
+    pub fn file(&self) -> &File {
+        match self {
+            Raw::Memory { file, .. } => file,
+            Raw::Disk(s) => s.file(),
+        }
+    }
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes.
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// The directory `p` is in.
