@@ -1,4 +1,4 @@
-//! lanefs-bench: the workloads of `lanefs bench` (see the repository's docs/seeds-and-workloads.md), run
+//! lanefs-bench: the workloads of `lanefs bench` (see the repository's docs/workloads.md), run
 //! with the same code against the engine in-process or against a directory of any mounted
 //! file system, with a control loop at every thread count as the ceiling of the machine;
 //! or ([`TargetSpec::Compare`], module [`compare`]) through mounts side by side: lanefs's

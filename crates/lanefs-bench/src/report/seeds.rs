@@ -20,7 +20,7 @@ struct Seed {
     here: fn(&[Record]) -> Option<String>,
 }
 
-/// The five seeds, in number order (the repository's docs/seeds-and-workloads.md).
+/// The five seeds, in number order (the repository's docs/seeds.md).
 const SEEDS: [Seed; 5] = [
     Seed {
         id: "000",

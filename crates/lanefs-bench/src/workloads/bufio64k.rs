@@ -1,4 +1,4 @@
-//! `bufio64k` (seed 002, after fio's buffered sequential 64 KiB IO; docs/seeds-and-workloads.md): each
+//! `bufio64k` (seed 002, after fio's buffered sequential 64 KiB IO; docs/workloads.md): each
 //! thread works on its own 8 MiB file, written whole before the first phase (untimed). One
 //! operation is one 64 KiB call, so ops/s x 64 KiB is the bandwidth. Two phases, each timed
 //! like fallocate2 (warm-up, then the measured seconds):

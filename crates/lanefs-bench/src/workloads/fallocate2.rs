@@ -1,4 +1,4 @@
-//! will-it-scale `fallocate2` (seed 000; docs/seeds-and-workloads.md): each thread allocates the next
+//! will-it-scale `fallocate2` (seed 000; docs/workloads.md): each thread allocates the next
 //! 8 KiB of its own unlinked file and truncates it to zero every 1 MiB. One operation is
 //! one fallocate call. After the run each thread completes its file to 1 MiB; the record
 //! then carries the extents per file and, with every file still open, the free space's

@@ -1,4 +1,4 @@
-//! mdtest `-F -C -r` (seed 001; docs/seeds-and-workloads.md): each thread creates N empty files
+//! mdtest `-F -C -r` (seed 001; docs/workloads.md): each thread creates N empty files
 //! (create + close), then all threads remove them (unlink). Each phase lasts from the
 //! common start until the last thread finishes. Two modes, two workload names:
 //!
