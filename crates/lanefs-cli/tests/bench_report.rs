@@ -8,6 +8,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+#[path = "../../lanefs/tests/common/skips.rs"]
+mod skips;
+
 const LANEFS: &str = env!("CARGO_BIN_EXE_lanefs");
 
 /// The short run every check here uses: two workloads with their seeds' variants (and
@@ -210,11 +213,8 @@ fn short_run_writes_charts_report_and_json() {
 fn terminal_gets_a_bar_and_verbose_gets_lines() {
     let have_script = Command::new("script").arg("--version").output().is_ok();
     if !have_script {
-        println!("SKIP terminal_gets_a_bar_and_verbose_gets_lines: no script(1) for a pty");
-        assert!(
-            std::env::var_os("LANEFS_REQUIRE_PRIVILEGED").is_none(),
-            "script(1) (util-linux) is required here"
-        );
+        let test = "terminal_gets_a_bar_and_verbose_gets_lines";
+        skips::report(test, "no script(1) for a pty (package util-linux)");
         return;
     }
     let line: Vec<String> = std::iter::once(LANEFS.to_string())

@@ -20,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 mod cli_common;
-use cli_common::{noise, required};
+use cli_common::noise;
 
 /// Files per tree: enough that one copy outlasts the half second a second writer waits
 /// for the lock (12,000 copied in 0.27 s here, so the loser often got the lock after the
@@ -141,11 +141,7 @@ struct Done {
 fn two_writers_race_one_wins() {
     let test = "two_writers_race_one_wins";
     if !have("e2fsck") {
-        assert!(
-            !required(),
-            "{test}: e2fsck not found (LANEFS_REQUIRE_PRIVILEGED=1)"
-        );
-        println!("SKIP {test}: e2fsck not found");
+        cli_common::skip(test, "e2fsck not found");
         return;
     }
     let td = tempfile::tempdir().unwrap();

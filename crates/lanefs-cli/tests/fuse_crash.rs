@@ -11,7 +11,10 @@
 //! `LANEFS_FUSE_CRASH_ROUNDS` sets the rounds (default 3), `LANEFS_FUSE_CRASH_SEED` the
 //! seed.
 
+// Both include the one skips module: its skips are counted apart, in two lines.
+#[allow(clippy::duplicate_mod)]
 mod cli_common;
+#[allow(clippy::duplicate_mod)]
 mod fuse_common;
 
 use fuse_common::*;

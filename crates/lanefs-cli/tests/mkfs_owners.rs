@@ -98,6 +98,10 @@ fn builder(test: &str) -> Option<(u32, u32)> {
         skip(test, "needs root to run mkfs as another user");
         return None;
     }
+    if let Err(why) = cli_common::accounts::ensure() {
+        skip(test, &why);
+        return None;
+    }
     let id = |flag: &str| -> Option<u32> {
         let out = Command::new("id").args([flag, "lanefs-a"]).output().ok()?;
         String::from_utf8_lossy(&out.stdout).trim().parse().ok()

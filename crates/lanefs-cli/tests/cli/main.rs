@@ -5,6 +5,8 @@ mod bench;
 mod commands;
 mod edits;
 mod kernel;
+#[path = "../../../lanefs/tests/common/skips.rs"]
+mod skips;
 mod state;
 
 use std::fs;

@@ -56,15 +56,16 @@ pub fn noise(seed: u64, n: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Whether skipping is a failure (`LANEFS_REQUIRE_PRIVILEGED=1`, as `.ci/run` sets).
-pub fn required() -> bool {
-    std::env::var("LANEFS_REQUIRE_PRIVILEGED").as_deref() == Ok("1")
-}
+pub mod accounts;
+#[path = "../../../lanefs/tests/common/skips.rs"]
+pub mod skips;
+#[allow(unused_imports)]
+pub use skips::required;
 
-/// Print the SKIP line of `test`, or fail when skipping is not allowed.
+/// Say that `test` is skipped (seen in cargo's output, counted when the binary exits), or
+/// fail when skipping is not allowed.
 pub fn skip(test: &str, why: &str) {
-    assert!(!required(), "{test}: {why} (LANEFS_REQUIRE_PRIVILEGED=1)");
-    println!("SKIP {test}: {why}");
+    skips::report(test, why);
 }
 
 /// Loop-mount `image` at `mnt` with `opts` (`loop,...`); false (after a SKIP line, or a

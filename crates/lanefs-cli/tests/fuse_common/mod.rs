@@ -13,13 +13,17 @@ use std::time::{Duration, Instant};
 
 pub const LANEFS: &str = env!("CARGO_BIN_EXE_lanefs");
 
-pub fn required() -> bool {
-    std::env::var("LANEFS_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
-}
+#[path = "../cli_common/accounts.rs"]
+pub mod accounts;
+#[path = "../../../lanefs/tests/common/skips.rs"]
+pub mod skips;
+#[allow(unused_imports)]
+pub use skips::required;
 
+/// Say that `test` is skipped (seen in cargo's output, counted when the binary exits), or
+/// fail when skipping is not allowed; false, for `return skip(...)`.
 pub fn skip(test: &str, why: &str) -> bool {
-    assert!(!required(), "{test}: {why} (LANEFS_REQUIRE_PRIVILEGED=1)");
-    println!("SKIP {test}: {why}");
+    skips::report(test, why);
     false
 }
 
@@ -331,6 +335,10 @@ impl Users {
     pub fn get(test: &str) -> Option<Users> {
         if !have("setpriv") {
             skip(test, "setpriv not installed (package util-linux)");
+            return None;
+        }
+        if let Err(why) = accounts::ensure() {
+            skip(test, &why);
             return None;
         }
         let id = |args: &[&str]| -> Option<u32> {
