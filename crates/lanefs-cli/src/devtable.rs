@@ -80,6 +80,22 @@ pub struct Table {
     pub root: Node,
 }
 
+/// The file type of a table's type letter.
+fn type_letter(t: &[u8]) -> Result<FileType, String> {
+    Ok(match t {
+        b"f" => FileType::Regular,
+        b"d" => FileType::Directory,
+        b"c" => FileType::CharDevice,
+        b"b" => FileType::BlockDevice,
+        b"p" => FileType::Fifo,
+        b"s" => FileType::Socket,
+        t => {
+            let t = String::from_utf8_lossy(t);
+            return Err(format!("type '{t}' is not one of f, d, c, b, p, s"));
+        }
+    })
+}
+
 /// What `kind` is called in messages.
 pub fn kind_name(kind: FileType) -> &'static str {
     match kind {
@@ -167,20 +183,7 @@ impl Table {
         }
         let path = fields[0];
         let shown = String::from_utf8_lossy(path).into_owned();
-        let kind = match fields[1] {
-            b"f" => FileType::Regular,
-            b"d" => FileType::Directory,
-            b"c" => FileType::CharDevice,
-            b"b" => FileType::BlockDevice,
-            b"p" => FileType::Fifo,
-            b"s" => FileType::Socket,
-            t => {
-                return Err(format!(
-                    "{shown}: type '{}' is not one of f, d, c, b, p, s",
-                    String::from_utf8_lossy(t)
-                ))
-            }
-        };
+        let kind = type_letter(fields[1]).map_err(|e| format!("{shown}: {e}"))?;
         let num = |i: usize, what: &str, default: u64, radix: u32| {
             number(fields.get(i).copied(), what, default, radix)
                 .map_err(|e| format!("{shown}: {e}"))
@@ -236,6 +239,18 @@ impl Table {
         if count == 0 {
             return self.insert(&names, make(minor), &shown);
         }
+        self.insert_series(&names, (start, count), |n| make(minor_at(n)), &shown)
+    }
+
+    /// Put the `count` entries of a series at `names` with the numbers `start`,
+    /// `start + 1`, ... appended to the last name; entry `n` is `line(n)`.
+    fn insert_series(
+        &mut self,
+        names: &[&[u8]],
+        (start, count): (u64, u64),
+        line: impl Fn(u64) -> Line,
+        shown: &str,
+    ) -> Result<(), String> {
         let Some((last, dirs)) = names.split_last() else {
             return Err("the root must be a directory (d)".into());
         };
@@ -251,7 +266,7 @@ impl Table {
             }
             let mut path: Vec<&[u8]> = dirs.to_vec();
             path.push(&name);
-            self.insert(&path, make(minor_at(n)), &shown)?;
+            self.insert(&path, line(n), &shown)?;
         }
         Ok(())
     }

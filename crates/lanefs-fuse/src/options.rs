@@ -149,6 +149,17 @@ impl Default for MountConfig {
 }
 
 /// VFS flags the kernel applies to the mount itself; passed through unchanged.
+/// The options that take a number (`MountConfig::number`).
+const NUMBERS: &[&str] = &[
+    "threads",
+    "io_uring_depth",
+    "io_uring_spin",
+    "max_write",
+    "attr_timeout",
+    "entry_timeout",
+    "negative_timeout",
+];
+
 const VFS_FLAGS: &[&str] = &[
     "dev",
     "nodev",
@@ -190,84 +201,13 @@ impl MountConfig {
             None => Ok(()),
             Some(v) => Err(format!("option {key} takes no value (got {key}={v})")),
         };
-        let secs = || -> Result<Duration, String> {
-            let v = need()?;
-            v.parse::<f64>()
-                .ok()
-                .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| format!("option {key}={v}: expected seconds"))
-        };
+        if self.switch(key) {
+            return no_value();
+        }
+        if NUMBERS.contains(&key) {
+            return self.number(key, need()?);
+        }
         match key {
-            "allow_other" => {
-                no_value()?;
-                self.allow_other = true;
-            }
-            "allow_root" => {
-                no_value()?;
-                self.allow_root = true;
-            }
-            "default_permissions" => {
-                no_value()?;
-                self.default_permissions = true;
-            }
-            "threads" => {
-                let v = need()?;
-                self.threads = v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=1024).contains(n))
-                    .ok_or_else(|| format!("option threads={v}: expected 1 to 1024"))?;
-            }
-            "writeback_cache" => {
-                no_value()?;
-                self.writeback_cache = true;
-            }
-            "io_uring" => {
-                no_value()?;
-                self.io_uring = UringMode::Required;
-            }
-            "no_io_uring" => {
-                no_value()?;
-                self.io_uring = UringMode::Off;
-            }
-            "unconfined" => {
-                no_value()?;
-                self.unconfined = true;
-            }
-            "io_uring_depth" => {
-                let v = need()?;
-                self.io_uring_depth = v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=128).contains(n))
-                    .ok_or_else(|| format!("option io_uring_depth={v}: expected 1 to 128"))?;
-            }
-            "io_uring_spin" => {
-                let v = need()?;
-                self.io_uring_spin = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n <= 1_000_000)
-                    .map(Duration::from_micros)
-                    .ok_or_else(|| {
-                        format!("option io_uring_spin={v}: expected 0 to 1000000 microseconds")
-                    })?;
-            }
-            "attr_timeout" => self.attr_timeout = secs()?,
-            "entry_timeout" => self.entry_timeout = secs()?,
-            "negative_timeout" => self.negative_timeout = secs()?,
-            "max_write" => {
-                let v = need()?;
-                self.max_write = Some(
-                    v.parse()
-                        .ok()
-                        .filter(|n| (4096..=16 << 20).contains(n))
-                        .ok_or_else(|| {
-                            format!("option max_write={v}: expected 4096 to 16777216 bytes")
-                        })?,
-                );
-            }
             "errors" => {
                 self.errors = match need()? {
                     "remount-ro" => ErrorPolicy::RemountRo,
@@ -294,6 +234,54 @@ impl MountConfig {
                     return Err(format!("unknown mount option {k:?}"));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Set the option `key` if it is one that takes no value; whether it was.
+    fn switch(&mut self, key: &str) -> bool {
+        match key {
+            "allow_other" => self.allow_other = true,
+            "allow_root" => self.allow_root = true,
+            "default_permissions" => self.default_permissions = true,
+            "writeback_cache" => self.writeback_cache = true,
+            "io_uring" => self.io_uring = UringMode::Required,
+            "no_io_uring" => self.io_uring = UringMode::Off,
+            "unconfined" => self.unconfined = true,
+            _ => return false,
+        }
+        true
+    }
+
+    /// Set the numeric option `key` (one of `NUMBERS`) from `v`.
+    fn number(&mut self, key: &str, v: &str) -> Result<(), String> {
+        let int = |range: std::ops::RangeInclusive<u64>, what: &str| {
+            v.parse::<u64>()
+                .ok()
+                .filter(|n| range.contains(n))
+                .ok_or_else(|| format!("option {key}={v}: expected {what}"))
+        };
+        let secs = || -> Result<Duration, String> {
+            v.parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| format!("option {key}={v}: expected seconds"))
+        };
+        match key {
+            "threads" => self.threads = int(1..=1024, "1 to 1024")? as usize,
+            "io_uring_depth" => self.io_uring_depth = int(1..=128, "1 to 128")? as _,
+            "io_uring_spin" => {
+                let us = int(0..=1_000_000, "0 to 1000000 microseconds")?;
+                self.io_uring_spin = Duration::from_micros(us);
+            }
+            "max_write" => {
+                self.max_write = Some(int(4096..=16 << 20, "4096 to 16777216 bytes")? as _);
+            }
+            "attr_timeout" => self.attr_timeout = secs()?,
+            "entry_timeout" => self.entry_timeout = secs()?,
+            "negative_timeout" => self.negative_timeout = secs()?,
+            _ => return Err(format!("unknown mount option {key:?}")),
         }
         Ok(())
     }

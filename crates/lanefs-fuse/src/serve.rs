@@ -142,7 +142,7 @@ pub fn serve_memfs(
 /// the transport (FUSE-over-io_uring where negotiated, else /dev/fuse), the signals;
 /// the session's notifier goes in `notifier` once the session exists.
 fn run_session<FS: UringCapable>(
-    mut frontend: FS,
+    frontend: FS,
     mountpoint: &Path,
     cfg: &MountConfig,
     fsname: &str,
@@ -150,148 +150,16 @@ fn run_session<FS: UringCapable>(
     notifier: Option<Arc<std::sync::OnceLock<fuser::Notifier>>>,
     ready: impl FnOnce(Result<(), String>),
 ) -> Result<(), String> {
-    let root = geteuid() == 0;
-    // A signal unmounts; the request loops then see the connection end. Set up first, so
-    // that nothing can fail between starting the queues and serving.
-    let mp = mountpoint.to_path_buf();
-    let supervisor = cfg.supervisor;
-    let signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ])
-    .map_err(|e| format!("signal handlers: {e}"));
-    let mut signals = match signals {
+    let started = start_session(frontend, mountpoint, cfg, fsname, read_only);
+    let Started {
+        session,
+        transport,
+        queues,
+        dev_threads,
+        held: _held,
+    } = match started {
         Ok(s) => s,
         Err(msg) => {
-            ready(Err(msg.clone()));
-            return Err(msg);
-        }
-    };
-    let signal_thread = std::thread::Builder::new()
-        .name("lanefs-signals".into())
-        .spawn(move || {
-            for sig in signals.forever() {
-                // A supervised daemon may not unmount (confined): its supervisor does.
-                if let Some(sup) = supervisor {
-                    // SAFETY: getppid has no preconditions; kill only sends a signal to
-                    // the supervising process, while it is still this one's parent.
-                    unsafe {
-                        if libc::getppid() == sup {
-                            libc::kill(sup, sig);
-                        }
-                    }
-                    continue;
-                }
-                log::line(&format!("signal {sig}: unmounting {}", mp.display()));
-                if let Err(e) = unmount_path(&mp, true) {
-                    log::line(&format!("unmounting {}: {e}", mp.display()));
-                }
-                break;
-            }
-        })
-        .map_err(|e| format!("signal thread: {e}"));
-    if let Err(msg) = signal_thread {
-        ready(Err(msg.clone()));
-        return Err(msg);
-    }
-    let mut opts = vec![
-        MountOption::FSName(fsname.to_string()),
-        MountOption::Subtype(SUBTYPE.into()),
-    ];
-    // allow_other and allow_root bring default_permissions, for any mounter.
-    let checks = cfg.kernel_checks_permissions();
-    if checks {
-        opts.push(MountOption::DefaultPermissions);
-    }
-    opts.push(if read_only {
-        MountOption::RO
-    } else {
-        MountOption::RW
-    });
-    for f in &cfg.vfs_flags {
-        opts.push(match f.as_str() {
-            "dev" => MountOption::Dev,
-            "nodev" => MountOption::NoDev,
-            "suid" => MountOption::Suid,
-            "nosuid" => MountOption::NoSuid,
-            "exec" => MountOption::Exec,
-            "noexec" => MountOption::NoExec,
-            "atime" => MountOption::Atime,
-            "noatime" => MountOption::NoAtime,
-            "sync" => MountOption::Sync,
-            "async" => MountOption::Async,
-            "dirsync" => MountOption::DirSync,
-            _ => continue,
-        });
-    }
-    let acl = if cfg.allow_other {
-        SessionACL::All
-    } else if cfg.allow_root {
-        SessionACL::RootAndOwner
-    } else {
-        SessionACL::Owner
-    };
-    let mut config = Config::default();
-    config.mount_options = opts.clone();
-    config.acl = acl;
-    config.n_threads = Some(cfg.threads);
-    config.clone_fd = true;
-
-    // FUSE-over-io_uring: the queues are made before the handshake, so the frontend asks
-    // for it at FUSE_INIT only when they exist.
-    let prepared = match cfg.io_uring {
-        UringMode::Off => Err("turned off (-o no_io_uring)".to_string()),
-        _ => uring::prepare::<FS>(cfg.io_uring_depth, uring_payload(cfg), cfg.io_uring_spin),
-    };
-    let decided = Arc::new(std::sync::Mutex::new(None));
-    match &prepared {
-        Ok(p) => frontend.offer_uring(UringOffer {
-            max_write: uring_payload(cfg) as u32,
-            payload: p.payload as u32,
-            required: cfg.io_uring == UringMode::Required,
-            decided: decided.clone(),
-        }),
-        Err(why) if cfg.io_uring == UringMode::Required => {
-            let msg = format!("io_uring: {why}");
-            ready(Err(msg.clone()));
-            return Err(msg);
-        }
-        Err(_) => {}
-    }
-    // With io_uring the /dev/fuse threads only take forgets (one per evicted inode) and
-    // interrupts: one thread, so they come in batches instead of waking a thread per CPU.
-    if prepared.is_ok() && uring::offered() {
-        config.n_threads = Some(1);
-    }
-    // Held while the daemon lives: `lanefs mount` finds a live mount of an image by its
-    // daemon's descriptors (this one names the mount point), whatever source or fsname
-    // the mount shows. O_PATH on the directory under the mount: it pins nothing of the
-    // FUSE mount itself.
-    let _where = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-        .open(mountpoint)
-        .ok();
-    // As root, mount(2) directly with the type fuse.lanefs (fuser's own direct mount says
-    // plain "fuse"); otherwise fusermount3 does it, subtype and all.
-    let session = if root {
-        direct_mount(mountpoint, fsname, &opts, cfg, checks, read_only).and_then(|fd| {
-            Session::from_fd(frontend, fd, acl, config.clone()).map_err(|e| {
-                let _ = unmount_path(mountpoint, true);
-                format!("FUSE handshake: {e}")
-            })
-        })
-    } else {
-        Session::new(frontend, mountpoint, &config)
-            .map_err(|e| format!("mounting at {}: {e}", mountpoint.display()))
-    };
-    let session = match session {
-        Ok(s) => s,
-        Err(msg) => {
-            if let Ok(p) = prepared {
-                p.stop();
-            }
             ready(Err(msg.clone()));
             return Err(msg);
         }
@@ -299,38 +167,6 @@ fn run_session<FS: UringCapable>(
     if let Some(slot) = notifier {
         let _ = slot.set(session.notifier());
     }
-    let dev_threads = config.n_threads.unwrap_or(1);
-    let decided = decided.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let (transport, queues) = match (prepared, decided) {
-        (Ok(p), Some(Ok(()))) => {
-            let transport = Transport::Uring {
-                queues: p.queues(),
-                depth: p.depth,
-            };
-            match std::os::fd::AsFd::as_fd(&session).try_clone_to_owned() {
-                Ok(fd) => (transport, Some((p, fd))),
-                // Without a descriptor for the queues the kernel would wait for them:
-                // nothing to do but fail the mount.
-                Err(e) => {
-                    p.stop();
-                    let msg = format!("io_uring: duplicating /dev/fuse: {e}");
-                    ready(Err(msg.clone()));
-                    if root {
-                        let _ = unmount_path(mountpoint, true);
-                    }
-                    return Err(msg);
-                }
-            }
-        }
-        (Ok(p), decided) => {
-            p.stop();
-            let why = decided
-                .and_then(Result::err)
-                .unwrap_or_else(|| "not negotiated".into());
-            (Transport::DevFuse(why), None)
-        }
-        (Err(why), _) => (Transport::DevFuse(why), None),
-    };
     ready(Ok(()));
     // After `ready`: a daemon logs to syslog from here on, `-f` to stderr.
     log::line(&match &transport {
@@ -371,6 +207,207 @@ fn run_session<FS: UringCapable>(
         let _ = t.join();
     }
     Ok(())
+}
+
+/// A mounted session, not yet serving: its transport, and the io_uring queues to start
+/// with their /dev/fuse descriptor when that transport is io_uring.
+struct Started<FS: UringCapable> {
+    session: Session<FS>,
+    transport: Transport,
+    queues: Option<(uring::Prepared<FS>, OwnedFd)>,
+    dev_threads: usize,
+    /// The mount point, held open while the daemon serves (see `start_session`).
+    held: Option<std::fs::File>,
+}
+
+/// The signals handled, the mount made and FUSE_INIT answered: everything that can fail
+/// before the mount serves.
+fn start_session<FS: UringCapable>(
+    mut frontend: FS,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    fsname: &str,
+    read_only: bool,
+) -> Result<Started<FS>, String> {
+    let root = geteuid() == 0;
+    // A signal unmounts; the request loops then see the connection end. Set up first, so
+    // that nothing can fail between starting the queues and serving.
+    handle_signals(mountpoint, cfg.supervisor)?;
+    let (opts, checks) = mount_options(cfg, fsname, read_only);
+    let acl = if cfg.allow_other {
+        SessionACL::All
+    } else if cfg.allow_root {
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    let mut config = Config::default();
+    config.mount_options = opts.clone();
+    config.acl = acl;
+    config.n_threads = Some(cfg.threads);
+    config.clone_fd = true;
+
+    // FUSE-over-io_uring: the queues are made before the handshake, so the frontend asks
+    // for it at FUSE_INIT only when they exist.
+    let prepared = match cfg.io_uring {
+        UringMode::Off => Err("turned off (-o no_io_uring)".to_string()),
+        _ => uring::prepare::<FS>(cfg.io_uring_depth, uring_payload(cfg), cfg.io_uring_spin),
+    };
+    let decided = Arc::new(std::sync::Mutex::new(None));
+    match &prepared {
+        Ok(p) => frontend.offer_uring(UringOffer {
+            max_write: uring_payload(cfg) as u32,
+            payload: p.payload as u32,
+            required: cfg.io_uring == UringMode::Required,
+            decided: decided.clone(),
+        }),
+        Err(why) if cfg.io_uring == UringMode::Required => return Err(format!("io_uring: {why}")),
+        Err(_) => {}
+    }
+    // With io_uring the /dev/fuse threads only take forgets (one per evicted inode) and
+    // interrupts: one thread, so they come in batches instead of waking a thread per CPU.
+    if prepared.is_ok() && uring::offered() {
+        config.n_threads = Some(1);
+    }
+    // Held while the daemon lives: `lanefs mount` finds a live mount of an image by its
+    // daemon's descriptors (this one names the mount point), whatever source or fsname
+    // the mount shows. O_PATH on the directory under the mount: it pins nothing of the
+    // FUSE mount itself.
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(mountpoint)
+        .ok();
+    // As root, mount(2) directly with the type fuse.lanefs (fuser's own direct mount says
+    // plain "fuse"); otherwise fusermount3 does it, subtype and all.
+    let session = if root {
+        direct_mount(mountpoint, fsname, &opts, cfg, checks, read_only).and_then(|fd| {
+            Session::from_fd(frontend, fd, acl, config.clone()).map_err(|e| {
+                let _ = unmount_path(mountpoint, true);
+                format!("FUSE handshake: {e}")
+            })
+        })
+    } else {
+        Session::new(frontend, mountpoint, &config)
+            .map_err(|e| format!("mounting at {}: {e}", mountpoint.display()))
+    };
+    let session = match session {
+        Ok(s) => s,
+        Err(msg) => {
+            if let Ok(p) = prepared {
+                p.stop();
+            }
+            return Err(msg);
+        }
+    };
+    let decided = decided.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let (transport, queues) = match (prepared, decided) {
+        (Ok(p), Some(Ok(()))) => {
+            let transport = Transport::Uring {
+                queues: p.queues(),
+                depth: p.depth,
+            };
+            match std::os::fd::AsFd::as_fd(&session).try_clone_to_owned() {
+                Ok(fd) => (transport, Some((p, fd))),
+                // Without a descriptor for the queues the kernel would wait for them:
+                // nothing to do but fail the mount.
+                Err(e) => {
+                    p.stop();
+                    if root {
+                        let _ = unmount_path(mountpoint, true);
+                    }
+                    return Err(format!("io_uring: duplicating /dev/fuse: {e}"));
+                }
+            }
+        }
+        (Ok(p), decided) => {
+            p.stop();
+            let why = decided
+                .and_then(Result::err)
+                .unwrap_or_else(|| "not negotiated".into());
+            (Transport::DevFuse(why), None)
+        }
+        (Err(why), _) => (Transport::DevFuse(why), None),
+    };
+    Ok(Started {
+        session,
+        transport,
+        queues,
+        dev_threads: config.n_threads.unwrap_or(1),
+        held,
+    })
+}
+
+/// SIGINT, SIGTERM and SIGHUP unmount `mountpoint` (a supervised daemon passes them to
+/// its supervisor, which unmounts).
+fn handle_signals(mountpoint: &Path, supervisor: Option<i32>) -> Result<(), String> {
+    let mp = mountpoint.to_path_buf();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| format!("signal handlers: {e}"))?;
+    std::thread::Builder::new()
+        .name("lanefs-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                // A supervised daemon may not unmount (confined): its supervisor does.
+                if let Some(sup) = supervisor {
+                    // SAFETY: getppid has no preconditions; kill only sends a signal to
+                    // the supervising process, while it is still this one's parent.
+                    unsafe {
+                        if libc::getppid() == sup {
+                            libc::kill(sup, sig);
+                        }
+                    }
+                    continue;
+                }
+                log::line(&format!("signal {sig}: unmounting {}", mp.display()));
+                if let Err(e) = unmount_path(&mp, true) {
+                    log::line(&format!("unmounting {}: {e}", mp.display()));
+                }
+                break;
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| format!("signal thread: {e}"))
+}
+
+/// The mount's options: its name and type, the permission checks, ro/rw and the VFS
+/// flags asked for; and whether the kernel checks permissions (default_permissions).
+fn mount_options(cfg: &MountConfig, fsname: &str, read_only: bool) -> (Vec<MountOption>, bool) {
+    let mut opts = vec![
+        MountOption::FSName(fsname.to_string()),
+        MountOption::Subtype(SUBTYPE.into()),
+    ];
+    // allow_other and allow_root bring default_permissions, for any mounter.
+    let checks = cfg.kernel_checks_permissions();
+    if checks {
+        opts.push(MountOption::DefaultPermissions);
+    }
+    opts.push(if read_only {
+        MountOption::RO
+    } else {
+        MountOption::RW
+    });
+    for f in &cfg.vfs_flags {
+        opts.push(match f.as_str() {
+            "dev" => MountOption::Dev,
+            "nodev" => MountOption::NoDev,
+            "suid" => MountOption::Suid,
+            "nosuid" => MountOption::NoSuid,
+            "exec" => MountOption::Exec,
+            "noexec" => MountOption::NoExec,
+            "atime" => MountOption::Atime,
+            "noatime" => MountOption::NoAtime,
+            "sync" => MountOption::Sync,
+            "async" => MountOption::Async,
+            "dirsync" => MountOption::DirSync,
+            _ => continue,
+        });
+    }
+    (opts, checks)
 }
 
 /// The io_uring queues' payload: the mount's `max_write`, 1 MiB unless given (as
