@@ -287,12 +287,15 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         None => None,
     };
     let (mut opts, ext) = mkfs_options(args)?;
-    if let Some(dir) = &args.root_dir {
-        // Before anything is formatted: a source that is not a directory changes nothing.
-        match std::fs::metadata(dir) {
+    // Before anything is formatted: a source that is neither a directory nor the start
+    // of a tar archive changes nothing.
+    let mut archive = None;
+    if let Some(src) = &args.root_dir {
+        match std::fs::metadata(src) {
             Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(Failure::new(dir.display(), Error::msg("not a directory"))),
-            Err(e) => return Err(Failure::new(dir.display(), e)),
+            _ if src.as_os_str() == "-" => archive = Some(crate::copy::Archive::open(src)?),
+            Ok(_) => archive = Some(crate::copy::Archive::open(src)?),
+            Err(e) => return Err(Failure::new(src.display(), e)),
         }
     }
     let over = crate::copy::Overrides {
@@ -303,34 +306,37 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
             None => None,
         },
     };
-    if let Some(table) = &over.table {
-        // A listed file the tree lacks, or a type it contradicts, fails here too.
+    if let (Some(table), None) = (&over.table, &archive) {
+        // A listed file the tree lacks, or a type it contradicts, fails here too (an
+        // archive is checked as it is read).
         crate::copy::precheck(args.root_dir.as_deref(), table)?;
     }
     // Every option and the geometry are checked before anything is cleared: a refused
     // mkfs leaves what was there as it was.
     if args.sparse_output || ext.android_sparse {
         let (size, blk) = sparse_checks(args, size, &opts)?;
-        return mkfs_sparse(args, size, blk, &mut opts, &over);
+        return mkfs_sparse(args, size, blk, &mut opts, &over, archive);
     }
     if let Some(n) = target_size(&args.image, size)? {
         lanefs::mkfs::validate(&opts, n).ctx(args.image.display())?;
     }
-    let line = build(args, &args.image, size, &mut opts, &over)?;
+    let line = build(args, &args.image, size, &mut opts, &over, archive)?;
     std::io::stdout()
         .write_all(line.as_bytes())
         .ctx("standard output")?;
     Ok(0)
 }
 
-/// Format `image` (the image, or the scratch file of a sparse one) and fill it as asked;
-/// the lines to print (naming `args.image`). A failure removes an image file it created.
+/// Format `image` (the image, or the scratch file of a sparse one) and fill it as asked
+/// (from `archive` when `-d` named one); the lines to print (naming `args.image`). A
+/// failure removes an image file it created.
 fn build(
     args: &MkfsArgs,
     image: &Path,
     size: Option<u64>,
     opts: &mut MkfsOptions,
     over: &crate::copy::Overrides,
+    archive: Option<crate::copy::Archive>,
 ) -> CmdResult<String> {
     let (dev, created, zeroed) = open_target(args, image, size)?;
     opts.prezeroed = zeroed;
@@ -356,7 +362,11 @@ fn build(
     let dir = args.root_dir.as_deref();
     if dir.is_some() || over.root_owner.is_some() || over.table.is_some() {
         let clamp = opts.time.map(|t| t.sec);
-        if let Err(e) = crate::copy::populate(image, dir, clamp, over) {
+        let filled = match archive {
+            Some(archive) => crate::copy::populate_archive(image, archive, clamp, over),
+            None => crate::copy::populate(image, dir, clamp, over),
+        };
+        if let Err(e) = filled {
             if created {
                 let _ = std::fs::remove_file(image);
             }
@@ -423,10 +433,11 @@ fn mkfs_sparse(
     blk: u32,
     opts: &mut MkfsOptions,
     over: &crate::copy::Overrides,
+    archive: Option<crate::copy::Archive>,
 ) -> CmdResult<i32> {
     let what = args.image.display();
     let raw = crate::sparse::Scratch::new(&args.image, "raw").ctx(&what)?;
-    let mut line = build(args, raw.path(), Some(size), opts, over)
+    let mut line = build(args, raw.path(), Some(size), opts, over, archive)
         .map_err(|f| rename_failure(f, raw.path(), &args.image))?;
     let out = crate::sparse::Scratch::new(&args.image, "sparse").ctx(&what)?;
     let sink = crate::sparse::FileOut::new(out.file());

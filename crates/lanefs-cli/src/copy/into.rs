@@ -28,12 +28,14 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Mutex;
 
+mod archive;
 mod fill;
 mod outcome;
 mod populate;
 mod sources;
 mod table;
 use crate::devtable::Node;
+pub use archive::{populate_archive, Archive};
 use fill::{changed, work};
 use outcome::Outcome;
 pub use populate::populate;

@@ -4,7 +4,7 @@ mod into;
 mod out;
 mod stdio;
 
-pub use into::{populate, precheck, Overrides};
+pub use into::{populate, populate_archive, precheck, Archive, Overrides};
 
 use crate::cli::CpArgs;
 use crate::error::{CmdResult, Error, Failure};
