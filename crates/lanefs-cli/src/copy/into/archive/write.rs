@@ -286,14 +286,17 @@ impl<'c, 'a, R: Read> Build<'c, 'a, R> {
             }
         };
         let ino = made?;
-        self.xattrs(ino, &m.xattrs, &shown)?;
-        self.copier.ctx.finish(
-            None,
-            std::path::Path::new(&self.archive),
-            ino,
-            &meta,
-            &shown,
-        )
+        self.attributes(ino, &meta, &m.xattrs, &shown)
+    }
+
+    /// Give `ino` the owner, mode and times of `meta`, then the xattrs `xattrs`, as `tar
+    /// x` does: an access ACL then decides the group bits (libarchive writes the owning
+    /// group's there, GNU tar the mask's), and no time moves (an xattr stamps the change
+    /// time only).
+    fn attributes(&self, ino: Ino, meta: &Meta, xattrs: &[Record], shown: &str) -> CmdResult<()> {
+        let path = std::path::Path::new(&self.archive);
+        self.copier.ctx.finish(None, path, ino, meta, shown)?;
+        self.xattrs(ino, xattrs, shown)
     }
 
     /// Remove what `dir/name` holds (`a`) for member `m`, as `tar x` does: a directory
@@ -515,14 +518,7 @@ impl<'c, 'a, R: Read> Build<'c, 'a, R> {
         let ctx = self.copier.ctx;
         for later in self.later.iter().filter(|l| !l.gone) {
             let shown = self.shown(&later.path);
-            self.xattrs(later.ino, &later.xattrs, &shown)?;
-            ctx.finish(
-                None,
-                std::path::Path::new(&self.archive),
-                later.ino,
-                &later.meta,
-                &shown,
-            )?;
+            self.attributes(later.ino, &later.meta, &later.xattrs, &shown)?;
         }
         if self.root_seen {
             return Ok(());
