@@ -374,7 +374,11 @@ fn build(
         }
     }
     if let Some(dir) = dir {
-        line += &format!("copied {} into it\n", dir.display());
+        let shown = match dir.as_os_str() == "-" {
+            true => "standard input".to_string(),
+            false => dir.display().to_string(),
+        };
+        line += &format!("copied {shown} into it\n");
     }
     if let Some(table) = &args.device_table {
         line += &format!("applied the device table {}\n", table.display());
