@@ -591,8 +591,16 @@ fn hostile_archives_fail_in_one_line_and_leave_no_image() {
             good[..512 + 1000].to_vec(),
             "member \"f\": truncated archive",
         ),
-        ("garbage", noise(3, 10_000), "not a tar archive"),
-        ("empty", Vec::new(), "empty: not a tar archive"),
+        (
+            "garbage",
+            noise(3, 10_000),
+            "neither a directory nor a tar archive",
+        ),
+        (
+            "empty",
+            Vec::new(),
+            "empty: neither a directory nor a tar archive",
+        ),
     ];
     for (what, bytes, want) in cases {
         let path = td.path().join(format!("{what}.tar"));

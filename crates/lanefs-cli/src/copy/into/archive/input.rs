@@ -57,6 +57,10 @@ impl Archive {
             false => path.display().to_string(),
         };
         let fail = |why: String| Failure::new(&shown, Error::Msg(why));
+        let not = match stdin {
+            true => "not a tar archive",
+            false => "neither a directory nor a tar archive",
+        };
         let (mut src, total): (Box<dyn Read + Send>, Option<u64>) = if stdin {
             (Box::new(std::io::stdin()), None)
         } else {
@@ -72,7 +76,7 @@ impl Archive {
         let n = fill(&mut *src, &mut head).map_err(|e| Failure::new(&shown, e))?;
         head.truncate(n);
         if n == 0 {
-            return Err(fail("empty: not a tar archive".into()));
+            return Err(fail(format!("empty: {not}")));
         }
         let kind = sniff(&head).map_err(|w| fail(w.into()))?;
         let raw = Cursor::new(head).chain(src);
@@ -99,12 +103,10 @@ impl Archive {
         let got = fill(&mut rest, &mut first).map_err(|e| Failure::new(&shown, e))?;
         let total = total.filter(|_| kind == Compression::None);
         if got < BLOCK {
-            return Err(fail("not a tar archive (shorter than one header)".into()));
+            return Err(fail(format!("{not} (shorter than one header)")));
         }
         if !first.iter().all(|&b| b == 0) && !super::members::checksum_ok(&first) {
-            return Err(fail(
-                "not a tar archive (no tar header at its start)".into(),
-            ));
+            return Err(fail(format!("{not} (no tar header at its start)")));
         }
         Ok(Archive {
             shown,
