@@ -189,10 +189,13 @@ pub struct MkfsArgs {
     pub force: bool,
     /// Copy this host directory into the new file system, as `mke2fs -d`: its contents
     /// become the root's, with everything `cp -a` keeps (the root takes the directory's
-    /// owner, mode, times and xattrs). With SOURCE_DATE_EPOCH set, the image is
-    /// reproducible: every time is clamped to it, and with -U and -E hash_seed the same
-    /// tree gives the same bytes.
-    #[arg(short = 'd', long = "root-directory", value_name = "DIR")]
+    /// owner, mode, times and xattrs). Or a tar archive (a file, or `-` for standard
+    /// input; plain, gzip, zstd or xz, told by its first bytes): its members become the
+    /// root's with what the archive says (owners by number, modes, ns times, hard links,
+    /// devices, xattrs, ACLs, holes), no privileges needed. With SOURCE_DATE_EPOCH set,
+    /// the image is reproducible: every time is clamped to it, and with -U and -E
+    /// hash_seed the same tree or archive gives the same bytes.
+    #[arg(short = 'd', long = "root-directory", value_name = "DIR|ARCHIVE")]
     pub root_dir: Option<PathBuf>,
     /// The file system's UUID: a UUID (8-4-4-4-12 hex digits), `random` (default) or
     /// `clear` (all zeros).

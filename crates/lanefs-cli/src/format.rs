@@ -287,26 +287,6 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         None => None,
     };
     let (mut opts, ext) = mkfs_options(args)?;
-    if let Some(dir) = &args.root_dir {
-        // Before anything is formatted: a source that is not a directory changes nothing.
-        match std::fs::metadata(dir) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(Failure::new(dir.display(), Error::msg("not a directory"))),
-            Err(e) => return Err(Failure::new(dir.display(), e)),
-        }
-    }
-    let over = crate::copy::Overrides {
-        all_root: args.all_root,
-        root_owner: ext.root_owner,
-        table: match &args.device_table {
-            Some(path) => Some(crate::devtable::Table::read(path)?),
-            None => None,
-        },
-    };
-    if let Some(table) = &over.table {
-        // A listed file the tree lacks, or a type it contradicts, fails here too.
-        crate::copy::precheck(args.root_dir.as_deref(), table)?;
-    }
     // The smallest size that holds the tree, asked for or (-d making a new image
     // without --size) the default: counted before anything is made.
     let slack = match size_arg {
@@ -316,35 +296,116 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         }
         _ => None,
     };
+    // Before anything is formatted: a source that is neither a directory nor the start
+    // of a tar archive changes nothing. An archive on standard input that is to be
+    // counted first is kept in a scratch file, to be read twice.
+    let source = Source::open(args.root_dir.as_deref(), slack.is_some())?;
+    let over = crate::copy::Overrides {
+        all_root: args.all_root,
+        root_owner: ext.root_owner,
+        table: match &args.device_table {
+            Some(path) => Some(crate::devtable::Table::read(path)?),
+            None => None,
+        },
+    };
+    if let (Some(table), None) = (&over.table, &source.archive) {
+        // A listed file the tree lacks, or a type it contradicts, fails here too (an
+        // archive is checked as it is read).
+        crate::copy::precheck(args.root_dir.as_deref(), table)?;
+    }
     let (size, budget, sized) = match slack {
         Some(slack) => {
-            let (fit, budget) = fit_tree(args, &opts, &over, slack)?;
+            let (fit, budget) = fit_tree(args, &source, &opts, &over, slack)?;
             opts = fit.opts;
             let line = format!("sized it to hold the tree: {}\n", human(fit.size));
-            (Some(fit.size), Some(budget), line)
+            (Some(fit.size), budget, line)
         }
         None => match size_arg {
             Some(SizeArg::Bytes(n)) => (Some(n), None, String::new()),
             _ => (None, None, String::new()),
         },
     };
-    let budget = budget.as_ref();
+    let archive_path = source.archive_path();
+    let fill = Fill {
+        over: &over,
+        archive: source.archive,
+        budget: budget.as_ref(),
+    };
     // Every option and the geometry are checked before anything is cleared: a refused
     // mkfs leaves what was there as it was.
     if args.sparse_output || ext.android_sparse {
         let (size, blk) = sparse_checks(args, size, &opts)?;
-        return mkfs_sparse(args, size, blk, &mut opts, &over, budget, sized);
+        return mkfs_sparse(args, size, blk, &mut opts, fill, sized);
     }
     if let Some(n) = target_size(&args.image, size)? {
         lanefs::mkfs::validate(&opts, n).ctx(args.image.display())?;
     }
     let base = opts.clone();
-    let line = build(args, &args.image, size, &mut opts, &over, budget)
-        .map_err(|f| with_size_hint(f, args, &base, &over, size_arg))?;
+    let line = build(args, &args.image, size, &mut opts, fill)
+        .map_err(|f| with_size_hint(f, args, archive_path.as_deref(), &base, &over, size_arg))?;
     std::io::stdout()
         .write_all((sized + &line).as_bytes())
         .ctx("standard output")?;
     Ok(0)
+}
+
+/// The source `-d` names, opened: a directory (nothing to hold open), or a tar archive
+/// (its path, unless it is standard input not kept, and its stream for the build).
+struct Source {
+    archive: Option<crate::copy::Archive>,
+    /// Where the archive can be read again: its file, or the scratch copy of standard
+    /// input (held open here).
+    again: Option<(std::path::PathBuf, Option<std::fs::File>)>,
+}
+
+impl Source {
+    /// Open `src`; `twice`: an archive will be read once to count it, then to build.
+    fn open(src: Option<&Path>, twice: bool) -> CmdResult<Source> {
+        let none = Source {
+            archive: None,
+            again: None,
+        };
+        let Some(src) = src else {
+            return Ok(none);
+        };
+        let stdin = src.as_os_str() == "-";
+        match std::fs::metadata(src) {
+            Ok(m) if m.is_dir() && !stdin => return Ok(none),
+            Err(e) if !stdin => return Err(Failure::new(src.display(), e)),
+            _ => {}
+        }
+        let again = match (stdin, twice) {
+            (true, true) => {
+                let kept = crate::copy::keep_stdin().ctx("standard input")?;
+                Some((kept.0, Some(kept.1)))
+            }
+            (true, false) => None,
+            (false, _) => Some((src.to_path_buf(), None)),
+        };
+        let path = again.as_ref().map_or(src, |(p, _)| p.as_path());
+        let mut archive = crate::copy::Archive::open(path)?;
+        if stdin {
+            archive.shown = "standard input".into();
+        }
+        Ok(Source {
+            archive: Some(archive),
+            again,
+        })
+    }
+
+    /// The path the archive can be read from again, if it can.
+    fn archive_path(&self) -> Option<std::path::PathBuf> {
+        self.archive.as_ref()?;
+        self.again.as_ref().map(|(p, _)| p.clone())
+    }
+}
+
+/// What fills the new image: the overrides, the archive `-d` named (else its
+/// directory, or nothing), and the budget of a tree the image was sized for.
+struct Fill<'a> {
+    over: &'a crate::copy::Overrides,
+    archive: Option<crate::copy::Archive>,
+    budget: Option<&'a crate::copy::Budget>,
 }
 
 /// A `-d` build into a size given in bytes that failed: when the tree does not fit that
@@ -352,14 +413,23 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
 fn with_size_hint(
     f: Failure,
     args: &MkfsArgs,
+    archive: Option<&Path>,
     opts: &MkfsOptions,
     over: &crate::copy::Overrides,
     size_arg: Option<SizeArg>,
 ) -> Failure {
-    let (Some(SizeArg::Bytes(given)), Some(_)) = (size_arg, &args.root_dir) else {
+    let (Some(SizeArg::Bytes(given)), Some(src)) = (size_arg, &args.root_dir) else {
         return f;
     };
-    let Ok((fit, _)) = fit_tree(args, opts, over, lanefs::mkfs::Slack::Bytes(0)) else {
+    let needs = match archive {
+        Some(path) => crate::copy::measure_archive(path, over),
+        None if src.as_os_str() == "-" => return f,
+        None => crate::copy::measure(Some(src), over),
+    };
+    let Ok(needs) = needs else {
+        return f;
+    };
+    let Ok(fit) = lanefs::mkfs::min_size(opts, &needs, lanefs::mkfs::Slack::Bytes(0)) else {
         return f;
     };
     let hint = match fit.opts.inodes {
@@ -376,30 +446,36 @@ fn with_size_hint(
     }
 }
 
-/// `--size min[+SLACK]`: the tree (`-d`, and the device table's additions) counted, and
-/// the smallest size and inode count that hold it with `slack` more; the budget that
-/// holds the copy to what was counted.
+/// `--size min[+SLACK]`: the tree (`-d`, a directory or an archive, and the device
+/// table's additions) counted, and the smallest size and inode count that hold it with
+/// `slack` more; for a directory, the budget that holds the copy to what was counted
+/// (an archive read again is the same archive).
 fn fit_tree(
     args: &MkfsArgs,
+    source: &Source,
     opts: &MkfsOptions,
     over: &crate::copy::Overrides,
     slack: lanefs::mkfs::Slack,
-) -> CmdResult<(lanefs::mkfs::Fit, crate::copy::Budget)> {
-    let needs = crate::copy::measure(args.root_dir.as_deref(), over)?;
+) -> CmdResult<(lanefs::mkfs::Fit, Option<crate::copy::Budget>)> {
+    let (needs, budget) = match source.archive_path() {
+        Some(path) => (crate::copy::measure_archive(&path, over)?, false),
+        None => (crate::copy::measure(args.root_dir.as_deref(), over)?, true),
+    };
     let fit = lanefs::mkfs::min_size(opts, &needs, slack).ctx("--size")?;
-    Ok((fit, crate::copy::Budget::of(&needs)))
+    Ok((fit, budget.then(|| crate::copy::Budget::of(&needs))))
 }
 
-/// Format `image` (the image, or the scratch file of a sparse one) and fill it as asked;
-/// the lines to print (naming `args.image`). A failure removes an image file it created.
+/// Format `image` (the image, or the scratch file of a sparse one) and fill it as asked
+/// (from `fill.archive` when `-d` named one); the lines to print (naming `args.image`).
+/// A failure removes an image file it created.
 fn build(
     args: &MkfsArgs,
     image: &Path,
     size: Option<u64>,
     opts: &mut MkfsOptions,
-    over: &crate::copy::Overrides,
-    budget: Option<&crate::copy::Budget>,
+    fill: Fill<'_>,
 ) -> CmdResult<String> {
+    let over = fill.over;
     let (dev, created, zeroed) = open_target(args, image, size)?;
     opts.prezeroed = zeroed;
     if let Err(e) = format(&dev, opts).and_then(|()| dev.flush()) {
@@ -424,7 +500,11 @@ fn build(
     let dir = args.root_dir.as_deref();
     if dir.is_some() || over.root_owner.is_some() || over.table.is_some() {
         let clamp = opts.time.map(|t| t.sec);
-        if let Err(e) = crate::copy::populate(image, dir, clamp, over, budget) {
+        let filled = match fill.archive {
+            Some(archive) => crate::copy::populate_archive(image, archive, clamp, over),
+            None => crate::copy::populate(image, dir, clamp, over, fill.budget),
+        };
+        if let Err(e) = filled {
             if created {
                 let _ = std::fs::remove_file(image);
             }
@@ -432,7 +512,11 @@ fn build(
         }
     }
     if let Some(dir) = dir {
-        line += &format!("copied {} into it\n", dir.display());
+        let shown = match dir.as_os_str() == "-" {
+            true => "standard input".to_string(),
+            false => dir.display().to_string(),
+        };
+        line += &format!("copied {shown} into it\n");
     }
     if let Some(table) = &args.device_table {
         line += &format!("applied the device table {}\n", table.display());
@@ -490,14 +574,13 @@ fn mkfs_sparse(
     size: u64,
     blk: u32,
     opts: &mut MkfsOptions,
-    over: &crate::copy::Overrides,
-    budget: Option<&crate::copy::Budget>,
+    fill: Fill<'_>,
     sized: String,
 ) -> CmdResult<i32> {
     let what = args.image.display();
     let raw = crate::sparse::Raw::new(&args.image, size).ctx(&what)?;
     let mut line = sized;
-    line += &build(args, raw.path(), Some(size), opts, over, budget)
+    line += &build(args, raw.path(), Some(size), opts, fill)
         .map_err(|f| rename_failure(f, raw.path(), &args.image))?;
     let out = crate::sparse::Scratch::new(&args.image, "sparse").ctx(&what)?;
     let sink = crate::sparse::FileOut::new(out.file());

@@ -279,7 +279,11 @@ fn bad_arguments_fail_in_one_line() {
     fs::write(&file, b"x").unwrap();
     let image = td.path().join("bad.img");
     let cases: [(Option<&str>, Vec<String>, &str); 5] = [
-        (None, vec!["-d".into(), s(&file)], "not a directory"),
+        (
+            None,
+            vec!["-d".into(), s(&file)],
+            "neither a directory nor a tar archive",
+        ),
         (
             None,
             vec!["-d".into(), s(&td.path().join("missing"))],

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Mutex;
 
+mod archive;
 mod fill;
 mod measure;
 mod outcome;
@@ -35,6 +36,7 @@ mod populate;
 mod sources;
 mod table;
 use crate::devtable::Node;
+pub use archive::{keep_stdin, measure_archive, populate_archive, Archive};
 use fill::{changed, work};
 pub use measure::{measure, Budget};
 use outcome::Outcome;

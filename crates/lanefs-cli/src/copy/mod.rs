@@ -4,7 +4,10 @@ mod into;
 mod out;
 mod stdio;
 
-pub use into::{measure, populate, precheck, Budget, Overrides};
+pub use into::{
+    keep_stdin, measure, measure_archive, populate, populate_archive, precheck, Archive, Budget,
+    Overrides,
+};
 
 use crate::cli::CpArgs;
 use crate::error::{CmdResult, Error, Failure};

@@ -37,9 +37,11 @@ fn make_missing() -> Result<(), String> {
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err("needs users lanefs-a, lanefs-b and group lanefs-g (made by root: \
+        return Err(
+            "needs users lanefs-a, lanefs-b and group lanefs-g (made by root: \
                     useradd -M -s /usr/sbin/nologin lanefs-a; ...; groupadd lanefs-g)"
-            .into());
+                .into(),
+        );
     }
     for &&(db, name) in &missing {
         let (tool, args): (&str, Vec<&str>) = if db == "group" {
@@ -51,9 +53,10 @@ fn make_missing() -> Result<(), String> {
         let made = out.as_ref().is_ok_and(|o| o.status.success());
         // Another test binary may have made it meanwhile: that is as good.
         if !made && !exists(db, name) {
-            let why = out.map_or_else(|e| e.to_string(), |o| {
-                String::from_utf8_lossy(&o.stderr).trim().to_string()
-            });
+            let why = out.map_or_else(
+                |e| e.to_string(),
+                |o| String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            );
             return Err(format!("{tool} {name} failed: {why}"));
         }
         if made {
@@ -71,7 +74,11 @@ fn make_missing() -> Result<(), String> {
 fn remove_made() {
     let made = std::mem::take(&mut *MADE.lock().unwrap_or_else(|e| e.into_inner()));
     for (db, name) in made.iter().rev() {
-        let tool = if *db == "group" { "groupdel" } else { "userdel" };
+        let tool = if *db == "group" {
+            "groupdel"
+        } else {
+            "userdel"
+        };
         let _ = Command::new(tool).arg(name).output();
     }
 }

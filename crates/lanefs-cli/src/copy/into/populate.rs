@@ -42,19 +42,7 @@ pub fn populate(
         })),
         _ => Progress::hidden(),
     };
-    let opts = lanefs::MountOptions {
-        clamp_time: clamp,
-        // A group another thread holds is waited for, not skipped: the walk's allocations
-        // then decide alike however the workers run.
-        mb_trylock: clamp.is_none(),
-        pagecache_limit: COPY_PAGECACHE,
-        // Filling the image mkfs just made is no mount (mount count 0, never mounted).
-        count_mount: false,
-        // Nor does it keep blocks back for later metadata: the image is filled whole, as
-        // `mke2fs -d` fills it.
-        reserved_blocks: Some(0),
-        ..crate::session::mount_options(false)
-    };
+    let opts = fill_options(clamp);
     let shown = format!("{}:/", image.display());
     let result = crate::session::with_fs_opts(image, opts, |fs| {
         let ctx = Ctx {
@@ -76,4 +64,21 @@ pub fn populate(
     });
     progress.finish();
     result.map(|_| ())
+}
+
+/// The engine's options for filling a just-formatted image (`clamp`: SOURCE_DATE_EPOCH).
+pub(super) fn fill_options(clamp: Option<i64>) -> lanefs::MountOptions {
+    lanefs::MountOptions {
+        clamp_time: clamp,
+        // A group another thread holds is waited for, not skipped: the walk's allocations
+        // then decide alike however the workers run.
+        mb_trylock: clamp.is_none(),
+        pagecache_limit: COPY_PAGECACHE,
+        // Filling the image mkfs just made is no mount (mount count 0, never mounted).
+        count_mount: false,
+        // Nor does it keep blocks back for later metadata: the image is filled whole, as
+        // `mke2fs -d` fills it.
+        reserved_blocks: Some(0),
+        ..crate::session::mount_options(false)
+    }
 }
