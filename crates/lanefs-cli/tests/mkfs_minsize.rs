@@ -294,3 +294,52 @@ fn min_with_a_device_table_and_no_tree() {
     e2fsck_clean(&img);
     assert!(field(&img, "Inode count") >= 200 + 12);
 }
+
+#[test]
+fn a_tar_archive_is_sized_from_a_file_and_from_standard_input() {
+    let td = tempfile::tempdir().unwrap();
+    let tree = td.path().join("tree");
+    make_tree(&tree);
+    let tar = td.path().join("tree.tar.gz");
+    let st = Command::new("tar")
+        .args(["--xattrs", "--xattrs-include=user.*", "--sparse", "-czf"])
+        .arg(&tar)
+        .arg("-C")
+        .arg(&tree)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let from_file = td.path().join("file.img");
+    ok(lanefs(&[
+        "mkfs",
+        &s(&from_file),
+        "-d",
+        &s(&tar),
+        "--size",
+        "min",
+    ]));
+    e2fsck_clean(&from_file);
+    let free = free_bytes(&from_file);
+    let size = fs::metadata(&from_file).unwrap().len();
+    assert!(free <= size / 20 + (1 << 20), "{free} of {size} bytes free");
+    kernel_reads_back("a_tar_archive_is_sized", &from_file, &tree);
+
+    // Piped in: counted from a kept copy, then built; the same size.
+    let from_stdin = td.path().join("stdin.img");
+    let out = Command::new(env!("CARGO_BIN_EXE_lanefs"))
+        .args(["mkfs", &s(&from_stdin), "-d", "-", "--size", "min"])
+        .stdin(fs::File::open(&tar).unwrap())
+        .output()
+        .unwrap();
+    ok(out);
+    e2fsck_clean(&from_stdin);
+    assert_eq!(fs::metadata(&from_stdin).unwrap().len(), size);
+
+    // Too small for it: the hint names what it needs.
+    let small = td.path().join("small.img");
+    let out = lanefs(&["mkfs", &s(&small), "-d", &s(&tar), "--size", "12M"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the tree needs at least"), "{err}");
+    assert!(!small.exists());
+}
