@@ -191,6 +191,12 @@ impl Buf {
     pub(crate) fn frozen_copy(&self, reuse: Option<Box<[u8]>>) -> (Box<[u8]>, Option<Box<[u8]>>) {
         let d = self.read();
         if self.freeze.swap(false, Ordering::AcqRel) {
+            // No writer came since the pause: none kept a copy either.
+            debug_assert!(
+                self.frozen.lock().is_none(),
+                "block {} has a kept copy while still frozen",
+                self.blk
+            );
             let copy = match reuse {
                 Some(mut c) if c.len() == d.len() => {
                     c.copy_from_slice(&d);
@@ -251,6 +257,7 @@ impl BufCache {
     /// the journal checkpoints when they and the copies pass half of it, and keeps a
     /// transaction under an eighth).
     pub fn new(dev: Arc<dyn BlockDevice>, bs: usize, limit: u64) -> BufCache {
+        debug_assert!(bs.is_power_of_two() && bs >= 1024, "block size {bs}");
         let shards = (0..SHARDS)
             .map(|_| {
                 Padded(Mutex::new(
@@ -378,7 +385,9 @@ impl BufCache {
     fn take_spare(&self, sh: &mut Shard) -> Box<[u8]> {
         match sh.spare.pop() {
             Some(d) => {
-                self.spares.fetch_sub(1, Ordering::Relaxed);
+                let before = self.spares.fetch_sub(1, Ordering::Relaxed);
+                debug_assert!(before > 0, "a spare taken but none counted");
+                debug_assert_eq!(d.len(), self.bs, "spare memory is not a block");
                 d
             }
             None => vec![0u8; self.bs].into_boxed_slice(),
@@ -388,6 +397,7 @@ impl BufCache {
     /// Keep block memory no block uses now as a spare of `sh`, up to a quarter of the
     /// shard's bound.
     fn put_spare(&self, sh: &mut Shard, d: Box<[u8]>) {
+        debug_assert_eq!(d.len(), self.bs, "spare memory is not a block");
         if sh.spare.len() < self.shard_bound() / 4 {
             sh.spare.push(d);
             self.spares.fetch_add(1, Ordering::Relaxed);
@@ -439,7 +449,12 @@ impl BufCache {
         let keep = sh.spare.len() - trimmed;
         sh.spare.truncate(keep);
         let (gone, kept) = evict(sh, bound);
-        self.cached.fetch_sub(gone + kept, Ordering::Relaxed);
+        let before = self.cached.fetch_sub(gone + kept, Ordering::Relaxed);
+        debug_assert!(
+            before >= gone + kept,
+            "{} evicted of {before} cached",
+            gone + kept
+        );
         self.evicted
             .fetch_add((gone + kept) as u64, Ordering::Relaxed);
         self.spares.fetch_add(kept, Ordering::Relaxed);
@@ -463,12 +478,25 @@ impl BufCache {
 
     /// Mark `b` dirty (pinned until checkpoint; called by handles and commit).
     pub fn dirty(&self, b: &Buf) {
+        // A freed metadata block is out of the cache and never logged: a change made to
+        // it after the free would be lost.
+        debug_assert!(
+            !b.forgotten.load(Ordering::Acquire),
+            "block {} changed after it was freed",
+            b.blk
+        );
         b.dirty.mark(&self.dirty_count);
     }
 
     /// Unpin `b` after its committed contents reached home, unless a transaction newer
     /// than `upto` has changed it since.
     pub fn clean_if_checkpointed(&self, b: &Buf, upto: u64) {
+        // Checkpoints run under the commit lock, after the commit took its copies.
+        debug_assert!(
+            !b.freeze.load(Ordering::Acquire),
+            "block {} checkpointed while frozen",
+            b.blk
+        );
         if b.jtid.load(Ordering::Acquire) <= upto {
             b.dirty.clear(&self.dirty_count);
         }
@@ -503,7 +531,8 @@ impl BufCache {
             b
         };
         if let Some(b) = removed {
-            self.cached.fetch_sub(1, Ordering::Relaxed);
+            let before = self.cached.fetch_sub(1, Ordering::Relaxed);
+            debug_assert!(before > 0, "block {blk} forgotten but none counted");
             b.forgotten.store(true, Ordering::Release);
             b.dirty.clear(&self.dirty_count);
         }
@@ -544,6 +573,9 @@ fn take_out(sh: &mut Shard, victims: &[u64], limit: usize) -> (usize, usize) {
         // goes back, still the cached one.
         match Arc::try_unwrap(b) {
             Ok(b) => {
+                // Dirty blocks are pinned until checkpoint: their newest bytes are only
+                // here (and in the log).
+                debug_assert!(!b.is_dirty(), "dirty block {k} evicted");
                 if sh.spare.len() < limit / 4 {
                     sh.spare.push(b.data.into_inner());
                     kept += 1;

@@ -33,6 +33,13 @@ pub enum Mapping {
 impl ExtentMap {
     /// Build from extents (already sorted and non-overlapping).
     pub fn from_extents(v: Vec<Extent>) -> ExtentMap {
+        // What `inode::load_extents` validated (or a block map's runs, cut to size).
+        debug_assert!(
+            v.windows(2).all(|w| w[0].lend() <= u64::from(w[1].lblk))
+                && v.iter()
+                    .all(|e| e.len > 0 && e.len <= max_len(e) && e.lend() <= 1 << 32),
+            "extents unsorted, overlapping or too long"
+        );
         ExtentMap {
             map: v.into_iter().map(|e| (e.lblk, e)).collect(),
             dirty_from: 0,
@@ -108,6 +115,13 @@ impl ExtentMap {
 
     /// Insert a new extent over a hole, merging with neighbours when contiguous.
     pub fn insert(&mut self, e: Extent) {
+        // The on-disk length field holds no more (an unwritten extent of 32768 blocks
+        // would be stored as an empty written one), and logical blocks end at 2^32.
+        assert!(
+            e.len > 0 && e.len <= max_len(&e),
+            "extent {e:?} longer than the format holds"
+        );
+        debug_assert!(e.lend() <= 1 << 32, "extent {e:?} wraps the logical blocks");
         debug_assert!(
             self.range_is_hole(e.lblk, e.len),
             "insert over mapped range {e:?}"
@@ -250,11 +264,17 @@ impl ExtentMap {
         if end < 1 << 32 {
             self.split_at(end as u32);
         }
-        self.map
+        let keys: Vec<u32> = self
+            .map
             .range(start..)
             .take_while(|(k, _)| u64::from(**k) < end)
             .map(|(k, _)| *k)
-            .collect()
+            .collect();
+        debug_assert!(
+            keys.iter().all(|k| self.map[k].lend() <= end),
+            "an extent straddles the end {end} of an isolated range"
+        );
+        keys
     }
 
     /// Remove the mapping of `[start, end)`; returns the freed physical runs.
@@ -263,10 +283,17 @@ impl ExtentMap {
         if let Some(&k) = keys.first() {
             self.touch(k);
         }
-        keys.iter()
+        let freed: Vec<(u64, u32)> = keys
+            .iter()
             .filter_map(|k| self.map.remove(k))
             .map(|e| (e.pblk, e.len))
-            .collect()
+            .collect();
+        debug_assert!(
+            freed.iter().map(|r| u64::from(r.1)).sum::<u64>()
+                <= end.saturating_sub(u64::from(start)),
+            "more blocks freed than {start}..{end} holds"
+        );
+        freed
     }
 
     /// Mark `[start, start+len)` written (it must be mapped); merges afterwards.
@@ -299,12 +326,17 @@ impl ExtentMap {
     }
 }
 
-fn mergeable(a: &Extent, b: &Extent) -> bool {
-    let max = if a.unwritten {
+/// The longest extent of `e`'s kind the on-disk format holds.
+fn max_len(e: &Extent) -> u32 {
+    if e.unwritten {
         MAX_UNWRITTEN_LEN
     } else {
         MAX_INIT_LEN
-    };
+    }
+}
+
+fn mergeable(a: &Extent, b: &Extent) -> bool {
+    let max = max_len(a);
     a.unwritten == b.unwritten
         && a.lend() == u64::from(b.lblk)
         && a.pblk + u64::from(a.len) == b.pblk

@@ -212,8 +212,12 @@ impl SearchMap {
 
     /// Clear bit `i`.
     fn clear(&self, i: usize) {
-        self.word(i / 64)
+        let was = self
+            .word(i / 64)
             .fetch_and(!(1 << (i % 64)), Ordering::Release);
+        // Callers clear a bit they know set, under the group's lock (the only place
+        // bits are cleared).
+        debug_assert!(was & (1 << (i % 64)) != 0, "inode bit {i} cleared twice");
     }
 
     /// Whether chunk `c` is entirely free from bit `first` on (the bits before it are
@@ -322,9 +326,14 @@ impl InodeAllocator {
         }
         let g = &self.groups[self.geo.group_of_inode(ino) as usize];
         let byte = (ino - 1) % u64::from(self.geo.ipg) * u64::from(self.geo.inode_size);
+        let off = (byte % u64::from(self.geo.bs)) as usize;
+        debug_assert!(
+            off + self.geo.inode_size as usize <= self.geo.bs as usize,
+            "inode {ino} straddles a table block"
+        );
         Ok(InodeLoc {
             blk: g.table + byte / u64::from(self.geo.bs),
-            off: (byte % u64::from(self.geo.bs)) as usize,
+            off,
         })
     }
 
@@ -397,8 +406,9 @@ impl InodeAllocator {
         let Some(g0) = g0 else {
             return Err(Error::NoInodes);
         };
-        want.last.store(g0, Ordering::Relaxed);
         let n = self.geo.groups;
+        debug_assert!(g0 < n, "group choice {g0} of {n}");
+        want.last.store(g0, Ordering::Relaxed);
         for i in 0..n {
             let g = (g0 + i) % n;
             if !self.groups[g as usize].has_free.load(Ordering::Relaxed) {
@@ -470,6 +480,14 @@ impl InodeAllocator {
                     IallocPolicy::Locked => None,
                 }
             };
+            if let Some(b) = got {
+                // A reserved inode (group 0, below the first) or a bit past the group
+                // handed out would overwrite an inode in use or another group's table.
+                assert!(
+                    (first..ipg).contains(&b),
+                    "group {g}: claimed inode bit {b} outside {first}..{ipg}"
+                );
+            }
             let Some(bit) = got else {
                 drop(st);
                 match self.policy {
@@ -531,6 +549,13 @@ impl InodeAllocator {
         if bit as u32 >= used_upto {
             st.itable_unused = self.geo.ipg - bit as u32 - 1;
         }
+        // A used inode is never counted in the unused tail (mke2fs's lazy table init
+        // would skip zeroing it).
+        debug_assert!(
+            (bit as u32) < self.geo.ipg - st.itable_unused,
+            "inode bit {bit} in the unused tail of {}",
+            st.itable_unused
+        );
         let tid = h.tid();
         let lines = (self.geo.ipg as usize).div_ceil(CHUNK);
         if !matches!(&st.fresh, Some((t, _)) if *t == tid) {
@@ -571,6 +596,10 @@ impl InodeAllocator {
     /// Release inode `ino` (its bit becomes reusable once `h`'s transaction commits,
     /// or at once if the same transaction allocated it).
     pub fn free(&self, h: &Handle, al: &Allocator, ino: u64, is_dir: bool) -> Result<()> {
+        debug_assert!(
+            ino >= 1 && ino <= self.geo.inodes(),
+            "free of inode {ino} out of range"
+        );
         let g = self.geo.group_of_inode(ino);
         let grp = &self.groups[g as usize];
         let maps = self.maps(g)?;

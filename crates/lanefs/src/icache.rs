@@ -146,7 +146,10 @@ impl Setup {
     }
     #[cfg(not(shuttle))]
     fn finish(&self) {
-        *self.done.lock() = true;
+        let mut d = self.done.lock();
+        debug_assert!(!*d, "inode {} set up twice", self.next.key());
+        *d = true;
+        drop(d);
         self.cv.notify_all();
     }
     #[cfg(shuttle)]
@@ -158,7 +161,10 @@ impl Setup {
     }
     #[cfg(shuttle)]
     fn finish(&self) {
-        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        debug_assert!(!*d, "inode {} set up twice", self.next.key());
+        *d = true;
+        drop(d);
         self.cv.notify_all();
     }
 }
@@ -512,7 +518,8 @@ impl ICache {
             let setup = Setup::new(ino);
             let slot = Slot::New(setup.clone());
             // Another lookup or a create may have claimed the number meanwhile.
-            if self.put(ino, slot.clone(), |_| false).is_ok() {
+            if let Ok(old) = self.put(ino, slot.clone(), |_| false) {
+                debug_assert!(old.is_none(), "inode {ino}: an entry replaced by a lookup");
                 return Got::Claimed(NewInode {
                     cache: self,
                     ino,
@@ -573,6 +580,10 @@ impl ICache {
             let dead_copy = |s: &Slot| matches!(s, Slot::Ready(i) if i.is_freed());
             match self.put(ino, slot.clone(), dead_copy) {
                 Ok(old) => {
+                    debug_assert!(
+                        old.as_ref().is_none_or(dead_copy),
+                        "inode {ino}: a live entry replaced by a new inode"
+                    );
                     if let Some(Slot::Ready(i)) = old {
                         self.uncharge(&i);
                     }
@@ -871,7 +882,13 @@ impl NewInode<'_> {
 impl Drop for NewInode<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.cache.take(self.ino, &self.slot);
+            // Only `finish` (this claim's) replaces a placeholder: it is still there.
+            let took = self.cache.take(self.ino, &self.slot);
+            debug_assert!(
+                took || std::thread::panicking(),
+                "inode {}: placeholder lost",
+                self.ino
+            );
             self.setup.finish();
         }
     }

@@ -178,6 +178,11 @@ impl crate::journal::LogItem for InodeStage {
         };
         let len = s.d.raw.len();
         let mut w = b.write_records();
+        debug_assert!(
+            off.is_multiple_of(len) && off + len <= w.len(),
+            "inode {} staged at {off} of {len} bytes",
+            self.ino
+        );
         if s.keep_dtime {
             let dtime = crate::disk::le32(&w, off + crate::disk::inode::I_DTIME);
             s.d.set_dtime(dtime);
@@ -402,6 +407,13 @@ pub fn store_inode_at(
     debug_assert_eq!(
         ial.inode_loc(ino).ok().map(|l| (l.blk, l.off)),
         Some((b.blk, off))
+    );
+    // A record of another size would overwrite the next inode of the table block (or
+    // leave part of this one stale).
+    assert_eq!(
+        d.raw.len(),
+        geo.inode_size as usize,
+        "inode {ino}: bytes of another inode size"
     );
     {
         let mut w = b.write_records();
@@ -657,6 +669,11 @@ pub fn store_tree(
         m = m.div_ceil(cap);
         levels.push(m);
     }
+    // No deeper than the format (and readers: `walk`) allows.
+    debug_assert!(
+        levels.len() <= usize::from(extent::MAX_DEPTH),
+        "inode {ino}: a tree of {levels:?} nodes for {n} extents"
+    );
     let need: usize = levels.iter().sum();
     let goal = map.extents().next().map_or(0, |e| e.pblk);
     // Leaves are packed full from the first extent, so the extents before the first
@@ -719,6 +736,12 @@ pub fn store_tree(
         );
         st.leaf_keys.clear();
         st.leaf_keys.extend(children.iter().map(|c| c.0));
+        // Leaves in logical order, each starting at its first extent: what the index
+        // keys say and a lookup's binary search needs.
+        debug_assert!(
+            st.leaf_keys.windows(2).all(|w| w[0] < w[1]),
+            "inode {ino}: leaf keys out of order"
+        );
         let mut next = leaves;
         for (depth, &count) in levels.iter().enumerate().skip(1) {
             let mut nodes = Vec::with_capacity(count);

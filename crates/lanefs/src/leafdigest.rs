@@ -136,6 +136,12 @@ impl Digest {
                 room = (off as u32, r as u32);
             }
         })?;
+        // Records tile the block in order: `index` searches them by offset.
+        debug_assert!(
+            recs.windows(2).all(|w| off_of(w[0]) < off_of(w[1])),
+            "leaf {} records out of order",
+            b.blk
+        );
         Ok(Digest {
             buf: Arc::downgrade(b),
             blk: b.blk,
@@ -312,6 +318,7 @@ impl LeafDigests {
     /// Drop the digest of leaf `lblk`.
     fn forget(&mut self, lblk: u32) {
         if let Some(g) = self.leaves.get_mut(lblk as usize).and_then(Option::take) {
+            debug_assert!(self.bytes >= g.bytes(), "digest bytes undercounted");
             self.bytes -= g.bytes();
         }
     }
@@ -342,6 +349,8 @@ impl LeafDigests {
     /// Leaf `lblk` (buffer `b`, bytes `d` after the change) gained an entry called by tag
     /// `t` at `off`, placed by [`dd::insert_at`] in one write of the buffer.
     pub fn inserted(&mut self, lblk: u32, b: &Arc<Buf>, d: &[u8], csum: bool, off: usize, t: u16) {
+        // A live entry's tag: `FREE` marks free records only.
+        debug_assert_ne!(t, FREE, "leaf {lblk}: an entry inserted with the free tag");
         let Some(g) = self.before_write(lblk, b) else {
             return;
         };

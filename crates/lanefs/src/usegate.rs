@@ -49,12 +49,15 @@ impl UseGate {
     pub fn add_use(&self) {
         let before = self.0.fetch_add(1, Ordering::AcqRel);
         debug_assert!(before & !DEAD > 0, "a use added without one held");
+        // Killed only with no use held: a holder's inode is never dead.
+        debug_assert_eq!(before & DEAD, 0, "a use added to a dead inode");
     }
 
     /// Drop a use.
     pub fn unuse(&self) {
         let before = self.0.fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before & !DEAD > 0, "use count underflow");
+        debug_assert_eq!(before & DEAD, 0, "a use dropped on a dead inode");
     }
 
     /// Mark dead for eviction if no use is held and `also` agrees (asked once no new use
@@ -68,6 +71,8 @@ impl UseGate {
             return false;
         }
         if !also() {
+            // Nothing changes a dead gate: no use can be taken or held meanwhile.
+            debug_assert_eq!(self.0.load(Ordering::Relaxed), DEAD, "a dead gate moved");
             self.0.store(0, Ordering::Release);
             return false;
         }
@@ -113,6 +118,9 @@ impl Link {
         self.next.load(std::sync::atomic::Ordering::Acquire)
     }
     pub(crate) fn set(&self, v: usize) {
+        // A pointer to an 8-aligned entry, its low bit the placeholder tag: bits 1 and 2
+        // are free.
+        debug_assert_eq!(v & 0b110, 0, "link {v:#x} is no entry");
         self.next.store(v, std::sync::atomic::Ordering::Release);
     }
 }

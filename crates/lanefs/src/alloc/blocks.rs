@@ -141,7 +141,18 @@ impl Allocator {
                 pa_for: None,
             },
         )
-        .map(|f| (self.geo.group_first(f.g) + f.off as u64, f.used as u32))
+        .map(|f| {
+            let p = self.geo.group_first(f.g) + f.off as u64;
+            // Handing out a block outside the file system's data blocks would overwrite
+            // the superblock area or run past the device.
+            assert!(
+                p >= u64::from(self.geo.first_data_block) && p + f.used as u64 <= self.geo.blocks,
+                "allocation of {} blocks at {p} outside the file system",
+                f.used
+            );
+            debug_assert!(f.used >= 1 && f.used <= want as usize);
+            (p, f.used as u32)
+        })
     }
 
     /// Allocate one block of a file's contents that the extent tree does not hold for
@@ -166,6 +177,7 @@ impl Allocator {
         pa: &mut Option<PaRef>,
     ) -> Result<(u64, u32)> {
         let fits = self.data_allowance(u64::from(r.want)) as u32;
+        debug_assert!(fits <= r.want, "the reserve allowed {fits} of {}", r.want);
         if fits == 0 {
             return Err(Error::NoSpace);
         }
@@ -194,6 +206,11 @@ impl Allocator {
         let mut len = r.want;
         if r.normalize {
             let (ws, wl) = normalize(r.lblk, r.want, r.size_blocks, self.geo.bs);
+            debug_assert!(
+                ws <= u64::from(r.lblk) && u64::from(r.lblk) < ws + wl,
+                "normalized window {ws}+{wl} misses block {}",
+                r.lblk
+            );
             let end = (ws + wl).min(u64::from(r.lblk) + u64::from(r.room));
             len = (end.saturating_sub(u64::from(r.lblk)) as u32).clamp(r.want, self.geo.bpg);
         }
@@ -207,6 +224,7 @@ impl Allocator {
         };
         let f = self.allocate(h, &req)?;
         let p = self.geo.group_first(f.g) + f.off as u64;
+        debug_assert!(f.used >= 1 && f.used <= r.want as usize);
         if stream {
             self.set_stream_goal(r.ino, p + f.used as u64);
         }
@@ -227,6 +245,11 @@ impl Allocator {
             return Ok(None);
         }
         let n = want.min(pa.left);
+        debug_assert!(
+            n > 0 && pa.off + pa.left <= self.geo.group_len(p.group),
+            "preallocation {pa:?} of group {} empty or past its end",
+            p.group
+        );
         self.mark_used(h, p.group, &mut st, bm, pa.off as usize, n as usize)?;
         let x = &mut st.pas[i];
         x.lnext += n;
@@ -245,7 +268,11 @@ impl Allocator {
         self.pa_count.fetch_sub(1, Ordering::Relaxed);
         if pa.left > 0 {
             if let Some(b) = st.buddy.as_mut() {
-                b.set(pa.off as usize, (pa.off + pa.left) as usize, true);
+                let was_used = b.set(pa.off as usize, (pa.off + pa.left) as usize, true);
+                debug_assert_eq!(
+                    was_used, pa.left,
+                    "group {g}: preallocated blocks {pa:?} were free in the buddy"
+                );
             }
             self.publish(g, st);
         }
@@ -283,8 +310,20 @@ impl Allocator {
         if r.goal >= self.geo.blocks || r.goal < u64::from(self.geo.first_data_block) {
             r.goal = u64::from(self.geo.first_data_block);
         }
+        debug_assert!(r.goal < self.geo.blocks && r.used > 0);
         loop {
             if let Some(f) = self.search(h, &r)? {
+                // Cheap, and a run past the group's end would mark another group's blocks.
+                assert!(
+                    f.used > 0
+                        && f.used <= r.used as usize
+                        && f.off + f.used <= self.geo.group_len(f.g) as usize,
+                    "group {}: found {} blocks at {} for a request of {}",
+                    f.g,
+                    f.used,
+                    f.off,
+                    r.used
+                );
                 return Ok(f);
             }
             if !self.discard_all_pas() {
@@ -474,7 +513,13 @@ impl Allocator {
             Cr::AnyFree => b.runs_from(start).next().map(|(s, l)| (s, l.min(len))),
         };
         match pos {
-            Some((s, l)) => self.take(h, g, &mut st, bm, s, l, r).map(Some),
+            Some((s, l)) => {
+                debug_assert!(
+                    l > 0 && l <= len && s + l <= self.geo.group_len(g) as usize,
+                    "group {g}: criteria {cr:?} chose {l} blocks at {s}"
+                );
+                self.take(h, g, &mut st, bm, s, l, r).map(Some)
+            }
             None => Ok(None),
         }
     }
@@ -575,10 +620,15 @@ impl Allocator {
         r: &Request,
     ) -> Result<Found> {
         let used = n.min(r.used as usize);
-        st.buddy
-            .as_mut()
-            .expect("lock_group builds the buddy")
-            .set(off, off + n, false);
+        let was_free =
+            st.buddy
+                .as_mut()
+                .expect("lock_group builds the buddy")
+                .set(off, off + n, false);
+        debug_assert_eq!(
+            was_free as usize, n,
+            "group {g}: blocks {off}+{n} taken were not all free in the buddy"
+        );
         self.mark_used(h, g, st, bm, off, used)?;
         let mut pa = None;
         if let Some(lblk) = r.pa_for.filter(|_| n > used) {
@@ -605,6 +655,7 @@ impl Allocator {
         match best {
             Some((s, l)) => {
                 let n = l.min(r.len as usize);
+                debug_assert!(n > 0, "group {g}: an empty free run at {s}");
                 self.take(h, g, &mut st, bm, s, n, r).map(Some)
             }
             None => Ok(None),
@@ -624,6 +675,18 @@ impl Allocator {
         n: usize,
     ) -> Result<()> {
         let grp = &self.groups[g as usize];
+        debug_assert!(
+            n > 0 && off + n <= self.geo.group_len(g) as usize,
+            "group {g}: marking {n} blocks at {off}"
+        );
+        // The caller took the run from the buddy first (a search's find or a
+        // preallocation, both used there): nobody else can be handed these blocks.
+        debug_assert!(
+            st.buddy
+                .as_ref()
+                .is_none_or(|b| (off..off + n).all(|i| !b.is_free(i))),
+            "group {g}: blocks {off}+{n} marked in the bitmap are free in the buddy"
+        );
         {
             let mut map = bm.write();
             if st.d.flags() & BG_BLOCK_UNINIT != 0 {

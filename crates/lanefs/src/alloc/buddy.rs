@@ -90,7 +90,20 @@ impl Buddy {
             bd.counters[k] = (0..bd.free[k].len()).map(|w| bd.maximal(k, w)).sum();
         }
         bd.fragments = (0..bd.free[0].len()).map(|w| bd.starts(w)).sum();
+        debug_assert!(bd.consistent(), "a built buddy's counters disagree");
         bd
+    }
+
+    /// Whether the counters agree with each other: every allocatable block lies in
+    /// exactly one maximal chunk, and every run holds at least one block.
+    fn consistent(&self) -> bool {
+        let in_chunks: u64 = self
+            .counters
+            .iter()
+            .enumerate()
+            .map(|(k, &c)| u64::from(c) << k)
+            .sum();
+        in_chunks == u64::from(self.nfree) && self.fragments <= self.nfree
     }
 
     /// Recompute word `w` of order `k` (k >= 1) from order k-1.
@@ -198,6 +211,11 @@ impl Buddy {
         } else {
             self.nfree -= changed;
         }
+        debug_assert!(
+            self.nfree as usize <= self.bits && self.consistent(),
+            "buddy counters after setting {s}..{e} {}",
+            if free { "free" } else { "used" }
+        );
         changed
     }
 
@@ -290,7 +308,12 @@ impl Buddy {
             }
             None
         };
-        scan(start, n).or_else(|| scan(0, start)).map(|i| i << k)
+        let found = scan(start, n).or_else(|| scan(0, start)).map(|i| i << k);
+        debug_assert!(
+            found.is_none_or(|o| self.run_at(o, 1 << k) == 1 << k),
+            "aligned chunk of order {k} at {found:?} is not all free"
+        );
+        found
     }
 
     /// Free runs from `from` to the end, then from 0 to `from` (a run crossing `from`

@@ -55,6 +55,10 @@ impl Allocator {
         metadata: bool,
     ) -> Result<()> {
         let grp = &self.groups[g as usize];
+        debug_assert!(
+            n > 0 && off + n <= self.geo.group_len(g) as usize,
+            "group {g}: freeing {n} blocks at {off}"
+        );
         let (mut guard, bm) = self.lock_group_wait(g)?;
         let st = &mut *guard;
         let tid = h.tid();
@@ -107,7 +111,12 @@ impl Allocator {
         self.touch(h, g, super::PENDING_BLOCK);
         let b = st.buddy.as_mut().expect("lock_group builds the buddy");
         for &(s, l) in &now {
-            b.set(s as usize, (s + l) as usize, true);
+            let was_used = b.set(s as usize, (s + l) as usize, true);
+            // Allocated by this transaction (its `fresh` bits), so used in the buddy.
+            debug_assert_eq!(
+                was_used, l,
+                "group {g}: blocks {s}+{l} freed at once were free in the buddy"
+            );
         }
         if !busy.is_empty() {
             st.busy_blocks
@@ -138,7 +147,13 @@ impl Allocator {
             let st = &mut *guard;
             if let Some(b) = st.buddy.as_mut() {
                 for &(o, n, _) in st.busy_blocks.iter().filter(|b| b.2 <= tid) {
-                    b.set(o as usize, (o + n) as usize, true);
+                    let was_used = b.set(o as usize, (o + n) as usize, true);
+                    // Busy blocks stay used in the buddy until their commit: this one.
+                    debug_assert_eq!(
+                        was_used, n,
+                        "group {}: busy blocks {o}+{n} were free in the buddy",
+                        g.no
+                    );
                 }
             }
             st.busy_blocks.retain(|b| b.2 > tid);

@@ -374,6 +374,10 @@ impl Allocator {
     /// every change: a 4 KiB checksum and a write to the GDT block every group shares
     /// stay off the allocation path.
     fn touch(&self, h: &Handle, g: u32, what: u8) {
+        debug_assert!(
+            what != 0 && what & !(PENDING_BLOCK | PENDING_DESC) == 0,
+            "pending bits {what:#x}"
+        );
         let per = (self.geo.bs / self.geo.desc_size) as usize;
         h.dirty(&self.gdt[g as usize / per]);
         let p = &self.groups[g as usize].pending;
@@ -410,6 +414,8 @@ impl Allocator {
     /// Mark blocks of `g` that hold metadata (superblock/GDT copies, bitmaps and tables
     /// of any group placed there): what an uninitialized block bitmap means.
     fn init_block_bitmap(&self, g: u32, map: &mut [u8]) {
+        // The padding past the group's last block is set to the block's end.
+        debug_assert_eq!(map.len(), self.geo.bs as usize, "group {g}: bitmap size");
         map.fill(0);
         let first = self.geo.group_first(g);
         let len = u64::from(self.geo.group_len(g));

@@ -45,6 +45,11 @@ pub(super) struct Path {
 
 impl Path {
     fn level(&self, i: usize) -> &Level {
+        debug_assert!(
+            i < self.depth,
+            "index level {i} of a path of {}",
+            self.depth
+        );
         self.levels[i].as_ref().expect("level within depth")
     }
     fn last(&self) -> &Level {
@@ -88,12 +93,15 @@ impl DirCtx<'_> {
 
     /// The hash version an htree's names are hashed with.
     pub(super) fn hash_version(&self, root: &DxRootInfo) -> u8 {
-        root.hash_version
+        let v = root.hash_version
             + if self.unsigned && root.hash_version < 3 {
                 3
             } else {
                 0
-            }
+            };
+        // `decode_root_info` refuses versions past 5.
+        debug_assert!(v <= 5, "hash version {v}");
+        v
     }
 
     /// Walk the index to the leaf for `name`.
@@ -144,6 +152,7 @@ impl DirCtx<'_> {
             path.depth = depth + 1;
             if depth == usize::from(info.indirect_levels) {
                 path.leaf = child;
+                debug_assert!(path.depth <= MAX_LEVELS);
                 return Ok(path);
             }
             buf = self.index_block(st, ino, dg, child)?;
@@ -200,6 +209,7 @@ impl DirCtx<'_> {
         ft: u8,
         mut path: Option<Path>,
     ) -> Result<()> {
+        debug_assert!(name.len() <= 255, "a name of {} bytes", name.len());
         loop {
             let path = match path.take() {
                 Some(p) => p,
@@ -243,10 +253,26 @@ impl DirCtx<'_> {
         // Ties in (hash, minor) keep block order, as a stable sort would.
         live.sort_unstable();
         let split = adjust_split(&live, live.len() / 2);
+        // Each half fits a block: together they held one (each live entry takes at
+        // least what it takes packed).
+        debug_assert!(
+            [&live[..split], &live[split..]].iter().all(|half| half
+                .iter()
+                .map(|x| dd::rec_len_for(dd::entry_at(&old, x.2 as usize).2.len()))
+                .sum::<usize>()
+                <= dd::entries_end(self.bs(), self.csum())),
+            "a half of split leaf {} overflows a block",
+            path.leaf
+        );
         let hash2 = live.get(split).map_or(path.hash, |x| x.0);
         let continued = split > 0 && live.get(split).is_some_and(|x| x.0 == live[split - 1].0);
         let new_lblk = self.nblocks(st);
         let nb = self.append_block(h, ino, st)?;
+        debug_assert_eq!(
+            self.nblocks(st),
+            new_lblk + 1,
+            "the new leaf is the last block"
+        );
         let entry = |x: &(u32, u32, u32)| dd::entry_at(&old, x.2 as usize);
         self.write_leaf(h, ino, st, &b, live[..split].iter().map(entry));
         self.write_leaf(h, ino, st, &nb, live[split..].iter().map(entry));
@@ -279,6 +305,12 @@ impl DirCtx<'_> {
         let lvl = path.last();
         let limit = dd::dx_limit(self.bs(), lvl.count_off, self.csum());
         let mut entries = self.level_entries(lvl)?;
+        // The path was probed since the directory last changed: the level is as read.
+        debug_assert_eq!(
+            entries.len(),
+            lvl.count,
+            "index level changed since its probe"
+        );
         entries.insert(lvl.pos + 1, (hash, leaf));
         if entries.len() <= limit {
             return self.write_dx(h, ino, st, lvl.lblk, lvl.count_off, &entries);
@@ -311,6 +343,7 @@ impl DirCtx<'_> {
         self.write_dx(h, ino, st, new_lblk, DX_NODE_COUNT_OFF, &upper)?;
         let mut r = self.level_entries(root_lvl)?;
         r.insert(root_lvl.pos + 1, (upper[0].0, new_lblk));
+        debug_assert!(r.len() <= root_limit, "the root overflows its block");
         self.write_dx(h, ino, st, 0, DX_ROOT_COUNT_OFF, &r)
     }
 
@@ -433,6 +466,7 @@ impl DirCtx<'_> {
 
 /// Move the split point so equal hashes stay together when possible.
 fn adjust_split(live: &[(u32, u32, u32)], split: usize) -> usize {
+    debug_assert!(split <= live.len());
     let mut s = split;
     while s > 0 && s < live.len() && live[s].0 == live[s - 1].0 {
         s += 1;
@@ -443,5 +477,6 @@ fn adjust_split(live: &[(u32, u32, u32)], split: usize) -> usize {
             s -= 1;
         }
     }
+    debug_assert!(s <= live.len(), "split at {s} of {}", live.len());
     s
 }

@@ -47,6 +47,7 @@ impl DirCtx<'_> {
         child: u64,
         ft: u8,
     ) -> Result<bool> {
+        debug_assert!(name.len() <= 255, "a name of {} bytes", name.len());
         let mut dir = Dir::load(&st.d, ino)?;
         for a in 0..2 {
             let area = dir.area_mut(a);
@@ -75,6 +76,8 @@ impl DirCtx<'_> {
             let Some(last) = entries.last() else {
                 return Ok(false);
             };
+            // Validated records tile the value: the last ends at its end.
+            debug_assert_eq!(last.off + last.rec_len, old, "inline value's last record");
             dir.tail.resize(max, 0);
             dd::set_rec_len(&mut dir.tail, last.off, last.rec_len + grown);
         }

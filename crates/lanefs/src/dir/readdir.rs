@@ -134,6 +134,11 @@ impl DirCtx<'_> {
             });
             last = Some(key);
         }
+        // Cookies grow along a listing: a resumed one neither repeats nor skips.
+        debug_assert!(
+            out.windows(2).all(|w| w[0].next <= w[1].next),
+            "readdir cookies out of order"
+        );
     }
 
     pub(super) fn def_version(&self) -> u8 {
@@ -233,6 +238,12 @@ impl Smallest {
                 self.ties.clear();
             }
         }
+        debug_assert!(
+            self.heap.len() <= self.want && self.ties.iter().all(|t| t.0 == self.top()),
+            "{} held of {}, ties off the largest cookie",
+            self.heap.len(),
+            self.want
+        );
         if self.ties.len() > MAX_TIES {
             return Err(Error::corrupt(
                 "directory",

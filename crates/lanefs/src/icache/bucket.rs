@@ -27,6 +27,16 @@ pub(super) const SETUP_TAG: usize = 1;
 
 /// The chain's link value for `s`, taking one strong count for the chain.
 pub(super) fn into_link(s: Slot) -> usize {
+    // The tag is the low bit of an aligned pointer: it must be free in the pointer.
+    let p = match &s {
+        Slot::Ready(i) => Arc::as_ptr(i) as usize,
+        Slot::New(x) => Arc::as_ptr(x) as usize,
+    };
+    debug_assert_eq!(
+        p & SETUP_TAG,
+        0,
+        "entry at {p:#x} leaves no room for the tag"
+    );
     match s {
         Slot::Ready(i) => Arc::into_raw(i) as usize,
         Slot::New(x) => Arc::into_raw(x) as usize | SETUP_TAG,
@@ -38,6 +48,14 @@ pub(super) fn link_of(s: &Slot) -> usize {
     match s {
         Slot::Ready(i) => Arc::as_ptr(i) as usize,
         Slot::New(x) => Arc::as_ptr(x) as usize | SETUP_TAG,
+    }
+}
+
+/// The inode number `s` is the entry of.
+fn slot_ino(s: &Slot) -> u64 {
+    match s {
+        Slot::Ready(i) => i.cache.next.key(),
+        Slot::New(x) => x.next.key(),
     }
 }
 
@@ -198,6 +216,10 @@ impl Bucket {
 
     /// The link pointing to `ino`'s entry and the entry (lock held).
     pub(super) fn find_locked(&self, ino: u64) -> Option<(&Link, usize)> {
+        debug_assert!(
+            self.lock.is_locked(),
+            "bucket walked for a change without its lock"
+        );
         let mut pred = &self.head;
         loop {
             let v = pred.get();
@@ -214,6 +236,12 @@ impl Bucket {
 
     /// Link `s` at the head (lock held; no entry of its number is linked).
     pub(super) fn push_locked(&self, s: Slot) {
+        // One entry per number in a chain.
+        debug_assert!(
+            self.find_locked(slot_ino(&s)).is_none(),
+            "inode {} linked twice",
+            slot_ino(&s)
+        );
         let v = into_link(s);
         // `v` is counted by the chain from now on; its link is set before it is reachable.
         self.next_locked(v).set(self.head.get());
@@ -223,6 +251,16 @@ impl Bucket {
     /// Put `s` where `old` (linked at `pred`) is, in one store (lock held); the chain's
     /// count of `old` is dropped once no reader can stand on it.
     pub(super) fn replace_locked(&self, pred: &Link, old: usize, s: Slot) {
+        debug_assert_eq!(
+            pred.get(),
+            old,
+            "replaced entry not linked at its predecessor"
+        );
+        debug_assert_eq!(
+            self.next_locked(old).key(),
+            slot_ino(&s),
+            "an entry replaced by another number's"
+        );
         let v = into_link(s);
         self.next_locked(v).set(self.next_locked(old).get());
         pred.set(v);
@@ -237,6 +275,11 @@ impl Bucket {
     /// Unlink `old` (linked at `pred`; lock held) and hand the chain's count of it to the
     /// caller, who gives it back through [`Bucket::retire_all`].
     pub(super) fn unlink_keep_locked(&self, pred: &Link, old: usize) -> usize {
+        debug_assert_eq!(
+            pred.get(),
+            old,
+            "unlinked entry not linked at its predecessor"
+        );
         pred.set(self.next_locked(old).get());
         old
     }

@@ -77,17 +77,23 @@ impl TxGate {
     /// Leave through the lane used to join; true if the transaction is locked and this
     /// lane is now empty (wake the committer, which checks every lane).
     pub fn leave(&self, lane: usize) -> bool {
-        let last = self.lanes[lane].joined.fetch_sub(1, SeqCst) == 1;
+        let before = self.lanes[lane].joined.fetch_sub(1, SeqCst);
+        debug_assert!(before > 0, "lane {lane} left without a join");
+        let last = before == 1;
         fence(SeqCst);
         last && self.locked.load(SeqCst)
     }
     /// Lock for commit: no handle joins after this returns.
     pub fn lock(&self) {
+        // One commit locks a transaction once (the slot's previous one was unlocked when
+        // the slot was reused).
+        debug_assert!(!self.locked.load(SeqCst), "a transaction locked twice");
         self.locked.store(true, SeqCst);
         fence(SeqCst);
     }
     /// Open again for a new transaction (only when drained).
     pub fn unlock(&self) {
+        debug_assert!(self.locked.load(SeqCst), "an open transaction unlocked");
         self.locked.store(false, SeqCst);
     }
     /// Whether no handle is joined (after `lock`: stays true).

@@ -126,6 +126,7 @@ impl LogArea {
     }
     /// The log position after `pos`, wrapping.
     pub fn next(&self, pos: u32) -> u32 {
+        debug_assert!(self.contains(pos), "log position {pos} outside the log");
         if pos + 1 >= self.end() {
             self.first()
         } else {
@@ -134,14 +135,25 @@ impl LogArea {
     }
     /// Blocks from `from` up to `to` going forward (wrapping).
     pub fn distance(&self, from: u32, to: u32) -> u32 {
+        debug_assert!(
+            self.contains(from) && self.contains(to),
+            "log positions {from}, {to} outside the log"
+        );
         if to >= from {
             to - from
         } else {
             self.len() - (from - to)
         }
     }
+    /// Whether `pos` is a position of the circular log.
+    fn contains(&self, pos: u32) -> bool {
+        (self.first()..self.end()).contains(&pos)
+    }
     /// Device block of journal block `pos`.
     pub fn phys(&self, pos: u32) -> u64 {
+        // Mapped by `runs` (validated at mount: the log area lies inside the journal's
+        // mapped blocks).
+        debug_assert!(self.contains(pos), "log position {pos} outside the log");
         let i = self.runs.partition_point(|r| r.0 <= pos) - 1;
         let (l, p, _) = self.runs[i];
         p + u64::from(pos - l)
@@ -160,6 +172,11 @@ impl LogArea {
         mut pos: u32,
         blocks: &[B],
     ) -> Result<u32> {
+        // A run longer than the log would overwrite its own start.
+        debug_assert!(
+            blocks.len() as u64 <= u64::from(self.len()),
+            "a write longer than the log"
+        );
         // At most all of them in one run: sized once, not grown by doubling.
         let mut run: Vec<&[u8]> = Vec::with_capacity(blocks.len());
         let mut run_start = 0u64;

@@ -51,7 +51,7 @@ use crate::dev::BlockDevice;
 use crate::disk::jbd2;
 use crate::disk::seal::{Prefix, Seal};
 use crate::error::{Error, Result};
-use crate::sync::{Condvar, Mutex, Padded, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
+use crate::sync::{may_block_on, Condvar, Mutex, Padded, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -393,6 +393,14 @@ impl Journal {
     /// times, 0.69 s of a 6.2 s phase, while the commit thread wrote the transaction
     /// before; with the second limit, 56 times and 0.04 s.
     pub fn start(&self) -> Handle<'_> {
+        // A start may wait for the running transaction to close or commit it itself; a
+        // lock held above the commit's (a group's, a buffer's) that a handle of that
+        // transaction waits for would deadlock. Checked on every start, not only on the
+        // rare one that waits.
+        debug_assert!(
+            may_block_on(&JOURNAL_COMMIT),
+            "a handle started while holding a lock ranked after `journal_commit`"
+        );
         let lane = gate::my_lane();
         loop {
             let tid = self.running.load(Ordering::Acquire);
@@ -411,6 +419,12 @@ impl Journal {
                 // An open gate is the running transaction's, whatever `tid` was read.
                 gate::Join::Joined => {
                     let tid = t.tid.load(Ordering::Acquire);
+                    // Joined through an open gate: its transaction cannot commit before
+                    // this handle stops.
+                    debug_assert!(
+                        self.committed_tid() < tid,
+                        "a handle joined transaction {tid}, already committed"
+                    );
                     return Handle {
                         j: self,
                         t,
@@ -582,10 +596,24 @@ impl Journal {
             .handles
             .fetch_add(t.gate.started(), Ordering::Relaxed);
         let next = self.slot(tid + 1);
+        // The other slot holds T-1, committed before T: it is free for T+1, empty.
+        debug_assert_eq!(
+            next.tid.load(Ordering::Acquire),
+            tid - 1,
+            "slot of {tid}'s successor"
+        );
+        debug_assert_eq!(
+            next.nbufs.load(Ordering::Relaxed),
+            0,
+            "transaction {} left buffers listed",
+            tid - 1
+        );
         next.tid.store(tid + 1, Ordering::Release);
         // Its count so far belongs to T-1, already added.
         next.gate.reset_started();
         next.gate.unlock();
+        // Only a commit moves the running transaction, under the commit lock held here.
+        debug_assert_eq!(self.running.load(Ordering::Acquire), tid);
         self.running.store(tid + 1, Ordering::Release);
         self.wake();
         // Every frozen block is copied here, in block order (the log's), before anything
@@ -626,6 +654,16 @@ impl Journal {
         }
         revoked.sort_unstable();
         revoked.dedup();
+        // Replay drops every copy of a block logged in a transaction that revokes it: a
+        // block both logged and revoked here would lose this transaction's copy in a
+        // crash. A freed metadata block is forgotten (not logged) and stays busy, never
+        // reused as metadata, until this commit.
+        debug_assert!(
+            snaps
+                .iter()
+                .all(|(_, b)| revoked.binary_search(&b.blk).is_err()),
+            "transaction {tid} logs a block it revokes"
+        );
         if cs.log.is_some() {
             if !snaps.is_empty() || !revoked.is_empty() {
                 self.write_log(cs, tid, &snaps, &known, &revoked)?;
@@ -686,22 +724,35 @@ impl Journal {
         // Snapshots go to the log as they are; only one starting with the magic is copied.
         let mut blocks: Vec<Cow<'_, [u8]>> =
             Vec::with_capacity(snaps.len() + snaps.len() / 16 + revoked.len() / 16 + 4);
+        debug_assert!(
+            (log.first()..log.end()).contains(&cs.head)
+                && (log.first()..log.end()).contains(&cs.tail),
+            "log head {} or tail {} outside the log {}..{}",
+            cs.head,
+            cs.tail,
+            log.first(),
+            log.end()
+        );
         let mut rest = revoked;
         while !rest.is_empty() {
             let mut b = vec![0u8; bs];
             let n = jbd2::put_revoke(js, &mut b, seq, rest);
+            debug_assert!(n > 0, "a revoke block holds no record");
             rest = &rest[n..];
             blocks.push(Cow::Owned(b));
         }
         let tb = js.tag_bytes();
         let room = bs - jbd2::HEADER - if js.csum() { jbd2::TAIL } else { 0 };
         let per_desc = (room - 16) / tb;
+        debug_assert!(per_desc > 0, "a descriptor block holds no tag");
         for (chunk, known) in snaps.chunks(per_desc).zip(known.chunks(per_desc)) {
             let mut d = vec![0u8; bs];
             jbd2::put_header(&mut d, jbd2::DESCRIPTOR, seq);
             let mut off = jbd2::HEADER;
             let mut copies = Vec::with_capacity(chunk.len());
             for (k, ((data, b), known)) in chunk.iter().zip(known).enumerate() {
+                // A copy of another size would shift every log block after it.
+                assert_eq!(data.len(), bs, "copy of block {} is not a block", b.blk);
                 let mut copy = Cow::Borrowed(&data[..]);
                 let mut flags = 0;
                 if jbd2::needs_escape(&copy) {
@@ -738,6 +789,10 @@ impl Journal {
                 }
                 copies.push(copy);
             }
+            debug_assert!(
+                off <= bs - if js.csum() { jbd2::TAIL } else { 0 },
+                "descriptor tags overrun the block"
+            );
             if js.csum() {
                 jbd2::set_tail_csum(seed, &mut d);
             }
@@ -756,12 +811,22 @@ impl Journal {
             self.checkpoint_locked(cs)?;
         }
         let log = cs.log.as_ref().ok_or_else(|| Error::Io("no log".into()))?;
+        // Writing past the tail would overwrite transactions not yet checkpointed.
+        assert!(
+            log.distance(cs.tail, cs.head) + need < log.len(),
+            "transaction {tid} of {need} blocks overruns the log tail"
+        );
         let pos = log.write_run(&*self.dev, cs.head, &blocks)?;
         self.flush()?;
         let mut c = vec![0u8; bs];
         let now = crate::types::Timespec::now();
         jbd2::put_commit(&log.js, &mut c, seq, now.sec as u64, now.nsec);
         let end = log.write_run(&*self.dev, pos, &[c])?;
+        debug_assert_eq!(
+            log.distance(cs.head, end),
+            need,
+            "transaction {tid}'s log blocks"
+        );
         self.flush()?;
         cs.head = end;
         cs.seq = seq.wrapping_add(1);
@@ -810,6 +875,7 @@ impl Journal {
     /// afresh, page faults and all, and every checkpoint freed as many: a tenth of the
     /// commit thread's time in a two-thread mdtest of 400,000 files.)
     fn recycle(&self, cs: &mut CommitState, copy: Box<[u8]>) {
+        debug_assert_eq!(copy.len(), self.bs, "a recycled copy is not a block");
         if cs.pool.len() < 2 * self.max_tx {
             cs.pool.push(copy);
         }
@@ -863,16 +929,25 @@ impl Handle<'_> {
         let tid = self.tid;
         // Read first: a block every operation touches (a descriptor block) is then only
         // read, not written, by all but the first handle of the transaction.
-        if b.jtid.load(Ordering::Acquire) != tid && b.jtid.swap(tid, Ordering::AcqRel) != tid {
-            let k = (b.blk as usize) % LISTS;
-            self.t.lists[k].lock().push(b.clone());
-            self.t.nbufs.fetch_add(1, Ordering::Relaxed);
+        if b.jtid.load(Ordering::Acquire) != tid {
+            let prev = b.jtid.swap(tid, Ordering::AcqRel);
+            if prev != tid {
+                // No handle of a later transaction runs while this one's is open.
+                debug_assert!(prev < tid, "block {} listed by {prev} before {tid}", b.blk);
+                let k = (b.blk as usize) % LISTS;
+                self.t.lists[k].lock().push(b.clone());
+                self.t.nbufs.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
     /// Record that metadata block `blk` was freed: older logged copies must never be
     /// replayed over its next use.
     pub fn revoke(&self, blk: u64) {
+        debug_assert!(
+            blk < self.j.dev.size() / self.j.bs as u64,
+            "revoke of block {blk} past the device"
+        );
         self.t.revoked.lock().push(blk);
     }
 
@@ -881,8 +956,12 @@ impl Handle<'_> {
     pub fn add_ordered<T: OrderedData + 'static>(&self, i: &Arc<T>) {
         let tid = self.tid;
         let slot = i.ordered_tid();
-        if slot.load(Ordering::Acquire) != tid && slot.swap(tid, Ordering::AcqRel) != tid {
-            self.t.ordered.lock().push(i.clone());
+        if slot.load(Ordering::Acquire) != tid {
+            let prev = slot.swap(tid, Ordering::AcqRel);
+            if prev != tid {
+                debug_assert!(prev < tid, "ordered data listed by {prev} before {tid}");
+                self.t.ordered.lock().push(i.clone());
+            }
         }
     }
 

@@ -111,6 +111,18 @@ impl Folio {
 
     /// Mark the blocks of `mask` dirty (write lock held); returns the bits newly set.
     pub fn mark_dirty(&self, _held: &RwLockWriteGuard<'_, FolioData>, mask: u64) -> u64 {
+        // A removed folio's bytes are gone: a block dirtied there would never be written.
+        debug_assert!(
+            !self.is_removed(),
+            "folio {} dirtied after removal",
+            self.index
+        );
+        debug_assert!(
+            mask != 0 && (self.order == MAX_ORDER || mask >> self.blocks() == 0),
+            "dirty mask {mask:#x} outside folio {} of {} blocks",
+            self.index,
+            self.blocks()
+        );
         let old = self.dirty.fetch_or(mask, Ordering::AcqRel);
         let new = mask & !old;
         if new != 0 {
@@ -150,6 +162,9 @@ impl Folio {
     /// and writers look it up again, and its data's memory goes back now, not when the last
     /// pinned reader lets go of the folio.
     pub fn set_removed(&self, held: &mut RwLockWriteGuard<'_, FolioData>) {
+        debug_assert!(!self.is_removed(), "folio {} removed twice", self.index);
+        // Its bytes go now: a dirty block would be lost.
+        debug_assert_eq!(self.dirty_mask(), 0, "dirty folio {} removed", self.index);
         self.removed.store(true, Ordering::Release);
         let data = std::mem::take(&mut held.bytes);
         let pblk = std::mem::take(&mut held.pblk);

@@ -108,7 +108,14 @@ impl FolioIndex {
                 // SAFETY: a folio pointer in a slot is an `Arc<Folio>` the index owns; on
                 // removal its slots are cleared before the Arc is dropped, and the drop is
                 // deferred past every pin taken before the clear, including `_g`.
-                return Some(unsafe { &*(s as *const Folio) });
+                let f = unsafe { &*(s as *const Folio) };
+                debug_assert!(
+                    f.index <= idx && idx - f.index < f.blocks(),
+                    "slot {idx} holds folio {} of {} blocks",
+                    f.index,
+                    f.blocks()
+                );
+                return Some(f);
             }
             // SAFETY: as for the root: child nodes live until the index is dropped.
             n = unsafe { &*(s as *const Node) };
@@ -138,6 +145,12 @@ impl FolioIndex {
     /// Returns how many nodes were added (for the memory count).
     pub fn insert(&self, f: Arc<Folio>, _l: &Locked<'_>) -> usize {
         let (first, n) = (f.index, f.blocks());
+        // Aligned and at most 64 blocks: every slot in one leaf.
+        debug_assert!(
+            first % FAN as u64 + n <= FAN as u64,
+            "folio {first} of {n} blocks crosses a leaf"
+        );
+        debug_assert!(!f.is_removed(), "folio {first} inserted after removal");
         let added = self.grow_to(first + n - 1);
         let (leaf, more) = self.leaf_for(first);
         let raw = Arc::into_raw(f) as usize;
@@ -210,6 +223,11 @@ impl FolioIndex {
             // SAFETY: nodes live until the index is dropped (see `lookup`).
             collect_node(unsafe { &*p }, 0, a, b, &mut out);
         }
+        debug_assert!(
+            out.windows(2)
+                .all(|w| w[0].index + w[0].blocks() <= w[1].index),
+            "folios of {a}..{b} out of order or overlapping"
+        );
         out
     }
 

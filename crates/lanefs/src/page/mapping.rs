@@ -109,7 +109,8 @@ pub struct Change<'a>(Option<&'a AtomicU64>);
 impl Drop for Change<'_> {
     fn drop(&mut self) {
         if let Some(s) = self.0 {
-            s.fetch_add(1, Ordering::Release);
+            let before = s.fetch_add(1, Ordering::Release);
+            debug_assert!(before & 1 == 1, "a change closed that was not open");
         }
     }
 }
@@ -165,7 +166,9 @@ impl Mapping {
         if self.seq.load(Ordering::Relaxed) & 1 == 1 {
             return Change(None);
         }
-        self.seq.fetch_add(1, Ordering::AcqRel);
+        let before = self.seq.fetch_add(1, Ordering::AcqRel);
+        // Changes run under the inode's exclusive lock: never two at once.
+        debug_assert!(before & 1 == 0, "two changes of a file's data at once");
         fence(Ordering::Release);
         Change(Some(&self.seq))
     }
@@ -284,6 +287,10 @@ impl Mapping {
                 break;
             }
         }
+        debug_assert!(
+            first.0 <= idx && idx < first.0 + (1 << first.1),
+            "first folio {first:?} misses block {idx}"
+        );
         plan.push(first);
         let mut pos = first.0 + (1 << first.1);
         end = end.max(pos);
@@ -299,6 +306,12 @@ impl Mapping {
             pos += 1 << o;
         }
         drop(g);
+        // One run of folios, each aligned to its size.
+        debug_assert!(
+            plan.windows(2).all(|w| w[0].0 + (1 << w[0].1) == w[1].0)
+                && plan.iter().all(|&(s, o)| s.is_multiple_of(1 << o)),
+            "read-ahead plan {plan:?}"
+        );
         let mut datas: Vec<FolioData> = plan
             .iter()
             .map(|&(_, o)| FolioData {
@@ -348,6 +361,8 @@ impl Mapping {
             out[copied..copied + k].copy_from_slice(&d.bytes[inb..inb + k]);
             copied += k;
         }
+        // The first folio holds `pos_byte`: the read progresses.
+        debug_assert!(copied > 0 || out.is_empty(), "a read miss copied nothing");
         // Insert what no racing reader inserted first.
         let inner = self.inner.lock();
         let lk = Locked(std::marker::PhantomData);
@@ -421,6 +436,12 @@ impl Mapping {
                     f
                 }
             };
+            debug_assert!(
+                f.index <= idx && idx < f.index + f.blocks(),
+                "folio {} of {} blocks for block {idx}",
+                f.index,
+                f.blocks()
+            );
             let mut d = f.write();
             debug_assert!(
                 !f.is_removed(),
@@ -557,7 +578,10 @@ impl Mapping {
                 dev.write_gather_at(start * bs as u64, v)?;
             }
             for (f, &m) in chunk.iter().zip(&masks) {
-                f.clear_dirty(m);
+                // The read locks held keep writers (which set bits) out, and the
+                // write-back lock other write-backs: the bits written are still set.
+                let was = f.clear_dirty(m);
+                debug_assert_eq!(was, m, "folio {}: dirty bits cleared meanwhile", f.index);
             }
             drop(guards);
         }

@@ -70,10 +70,19 @@ struct Totals {
 
 impl Charge for Totals {
     fn uncharge(&self, bytes: u64) {
-        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        let before = self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        debug_assert!(
+            before >= bytes,
+            "page cache uncharged {bytes} of {before} bytes"
+        );
     }
     fn dirtied(&self, blocks: i64) {
-        self.dirty_blocks.fetch_add(blocks, Ordering::Relaxed);
+        // A block is cleaned (under its folio's lock) only after it was dirtied.
+        let before = self.dirty_blocks.fetch_add(blocks, Ordering::Relaxed);
+        debug_assert!(
+            before + blocks >= 0,
+            "dirty blocks {before} moved by {blocks}"
+        );
     }
 }
 
@@ -121,6 +130,7 @@ impl PageCache {
     /// A cache over `dev` with `bs`-byte blocks, folios up to `max_order` (clamped to
     /// [`MAX_ORDER`]) and `limit` bytes.
     pub fn new(dev: Arc<dyn BlockDevice>, bs: usize, max_order: u8, limit: u64) -> PageCache {
+        debug_assert!(bs.is_power_of_two(), "block size {bs}");
         PageCache {
             dev,
             bs,
@@ -255,6 +265,11 @@ impl PageCache {
 
     /// A folio of `m` over `index..index + 2^order` holding `data`, charged.
     fn new_folio(&self, m: &Arc<Mapping>, index: u64, order: u8, data: FolioData) -> Arc<Folio> {
+        debug_assert!(
+            order <= self.max_order,
+            "folio of order {order} over the cache's"
+        );
+        debug_assert_eq!(data.bytes.len(), self.bs << order, "folio {index}: bytes");
         let bytes = data.bytes.len() as u64
             + data.pblk.len() as u64 * 8
             + std::mem::size_of::<Folio>() as u64;

@@ -68,6 +68,13 @@ pub fn widen(
     } else {
         (minlen, prod)
     };
+    // The widened range holds the first asked block in whole rt extents, and the request
+    // can be met (the allocator refuses one with minlen over maxlen).
+    debug_assert!(
+        a <= off && off < e && a.is_multiple_of(rextsize) && alen.is_multiple_of(rextsize),
+        "widened {a}..{e} around {off}"
+    );
+    debug_assert!(minlen >= 1 && minlen <= maxlen - maxlen % prod);
     Some(Widened {
         off: a,
         len: alen,

@@ -101,6 +101,13 @@ impl<'a> Ctx<'a> {
 
     /// The summary block holding counter `[log][bbno]`, and the counter's offset in it.
     fn sum_block(&mut self, log: u32, bbno: u64) -> Result<(Arc<Buf>, usize)> {
+        debug_assert!(
+            log < self.levels && bbno < self.bmblocks,
+            "rt group {}: summary [{log}][{bbno}] outside {}x{}",
+            self.g,
+            self.levels,
+            self.bmblocks
+        );
         let (f, off) = self.a.geo.summary_at(self.g, log, bbno as u32);
         if let Some((b, buf)) = &self.sum {
             if *b == f {
@@ -117,6 +124,7 @@ impl<'a> Ctx<'a> {
     /// set bits are the extents in the other state. Fetches `x`'s block, which the
     /// primitive calling it then walks from (no second read).
     fn flip_at(&mut self, x: u64) -> Result<u64> {
+        debug_assert!(x < self.ext, "rt group {}: extent {x} past its end", self.g);
         let bits = 1u64 << self.blkbit_log();
         let buf = self.bm_block(self.block_of(x))?;
         let free = bit(&buf.read(), (x % bits) as usize);
@@ -304,6 +312,7 @@ impl<'a> Ctx<'a> {
             v
         };
         self.h.dirty(&buf);
+        let lean = self.lean;
         let c = &mut self.st.rsum_cache[bbno as usize];
         if self.lean {
             // Upper bound: every level >= *c is empty.
@@ -322,6 +331,17 @@ impl<'a> Ctx<'a> {
                 *c = log as u8;
             }
         }
+        // The cache's bound holds for the level just changed (`check` verifies them all).
+        debug_assert!(
+            v == 0
+                || if lean {
+                    log < u32::from(*c)
+                } else {
+                    log >= u32::from(*c)
+                },
+            "rt summary cache bound {} misses level {log} of block {bbno}",
+            *c
+        );
         Ok(())
     }
 
@@ -332,6 +352,7 @@ impl<'a> Ctx<'a> {
     /// callers use only whether there is one); `lean` (patches 2 and 3) scans down from the
     /// upper-bound cache and finds the highest, which bounds the longest run starting there.
     pub(super) fn any_summary(&mut self, low: u32, high: u32, bbno: u64) -> Result<Option<u32>> {
+        debug_assert!(bbno < self.bmblocks && high < self.levels);
         let c = u32::from(self.st.rsum_cache[bbno as usize]);
         if self.lean {
             let high = high.min(c.saturating_sub(1));

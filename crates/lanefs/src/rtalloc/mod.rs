@@ -305,6 +305,12 @@ impl RtAlloc {
             Some(Err(busy)) => return Ok(Some(busy)),
             None => return Ok(None),
         };
+        // Marked allocated in the bitmap already: a run past the group or off the request
+        // would hand out extents of a neighbour or more than the caller maps.
+        assert!(
+            len >= minlen && len <= maxlen && start + len <= self.geo.extents_in(g),
+            "rt group {g}: allocated {len} extents at {start} for {minlen}..={maxlen}"
+        );
         let free = &grp.free;
         let left = free.load(Ordering::Relaxed);
         debug_assert!(left >= len);
@@ -353,7 +359,14 @@ impl RtAlloc {
             grp.has_busy.store(true, Ordering::Release);
             st.frees += 1;
             let free = &grp.free;
-            free.store(free.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+            let now = free.load(Ordering::Relaxed) + n;
+            // Counted from the bitmap at mount, moved by checked ranges since.
+            debug_assert!(
+                now <= self.geo.extents_in(g),
+                "rt group {g}: {now} free extents of {}",
+                self.geo.extents_in(g)
+            );
+            free.store(now, Ordering::Relaxed);
             x += n;
         }
         Ok(())

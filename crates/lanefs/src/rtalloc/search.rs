@@ -29,6 +29,11 @@ impl Ctx<'_> {
         let end = start + len - 1;
         let pre = self.find_back(start)?;
         let post = self.find_forw(end, self.ext - 1)?;
+        // The range lies in one free run (the search checked it free, under the lock).
+        debug_assert!(
+            pre <= start && post >= end,
+            "run {pre}..={post} around {start}..={end}"
+        );
         self.modify_summary(highbit64(post + 1 - pre), self.block_of(pre), -1)?;
         if pre < start {
             self.modify_summary(highbit64(start - pre), self.block_of(pre), 1)?;
@@ -46,6 +51,10 @@ impl Ctx<'_> {
         self.modify_range(start, len, true)?;
         let pre = self.find_back(start)?;
         let post = self.find_forw(end, self.ext - 1)?;
+        debug_assert!(
+            pre <= start && post >= end,
+            "run {pre}..={post} around {start}..={end}"
+        );
         if pre < start {
             self.modify_summary(highbit64(start - pre), self.block_of(pre), -1)?;
         }
@@ -112,6 +121,10 @@ impl Ctx<'_> {
         if len < minlen {
             return Ok((None, next));
         }
+        debug_assert!(
+            len <= maxlen && b + len <= self.ext,
+            "rt block {bbno}: {len} extents at {b} for {minlen}..={maxlen}"
+        );
         Ok((Some((b, len)), next))
     }
 
@@ -250,6 +263,11 @@ impl Ctx<'_> {
         let Some((start, len)) = found else {
             return Ok(None);
         };
+        debug_assert!(
+            len >= minlen && len <= maxlen && start + len <= self.ext,
+            "rt group {}: search chose {len} extents at {start}",
+            self.g
+        );
         let busy = |&(s, l, _): &(u64, u64, u64)| s < start + len && start < s + l;
         if self.st.busy.iter().any(busy) {
             return Ok(Some(Err(super::RtOutcome::Busy)));

@@ -232,6 +232,7 @@ impl HoldTimer {
 
     /// The lock of `class` (from [`HoldTimer::pause`]) is held again after a wait.
     fn resume(&mut self, class: Option<&'static LockClass>) {
+        debug_assert_eq!(self.0, 0, "a hold timer resumed while running");
         if let Some(class) = class.filter(|_| lockstat_enabled()) {
             self.0 = start_timed(class);
         }
@@ -271,6 +272,10 @@ fn stop_timed(slot: u8) -> Option<&'static LockClass> {
     TIMED
         .try_with(|t| {
             let mut t = t.borrow_mut();
+            debug_assert!(
+                t.get(usize::from(slot) - 1).is_some_and(Option::is_some),
+                "timed hold slot {slot} is empty"
+            );
             let (class, since) = t.get_mut(usize::from(slot) - 1)?.take()?;
             while t.last().is_some_and(Option::is_none) {
                 t.pop();
@@ -411,7 +416,22 @@ static ALL_CLASSES: [&LockClass; 23] = [
 /// Every class of the engine, in lock order (increasing rank).
 #[must_use]
 pub fn all_classes() -> &'static [&'static LockClass] {
+    // The ranks are the order: distinct, and the list sorted by them.
+    debug_assert!(
+        ALL_CLASSES.windows(2).all(|w| w[0].rank < w[1].rank),
+        "lock classes out of rank order"
+    );
     &ALL_CLASSES
+}
+
+/// Whether this thread may block on a lock of `class` now: it holds no lock ranked above
+/// it (nor one of its rank, unless the class is nestable). Debug builds ask the lock-order
+/// checker; release builds, which have none, always answer true. For assertions where a
+/// function blocks on `class` only on some paths (a handle start that commits), so that
+/// an order violation shows on every call, not only on the rare path.
+#[must_use]
+pub fn may_block_on(class: &'static LockClass) -> bool {
+    order::may_block(class)
 }
 
 /// Take a lock through `lock`, first trying `try_lock` when statistics are on so a contended
@@ -463,6 +483,11 @@ mod order {
 
     #[inline]
     pub(super) fn check_wait(_hold: &Hold) {}
+
+    #[inline]
+    pub(super) fn may_block(_class: &'static LockClass) -> bool {
+        true
+    }
 
     pub(super) struct Hold;
 

@@ -57,11 +57,23 @@ fn violation(held: &[Held], class: &LockClass) -> Option<String> {
     ))
 }
 
+/// Whether blocking on a lock of `class` now keeps the lock order (`super::may_block_on`).
+pub(super) fn may_block(class: &'static LockClass) -> bool {
+    // At thread exit the list may be gone: nothing is held then.
+    HELD.try_with(|held| violation(&held.borrow(), class).is_none())
+        .unwrap_or(true)
+}
+
 /// Panic if this thread holds a lock ranked above `class`, which a condition-variable wait
 /// would hold while re-taking the lock of `class`.
 pub(super) fn check_wait(hold: &Hold) {
     let message = HELD.with(|held| {
         let list = held.borrow();
+        debug_assert!(
+            list.iter().any(|h| h.id == hold.id),
+            "condvar wait on `{}`, a lock this thread does not hold",
+            hold.class.name()
+        );
         let above = list.iter().find(|h| h.class.rank() > hold.class.rank())?;
         Some(format!(
             "lock order violation: condvar wait on `{}` (rank {}) while holding `{}` \
