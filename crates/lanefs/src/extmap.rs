@@ -312,10 +312,19 @@ impl ExtentMap {
     pub fn mark_unwritten(&mut self, start: u32, len: u32) {
         for k in self.isolate(start, u64::from(start) + u64::from(len)) {
             if let Some(e) = self.map.remove(&k) {
-                self.insert(Extent {
-                    unwritten: true,
-                    ..e
-                });
+                // A written extent may be one block longer than an unwritten one can be
+                // (32768 against 32767): such a piece becomes two.
+                let mut off = 0;
+                while off < e.len {
+                    let piece = (e.len - off).min(MAX_UNWRITTEN_LEN);
+                    self.insert(Extent {
+                        lblk: e.lblk + off,
+                        len: piece,
+                        pblk: e.pblk + u64::from(off),
+                        unwritten: true,
+                    });
+                    off += piece;
+                }
             }
         }
     }
@@ -354,6 +363,25 @@ mod tests {
             pblk,
             unwritten,
         }
+    }
+
+    #[test]
+    fn a_full_written_extent_marked_unwritten_is_split() {
+        // Two unwritten halves do not merge (32768 blocks is too long unwritten); written,
+        // they make one extent of 32768; unwritten again, it must not stay one.
+        let mut m = ExtentMap::default();
+        m.insert(e(0, 16384, 1000, true));
+        m.insert(e(16384, 16384, 1000 + 16384, true));
+        m.mark_written(0, 32768);
+        assert_eq!(m.map.len(), 1);
+        m.mark_unwritten(0, 32768);
+        let all: Vec<Extent> = m.map.values().copied().collect();
+        assert!(
+            all.iter()
+                .all(|x| x.unwritten && x.len <= MAX_UNWRITTEN_LEN),
+            "{all:?}"
+        );
+        assert_eq!(all.iter().map(|x| x.len).sum::<u32>(), 32768);
     }
 
     #[test]
