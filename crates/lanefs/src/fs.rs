@@ -23,6 +23,7 @@ use crate::journal::{self, Handle, Journal, LogArea, Replay};
 pub use crate::rtalloc::RtAllocPolicy;
 use crate::sync::{Mutex, RwLockReadGuard, ORPHAN, RENAME, SUPER};
 use crate::types::*;
+use crate::volume::{DirHash, Features, Volume};
 use std::path::Path;
 
 mod create;
@@ -90,11 +91,10 @@ use std::sync::Arc;
 /// # Ok::<(), lanefs::Error>(())
 /// ```
 pub struct Fs {
+    /// What the mount fixed: geometry, features, directory hash, policies.
+    vol: crate::volume::Volume,
     dev: Arc<dyn BlockDevice>,
     latch: Arc<ErrorLatch>,
-    /// The superblock's lifetime writes (KiB) when mounted; the clean unmount adds this
-    /// mount's.
-    kbytes_at_mount: u64,
     bufs: Arc<BufCache>,
     journal: Journal,
     al: Arc<Allocator>,
@@ -118,40 +118,12 @@ pub struct Fs {
     shut: std::sync::atomic::AtomicBool,
     /// Held by the one shutdown under way.
     shutdown_lock: std::sync::Mutex<()>,
-    read_only: bool,
-    /// The latest time the engine stamps (`MountOptions::clamp_time`).
-    clamp_time: Option<i64>,
-    /// When reads update access times (`Fs::touch_atime`).
-    atime: AtimePolicy,
-    nodiratime: bool,
     /// The multi-mount protection claim of a read-write mount of an mmp image.
     mmp: std::sync::Mutex<Option<crate::mmp::MmpGuard>>,
-    /// Why the mount is read-only when the caller asked for read-write.
-    ro_reason: Option<String>,
-    seed: [u32; 4],
-    unsigned: bool,
-    def_hash: u8,
-    dir_index: bool,
-    /// The filetype feature: directory entries record their inode's type.
-    filetype: bool,
-    /// The ext_attr feature: extended attributes may be stored.
-    ext_attr: bool,
-    /// The extent feature: new files and directories are extent-mapped (else they use
-    /// direct and indirect blocks, as ext2 and ext3 do).
-    extents: bool,
-    /// The huge_file feature: `i_blocks` has 48 bits, so files may be larger.
-    huge_file: bool,
-    /// The inline_data feature: small files and directories may live in their inode.
-    inline_data: bool,
-    /// The ea_inode feature: attribute values too large for a block live in inodes.
-    ea_inode: bool,
     /// The large_file feature is on (set by the first file past 2 GiB if it was not).
     large_file: std::sync::atomic::AtomicBool,
     /// The realtime data device (an image made with `--rtdev`): realtime files' data.
     rtdev: Option<Arc<dyn BlockDevice>>,
-    bs: u32,
-    /// Most bytes of leaf digests a directory keeps (0: `dir_digest=0`).
-    digest_budget: usize,
 }
 
 /// Largest file size: 2^32 - 1 blocks, ext4's s_maxbytes (the last logical block stays
@@ -165,11 +137,7 @@ const LINK_MAX: u16 = 65000;
 impl Fs {
     /// The time to stamp: now, or the clamp if it is earlier (`MountOptions::clamp_time`).
     fn now(&self) -> Timespec {
-        let t = Timespec::now();
-        match self.clamp_time {
-            Some(c) if c < t.sec => Timespec { sec: c, nsec: 0 },
-            _ => t,
-        }
+        self.vol.now()
     }
 
     /// Open the image or device at `path` and mount it, as [`Fs::mount`] does. The image
@@ -309,7 +277,7 @@ impl Fs {
             sb.hash_seed(),
         ));
         let al = Arc::new(
-            Allocator::new(geo, descs, gdt, bufs.clone())
+            Allocator::new(geo.clone(), descs, gdt, bufs.clone())
                 .with_options(AllocOptions {
                     trylock: opts.mb_trylock,
                     stream: opts.mb_stream_goal,
@@ -338,24 +306,25 @@ impl Fs {
             ialc.seal(&alc);
             alc.seal();
         }));
-        let kbytes_at_mount = sb.kbytes_written();
-        let fs = Fs {
-            journal,
-            seed: sb.hash_seed(),
-            unsigned: sb.flags() & sbm::FLAG_UNSIGNED_HASH != 0,
-            def_hash: sb.def_hash_version(),
-            dir_index: sb.has_compat(compat::DIR_INDEX),
-            filetype: sb.has_incompat(incompat::FILETYPE),
-            ext_attr: sb.has_compat(compat::EXT_ATTR),
-            extents: sb.has_incompat(incompat::EXTENTS),
-            huge_file: sb.has_ro_compat(ro_compat::HUGE_FILE),
-            inline_data: sb.has_incompat(incompat::INLINE_DATA),
-            ea_inode: sb.has_incompat(incompat::EA_INODE),
+        let vol = Volume {
+            geo,
+            features: Features::of(&sb),
+            hash: DirHash::of(&sb),
             digest_budget: if opts.dir_digest {
                 (opts.icache_limit / 4) as usize
             } else {
                 0
             },
+            read_only,
+            ro_reason,
+            clamp_time: opts.clamp_time,
+            atime: opts.atime,
+            nodiratime: opts.nodiratime,
+            kbytes_at_mount: sb.kbytes_written(),
+        };
+        let fs = Fs {
+            vol,
+            journal,
             large_file: std::sync::atomic::AtomicBool::new(sb.has_ro_compat(ro_compat::LARGE_FILE)),
             rtdev: rtdev.clone(),
             sb: Mutex::new(&SUPER, sb),
@@ -373,15 +342,8 @@ impl Fs {
             dev,
             bufs,
             al,
-            read_only,
-            atime: opts.atime,
-            nodiratime: opts.nodiratime,
-            clamp_time: opts.clamp_time,
             mmp: std::sync::Mutex::new(mmp),
-            ro_reason,
             latch,
-            kbytes_at_mount,
-            bs,
             timer: std::sync::Mutex::new(Vec::new()),
             timer_stop: std::sync::atomic::AtomicBool::new(false),
             shut: std::sync::atomic::AtomicBool::new(false),
@@ -432,7 +394,7 @@ impl Fs {
         self.dev.flush()?;
         // The cached superblock block (read later, for journaled superblock updates) sees
         // this.
-        self.bufs.forget(sbm::location(self.bs).0);
+        self.bufs.forget(sbm::location(self.vol.bs()).0);
         Ok(())
     }
 
@@ -517,14 +479,7 @@ impl Fs {
             al: &self.al,
             ial: &self.ial,
             bufs: &self.bufs,
-            seed: self.seed,
-            unsigned: self.unsigned,
-            def_hash: self.def_hash,
-            dir_index: self.dir_index,
-            filetype: self.filetype,
-            inline_data: self.inline_data,
-            extents: self.extents,
-            digest_budget: self.digest_budget,
+            vol: &self.vol,
         }
     }
 
@@ -532,7 +487,7 @@ impl Fs {
     /// or after a shutdown ([`Error::ShutDown`]).
     fn check_rw(&self) -> Result<()> {
         self.check_live()?;
-        if self.read_only || self.latch.failed() {
+        if self.vol.read_only || self.latch.failed() {
             Err(Error::ReadOnly)
         } else {
             Ok(())
@@ -551,21 +506,21 @@ impl Fs {
         if self.latch.failed() || self.journal.is_aborted() {
             return Some("an earlier device error aborted the journal: mounted read-only".into());
         }
-        if let Some(r) = &self.ro_reason {
+        if let Some(r) = &self.vol.ro_reason {
             return Some(r.clone());
         }
-        self.read_only.then(|| "mounted read-only".into())
+        self.vol.read_only.then(|| "mounted read-only".into())
     }
 
     /// The file system's block size in bytes.
     pub fn block_size(&self) -> u32 {
-        self.bs
+        self.vol.bs()
     }
 
     /// Whether changes are refused (read-only mount, an earlier device error or a
     /// shutdown).
     pub fn is_read_only(&self) -> bool {
-        self.read_only || self.latch.failed() || self.is_shut_down()
+        self.vol.read_only || self.latch.failed() || self.is_shut_down()
     }
 
     /// The cached inode `ino`, loading it from disk on a miss.
@@ -615,7 +570,9 @@ impl Fs {
             if st.freed {
                 return Err(Error::NotFound);
             }
-            if st.ext.is_some() || !needs_extents(&st.d, self.bs, self.ea_inode) {
+            if st.ext.is_some()
+                || !needs_extents(&st.d, self.vol.bs(), self.vol.has(Features::EA_INODE))
+            {
                 return Ok(st);
             }
         }
@@ -632,7 +589,8 @@ impl Fs {
         if st.freed {
             return Err(Error::NotFound);
         }
-        if st.ext.is_none() && needs_extents(&st.d, self.bs, self.ea_inode) {
+        if st.ext.is_none() && needs_extents(&st.d, self.vol.bs(), self.vol.has(Features::EA_INODE))
+        {
             inode::load_extents(&self.al, &self.bufs, i.ino, st)?;
             self.icache.recharge(i, i.mem_bytes_with(st.heap_bytes()));
         }
@@ -697,11 +655,11 @@ impl Fs {
     /// The largest size inode `d` may have (ext4's s_maxbytes, or the bitmap limit for
     /// a block-mapped file).
     fn max_bytes(&self, d: &DiskInode) -> u64 {
-        let bs = self.bs as usize;
+        let bs = self.vol.bs() as usize;
         if d.flags() & FL_EXTENTS != 0 {
-            crate::disk::extent::max_file_bytes(bs, self.huge_file)
+            crate::disk::extent::max_file_bytes(bs, self.vol.has(Features::HUGE_FILE))
         } else {
-            crate::disk::blockmap::max_file_bytes(bs, self.huge_file)
+            crate::disk::blockmap::max_file_bytes(bs, self.vol.has(Features::HUGE_FILE))
         }
     }
 
@@ -714,7 +672,7 @@ impl Fs {
             uid: d.uid(),
             gid: d.gid(),
             size: d.size(),
-            blocks: d.blocks_512(self.bs),
+            blocks: d.blocks_512(self.vol.bs()),
             atime: d.atime(),
             mtime: d.mtime(),
             ctime: d.ctime(),

@@ -172,6 +172,7 @@ mod bmap;
 mod dir;
 mod exclusive;
 mod mmp;
+mod volume;
 
 pub use crashdev::{CrashDevice, PendingWrite};
 pub use dev::{BlockDevice, FileDevice, MemDevice};

@@ -12,6 +12,7 @@ use crate::icache::{IRef, NewInode};
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::Handle;
 use crate::types::*;
+use crate::volume::Features;
 use std::sync::atomic::Ordering;
 
 impl Fs {
@@ -114,7 +115,7 @@ impl Fs {
     pub fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
         // The VFS refuses a target of PATH_MAX (4096, with its NUL) or more; ext4 one that
         // does not fit a block.
-        if target.is_empty() || target.len() >= (self.bs as usize).min(PATH_MAX) {
+        if target.is_empty() || target.len() >= (self.vol.bs() as usize).min(PATH_MAX) {
             return Err(Error::NameTooLong);
         }
         Ok(self
@@ -290,10 +291,10 @@ impl Fs {
         d.set_ctime(t);
         d.set_crtime(t);
         d.set_links(if kind == FileType::Directory { 2 } else { 1 });
-        d.set_generation(generation(ino, self.clamp_time));
+        d.set_generation(generation(ino, self.vol.clamp_time));
         let mapped = matches!(kind, FileType::Regular | FileType::Directory) || slow_link;
         // Without the extent feature, block maps (an all-zero i_block), as ext2/ext3.
-        if mapped && self.extents {
+        if mapped && self.vol.has(Features::EXTENTS) {
             d.set_flags(FL_EXTENTS);
             extent::encode_node(d.iblock_mut(), &Node::Leaf(Vec::new()));
         }

@@ -55,7 +55,7 @@ impl Fs {
         // After a shutdown, as ext4_file_read_iter: EIO, cached or not.
         self.check_live()?;
         let i = self.iget(ino)?;
-        if let Some(n) = i.mapping.read_fast(self.bs as usize, off, buf) {
+        if let Some(n) = i.mapping.read_fast(self.vol.bs() as usize, off, buf) {
             return Ok(n);
         }
         let st = self.read_loaded(&i)?;
@@ -89,7 +89,7 @@ impl Fs {
             return Ok((off < st.d.size()).then_some(off));
         }
         let ext = self.regular(&st)?;
-        let (size, bs) = (st.d.size(), self.bs as u64);
+        let (size, bs) = (st.d.size(), self.vol.bs() as u64);
         let Ok(lblk) = u32::try_from(off / bs) else {
             return Ok(None);
         };
@@ -113,7 +113,7 @@ impl Fs {
             return Ok((off < st.d.size()).then_some(st.d.size()));
         }
         let ext = self.regular(&st)?;
-        let (size, bs) = (st.d.size(), self.bs as u64);
+        let (size, bs) = (st.d.size(), self.vol.bs() as u64);
         if off >= size {
             return Ok(None);
         }
@@ -214,7 +214,7 @@ impl Fs {
         if data.is_empty() {
             return Ok(0);
         }
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let end = off
             .checked_add(data.len() as u64)
             .ok_or(Error::FileTooBig)?;
@@ -323,7 +323,7 @@ impl Fs {
         if bytes.is_empty() {
             return Ok(());
         }
-        let n = (bytes.len() as u64).div_ceil(u64::from(self.bs));
+        let n = (bytes.len() as u64).div_ceil(u64::from(self.vol.bs()));
         bmap::map_blocks(&self.al, h, i, st, 0, n, false)?;
         h.add_ordered(i.arc());
         self.copy_in(i, st, 0, bytes, &vec![Prior::Hole; n as usize])?;
@@ -343,7 +343,7 @@ impl Fs {
         data: &[u8],
         prior: &[Prior],
     ) -> Result<()> {
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let (first, last) = (off / bs, (off + data.len() as u64).saturating_sub(1) / bs);
         let pblks = self.mapped_blocks(i, st, first, last)?;
         let blk = |lblk: u64| {
@@ -404,7 +404,7 @@ impl Fs {
         if len == 0 {
             return Err(Error::Invalid("fallocate length 0".into()));
         }
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let end = off
             .checked_add(len)
             .filter(|&e| e <= MAX_FILE_BLOCKS * bs)
@@ -490,7 +490,7 @@ impl Fs {
     /// Zero `[off, end)` within the file: partial blocks through the page cache, whole
     /// blocks freed. Like ext4, the range is clipped to the end of the last block.
     fn punch(&self, h: &Handle, i: &Inode, st: &mut InodeState, off: u64, end: u64) -> Result<()> {
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let size = st.d.size();
         if off >= size {
             return Ok(());
@@ -540,7 +540,7 @@ impl Fs {
         if to <= from {
             return Ok(());
         }
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let lblk = from / bs;
         debug_assert!((to - 1) / bs == lblk, "zero_partial spans blocks");
         let ext = self.regular(st)?;
@@ -559,7 +559,7 @@ impl Fs {
         st: &mut InodeState,
         size: u64,
     ) -> Result<()> {
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let old = st.d.size();
         let _change = i.mapping.change();
         if inline::is_inline(&st.d) && self.truncate_inline(h, i, st, size)? {

@@ -38,7 +38,7 @@ impl Fs {
     pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
         let _ = datasync;
         self.check_live()?;
-        if self.read_only {
+        if self.vol.read_only {
             return Ok(());
         }
         self.check_io()?;
@@ -73,7 +73,7 @@ impl Fs {
     /// it all to the next sync. Durable only after [`Fs::fsync`] or [`Fs::sync`].
     pub fn write_back(&self, ino: Ino) -> Result<()> {
         self.check_live()?;
-        if self.read_only {
+        if self.vol.read_only {
             return Ok(());
         }
         self.check_io()?;
@@ -97,7 +97,7 @@ impl Fs {
     /// locations are current and the log is empty).
     pub fn sync(&self) -> Result<()> {
         self.check_live()?;
-        if self.read_only {
+        if self.vol.read_only {
             return Ok(());
         }
         self.check_io()?;
@@ -150,7 +150,7 @@ impl Fs {
             self.stop_timer();
             return Ok(());
         }
-        if self.read_only {
+        if self.vol.read_only {
             return Ok(());
         }
         self.check_io()?;
@@ -162,7 +162,7 @@ impl Fs {
             }
         }
         self.sync()?;
-        self.journal.mark_empty(self.clamp_time.is_some())?;
+        self.journal.mark_empty(self.vol.clamp_time.is_some())?;
         self.dev.flush()?;
         self.write_super_clean()?;
         self.release_mmp()
@@ -187,9 +187,9 @@ impl Fs {
         // Lifetime writes, as the kernel keeps them: what the mount found plus what this
         // mount wrote (this superblock write included). Not under a time clamp (a
         // reproducible build): how much the journal writes depends on when it commits.
-        if self.clamp_time.is_none() {
+        if self.vol.clamp_time.is_none() {
             let written = self.latch.bytes_written() + sbm::SB_SIZE as u64;
-            sb.set_kbytes_written(self.kbytes_at_mount + written / 1024);
+            sb.set_kbytes_written(self.vol.kbytes_at_mount + written / 1024);
         }
         sb.set_state(sb.state() | 1);
         sb.set_feature_incompat(
@@ -233,7 +233,10 @@ impl Drop for Fs {
             }
         }
         if self.sync().is_ok()
-            && self.journal.mark_empty(self.clamp_time.is_some()).is_ok()
+            && self
+                .journal
+                .mark_empty(self.vol.clamp_time.is_some())
+                .is_ok()
             && self.dev.flush().is_ok()
         {
             let _ = self.write_super_clean();

@@ -8,6 +8,7 @@ use crate::disk::superblock::ro_compat;
 use crate::error::{Error, Result};
 use crate::inode::InodeState;
 use crate::types::*;
+use crate::volume::Features;
 use std::sync::atomic::Ordering;
 
 /// Validate a name for a new entry.
@@ -295,7 +296,7 @@ impl Fs {
             // An inline-data symlink: `i_block`, then `system.data` (ext4's inline read).
             return crate::disk::inline::file_data(&st.d, ino);
         }
-        if super::is_fast_symlink(&st.d, self.bs, self.ea_inode) {
+        if super::is_fast_symlink(&st.d, self.vol.bs(), self.vol.has(Features::EA_INODE)) {
             if size > 60 {
                 return Err(Error::corrupt(
                     "inode",
@@ -310,7 +311,7 @@ impl Fs {
             .as_ref()
             .and_then(|e| e.find(0))
             .ok_or_else(|| Error::corrupt("symlink", ino, "no data block"))?;
-        if size >= self.bs as usize {
+        if size >= self.vol.bs() as usize {
             return Err(Error::corrupt("symlink", ino, "target longer than a block"));
         }
         let b = self.bufs.get(ext.pblk)?;
@@ -537,7 +538,7 @@ impl Fs {
     /// `chattr +A`, or a directory under `nodiratime`.
     pub fn touch_atime(&self, ino: Ino) -> Result<()> {
         self.check_live()?;
-        if self.read_only || self.atime == AtimePolicy::Never {
+        if self.vol.read_only || self.vol.atime == AtimePolicy::Never {
             return Ok(());
         }
         let i = self.iget(ino)?;
@@ -558,14 +559,14 @@ impl Fs {
     /// Whether a read at `now` updates `d`'s access time (atime_needs_update).
     fn atime_due(&self, d: &DiskInode, now: Timespec) -> bool {
         let is_dir = FileType::from_mode(d.mode()) == Some(FileType::Directory);
-        if d.flags() & FL_NOATIME != 0 || (self.nodiratime && is_dir) || d.links() == 0 {
+        if d.flags() & FL_NOATIME != 0 || (self.vol.nodiratime && is_dir) || d.links() == 0 {
             return false;
         }
         let at = d.atime();
         if at == now {
             return false;
         }
-        self.atime == AtimePolicy::Strict
+        self.vol.atime == AtimePolicy::Strict
             || d.mtime() >= at
             || d.ctime() >= at
             || now.sec - at.sec >= 24 * 60 * 60
@@ -618,7 +619,7 @@ impl Fs {
         let sb = self.sb.lock();
         let free = self.al.free_blocks();
         Ok(StatFs {
-            block_size: self.bs,
+            block_size: self.vol.bs(),
             blocks: sb.blocks_count(),
             free_blocks: free,
             // As ext4's: neither root's blocks nor the reserve kept for metadata.

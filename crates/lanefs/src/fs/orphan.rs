@@ -83,7 +83,7 @@ impl Fs {
             sb.update_checksum();
             sb.raw.clone()
         };
-        let (blk, off) = crate::disk::superblock::location(self.bs);
+        let (blk, off) = crate::disk::superblock::location(self.vol.bs());
         let b = self.bufs.get(blk)?;
         b.write()[off..off + raw.len()].copy_from_slice(&raw[..]);
         h.dirty(&b);
@@ -198,7 +198,7 @@ impl Fs {
                 drop(st);
                 self.icache.remove(ino, &i);
             } else {
-                let keep = st.d.size().div_ceil(u64::from(self.bs));
+                let keep = st.d.size().div_ceil(u64::from(self.vol.bs()));
                 self.unmap(&h, &i, &mut st, keep, MAX_FILE_BLOCKS)?;
                 self.orphan_del(&h, ino)?;
                 st.d.set_dtime(0);

@@ -12,6 +12,7 @@ use crate::icache::NewInode;
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::Handle;
 use crate::types::*;
+use crate::volume::Features;
 use std::sync::atomic::Ordering;
 
 impl Fs {
@@ -133,7 +134,7 @@ impl Fs {
             && kind.is_some_and(|k| k != FileType::Directory)
             && d.flags() & (FL_IMMUTABLE | FL_APPEND) == 0
             && d.owns_no_block()
-            && !self.ea_inode
+            && !self.vol.has(Features::EA_INODE)
     }
 
     /// Free the inode [`Fs::frees_cold`] chose (its last name is gone in `h`) as
@@ -216,7 +217,7 @@ impl Fs {
         }
         self.release_ea_refs(h, ino, st)?;
         self.release_xattr_block(h, st)?;
-        st.d.set_blocks_512(0, self.bs);
+        st.d.set_blocks_512(0, self.vol.bs());
         Ok(())
     }
 }

@@ -22,6 +22,7 @@ use crate::extmap::Mapping;
 use crate::inode::{self, Inode, InodeState};
 use crate::rtalloc::{RtAlloc, RtAllocPolicy, RtStats};
 use crate::types::*;
+use crate::volume::Features;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -322,13 +323,13 @@ impl Fs {
             ..MountOptions::default()
         };
         let fs = Fs::mount_path(image, opts)?;
-        if !fs.extents {
+        if !fs.vol.has(Features::EXTENTS) {
             return Err(Error::Invalid(
                 "a realtime device needs the extent feature (realtime files are extent-mapped)"
                     .into(),
             ));
         }
-        let geo = rtdev::geometry_for(fs.bs, rd.size(), rextsize, group_bmblocks)?;
+        let geo = rtdev::geometry_for(fs.vol.bs(), rd.size(), rextsize, group_bmblocks)?;
         let bitmap = fs.make_rt_file(RT_BITMAP_INO, geo.bitmap_blocks())?;
         let summary = fs.make_rt_file(RT_SUMMARY_INO, geo.summary_blocks())?;
         let uuid = {
@@ -394,7 +395,7 @@ impl Fs {
         let h = self.journal.start();
         bmap::map_blocks(&self.al, &h, &i, &mut st, 0, n, false)?;
         self.al.discard_pa(&mut st.pa);
-        st.d.set_size(n * u64::from(self.bs));
+        st.d.set_size(n * u64::from(self.vol.bs()));
         self.store_new(&h, ino, &mut st)?;
         drop(h);
         let ext = st

@@ -118,7 +118,7 @@ impl Fs {
         // From here on no operation starts; those under way finish in memory, and a
         // flush below commits them.
         self.shut.store(true, Ordering::Release);
-        let flushed = if self.read_only {
+        let flushed = if self.vol.read_only {
             Ok(())
         } else {
             match mode {
