@@ -6,11 +6,10 @@
 //! create, write, fallocate or unlink takes a lock shared by the whole file system
 //! besides the journal's short handle start.
 
-use crate::alloc::reserve::default_reserve;
 pub use crate::alloc::StreamGoal;
-use crate::alloc::{AllocOptions, Allocator, Geometry};
+use crate::alloc::{Allocator, Geometry};
 use crate::buf::{Buf, BufCache};
-use crate::dev::{BlockDevice, ErrorLatch, FileDevice};
+use crate::dev::{BlockDevice, ErrorLatch};
 use crate::dir::DirCtx;
 use crate::disk::group::GroupDesc;
 use crate::disk::inode::{DiskInode, FL_EXTENTS, FL_INLINE_DATA};
@@ -21,18 +20,17 @@ use crate::icache::{Got, ICache, IRef, NewInode};
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::{self, Handle, Journal, LogArea, Replay};
 pub use crate::rtalloc::RtAllocPolicy;
-use crate::sync::{Mutex, RwLockReadGuard, ORPHAN, RENAME, SUPER};
+use crate::sync::{Mutex, RwLockReadGuard};
 use crate::types::*;
-use crate::volume::{DirHash, Features, Volume};
-use std::path::Path;
+use crate::volume::Features;
 
 mod create;
 mod data;
 mod durable;
 mod inline;
+mod lifecycle;
 mod open;
 pub(crate) use open::access_summary;
-use open::*;
 mod ops;
 mod options;
 pub use options::{MountOptions, DEFAULT_ICACHE_LIMIT};
@@ -104,22 +102,10 @@ pub struct Fs {
     pages: crate::page::PageCache,
     sb: Mutex<Superblock>,
     rename_lock: Mutex<()>,
-    /// The orphan list in chain order (head first): unlinked inodes still open.
-    orphans: Mutex<std::collections::VecDeque<Ino>>,
-    /// `orphans.len()`, stored under its lock: a release of an inode that was never an
-    /// orphan (the common case) skips the lock while the list is empty.
-    orphan_count: std::sync::atomic::AtomicUsize,
-    /// The background threads (the commit timer, the page cache's flusher); `unmount`
-    /// joins them, so the device is closed (and its claim released) once the caller's last
-    /// `Arc` goes.
-    timer: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
-    timer_stop: std::sync::atomic::AtomicBool,
-    /// Shut down (`Fs::shutdown`): no operation starts, nothing more is written.
-    shut: std::sync::atomic::AtomicBool,
-    /// Held by the one shutdown under way.
-    shutdown_lock: std::sync::Mutex<()>,
-    /// The multi-mount protection claim of a read-write mount of an mmp image.
-    mmp: std::sync::Mutex<Option<crate::mmp::MmpGuard>>,
+    /// The orphan list: unlinked inodes still open.
+    orphans: orphan::Orphans,
+    /// Background threads, shutdown state, the MMP claim.
+    life: lifecycle::Life,
     /// The large_file feature is on (set by the first file past 2 GiB if it was not).
     large_file: std::sync::atomic::AtomicBool,
     /// The realtime data device (an image made with `--rtdev`): realtime files' data.
@@ -138,340 +124,6 @@ impl Fs {
     /// The time to stamp: now, or the clamp if it is earlier (`MountOptions::clamp_time`).
     fn now(&self) -> Timespec {
         self.vol.now()
-    }
-
-    /// Open the image or device at `path` and mount it, as [`Fs::mount`] does. The image
-    /// is claimed for as long as the mount lives ([`FileDevice::open`]): a second
-    /// read-write mount of it, from this process or another, fails with [`Error::Busy`].
-    ///
-    /// ```
-    /// use lanefs::{mkfs, Error, FileDevice, Fs, MountOptions};
-    ///
-    /// let tmp = tempfile::tempdir().unwrap();
-    /// let img = tmp.path().join("disk.img");
-    /// mkfs::format(&FileDevice::create(&img, 32 << 20)?, &mkfs::MkfsOptions::default())?;
-    ///
-    /// let fs = Fs::mount_path(&img, MountOptions::default())?;
-    /// let again = Fs::mount_path(&img, MountOptions::default());
-    /// assert!(matches!(again, Err(Error::Busy(_))));
-    /// fs.unmount()?;
-    /// drop(Fs::mount_path(&img, MountOptions::default())?); // free again
-    /// # Ok::<(), Error>(())
-    /// ```
-    pub fn mount_path(path: &Path, mut opts: MountOptions) -> Result<Arc<Fs>> {
-        let dev = if opts.snapshot {
-            opts.read_only = true;
-            FileDevice::open_snapshot(path)?
-        } else {
-            FileDevice::open(path, opts.read_only)?
-        };
-        let rtdev = rt::open_rtdev(&opts)?;
-        Fs::mount_named(Arc::new(dev), rtdev, opts, &path.display().to_string())
-    }
-
-    /// Mount the file system on `dev`: replay the journal if it holds committed
-    /// transactions (in memory only on a read-only mount), then release the inodes left
-    /// on the orphan list. The realtime device, if the image has one, is `opts.rtdev`.
-    ///
-    /// Fails with [`Error::Unsupported`] for images lanefs cannot read (naming the
-    /// features), [`Error::Corrupt`] for a damaged superblock, descriptor, journal or root,
-    /// and mounts read-only, saying why in [`Fs::read_only_reason`], images it reads but
-    /// does not write.
-    ///
-    /// ```
-    /// use lanefs::{mkfs, CrashDevice, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
-    /// use std::sync::Arc;
-    ///
-    /// let dev = Arc::new(CrashDevice::new(32 << 20));
-    /// mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
-    /// let fs = Fs::mount(dev.clone(), MountOptions::default())?;
-    /// let f = fs.create(ROOT_INO, b"a", 0o644, Owner::default())?;
-    /// fs.write(f.ino, 0, b"abc")?;
-    /// fs.fsync(f.ino, false)?;
-    /// dev.power_cut(); // every later write fails: the machine is gone
-    /// drop(fs);
-    ///
-    /// // What the device had made durable: the file is in the journal, not yet home.
-    /// let after = Arc::new(MemDevice::from_vec(dev.durable()));
-    /// let fs = Fs::mount(after, MountOptions::default())?; // replays it
-    /// assert_eq!(fs.lookup(ROOT_INO, b"a")?.size, 3);
-    /// assert_eq!(fs.read_only_reason(), None);
-    /// fs.unmount()?;
-    /// # Ok::<(), lanefs::Error>(())
-    /// ```
-    pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Arc<Fs>> {
-        let rtdev = rt::open_rtdev(&opts)?;
-        Fs::mount_named(dev, rtdev, opts, "the device")
-    }
-
-    /// [`Fs::mount`] of an image whose realtime data device is `rtdev` (any device, as
-    /// tests use memory ones).
-    pub fn mount_rt(
-        dev: Arc<dyn BlockDevice>,
-        rtdev: Arc<dyn BlockDevice>,
-        opts: MountOptions,
-    ) -> Result<Arc<Fs>> {
-        Fs::mount_named(dev, Some(rtdev), opts, "the device")
-    }
-
-    /// [`Fs::mount`], naming the device `dev_name` in errors and in the MMP block.
-    fn mount_named(
-        dev: Arc<dyn BlockDevice>,
-        rtdev: Option<Arc<dyn BlockDevice>>,
-        opts: MountOptions,
-        dev_name: &str,
-    ) -> Result<Arc<Fs>> {
-        let latch = Arc::new(ErrorLatch::new(dev));
-        let dev: Arc<dyn BlockDevice> = latch.clone();
-        // A shutdown stops the realtime device's writes with the image's.
-        let rtdev = rtdev
-            .map(|d| -> Arc<dyn BlockDevice> { Arc::new(ErrorLatch::sharing_shutdown(d, &latch)) });
-        let sb = read_super(&*dev)?;
-        let ro_reason = check_features(&sb)?;
-        let rt_geo = rt::check_rtdev(&sb, rtdev.as_deref())?;
-        let read_only = ro_reason.is_some() || opts.read_only;
-        let bs = sb.block_size();
-        // Before anything is written (replay included), as ext4_fill_super does.
-        let mmp = if !read_only && sb.has_incompat(incompat::MMP) {
-            Some(crate::mmp::protect(&dev, &sb, dev_name, &latch)?)
-        } else {
-            None
-        };
-        let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize, opts.bufcache_limit));
-        let (log, replay) = open_journal(&sb, &dev, &bufs)?;
-        let mut next_tid = log
-            .as_ref()
-            .map_or(1, |l| u64::from(l.js.sequence()).max(1));
-        // Replay rewrites blocks the journal lookup cached: start over with a fresh cache.
-        let bufs = if replay.is_some() {
-            Arc::new(BufCache::new(dev.clone(), bs as usize, opts.bufcache_limit))
-        } else {
-            bufs
-        };
-        let mut sb = sb;
-        if let Some(r) = &replay {
-            next_tid = u64::from(r.end_tid.wrapping_add(1)).max(1);
-            if read_only {
-                for (blk, data) in &r.blocks {
-                    bufs.insert_pinned(*blk, data);
-                }
-                let (blk, off) = sbm::location(bs);
-                let b = bufs.get(blk)?;
-                sb = Superblock::decode(&b.read()[off..off + sbm::SB_SIZE], dev.size())?;
-            } else {
-                for (blk, data) in &r.blocks {
-                    dev.write_at(blk * u64::from(bs), data)?;
-                }
-                dev.flush()?;
-                sb = read_super(&*dev)?;
-            }
-            check_features(&sb)?;
-        }
-        let geo = Geometry::from_superblock(&sb);
-        let (descs, gdt) = read_gdt(&geo, &bufs)?;
-        let ial = Arc::new(InodeAllocator::new(
-            geo.clone(),
-            &descs,
-            bufs.clone(),
-            opts.ialloc,
-            sb.hash_seed(),
-        ));
-        let al = Arc::new(
-            Allocator::new(geo.clone(), descs, gdt, bufs.clone())
-                .with_options(AllocOptions {
-                    trylock: opts.mb_trylock,
-                    stream: opts.mb_stream_goal,
-                    optimize_scan: opts.mb_optimize_scan,
-                })
-                .with_reserve(opts.reserved_blocks.unwrap_or_else(|| {
-                    default_reserve(sb.blocks_count(), sb.has_incompat(incompat::EXTENTS))
-                })),
-        );
-        let mut log = log;
-        if let (Some(l), false) = (log.as_mut(), read_only) {
-            // An empty log starting at its first block, in the format lanefs writes.
-            l.js.set_write_features(sb.has_incompat(incompat::BIT64), sb.metadata_csum());
-            l.js.set_start(l.first(), next_tid as u32);
-            l.write_super(&*dev)?;
-            dev.flush()?;
-        }
-        let journal = Journal::new(dev.clone(), bufs.clone(), log, next_tid, bs as usize);
-        let (alc, ialc) = (al.clone(), ial.clone());
-        journal.set_on_commit(Box::new(move |tid| {
-            alc.release_committed(tid);
-            ialc.release_committed(tid);
-        }));
-        let (alc, ialc) = (al.clone(), ial.clone());
-        journal.set_before_commit(Box::new(move || {
-            ialc.seal(&alc);
-            alc.seal();
-        }));
-        let vol = Volume {
-            geo,
-            features: Features::of(&sb),
-            hash: DirHash::of(&sb),
-            digest_budget: if opts.dir_digest {
-                (opts.icache_limit / 4) as usize
-            } else {
-                0
-            },
-            read_only,
-            ro_reason,
-            clamp_time: opts.clamp_time,
-            atime: opts.atime,
-            nodiratime: opts.nodiratime,
-            kbytes_at_mount: sb.kbytes_written(),
-        };
-        let fs = Fs {
-            vol,
-            journal,
-            large_file: std::sync::atomic::AtomicBool::new(sb.has_ro_compat(ro_compat::LARGE_FILE)),
-            rtdev: rtdev.clone(),
-            sb: Mutex::new(&SUPER, sb),
-            rename_lock: Mutex::new(&RENAME, ()),
-            orphans: Mutex::new(&ORPHAN, std::collections::VecDeque::new()),
-            orphan_count: std::sync::atomic::AtomicUsize::new(0),
-            icache: ICache::new(opts.icache, opts.icache_limit),
-            pages: crate::page::PageCache::new(
-                dev.clone(),
-                bs as usize,
-                opts.folio_max_order,
-                opts.pagecache_limit,
-            ),
-            ial,
-            dev,
-            bufs,
-            al,
-            mmp: std::sync::Mutex::new(mmp),
-            latch,
-            timer: std::sync::Mutex::new(Vec::new()),
-            timer_stop: std::sync::atomic::AtomicBool::new(false),
-            shut: std::sync::atomic::AtomicBool::new(false),
-            shutdown_lock: std::sync::Mutex::new(()),
-        };
-        let root = fs.iget(ROOT_INO).map_err(|e| match e {
-            Error::NotFound => {
-                Error::corrupt("inode", ROOT_INO, "root directory inode is not in use")
-            }
-            e => e,
-        })?;
-        if FileType::from_mode(root.state.read().d.mode()) != Some(FileType::Directory) {
-            return Err(Error::corrupt("inode", ROOT_INO, "root is not a directory"));
-        }
-        if let (Some(geo), Some(rd)) = (rt_geo, rtdev) {
-            fs.open_rt(geo, rd, opts.rt_alloc)?;
-        }
-        if !read_only {
-            fs.mark_mounted(opts.count_mount)?;
-            fs.process_orphans()?;
-        }
-        let fs = Arc::new(fs);
-        if !read_only && !opts.commit_interval.is_zero() {
-            fs.start_timer(opts.commit_interval);
-        }
-        if !read_only {
-            fs.start_flusher();
-        }
-        Ok(fs)
-    }
-
-    fn mark_mounted(&self, count: bool) -> Result<()> {
-        let mut sbg = self.sb.lock();
-        let sb = &mut *sbg;
-        sb.set_state(sb.state() & !1);
-        if count {
-            sb.set_mnt_count(sb.mnt_count().wrapping_add(1));
-            sb.set_mtime(self.now().sec as u32);
-        }
-        if self.journal.has_log() {
-            // Until a clean unmount, the log may hold committed transactions.
-            sb.set_feature_incompat(sb.feature_incompat() | incompat::RECOVER);
-        }
-        sb.update_checksum();
-        let raw = sb.raw.clone();
-        drop(sbg);
-        self.dev.write_at(sbm::SB_OFFSET, &raw[..])?;
-        self.dev.flush()?;
-        // The cached superblock block (read later, for journaled superblock updates) sees
-        // this.
-        self.bufs.forget(sbm::location(self.vol.bs()).0);
-        Ok(())
-    }
-
-    /// Commit on a timer (ext4's `commit=`), writing dirty data pages first; and commit
-    /// when a handle finds its transaction full (jbd2's kjournald2).
-    fn start_timer(self: &Arc<Self>, every: std::time::Duration) {
-        let weak = Arc::downgrade(self);
-        let t = std::thread::Builder::new()
-            .name("lanefs-commit".into())
-            .spawn(move || {
-                let mut last = std::time::Instant::now();
-                loop {
-                    std::thread::park_timeout(every.saturating_sub(last.elapsed()));
-                    let Some(fs) = weak.upgrade() else { return };
-                    if fs.timer_stop.load(std::sync::atomic::Ordering::Acquire) {
-                        return;
-                    }
-                    if fs.is_read_only() {
-                        continue;
-                    }
-                    // A handle found its transaction full: commit now, nothing else
-                    // (that handle's thread may hold inode locks; a commit takes none).
-                    // Or the inode cache is held over its limit by inodes that only a
-                    // commit makes evictable.
-                    if fs.journal.take_kick() | fs.icache.take_pinned() {
-                        let _ = fs.journal.commit_running();
-                    }
-                    if last.elapsed() >= every {
-                        last = std::time::Instant::now();
-                        // Data dirty for a commit interval goes out, then the commit.
-                        let _ = fs
-                            .pages
-                            .write_back_files(|| false)
-                            .and_then(|()| fs.journal.commit_running());
-                    }
-                    // A commit's ordered-data writes held folios the sweeps had to skip
-                    // (one load when the cache is within its limit).
-                    fs.pages.balance();
-                }
-            });
-        if let Ok(t) = t {
-            let th = t.thread().clone();
-            let th2 = th.clone();
-            self.journal.set_kick(Box::new(move || th.unpark()));
-            self.icache.set_waker(Box::new(move || th2.unpark()));
-            self.timer.lock().unwrap_or_else(|e| e.into_inner()).push(t);
-        }
-    }
-
-    /// The page cache's background flusher (the kernel's per-device write-back worker):
-    /// woken by a writer when dirty data passes the background threshold, it writes dirty
-    /// files back, oldest first, until dirty data is under half of it. It takes no inode
-    /// lock, so a writer it races with only waits on a folio it is writing.
-    fn start_flusher(self: &Arc<Self>) {
-        let weak = Arc::downgrade(self);
-        let t = std::thread::Builder::new()
-            .name("lanefs-flush".into())
-            .spawn(move || loop {
-                std::thread::park();
-                let Some(fs) = weak.upgrade() else { return };
-                if fs.timer_stop.load(std::sync::atomic::Ordering::Acquire) {
-                    return;
-                }
-                if fs.is_read_only() || !fs.pages.over_background() {
-                    continue;
-                }
-                // An error leaves the data dirty: fsync and the commit timer retry it and
-                // report it.
-                let _ = fs
-                    .pages
-                    .write_back_files(|| fs.pages.under_background_goal());
-            });
-        if let Ok(t) = t {
-            let th = t.thread().clone();
-            self.pages.set_flusher(Box::new(move || th.unpark()));
-            self.timer.lock().unwrap_or_else(|e| e.into_inner()).push(t);
-        }
     }
 
     fn ctx(&self) -> DirCtx<'_> {
@@ -638,7 +290,7 @@ impl Fs {
         if self.large_file.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut order = self.orphans.lock();
+        let mut order = self.orphans.list.lock();
         if self.large_file.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
