@@ -243,23 +243,8 @@ impl Fs {
             top: dir == ROOT_INO,
             name,
         };
-        let ino = self.ial.alloc(h, &self.al, want)?;
-        let claim = match self.icache.begin_new(ino) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = self.ial.free(h, &self.al, ino, kind == FileType::Directory);
-                return Err(e);
-            }
-        };
-        let mut cst = self.init_inode(
-            ino,
-            mode,
-            owner,
-            rdev,
-            kind,
-            target.is_some_and(|t| t.len() >= 60),
-            t,
-        );
+        let slow_link = target.is_some_and(|t| t.len() >= 60);
+        let (ino, mut cst, claim) = self.birth(h, want, mode, owner, rdev, kind, slow_link, t)?;
         self.inherit_rt(dst, kind, &mut cst);
         let res = self
             .fill_new(h, ino, &mut cst, dir, kind, target)
@@ -271,6 +256,37 @@ impl Fs {
         Ok((ino, cst, claim))
     }
 
+    /// The birth of every inode (create, mkdir, mknod, symlink, O_TMPFILE, and the
+    /// xattr code's EA inodes): a number from the inode allocator as `want` asks, the
+    /// inode cache's claim on it (the number is given back if the claim fails), and its
+    /// first state ([`Fs::init_inode`]). Linked nowhere and written nowhere yet.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn birth<'c>(
+        &'c self,
+        h: &Handle,
+        want: crate::ialloc::Want<'_>,
+        mode: u16,
+        owner: Owner,
+        rdev: u32,
+        kind: FileType,
+        slow_link: bool,
+        t: Timespec,
+    ) -> Result<(Ino, InodeState, NewInode<'c>)> {
+        let ino = self.ial.alloc(h, &self.al, want)?;
+        let claim = match self.icache.begin_new(ino) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.ial.free(h, &self.al, ino, kind == FileType::Directory);
+                return Err(e);
+            }
+        };
+        let st = self.init_inode(ino, mode, owner, rdev, kind, slow_link, t);
+        Ok((ino, st, claim))
+    }
+
+    /// A new inode's first state: mode, owner, the four times `t`, one link (two for a
+    /// directory), a generation, and an empty extent tree if its data is mapped and the
+    /// file system has extents.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn init_inode(
         &self,

@@ -93,7 +93,7 @@ impl Fs {
         name: &[u8],
         value: &[u8],
     ) -> Result<dx::EaRef> {
-        use crate::disk::inode::{DiskInode, FL_EA_INODE};
+        use crate::disk::inode::FL_EA_INODE;
         let geo = &self.al.geo;
         // Near its owner (ext4 passes the owner's number as the goal); the owner is not a
         // directory, so there is no hint of its own to keep.
@@ -106,35 +106,30 @@ impl Fs {
             top: false,
             name,
         };
-        let inum = self.ial.alloc(h, &self.al, want)?;
-        let claim = match self.icache.begin_new(inum) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = self.ial.free(h, &self.al, inum, false);
-                return Err(e);
-            }
-        };
         let hash = crate::disk::crc32c_raw(geo.seed, value);
-        let mut d = DiskInode::new(geo.inode_size as usize);
-        d.set_mode(0o100600);
-        d.set_uid(st.d.uid());
-        d.set_gid(st.d.gid());
-        d.set_links(1);
+        let ids = Owner {
+            uid: st.d.uid(),
+            gid: st.d.gid(),
+            umask: 0,
+        };
         let t = self.now();
-        d.set_mtime(t);
-        d.set_crtime(t);
-        d.set_ctime(Timespec { sec: 0, nsec: 0 });
-        d.set_atime(Timespec {
+        let (inum, mut est, claim) =
+            self.birth(h, want, 0o100600, ids, 0, FileType::Regular, false, t)?;
+        // An EA inode's reference count is i_ctime's seconds (high) and i_version (low);
+        // i_atime holds the value's hash. No generation: nothing opens it by handle.
+        est.d.set_ctime(Timespec { sec: 0, nsec: 0 });
+        est.d.set_atime(Timespec {
             sec: i64::from(hash),
             nsec: 0,
         });
-        d.set_version_lo(1);
-        d.set_size(value.len() as u64);
-        d.set_flags(FL_EA_INODE);
-        // Nothing refers to it until the owner's entry does: publish it now.
-        let ea = claim.finish(crate::inode::new_inode(inum, d));
-        let mut est = ea.state.write();
+        est.d.set_generation(0);
+        est.d.set_version_lo(1);
+        est.d.set_size(value.len() as u64);
+        est.d.set_flags(est.d.flags() | FL_EA_INODE);
         crate::inode::init_empty_map(&mut est, self.vol.has(Features::EXTENTS));
+        // Nothing refers to it until the owner's entry does: publish it now.
+        let ea = claim.finish(crate::inode::inode_from_state(inum, est));
+        let mut est = ea.state.write();
         self.fill_new_blocks(h, &ea, &mut est, value)?;
         self.store(h, &ea, &mut est)?;
         drop(est);
