@@ -108,8 +108,8 @@ pub struct Fs {
     life: lifecycle::Life,
     /// The large_file feature is on (set by the first file past 2 GiB if it was not).
     large_file: std::sync::atomic::AtomicBool,
-    /// The realtime data device (an image made with `--rtdev`): realtime files' data.
-    rtdev: Option<Arc<dyn BlockDevice>>,
+    /// The realtime data device and its allocator (an image made with `--rtdev`).
+    rt: Option<rt::Rt>,
 }
 
 /// Largest file size: 2^32 - 1 blocks, ext4's s_maxbytes (the last logical block stays
@@ -243,7 +243,7 @@ impl Fs {
         }
         if st.ext.is_none() && needs_extents(&st.d, self.vol.bs(), self.vol.has(Features::EA_INODE))
         {
-            inode::load_extents(&self.al, &self.bufs, i.ino, st)?;
+            inode::load_extents(&self.al, self.rt(), &self.bufs, i.ino, st)?;
             self.icache.recharge(i, i.mem_bytes_with(st.heap_bytes()));
         }
         Ok(())

@@ -246,11 +246,19 @@ impl Fs {
         let (first, last) = (off / bs, (end - 1) / bs);
         // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
         let prior = bmap::prior_blocks(&st, first, last);
-        if let Err(e) = bmap::map_blocks(&self.al, &h, &i, &mut st, first, last + 1 - first, false)
-        {
+        if let Err(e) = bmap::map_blocks(
+            &self.al,
+            self.rt(),
+            &h,
+            &i,
+            &mut st,
+            first,
+            last + 1 - first,
+            false,
+        ) {
             // Out of space part way: give back what this write mapped, so the file is
             // as it was (no written blocks past its size), and persist that.
-            bmap::undo(&self.al, &h, &mut st, first, &prior)?;
+            bmap::undo(&self.al, self.rt(), &h, &mut st, first, &prior)?;
             self.store(&h, &i, &mut st)?;
             return Err(e);
         }
@@ -268,7 +276,7 @@ impl Fs {
             // (the blocks it mapped are freed, unwritten ones are unwritten again).
             if let Err(e) = self.store(&h, &i, &mut st) {
                 if matches!(e, Error::NoSpace) {
-                    bmap::undo(&self.al, &h, &mut st, first, &prior)?;
+                    bmap::undo(&self.al, self.rt(), &h, &mut st, first, &prior)?;
                     self.store(&h, &i, &mut st)?;
                 }
                 return Err(e);
@@ -324,7 +332,7 @@ impl Fs {
             return Ok(());
         }
         let n = (bytes.len() as u64).div_ceil(u64::from(self.vol.bs()));
-        bmap::map_blocks(&self.al, h, i, st, 0, n, false)?;
+        bmap::map_blocks(&self.al, self.rt(), h, i, st, 0, n, false)?;
         h.add_ordered(i.arc());
         self.copy_in(i, st, 0, bytes, &vec![Prior::Hole; n as usize])?;
         if !i.is_open() {
@@ -453,6 +461,7 @@ impl Fs {
             let holes = bmap::holes(&st, first, end.div_ceil(bs));
             let alloc = bmap::map_blocks(
                 &self.al,
+                self.rt(),
                 &h,
                 &i,
                 &mut st,
@@ -530,7 +539,7 @@ impl Fs {
         if b > a {
             self.settle_ordered(h, i)?;
             i.mapping.drop_range(&self.pages, a, b);
-            bmap::unmap_blocks(&self.al, h, st, a, b, false)?;
+            bmap::unmap_blocks(&self.al, self.rt(), h, st, a, b, false)?;
         }
         Ok(())
     }
@@ -603,7 +612,7 @@ impl Fs {
         let mut waited = false;
         loop {
             match f() {
-                Err(Error::NoSpace) if tries < RETRY_NOSPACE && self.al.has_pending_frees() => {
+                Err(Error::NoSpace) if tries < RETRY_NOSPACE && self.pending_frees() => {
                     tries += 1;
                     self.journal.commit_running()?;
                 }

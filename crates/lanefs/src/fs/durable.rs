@@ -60,7 +60,7 @@ impl Fs {
             return Ok(());
         }
         // The file's data may be on the realtime device: flush it too.
-        if let Some(rt) = &self.rtdev {
+        if let Some(rt) = self.rtdev() {
             rt.flush()?;
         }
         self.dev.flush()

@@ -212,6 +212,15 @@ impl Fs {
                     default_reserve(sb.blocks_count(), sb.has_incompat(incompat::EXTENTS))
                 })),
         );
+        // The realtime allocator, from the bitmap and summary inodes.
+        let rt = match (rt_geo, rtdev) {
+            (Some(geo), Some(dev)) => {
+                let ea_inode = sb.has_incompat(incompat::EA_INODE);
+                let alloc = rt::open_rt(geo, &al, &ial, &bufs, opts.rt_alloc, ea_inode)?;
+                Some(rt::Rt { dev, alloc })
+            }
+            _ => None,
+        };
         let mut log = log;
         if let (Some(l), false) = (log.as_mut(), read_only) {
             // An empty log starting at its first block, in the format lanefs writes.
@@ -222,10 +231,18 @@ impl Fs {
         }
         let journal = Journal::new(dev.clone(), bufs.clone(), log, next_tid, bs as usize);
         let (alc, ialc) = (al.clone(), ial.clone());
+        let rtc = rt.as_ref().map(|r| r.alloc.clone());
         journal.set_on_commit(Box::new(move |tid| {
             alc.release_committed(tid);
+            if let Some(rt) = &rtc {
+                rt.committed(tid);
+            }
             ialc.release_committed(tid);
         }));
+        if let Some(r) = &rt {
+            // The journal flushes the data device with the log.
+            journal.set_data_dev(r.dev.clone());
+        }
         let (alc, ialc) = (al.clone(), ial.clone());
         journal.set_before_commit(Box::new(move || {
             ialc.seal(&alc);
@@ -251,7 +268,7 @@ impl Fs {
             vol,
             journal,
             large_file: std::sync::atomic::AtomicBool::new(sb.has_ro_compat(ro_compat::LARGE_FILE)),
-            rtdev: rtdev.clone(),
+            rt,
             sb: Mutex::new(&SUPER, sb),
             rename_lock: Mutex::new(&RENAME, ()),
             orphans: super::orphan::Orphans::new(),
@@ -277,9 +294,6 @@ impl Fs {
         })?;
         if FileType::from_mode(root.state.read().d.mode()) != Some(FileType::Directory) {
             return Err(Error::corrupt("inode", ROOT_INO, "root is not a directory"));
-        }
-        if let (Some(geo), Some(rd)) = (rt_geo, rtdev) {
-            fs.open_rt(geo, rd, opts.rt_alloc)?;
         }
         if !read_only {
             fs.mark_mounted(opts.count_mount)?;

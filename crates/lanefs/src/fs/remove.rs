@@ -211,7 +211,7 @@ impl Fs {
             !m.is_empty() || st.ext_dirty || !st.tree_blocks.is_empty() || !st.ind.is_empty()
         });
         if mapped {
-            bmap::unmap_blocks(&self.al, h, st, 0, 1 << 32, meta)?;
+            bmap::unmap_blocks(&self.al, self.rt(), h, st, 0, 1 << 32, meta)?;
             st.ext_dirty = true;
             inode::store_tree(&self.al, &self.bufs, h, 0, st)?;
         }

@@ -10,7 +10,9 @@
 //! journal flushes the data device with the log.
 
 use super::{Fs, MountOptions};
+use crate::alloc::Allocator;
 use crate::bmap;
+use crate::buf::BufCache;
 use crate::dev::{BlockDevice, FileDevice};
 use crate::disk::rtdev::{
     self, RtGeometry, RtHeader, RtSuper, RTDEV_INCOMPAT, RT_BITMAP_INO, RT_FL, RT_HEADER_SIZE,
@@ -19,6 +21,7 @@ use crate::disk::rtdev::{
 use crate::disk::superblock::{self as sbm, Superblock};
 use crate::error::{Error, Result};
 use crate::extmap::Mapping;
+use crate::ialloc::InodeAllocator;
 use crate::inode::{self, Inode, InodeState};
 use crate::rtalloc::{RtAlloc, RtAllocPolicy, RtStats};
 use crate::types::*;
@@ -102,50 +105,94 @@ pub(super) fn check_rtdev(
     Ok(Some(geo))
 }
 
+/// The realtime data device of a mount and its allocator (seed 003's `RtAlloc`): the
+/// mount's, not the block allocator's; `bmap` is handed it.
+pub(super) struct Rt {
+    /// The data device (shut down with the image's).
+    pub(super) dev: Arc<dyn BlockDevice>,
+    /// Its allocator, built at mount from the bitmap and summary inodes.
+    pub(super) alloc: Arc<RtAlloc>,
+}
+
+/// Build the rt allocator from the bitmap and summary inodes (at mount, before `Fs`).
+pub(super) fn open_rt(
+    geo: RtGeometry,
+    al: &Allocator,
+    ial: &InodeAllocator,
+    bufs: &Arc<BufCache>,
+    policy: RtAllocPolicy,
+    ea_inode: bool,
+) -> Result<Arc<RtAlloc>> {
+    let blocks = |ino, n| rt_file_blocks(al, ial, bufs, ea_inode, ino, n);
+    let bitmap = blocks(RT_BITMAP_INO, geo.bitmap_blocks())?;
+    let summary = blocks(RT_SUMMARY_INO, geo.summary_blocks())?;
+    Ok(Arc::new(RtAlloc::new(
+        geo,
+        bufs.clone(),
+        bitmap,
+        summary,
+        policy,
+    )?))
+}
+
+/// The image blocks of the first `n` blocks of reserved file `ino`.
+fn rt_file_blocks(
+    al: &Allocator,
+    ial: &InodeAllocator,
+    bufs: &BufCache,
+    ea_inode: bool,
+    ino: u32,
+    n: u64,
+) -> Result<Vec<u64>> {
+    let ino = u64::from(ino);
+    let unused = || Error::corrupt("inode", ino, "realtime metadata inode is not in use");
+    if ino > al.geo.inodes() {
+        return Err(unused());
+    }
+    let d = inode::read_disk_inode(ial, bufs, ino)?;
+    if d.links() == 0 || FileType::from_mode(d.mode()).is_none() {
+        return Err(unused());
+    }
+    let mut st = InodeState::from_disk(d);
+    if super::needs_extents(&st.d, al.geo.bs, ea_inode) {
+        inode::load_extents(al, None, bufs, ino, &mut st)?;
+    }
+    let ext = st
+        .ext
+        .as_ref()
+        .ok_or_else(|| Error::corrupt("inode", ino, "realtime metadata inode has no extents"))?;
+    (0..n)
+        .map(|f| match u32::try_from(f).map(|b| ext.map(b)) {
+            Ok(Mapping::Mapped(p, false, _)) => Ok(p),
+            _ => Err(Error::corrupt(
+                "inode",
+                ino,
+                format!("realtime metadata block {f} is not mapped"),
+            )),
+        })
+        .collect()
+}
+
 impl Fs {
-    /// Build the rt allocator from the bitmap and summary inodes (at mount).
-    pub(super) fn open_rt(
-        &self,
-        geo: RtGeometry,
-        rtdev: Arc<dyn BlockDevice>,
-        policy: RtAllocPolicy,
-    ) -> Result<()> {
-        let bitmap = self.rt_file_blocks(RT_BITMAP_INO, geo.bitmap_blocks())?;
-        let summary = self.rt_file_blocks(RT_SUMMARY_INO, geo.summary_blocks())?;
-        let rt = RtAlloc::new(geo, self.bufs.clone(), bitmap, summary, policy)?;
-        let _ = self.al.rt.set(Arc::new(rt));
-        self.journal.set_data_dev(rtdev);
-        Ok(())
+    /// The realtime allocator, on a mount with an rt device.
+    pub(super) fn rt(&self) -> Option<&RtAlloc> {
+        self.rt.as_ref().map(|r| &*r.alloc)
     }
 
-    /// The image blocks of the first `n` blocks of reserved file `ino`.
-    fn rt_file_blocks(&self, ino: u32, n: u64) -> Result<Vec<u64>> {
-        let ino = u64::from(ino);
-        let i = self.iget(ino).map_err(|e| match e {
-            Error::NotFound => {
-                Error::corrupt("inode", ino, "realtime metadata inode is not in use")
-            }
-            e => e,
-        })?;
-        let st = self.read_loaded(&i)?;
-        let ext = st.ext.as_ref().ok_or_else(|| {
-            Error::corrupt("inode", ino, "realtime metadata inode has no extents")
-        })?;
-        (0..n)
-            .map(|f| match u32::try_from(f).map(|b| ext.map(b)) {
-                Ok(Mapping::Mapped(p, false, _)) => Ok(p),
-                _ => Err(Error::corrupt(
-                    "inode",
-                    ino,
-                    format!("realtime metadata block {f} is not mapped"),
-                )),
-            })
-            .collect()
+    /// The realtime data device, on a mount that has one.
+    pub(super) fn rtdev(&self) -> Option<&Arc<dyn BlockDevice>> {
+        self.rt.as_ref().map(|r| &r.dev)
+    }
+
+    /// Whether some frees, of image or rt blocks, wait for their transaction to commit
+    /// (an ENOSPC may then go away after a commit).
+    pub(super) fn pending_frees(&self) -> bool {
+        self.al.has_pending_frees() || self.rt().is_some_and(|rt| rt.has_busy())
     }
 
     /// Point a freshly cached inode's page-cache mapping at the device holding its data.
     pub(super) fn bind_device(&self, i: &Inode) {
-        if let Some(d) = &self.rtdev {
+        if let Some(d) = self.rtdev() {
             if is_rt_file(&i.state.read().d) {
                 i.mapping.set_device(Some(d.clone()));
             }
@@ -155,7 +202,7 @@ impl Fs {
     /// A new inode of directory `parent` inherits its realtime flag and extent size hint
     /// (XFS's `rtinherit`): regular files and directories, on an image with an rt device.
     pub(super) fn inherit_rt(&self, parent: &InodeState, kind: FileType, st: &mut InodeState) {
-        if self.rtdev.is_none()
+        if self.rt.is_none()
             || parent.d.flags() & RT_FL == 0
             || !matches!(kind, FileType::Regular | FileType::Directory)
         {
@@ -166,10 +213,7 @@ impl Fs {
     }
 
     fn rt_or_unsupported(&self) -> Result<&RtAlloc> {
-        self.al
-            .rt
-            .get()
-            .map(|r| &**r)
+        self.rt()
             .ok_or_else(|| Error::NotSupported("the image has no realtime device".into()))
     }
 
@@ -212,7 +256,7 @@ impl Fs {
             let _change = i.mapping.change();
             i.mapping.drop_range(&self.pages, 0, 1 << 32);
             i.mapping
-                .set_device(if on { self.rtdev.clone() } else { None });
+                .set_device(if on { self.rtdev().cloned() } else { None });
         }
         let h = self.journal.start();
         st.d.set_flags(flags);
@@ -261,7 +305,7 @@ impl Fs {
     /// [`Fs::statfs`]. The inode counts stay the image's.
     pub fn statfs_at(&self, ino: Ino) -> Result<StatFs> {
         let mut s = self.statfs()?;
-        let Some(rt) = self.al.rt.get() else {
+        let Some(rt) = self.rt() else {
             return Ok(s);
         };
         let i = self.iget(ino)?;
@@ -283,23 +327,23 @@ impl Fs {
 
     /// The rt device's geometry, when the image has one.
     pub fn rt_geometry(&self) -> Option<RtGeometry> {
-        self.al.rt.get().map(|r| *r.geometry())
+        self.rt().map(|r| *r.geometry())
     }
 
     /// The realtime allocator's counters, when the image has an rt device.
     pub fn rt_stats(&self) -> Option<RtStats> {
-        self.al.rt.get().map(|r| r.stats())
+        self.rt().map(|r| r.stats())
     }
 
     /// Free runs of the rt device by log2 length (XFS's summary), when it has one.
     pub fn rt_histogram(&self) -> Result<Option<Vec<u64>>> {
-        self.al.rt.get().map(|r| r.histogram()).transpose()
+        self.rt().map(|r| r.histogram()).transpose()
     }
 
     /// Check the rt allocator: summary equal to a rebuild from the bitmap, free counts,
     /// cache bounds. Ok when the image has no rt device.
     pub fn rt_check(&self) -> Result<()> {
-        match self.al.rt.get() {
+        match self.rt() {
             Some(r) => r.check(),
             None => Ok(()),
         }
@@ -393,7 +437,7 @@ impl Fs {
         );
         let i = inode::new_inode(ino, st.d.clone());
         let h = self.journal.start();
-        bmap::map_blocks(&self.al, &h, &i, &mut st, 0, n, false)?;
+        bmap::map_blocks(&self.al, self.rt(), &h, &i, &mut st, 0, n, false)?;
         self.al.discard_pa(&mut st.pa);
         st.d.set_size(n * u64::from(self.vol.bs()));
         self.store_new(&h, ino, &mut st)?;

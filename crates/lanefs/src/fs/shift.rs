@@ -227,7 +227,7 @@ impl Fs {
         if !is_rt_file(st.d.mode(), st.d.flags()) {
             return None;
         }
-        let rt = self.al.rt.get()?;
+        let rt = self.rt()?;
         Some(u64::from(rt.geometry().rextsize))
     }
 
@@ -287,7 +287,7 @@ impl Fs {
         let (a32, n32) = (a as u32, n as u32);
         match how {
             Shift::Collapse => {
-                bmap::unmap_blocks(&self.al, h, st, a, a + n, false)?;
+                bmap::unmap_blocks(&self.al, self.rt(), h, st, a, a + n, false)?;
                 extents(st)?.shift_down(a32 + n32, n32);
                 st.d.set_size(size - n * bs);
             }
