@@ -25,6 +25,8 @@ use crate::types::*;
 use crate::volume::Features;
 
 mod create;
+mod diagnostics;
+pub use diagnostics::Diagnostics;
 mod data;
 mod durable;
 mod inline;
@@ -38,7 +40,7 @@ mod orphan;
 mod remove;
 mod rename;
 mod rt;
-pub use rt::MAX_EXTSIZE;
+pub use rt::{format_rt, MAX_EXTSIZE};
 mod shift;
 mod shutdown;
 pub use shutdown::ShutdownMode;

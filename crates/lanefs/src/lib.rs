@@ -178,7 +178,9 @@ pub use crashdev::{CrashDevice, PendingWrite};
 pub use dev::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};
 pub use exclusive::sharing_note;
-pub use fs::{Fs, MountOptions, ShutdownMode, DEFAULT_ICACHE_LIMIT, MAX_EXTSIZE};
+pub use fs::{
+    format_rt, Diagnostics, Fs, MountOptions, ShutdownMode, DEFAULT_ICACHE_LIMIT, MAX_EXTSIZE,
+};
 #[doc(inline)] // Timespec is defined with the inode format
 pub use types::{
     parse_size, AtimePolicy, Attr, BufCacheStats, DirEntry, FallocMode, FileExtent, FileType,

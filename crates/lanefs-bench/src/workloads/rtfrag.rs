@@ -357,10 +357,14 @@ fn fragment(fs: &Fs, p: &Params) -> Result<String, String> {
     released?;
     fs.sync().map_err(e("sync"))?;
     if p.check {
-        fs.rt_check().map_err(e("check"))?;
+        fs.diagnostics().rt_check().map_err(e("check"))?;
     }
-    let s = fs.rt_stats().ok_or("rtfrag setup: no realtime allocator")?;
+    let s = fs
+        .diagnostics()
+        .rt_stats()
+        .ok_or("rtfrag setup: no realtime allocator")?;
     let runs: u64 = fs
+        .diagnostics()
         .rt_histogram()
         .map_err(e("histogram"))?
         .unwrap_or_default()

@@ -118,9 +118,4 @@ impl Fs {
         }
         self.journal.sync()
     }
-
-    /// Journal counters since mount.
-    pub fn journal_stats(&self) -> crate::journal::JournalStats {
-        self.journal.stats()
-    }
 }

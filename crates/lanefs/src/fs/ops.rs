@@ -380,24 +380,6 @@ impl Fs {
         Ok(self.attr(ino, &cst.d))
     }
 
-    /// Number of extents mapping `ino`'s data (what `filefrag` counts).
-    pub fn extent_count(&self, ino: Ino) -> Result<usize> {
-        let i = self.iget(ino)?;
-        let st = self.read_loaded(&i)?;
-        Ok(st.ext.as_ref().map_or(0, |e| e.len()))
-    }
-
-    /// Free space and its fragmentation, from the block bitmaps.
-    pub fn free_space(&self) -> Result<crate::alloc::FreeSpace> {
-        self.al.free_space()
-    }
-
-    /// Check the allocator's in-memory state against the bitmaps (see
-    /// [`crate::alloc::Allocator::check`]); safe to call while other threads work.
-    pub fn check_allocator(&self) -> Result<()> {
-        self.al.check()
-    }
-
     /// Mark `ino` open: its data survives unlink until the matching [`Fs::release`].
     /// Opens are counted; a file system frontend calls this on open(2).
     pub fn open(&self, ino: Ino) -> Result<()> {
@@ -570,31 +552,6 @@ impl Fs {
             || d.mtime() >= at
             || d.ctime() >= at
             || now.sec - at.sec >= 24 * 60 * 60
-    }
-
-    /// The inode cache's size, memory and limit.
-    pub fn icache_stats(&self) -> IcacheStats {
-        self.icache.stats()
-    }
-
-    /// The metadata buffer cache's size and limit.
-    pub fn bufcache_stats(&self) -> BufCacheStats {
-        self.bufs.stats()
-    }
-
-    /// What the page cache of file data holds, its limit and its device reads.
-    pub fn pagecache_stats(&self) -> crate::page::PageCacheStats {
-        self.pages.stats()
-    }
-
-    /// Drop the clean cached data of `ino` (as `POSIX_FADV_DONTNEED`): the next reads go to
-    /// the device. Dirty data stays.
-    pub fn drop_cache(&self, ino: Ino) -> Result<()> {
-        if let Some(i) = self.icache.peek(ino) {
-            i.mapping.drop_clean();
-            self.pages.prune();
-        }
-        Ok(())
     }
 
     /// File-system counters, as statfs(2) reports them.

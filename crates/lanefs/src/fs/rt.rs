@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::extmap::Mapping;
 use crate::ialloc::InodeAllocator;
 use crate::inode::{self, Inode, InodeState};
-use crate::rtalloc::{RtAlloc, RtAllocPolicy, RtStats};
+use crate::rtalloc::{RtAlloc, RtAllocPolicy};
 use crate::types::*;
 use crate::volume::Features;
 use std::path::Path;
@@ -330,94 +330,6 @@ impl Fs {
         self.rt().map(|r| *r.geometry())
     }
 
-    /// The realtime allocator's counters, when the image has an rt device.
-    pub fn rt_stats(&self) -> Option<RtStats> {
-        self.rt().map(|r| r.stats())
-    }
-
-    /// Free runs of the rt device by log2 length (XFS's summary), when it has one.
-    pub fn rt_histogram(&self) -> Result<Option<Vec<u64>>> {
-        self.rt().map(|r| r.histogram()).transpose()
-    }
-
-    /// Check the rt allocator: summary equal to a rebuild from the bitmap, free counts,
-    /// cache bounds. Ok when the image has no rt device.
-    pub fn rt_check(&self) -> Result<()> {
-        match self.rt() {
-            Some(r) => r.check(),
-            None => Ok(()),
-        }
-    }
-
-    /// Give the image at `image` a realtime data device at `rtdev` (`lanefs mkfs
-    /// --rtdev`): the bitmap and summary inodes get their blocks (all extents free but
-    /// extent 0, which holds the device's header), the superblock records the geometry and
-    /// the `lanefs_rtdev` INCOMPAT bit, and the device gets its header. `rextsize` is the rt
-    /// extent in blocks; `group_bmblocks` the bitmap blocks per rt group (0: one group).
-    pub fn format_rt(
-        image: &Path,
-        rtdev: &Path,
-        rextsize: u32,
-        group_bmblocks: u32,
-    ) -> Result<RtGeometry> {
-        let rd = FileDevice::open(rtdev, false)
-            .map_err(|e| Error::Invalid(format!("realtime device {}: {e}", rtdev.display())))?;
-        let opts = MountOptions {
-            commit_interval: std::time::Duration::ZERO,
-            ..MountOptions::default()
-        };
-        let fs = Fs::mount_path(image, opts)?;
-        if !fs.vol.has(Features::EXTENTS) {
-            return Err(Error::Invalid(
-                "a realtime device needs the extent feature (realtime files are extent-mapped)"
-                    .into(),
-            ));
-        }
-        let geo = rtdev::geometry_for(fs.vol.bs(), rd.size(), rextsize, group_bmblocks)?;
-        let bitmap = fs.make_rt_file(RT_BITMAP_INO, geo.bitmap_blocks())?;
-        let summary = fs.make_rt_file(RT_SUMMARY_INO, geo.summary_blocks())?;
-        let uuid = {
-            let mut u = fs.sb.lock().uuid();
-            // A uuid of its own: the image's with its halves swapped and a marker.
-            u.rotate_left(8);
-            u[0] ^= 0x52;
-            u
-        };
-        fs.unmount()?;
-        let dev = FileDevice::open(image, false)?;
-        let (bm, sm) = rtdev::build_files(&geo, &[(1, geo.rextents - 1)]);
-        let bs = u64::from(geo.block_size);
-        for (blocks, data) in [(&bitmap, &bm), (&summary, &sm)] {
-            for (p, d) in blocks.iter().zip(data) {
-                dev.write_at(p * bs, d)?;
-            }
-        }
-        let mut raw = vec![0u8; sbm::SB_SIZE];
-        dev.read_at(sbm::SB_OFFSET, &mut raw)?;
-        let mut sb = Superblock::decode(&raw, dev.size())?;
-        sb.set_feature_incompat(sb.feature_incompat() | RTDEV_INCOMPAT);
-        RtSuper {
-            rextsize: geo.rextsize,
-            rextents: geo.rextents,
-            group_bmblocks: geo.group_bmblocks,
-            uuid,
-        }
-        .encode(&mut sb.raw[..]);
-        sb.update_checksum();
-        dev.write_at(sbm::SB_OFFSET, &sb.raw[..])?;
-        dev.flush()?;
-        let mut hdr = vec![0u8; geo.extent_bytes().min(1 << 20) as usize];
-        RtHeader {
-            uuid,
-            rextents: geo.rextents,
-            rextsize: geo.rextsize,
-        }
-        .encode(&mut hdr);
-        rd.write_at(0, &hdr)?;
-        rd.flush()?;
-        Ok(geo)
-    }
-
     /// Make reserved inode `ino` a regular file of `n` blocks; returns their image blocks.
     fn make_rt_file(&self, ino: u32, n: u64) -> Result<Vec<u64>> {
         let ino = u64::from(ino);
@@ -453,4 +365,74 @@ impl Fs {
             })
             .collect())
     }
+}
+
+/// Give the image at `image` a realtime data device at `rtdev` (`lanefs mkfs
+/// --rtdev`): the bitmap and summary inodes get their blocks (all extents free but
+/// extent 0, which holds the device's header), the superblock records the geometry and
+/// the `lanefs_rtdev` INCOMPAT bit, and the device gets its header. `rextsize` is the rt
+/// extent in blocks; `group_bmblocks` the bitmap blocks per rt group (0: one group).
+/// An offline tool, as [`mkfs::format`](crate::mkfs::format) is: the image must not be
+/// mounted.
+pub fn format_rt(
+    image: &Path,
+    rtdev: &Path,
+    rextsize: u32,
+    group_bmblocks: u32,
+) -> Result<RtGeometry> {
+    let rd = FileDevice::open(rtdev, false)
+        .map_err(|e| Error::Invalid(format!("realtime device {}: {e}", rtdev.display())))?;
+    let opts = MountOptions {
+        commit_interval: std::time::Duration::ZERO,
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount_path(image, opts)?;
+    if !fs.vol.has(Features::EXTENTS) {
+        return Err(Error::Invalid(
+            "a realtime device needs the extent feature (realtime files are extent-mapped)".into(),
+        ));
+    }
+    let geo = rtdev::geometry_for(fs.vol.bs(), rd.size(), rextsize, group_bmblocks)?;
+    let bitmap = fs.make_rt_file(RT_BITMAP_INO, geo.bitmap_blocks())?;
+    let summary = fs.make_rt_file(RT_SUMMARY_INO, geo.summary_blocks())?;
+    let uuid = {
+        let mut u = fs.sb.lock().uuid();
+        // A uuid of its own: the image's with its halves swapped and a marker.
+        u.rotate_left(8);
+        u[0] ^= 0x52;
+        u
+    };
+    fs.unmount()?;
+    let dev = FileDevice::open(image, false)?;
+    let (bm, sm) = rtdev::build_files(&geo, &[(1, geo.rextents - 1)]);
+    let bs = u64::from(geo.block_size);
+    for (blocks, data) in [(&bitmap, &bm), (&summary, &sm)] {
+        for (p, d) in blocks.iter().zip(data) {
+            dev.write_at(p * bs, d)?;
+        }
+    }
+    let mut raw = vec![0u8; sbm::SB_SIZE];
+    dev.read_at(sbm::SB_OFFSET, &mut raw)?;
+    let mut sb = Superblock::decode(&raw, dev.size())?;
+    sb.set_feature_incompat(sb.feature_incompat() | RTDEV_INCOMPAT);
+    RtSuper {
+        rextsize: geo.rextsize,
+        rextents: geo.rextents,
+        group_bmblocks: geo.group_bmblocks,
+        uuid,
+    }
+    .encode(&mut sb.raw[..]);
+    sb.update_checksum();
+    dev.write_at(sbm::SB_OFFSET, &sb.raw[..])?;
+    dev.flush()?;
+    let mut hdr = vec![0u8; geo.extent_bytes().min(1 << 20) as usize];
+    RtHeader {
+        uuid,
+        rextents: geo.rextents,
+        rextsize: geo.rextsize,
+    }
+    .encode(&mut hdr);
+    rd.write_at(0, &hdr)?;
+    rd.flush()?;
+    Ok(geo)
 }
