@@ -154,7 +154,7 @@ fn rt_file_blocks(
         return Err(unused());
     }
     let mut st = InodeState::from_disk(d);
-    if super::needs_extents(&st.d, al.geo.bs, ea_inode) {
+    if super::inodes::needs_extents(&st.d, al.geo.bs, ea_inode) {
         inode::load_extents(al, None, bufs, ino, &mut st)?;
     }
     let ext = st
