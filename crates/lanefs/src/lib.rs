@@ -184,8 +184,8 @@ pub use fs::{
 #[doc(inline)] // Timespec is defined with the inode format
 pub use types::{
     parse_size, AtimePolicy, Attr, BufCacheStats, DirEntry, FallocMode, FileExtent, FileType,
-    IallocPolicy, IcachePolicy, IcacheStats, Ino, Owner, RenameMode, SetAttr, StatFs, Timespec,
-    XattrFlags, ROOT_INO,
+    IallocPolicy, IcachePolicy, IcacheStats, Ino, InodeFlags, OpenMode, Owner, RenameMode, SetAttr,
+    StatFs, Timespec, XattrFlags, ROOT_INO,
 };
 
 // Types of the mount options and of `Fs`'s reports that live with their mechanism

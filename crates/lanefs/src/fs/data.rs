@@ -445,7 +445,7 @@ impl Fs {
             return Err(Error::FileTooBig);
         }
         // vfs_fallocate: nothing on an immutable file, only allocation on an append-only one.
-        if flags::immutable(&st) || (flags::pinned(&st) && mode.punch_hole) {
+        if flags::immutable(&st) || (flags::pinned(&st) && (mode.punch_hole || mode.zero_range)) {
             return Err(Error::NotPermitted);
         }
         if mode.punch_hole {

@@ -84,6 +84,12 @@ pub(super) fn dec_dir_links(d: &mut DiskInode) {
     }
 }
 
+// The public flags are the on-disk ones.
+const _: () = assert!(InodeFlags::USER_VISIBLE.bits() == iflags::FL_USER_VISIBLE);
+const _: () = assert!(InodeFlags::USER_MODIFIABLE.bits() == iflags::FL_USER_MODIFIABLE);
+const _: () = assert!(InodeFlags::IMMUTABLE.bits() == FL_IMMUTABLE);
+const _: () = assert!(InodeFlags::APPEND.bits() == FL_APPEND);
+
 /// Linux's PATH_MAX: the longest path (and symlink target) with its NUL.
 pub(super) const PATH_MAX: usize = 4096;
 
@@ -463,28 +469,72 @@ impl Fs {
     }
 
     /// The inode's flags as `lsattr` shows them (FS_IOC_GETFLAGS).
-    pub fn get_flags(&self, ino: Ino) -> Result<u32> {
+    pub fn get_flags(&self, ino: Ino) -> Result<InodeFlags> {
         let i = self.iget(ino)?;
         let st = i.state.read();
         if st.freed {
             return Err(Error::NotFound);
         }
-        Ok(st.d.flags() & iflags::FL_USER_VISIBLE)
+        Ok(InodeFlags::from_bits_retain(st.d.flags()) & InodeFlags::USER_VISIBLE)
+    }
+
+    /// Whether `ino` may be opened as `mode` says, under its `chattr` flags (the VFS's
+    /// may_open, which a FUSE kernel cannot apply: its inodes carry no S_IMMUTABLE or
+    /// S_APPEND): an immutable file opens for reading only, an append-only one for
+    /// writing only with O_APPEND, and neither with O_TRUNC ([`Error::NotPermitted`]).
+    /// [`Fs::write`], [`Fs::setattr`] and [`Fs::fallocate`] apply the same rules to each
+    /// change, so a file opened before the flag was set is held to them too.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// use lanefs::{Error, InodeFlags, OpenMode};
+    /// let f = fs.create(ROOT_INO, b"log", 0o644, Owner::default())?;
+    /// fs.set_flags(f.ino, fs.get_flags(f.ino)? | InodeFlags::APPEND)?; // chattr +a
+    /// let append = OpenMode { write: true, append: true, truncate: false };
+    /// fs.may_open(f.ino, append)?;
+    /// let rewrite = OpenMode { append: false, ..append };
+    /// assert_eq!(fs.may_open(f.ino, rewrite), Err(Error::NotPermitted));
+    /// fs.release(f.ino)?;
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
+    pub fn may_open(&self, ino: Ino, mode: OpenMode) -> Result<()> {
+        if !mode.write && !mode.truncate {
+            return Ok(());
+        }
+        let f = self.get_flags(ino)?;
+        let immutable = f.contains(InodeFlags::IMMUTABLE);
+        let append_only = f.contains(InodeFlags::APPEND);
+        if immutable || (append_only && (!mode.append || mode.truncate)) {
+            return Err(Error::NotPermitted);
+        }
+        Ok(())
     }
 
     /// Set the inode's flags as `chattr` does (FS_IOC_SETFLAGS, ext4_ioctl_setflags): flags
     /// outside the modifiable set keep their value, flags the file type cannot carry and
     /// changes lanefs has no mechanism for (data journalling, extent conversion, casefold,
-    /// DAX) are refused (EOPNOTSUPP), and ctime is set. The caller has checked ownership
-    /// and the right to change `i` and `a` (the VFS does, before FUSE sees the ioctl).
-    pub fn set_flags(&self, ino: Ino, flags: u32) -> Result<Attr> {
+    /// DAX) are refused (EOPNOTSUPP), and ctime is set. A file that stays immutable keeps
+    /// its other flags ([`Error::NotPermitted`], ext4_ioctl_check_immutable). The caller
+    /// has checked ownership and the right to change `i` and `a` (the VFS does, before
+    /// FUSE sees the ioctl).
+    pub fn set_flags(&self, ino: Ino, flags: InodeFlags) -> Result<Attr> {
         use iflags::*;
+        let flags = flags.bits();
         self.check_rw()?;
         let i = self.iget(ino)?;
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
         if st.freed {
             return Err(Error::NotFound);
+        }
+        // As ext4, against the masked request and the whole of the old flags.
+        let (old, masked) = (st.d.flags() & FL_USER_VISIBLE, flags & FL_USER_MODIFIABLE);
+        if old & masked & FL_IMMUTABLE != 0 && (old ^ masked) & !FL_IMMUTABLE != 0 {
+            return Err(Error::NotPermitted);
         }
         let allowed = match kind_of(&st) {
             FileType::Directory => u32::MAX,
