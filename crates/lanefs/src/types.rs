@@ -300,7 +300,7 @@ pub enum IcachePolicy {
     Papaya,
 }
 
-/// The inode cache's size and contents, for reports (`Fs::icache_stats`).
+/// The inode cache's size and contents, for reports (`Diagnostics::icache_stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IcacheStats {
     /// Inodes in the cache.
@@ -322,7 +322,7 @@ pub struct IcacheStats {
     pub inspections: u64,
 }
 
-/// The metadata buffer cache's size, for reports (`Fs::bufcache_stats`).
+/// The metadata buffer cache's size, for reports (`Diagnostics::bufcache_stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BufCacheStats {
     /// Bytes of blocks cached, with the journal's committed copies awaiting checkpoint.

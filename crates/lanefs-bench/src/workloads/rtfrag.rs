@@ -37,7 +37,7 @@
 //! - `realloc`: the `alloc` phase again on the same files, among the freed holes.
 //!
 //! One operation is one allocation (or, in `free`, one freed run) as the allocator counts
-//! them (`Fs::rt_stats` at the phase's edges), so ops/s are allocations/s; each thread's
+//! them (`Diagnostics::rt_stats` at the phase's edges), so ops/s are allocations/s; each thread's
 //! rate is its share of the calls, scaled to the allocator's count. The records also carry
 //! the bitmap and summary blocks the allocations fetched (deterministic) and the hash of
 //! every decision since mount: at one thread the same for every policy, run after run
