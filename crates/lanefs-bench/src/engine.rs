@@ -35,7 +35,7 @@ pub(crate) fn format_rt(
     rextsize: u32,
     group_bmblocks: u32,
 ) -> Result<(), String> {
-    lanefs::Fs::format_rt(image, rtdev, rextsize, group_bmblocks)
+    lanefs::format_rt(image, rtdev, rextsize, group_bmblocks)
         .map(|_| ())
         .map_err(|e| {
             format!(

@@ -58,7 +58,7 @@ pub struct PhaseResult {
     pub instructions_per_op: Option<f64>,
 }
 
-/// What the realtime allocator did in a measured phase (from `Fs::rt_stats` at its
+/// What the realtime allocator did in a measured phase (from `Diagnostics::rt_stats` at its
 /// edges): the counts are differences, the hash and free extents the values at its end.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RtWork {

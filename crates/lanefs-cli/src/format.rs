@@ -669,7 +669,7 @@ fn attach_rt(args: &MkfsArgs, rt: &Path) -> CmdResult<String> {
             u32::try_from(bmblocks.div_ceil(DEFAULT_RT_GROUPS)).unwrap_or(u32::MAX)
         }
     };
-    let geo = lanefs::Fs::format_rt(&args.image, rt, rextsize, groups)
+    let geo = lanefs::format_rt(&args.image, rt, rextsize, groups)
         .map_err(|e| Failure::new(args.image.display(), e))?;
     Ok(format!(
         "realtime device {}: {} extents of {} bytes in {} group(s) ({})\n",

@@ -101,7 +101,7 @@ fn sparse_files_copy_per_extent() {
     let fs = Fs::mount_path(&image2, MountOptions::default()).unwrap();
     let a = fs.lookup(ROOT_INO, b"huge").unwrap();
     assert_eq!(a.size, 15 * tib);
-    assert_eq!(fs.extent_count(a.ino).unwrap(), 3);
+    assert_eq!(fs.diagnostics().extent_count(a.ino).unwrap(), 3);
     drop(fs);
     e2fsck_clean(&image2);
 }

@@ -250,13 +250,14 @@ fn engine_step(fs: &Fs, ino: Ino, step: &Step) -> lanefs::Result<()> {
             } else {
                 FL_IMMUTABLE
             };
-            let now = fs.get_flags(ino)?;
+            let now = fs.get_flags(ino)?.bits();
             let new = if flag.starts_with('+') {
                 now | bit
             } else {
                 now & !bit
             };
-            fs.set_flags(ino, new).map(|_| ())
+            fs.set_flags(ino, lanefs::InodeFlags::from_bits_retain(new))
+                .map(|_| ())
         }
         Step::Fsync(_) => fs.fsync(ino, false),
     }

@@ -69,9 +69,12 @@ pub fn holes(st: &InodeState, first: u64, end: u64) -> Vec<(u64, u64)> {
 
 /// Map every hole in `[first, first+count)` with new blocks (unwritten if asked):
 /// ext4_map_blocks with EXT4_GET_BLOCKS_CREATE. On an error part way, what was mapped
-/// stays mapped; the caller undoes it (`undo`) or keeps it (fallocate, as ext4).
+/// stays mapped; the caller undoes it (`undo`) or keeps it (fallocate, as ext4). A
+/// realtime file's blocks come from `rt`, the mount's realtime allocator.
+#[allow(clippy::too_many_arguments)]
 pub fn map_blocks(
     al: &Allocator,
+    rt: Option<&RtAlloc>,
     h: &Handle,
     i: &Inode,
     st: &mut InodeState,
@@ -79,7 +82,7 @@ pub fn map_blocks(
     count: u64,
     unwritten: bool,
 ) -> Result<()> {
-    if let Some(rt) = realtime(al, st) {
+    if let Some(rt) = realtime(rt, st) {
         return map_rt(rt, h, st, first, count, unwritten, al.geo.bs);
     }
     let bs = al.geo.bs;
@@ -167,6 +170,7 @@ pub fn map_one_block(
 /// held metadata (a directory's), so their frees are journalled as such.
 pub fn unmap_blocks(
     al: &Allocator,
+    rt: Option<&RtAlloc>,
     h: &Handle,
     st: &mut InodeState,
     a: u64,
@@ -177,7 +181,7 @@ pub fn unmap_blocks(
         return Ok(0);
     }
     let bs = al.geo.bs;
-    if let Some(rt) = realtime(al, st) {
+    if let Some(rt) = realtime(rt, st) {
         return unmap_rt(rt, h, st, a, b, bs);
     }
     al.discard_pa(&mut st.pa);
@@ -201,6 +205,7 @@ pub fn unmap_blocks(
 /// exist yet (the write copies its data only after the map is final).
 pub fn undo(
     al: &Allocator,
+    rt: Option<&RtAlloc>,
     h: &Handle,
     st: &mut InodeState,
     first: u64,
@@ -210,7 +215,7 @@ pub fn undo(
         let l = first + k as u64;
         match p {
             Prior::Hole => {
-                unmap_blocks(al, h, st, l, l + 1, false)?;
+                unmap_blocks(al, rt, h, st, l, l + 1, false)?;
             }
             Prior::Unwritten => extents(st)?.mark_unwritten(l as u32, 1),
             Prior::Written => {}
@@ -220,12 +225,13 @@ pub fn undo(
     Ok(())
 }
 
-/// The realtime allocator, when `st` is a realtime file on an image with an rt device.
-fn realtime<'a>(al: &'a Allocator, st: &InodeState) -> Option<&'a RtAlloc> {
+/// The realtime allocator `rt` (the mount's, if it has an rt device), when `st` is a
+/// realtime file.
+fn realtime<'a>(rt: Option<&'a RtAlloc>, st: &InodeState) -> Option<&'a RtAlloc> {
     if !is_rt_file(st.d.mode(), st.d.flags()) {
         return None;
     }
-    al.rt.get().map(|rt| &**rt)
+    rt
 }
 
 /// Add `blocks` (positive or negative) to the inode's `i_blocks`.

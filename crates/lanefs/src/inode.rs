@@ -486,7 +486,13 @@ pub fn stage_inode(
 
 /// Load the block map of an inode: its extent tree, or its direct and indirect blocks
 /// (an inode without the extents flag), into an extent map.
-pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeState) -> Result<()> {
+pub fn load_extents(
+    al: &Allocator,
+    rt: Option<&crate::rtalloc::RtAlloc>,
+    bufs: &BufCache,
+    ino: u64,
+    st: &mut InodeState,
+) -> Result<()> {
     if st.ext.is_some() {
         return Ok(());
     }
@@ -509,7 +515,7 @@ pub fn load_extents(al: &Allocator, bufs: &BufCache, ino: u64, st: &mut InodeSta
         let seed = st.d.csum_seed(al.geo.seed, ino as u32);
         let root = extent::decode_node(st.d.iblock(), ino)?;
         // A realtime file's data extents are data-device blocks; its tree is in the image.
-        let data_end = match al.rt.get() {
+        let data_end = match rt {
             Some(rt) if crate::disk::rtdev::is_rt_file(st.d.mode(), st.d.flags()) => {
                 rt.geometry().rextents * u64::from(rt.geometry().rextsize)
             }

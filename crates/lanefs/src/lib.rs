@@ -172,17 +172,20 @@ mod bmap;
 mod dir;
 mod exclusive;
 mod mmp;
+mod volume;
 
 pub use crashdev::{CrashDevice, PendingWrite};
 pub use dev::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};
 pub use exclusive::sharing_note;
-pub use fs::{Fs, MountOptions, ShutdownMode, DEFAULT_ICACHE_LIMIT, MAX_EXTSIZE};
+pub use fs::{
+    format_rt, Diagnostics, Fs, MountOptions, ShutdownMode, DEFAULT_ICACHE_LIMIT, MAX_EXTSIZE,
+};
 #[doc(inline)] // Timespec is defined with the inode format
 pub use types::{
     parse_size, AtimePolicy, Attr, BufCacheStats, DirEntry, FallocMode, FileExtent, FileType,
-    IallocPolicy, IcachePolicy, IcacheStats, Ino, Owner, RenameMode, SetAttr, StatFs, Timespec,
-    XattrFlags, ROOT_INO,
+    IallocPolicy, IcachePolicy, IcacheStats, Ino, InodeFlags, OpenMode, Owner, RenameMode, SetAttr,
+    StatFs, Timespec, XattrFlags, ROOT_INO,
 };
 
 // Types of the mount options and of `Fs`'s reports that live with their mechanism

@@ -210,6 +210,31 @@ pub struct FallocMode {
     pub zero_range: bool,
 }
 
+/// How a file is being opened, for the rules of its `chattr` flags ([`Fs::may_open`]):
+/// open(2)'s access mode and its O_APPEND and O_TRUNC flags.
+///
+/// [`Fs::may_open`]: crate::Fs::may_open
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpenMode {
+    /// Opened for writing (O_WRONLY or O_RDWR).
+    pub write: bool,
+    /// Writes go to the end (O_APPEND).
+    pub append: bool,
+    /// Truncated at open (O_TRUNC).
+    pub truncate: bool,
+}
+
+impl OpenMode {
+    /// The mode of open(2) flags `flags` (`O_ACCMODE`, `O_APPEND`, `O_TRUNC`).
+    pub fn from_open_flags(flags: i32) -> OpenMode {
+        OpenMode {
+            write: flags & libc::O_ACCMODE != libc::O_RDONLY,
+            append: flags & libc::O_APPEND != 0,
+            truncate: flags & libc::O_TRUNC != 0,
+        }
+    }
+}
+
 /// How `Fs::rename_with` treats an existing target (renameat2(2)'s flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RenameMode {
@@ -275,7 +300,7 @@ pub enum IcachePolicy {
     Papaya,
 }
 
-/// The inode cache's size and contents, for reports (`Fs::icache_stats`).
+/// The inode cache's size and contents, for reports (`Diagnostics::icache_stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IcacheStats {
     /// Inodes in the cache.
@@ -297,7 +322,7 @@ pub struct IcacheStats {
     pub inspections: u64,
 }
 
-/// The metadata buffer cache's size, for reports (`Fs::bufcache_stats`).
+/// The metadata buffer cache's size, for reports (`Diagnostics::bufcache_stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BufCacheStats {
     /// Bytes of blocks cached, with the journal's committed copies awaiting checkpoint.
@@ -356,4 +381,63 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let n: u64 = digits.parse().map_err(|_| bad())?;
     n.checked_mul(1u64 << shift)
         .ok_or_else(|| format!("size {text:?} is too large"))
+}
+
+bitflags::bitflags! {
+    /// An inode's flags as `lsattr` shows them and `chattr` sets them (FS_IOC_GETFLAGS
+    /// and FS_IOC_SETFLAGS carry the same bits: ext4's `EXT4_*_FL`). Bits without a name
+    /// here travel as they are ([`InodeFlags::from_bits_retain`]); [`Fs::set_flags`]
+    /// decides which it accepts.
+    ///
+    /// [`Fs::set_flags`]: crate::Fs::set_flags
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct InodeFlags: u32 {
+        /// Secure deletion (`chattr +s`; recorded, not acted on).
+        const SECRM = 0x1;
+        /// Undelete (`chattr +u`; recorded, not acted on).
+        const UNRM = 0x2;
+        /// Compress (`chattr +c`).
+        const COMPR = 0x4;
+        /// Synchronous updates (`chattr +S`).
+        const SYNC = 0x8;
+        /// Immutable (`chattr +i`): no write, truncate, name, link or attribute change.
+        const IMMUTABLE = 0x10;
+        /// Append-only (`chattr +a`): data only appended, names only added.
+        const APPEND = 0x20;
+        /// Not for dump(8) (`chattr +d`).
+        const NODUMP = 0x40;
+        /// Reads leave the access time alone (`chattr +A`).
+        const NOATIME = 0x80;
+        /// Encrypted (fscrypt).
+        const ENCRYPT = 0x800;
+        /// Hash-indexed directory.
+        const INDEX = 0x1000;
+        /// Data journalling (`chattr +j`).
+        const JOURNAL_DATA = 0x4000;
+        /// No tail merging (`chattr +t`).
+        const NOTAIL = 0x8000;
+        /// Synchronous directory updates (`chattr +D`).
+        const DIRSYNC = 0x1_0000;
+        /// Top of a directory hierarchy (`chattr +T`, Orlov).
+        const TOPDIR = 0x2_0000;
+        /// Extent-mapped (`chattr +e`).
+        const EXTENTS = 0x8_0000;
+        /// fs-verity protected.
+        const VERITY = 0x10_0000;
+        /// Direct access to persistent memory (`chattr +x`).
+        const DAX = 0x200_0000;
+        /// Data in the inode.
+        const INLINE_DATA = 0x1000_0000;
+        /// New inodes inherit the directory's project (`chattr +P`).
+        const PROJINHERIT = 0x2000_0000;
+        /// Case-insensitive directory (`chattr +F`).
+        const CASEFOLD = 0x4000_0000;
+    }
+}
+
+impl InodeFlags {
+    /// The flags `lsattr` sees (EXT4_FL_USER_VISIBLE).
+    pub const USER_VISIBLE: InodeFlags = InodeFlags::from_bits_retain(0x725B_DFFF);
+    /// The flags `chattr` may change (EXT4_FL_USER_MODIFIABLE); the rest keep their value.
+    pub const USER_MODIFIABLE: InodeFlags = InodeFlags::from_bits_retain(0x624B_C0FF);
 }

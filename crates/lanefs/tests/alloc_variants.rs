@@ -140,7 +140,9 @@ fn every_policy_allocates_validly_under_threads() {
             std::thread::spawn(move || {
                 let mut checks = 0u64;
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                    fs.check_allocator().expect("allocator check under threads");
+                    fs.diagnostics()
+                        .check_allocator()
+                        .expect("allocator check under threads");
                     checks += 1;
                 }
                 checks
@@ -155,7 +157,9 @@ fn every_policy_allocates_validly_under_threads() {
             .join()
             .unwrap_or_else(|_| panic!("{name}: the allocator check failed"));
         assert!(checks > 0, "{name}: the checker never ran");
-        fs.check_allocator().expect("allocator check after the run");
+        fs.diagnostics()
+            .check_allocator()
+            .expect("allocator check after the run");
         fs.sync().expect("sync");
         assert_eq!(
             fs.statfs().expect("statfs").free_blocks,
@@ -240,7 +244,9 @@ fn near_full_enospc_is_exact_and_clean() {
             }
         }
         fs.sync().expect("sync");
-        fs.check_allocator().expect("allocator check when full");
+        fs.diagnostics()
+            .check_allocator()
+            .expect("allocator check when full");
         // At most one block can be left: a write of one data block may also need an
         // extent-tree block, and then fails whole.
         let left = fs.statfs().expect("statfs").free_blocks;

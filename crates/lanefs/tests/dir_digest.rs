@@ -256,7 +256,7 @@ fn digests_are_charged_to_the_inode_cache() {
                 .unwrap();
             fs.release(f.ino).unwrap();
         }
-        let st = fs.icache_stats();
+        let st = fs.diagnostics().icache_stats();
         assert_eq!(st.evictions, 0, "the default limit holds every inode here");
         charged.push(st.bytes);
         fs.unmount().unwrap();
@@ -400,7 +400,7 @@ fn hinted_leaves_stay_exact_while_other_threads_evict() {
         joined.into_iter().map(|m| m.unwrap()).collect()
     });
     assert!(
-        fs.bufcache_stats().evicted > 0,
+        fs.diagnostics().bufcache_stats().evicted > 0,
         "the buffer cache never evicted: the test checks nothing"
     );
     for (d, model) in dirs.iter().zip(&models) {

@@ -163,7 +163,7 @@ fn a_write_that_needs_a_tree_block_on_a_full_disk_fails_whole() {
     for k in 0..4u64 {
         fs.write(f, 2 * k * 4096, &[k as u8 + 1; 4096]).unwrap();
     }
-    assert_eq!(fs.extent_count(f).unwrap(), 4);
+    assert_eq!(fs.diagnostics().extent_count(f).unwrap(), 4);
     // G: the rest of the disk, one block at a time.
     let (g, size) = fill(&fs, b"g");
     // Exactly one free block: G's last block, punched (its extent only shrinks).
@@ -188,9 +188,9 @@ fn a_write_that_needs_a_tree_block_on_a_full_disk_fails_whole() {
         1,
         "the failed write kept a block"
     );
-    assert_eq!(fs.extent_count(f).unwrap(), 4);
+    assert_eq!(fs.diagnostics().extent_count(f).unwrap(), 4);
     assert_eq!(fs.getattr(f).unwrap().size, 7 * 4096);
-    fs.check_allocator().unwrap();
+    fs.diagnostics().check_allocator().unwrap();
     fs.release(f).unwrap();
     fs.release(g).unwrap();
     fs.unmount().unwrap();
@@ -216,7 +216,7 @@ fn a_punch_that_splits_an_extent_on_a_full_disk_succeeds() {
         fs.write(f, 16 * k * 4096, &[k as u8 + 1; 8 * 4096])
             .unwrap();
     }
-    assert_eq!(fs.extent_count(f).unwrap(), 4);
+    assert_eq!(fs.diagnostics().extent_count(f).unwrap(), 4);
     let (g, _) = fill(&fs, b"g");
     pad_to(&fs, 0);
     assert_eq!(fs.statfs().unwrap().free_blocks, 0);
@@ -227,13 +227,13 @@ fn a_punch_that_splits_an_extent_on_a_full_disk_succeeds() {
         zero_range: false,
     };
     fs.fallocate(f, punch, 2 * 4096, 2 * 4096).unwrap();
-    assert_eq!(fs.extent_count(f).unwrap(), 5);
+    assert_eq!(fs.diagnostics().extent_count(f).unwrap(), 5);
     let mut back = vec![0u8; 8 * 4096];
     fs.read(f, 0, &mut back).unwrap();
     assert!(back[..2 * 4096].iter().all(|&b| b == 1));
     assert!(back[2 * 4096..4 * 4096].iter().all(|&b| b == 0));
     assert!(back[4 * 4096..].iter().all(|&b| b == 1));
-    fs.check_allocator().unwrap();
+    fs.diagnostics().check_allocator().unwrap();
     fs.release(f).unwrap();
     fs.release(g).unwrap();
     fs.unmount().unwrap();
@@ -338,13 +338,13 @@ fn writes_into_preallocated_space_succeed_on_a_full_disk() {
         fs.write(f, i * (64 << 10), &chunk)
             .unwrap_or_else(|e| panic!("write at chunk {i}: {e}"));
     }
-    assert!(fs.extent_count(f).unwrap() >= 1);
+    assert!(fs.diagnostics().extent_count(f).unwrap() >= 1);
     let mut back = vec![0u8; 64 << 10];
     for i in 1..128u64 {
         fs.read(f, i * (64 << 10), &mut back).unwrap();
         assert!(back.iter().all(|&b| b == 7), "chunk {i} reads back");
     }
-    fs.check_allocator().unwrap();
+    fs.diagnostics().check_allocator().unwrap();
     fs.release(f).unwrap();
     fs.release(g).unwrap();
     fs.unmount().unwrap();
@@ -390,7 +390,7 @@ fn threads_filling_at_once_leave_the_reserve() {
         st.free_blocks
     );
     assert_eq!(st.avail_blocks, 0);
-    fs.check_allocator().unwrap();
+    fs.diagnostics().check_allocator().unwrap();
     fs.unmount().unwrap();
     if common::require_tools("threads_filling_at_once_leave_the_reserve", &["e2fsck"]) {
         common::assert_fsck_clean(&img);

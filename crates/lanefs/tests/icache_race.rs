@@ -200,7 +200,7 @@ fn race(ialloc: IallocPolicy, icache: IcachePolicy) {
             .collect();
         hs.into_iter().map(|h| h.join().expect("worker")).collect()
     });
-    let stats = fs.icache_stats();
+    let stats = fs.diagnostics().icache_stats();
     assert!(
         stats.evictions > 0,
         "the tiny limit never evicted: {stats:?}"
@@ -290,7 +290,7 @@ fn concurrent_lookups_of_one_inode_share_one_copy() {
             }
         });
         assert!(
-            fs.icache_stats().evictions > 0,
+            fs.diagnostics().icache_stats().evictions > 0,
             "{icache:?}: nothing evicted"
         );
         fs.unmount().expect("unmount");
@@ -372,7 +372,7 @@ fn create_run_stays_under_the_limit() {
                 s.spawn(move || create_closed(fs, d, FILES));
             }
         });
-        let st = fs.icache_stats();
+        let st = fs.diagnostics().icache_stats();
         assert!(st.evictions as usize > FILES, "{icache:?}: {st:?}");
         assert!(
             st.peak_bytes <= LIMIT + LIMIT / 8,
@@ -418,7 +418,7 @@ fn chmod_run_stays_under_the_limit() {
         inos.push(a.ino);
     }
     fs.sync().expect("sync");
-    let before = fs.icache_stats();
+    let before = fs.diagnostics().icache_stats();
     for &ino in &inos {
         let set = lanefs::SetAttr {
             perm: Some(0o600),
@@ -426,7 +426,7 @@ fn chmod_run_stays_under_the_limit() {
         };
         fs.setattr(ino, &set).expect("chmod");
     }
-    let st = fs.icache_stats();
+    let st = fs.diagnostics().icache_stats();
     assert!(st.evictions > before.evictions, "{st:?}");
     assert!(
         st.peak_bytes <= 2 * LIMIT,
@@ -452,7 +452,7 @@ fn created_and_closed_files_go_at_the_first_visit() {
         let (_td, _img, fs) = mount_limited(icache, 1 << 20);
         let d = fs.mkdir(ROOT_INO, b"d", 0o755, OWNER).expect("mkdir").ino;
         create_closed(&fs, d, FILES);
-        let st = fs.icache_stats();
+        let st = fs.diagnostics().icache_stats();
         assert!(st.evictions as usize > FILES / 2, "{icache:?}: {st:?}");
         assert!(
             st.inspections <= st.evictions + st.evictions / 4 + 64,
@@ -482,11 +482,11 @@ fn extent_maps_loaded_by_reads_are_charged() {
     fs.unmount().expect("unmount");
     let fs = Fs::mount_path(&img, MountOptions::default()).expect("remount");
     let ino = fs.lookup(ROOT_INO, b"frag").expect("lookup").ino;
-    let before = fs.icache_stats().bytes;
+    let before = fs.diagnostics().icache_stats().bytes;
     let mut buf = vec![0u8; 4096];
     assert_eq!(fs.read(ino, 0, &mut buf).expect("read"), 4096);
     assert_eq!(buf, vec![0xa5; 4096]);
-    let after = fs.icache_stats().bytes;
+    let after = fs.diagnostics().icache_stats().bytes;
     assert!(
         after >= before + 16 * EXTENTS,
         "{before} bytes charged before the read, {after} after"

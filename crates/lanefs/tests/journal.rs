@@ -79,7 +79,7 @@ fn a_block_changed_many_times_is_logged_once() {
     let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), opts()).expect("mount");
     let f = fs.create(ROOT_INO, b"f", 0o644, O).expect("create").ino;
     fs.fsync(f, false).expect("fsync");
-    let before = fs.journal_stats();
+    let before = fs.diagnostics().journal_stats();
     for i in 0..1000u32 {
         let set = SetAttr {
             perm: Some((0o600 + i % 64) as u16),
@@ -88,7 +88,7 @@ fn a_block_changed_many_times_is_logged_once() {
         fs.setattr(f, &set).expect("chmod");
     }
     fs.fsync(f, false).expect("fsync");
-    let after = fs.journal_stats();
+    let after = fs.diagnostics().journal_stats();
     // One descriptor, the inode table block, the superblock-free commit block: a handful.
     let logged = after.log_blocks - before.log_blocks;
     assert_eq!(after.commits - before.commits, 1, "one commit");
@@ -120,7 +120,7 @@ fn the_log_wraps_checkpoints_and_replays() {
             crash = Some(dev.snapshot());
         }
     }
-    let st = fs.journal_stats();
+    let st = fs.diagnostics().journal_stats();
     assert!(
         st.log_blocks > 3 * 1024,
         "only {} log blocks written: the 1024-block log did not wrap",
@@ -163,12 +163,12 @@ fn frees_wait_for_their_commit_and_enospc_counts_them() {
     // that commits, which the failing allocation must force instead of reporting ENOSPC.
     fs.release(a).expect("release a");
     fs.unlink(ROOT_INO, b"a").expect("unlink a");
-    let commits = fs.journal_stats().commits;
+    let commits = fs.diagnostics().journal_stats().commits;
     let b = fs.create(ROOT_INO, b"b", 0o644, O).expect("create b").ino;
     fs.fallocate(b, FallocMode::default(), 0, got)
         .expect("the freed space is allocatable once its free commits");
     assert!(
-        fs.journal_stats().commits > commits,
+        fs.diagnostics().journal_stats().commits > commits,
         "the allocation must have committed the free first"
     );
     fs.release(b).expect("release b");
@@ -480,9 +480,9 @@ fn the_commit_timer_commits_without_fsync() {
     let f = fs.create(ROOT_INO, b"timed", 0o644, O).expect("create").ino;
     fs.write(f, 0, b"committed by the timer").expect("write");
     fs.release(f).expect("release");
-    let before = fs.journal_stats().commits;
+    let before = fs.diagnostics().journal_stats().commits;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while fs.journal_stats().commits == before {
+    while fs.diagnostics().journal_stats().commits == before {
         assert!(
             std::time::Instant::now() < deadline,
             "no timer commit in 10 s with commit_interval 100 ms"
@@ -724,7 +724,7 @@ fn a_due_transaction_takes_handles_while_the_commit_before_writes() {
     });
     let fs = Arc::new(Fs::mount(dev.clone(), asked_commits_only()).expect("mount"));
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, O).expect("mkdir").ino;
-    let before = fs.journal_stats().commits;
+    let before = fs.diagnostics().journal_stats().commits;
     // Shut the device, then fill the first transaction past due: the commit thread takes
     // it and stops at its first write.
     dev.set_shut(true);
@@ -760,7 +760,7 @@ fn a_due_transaction_takes_handles_while_the_commit_before_writes() {
         "creates in a due transaction waited for the commit before it"
     );
     assert_eq!(
-        fs.journal_stats().commits,
+        fs.diagnostics().journal_stats().commits,
         before,
         "a commit finished while the device was shut"
     );
@@ -778,7 +778,7 @@ fn a_due_transaction_takes_handles_while_the_commit_before_writes() {
     more.join().expect("creates past the limit");
     fs.sync().expect("sync");
     assert!(
-        fs.journal_stats().commits >= before + 2,
+        fs.diagnostics().journal_stats().commits >= before + 2,
         "both transactions commit"
     );
     for i in (0..15_500u32).step_by(7) {
@@ -799,12 +799,12 @@ fn each_due_transaction_is_committed_once_and_whole() {
     };
     let fs = Fs::mount(Arc::new(MemDevice::from_vec(img)), asked_commits_only()).expect("mount");
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, O).expect("mkdir").ino;
-    let before = fs.journal_stats();
+    let before = fs.diagnostics().journal_stats();
     // About 1,250 inode-table blocks and the directory's leaves.
     create_files(&fs, d, 0..20_000);
     // Only due transactions committed so far (no timer, no sync): each at least its
     // 341 buffers, logged with its descriptor blocks.
-    let after = fs.journal_stats();
+    let after = fs.diagnostics().journal_stats();
     let commits = after.commits - before.commits;
     let logged = after.log_blocks - before.log_blocks;
     assert!(commits >= 3, "{commits} commits of 20,000 creates");

@@ -134,7 +134,7 @@ fn folios_of_every_order_match_a_model_under_eviction() {
         // thread holds, and the commit thread may still be writing ordered data (up to 48
         // folios held at once) as the workers finish; it sweeps when its commit ends.
         fs.sync().expect("sync");
-        let st = fs.pagecache_stats();
+        let st = fs.diagnostics().pagecache_stats();
         assert!(
             st.bytes <= st.limit,
             "order {order}: page cache holds {} bytes over a {}-byte limit ({} dirty)",
@@ -164,15 +164,15 @@ fn cold_sequential_reads_go_to_the_device_in_large_runs() {
         fs.write(ino, k << 20, &chunk).expect("write");
     }
     fs.fsync(ino, false).expect("fsync");
-    fs.drop_cache(ino).expect("drop cache");
-    let before = fs.pagecache_stats();
+    fs.diagnostics().drop_cache(ino).expect("drop cache");
+    let before = fs.diagnostics().pagecache_stats();
     let mut buf = vec![0u8; 64 << 10];
     for k in 0..(32u64 << 20) / (64 << 10) {
         let n = fs.read(ino, k * (64 << 10), &mut buf).expect("read");
         assert_eq!(n, buf.len());
         assert_eq!(buf[..], chunk[(k as usize % 16) * (64 << 10)..][..64 << 10]);
     }
-    let after = fs.pagecache_stats();
+    let after = fs.diagnostics().pagecache_stats();
     let (reads, bytes) = (
         after.device_reads - before.device_reads,
         after.device_read_bytes - before.device_read_bytes,
@@ -224,21 +224,21 @@ fn the_flusher_writes_back_past_the_background_threshold() {
         inos.push(ino);
     }
     let start = std::time::Instant::now();
-    while fs.pagecache_stats().dirty_bytes > limit / 16 {
+    while fs.diagnostics().pagecache_stats().dirty_bytes > limit / 16 {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "still {} dirty bytes after 60 s",
-            fs.pagecache_stats().dirty_bytes
+            fs.diagnostics().pagecache_stats().dirty_bytes
         );
         std::thread::sleep(Duration::from_millis(10));
     }
     // The oldest file went first: it is clean, so dropping the clean cache sends its
     // reads to the device.
-    fs.drop_cache(inos[0]).expect("drop cache");
-    let before = fs.pagecache_stats().device_read_bytes;
+    fs.diagnostics().drop_cache(inos[0]).expect("drop cache");
+    let before = fs.diagnostics().pagecache_stats().device_read_bytes;
     check_all(&fs, inos[0], &data(0));
     assert_eq!(
-        fs.pagecache_stats().device_read_bytes - before,
+        fs.diagnostics().pagecache_stats().device_read_bytes - before,
         512 << 10,
         "the first file was not read from the device"
     );

@@ -39,7 +39,7 @@ fn make_with(
     format(&dev, &mkfs).unwrap();
     drop(dev);
     drop(FileDevice::create(&rt, rt_bytes).unwrap());
-    Fs::format_rt(&img, &rt, rext, gbm).unwrap();
+    lanefs::format_rt(&img, &rt, rext, gbm).unwrap();
     (img, rt)
 }
 
@@ -105,7 +105,7 @@ fn run_model(rext: u32, gbm: u32, seed: u64) {
         fs.release(ino).unwrap();
         files.push((name, Vec::new()));
     }
-    let free0 = fs.rt_stats().unwrap().free_extents;
+    let free0 = fs.diagnostics().rt_stats().unwrap().free_extents;
     let lookup = |fs: &Fs, name: &[u8]| fs.lookup(dir, name).unwrap().ino;
     for step in 0..300 {
         let f = rng.below(files.len() as u64) as usize;
@@ -171,7 +171,8 @@ fn run_model(rext: u32, gbm: u32, seed: u64) {
                 fs = Fs::mount_path(&img, opts(&rt)).unwrap();
             }
         }
-        fs.rt_check()
+        fs.diagnostics()
+            .rt_check()
             .unwrap_or_else(|e| panic!("step {step}: rt check: {e}"));
         let ino = lookup(&fs, &files[f].0);
         let got = read_all(&fs, ino, files[f].1.len());
@@ -190,8 +191,8 @@ fn run_model(rext: u32, gbm: u32, seed: u64) {
         fs.unlink(dir, name).unwrap();
     }
     fs.sync().unwrap();
-    fs.rt_check().unwrap();
-    assert_eq!(fs.rt_stats().unwrap().free_extents, free0);
+    fs.diagnostics().rt_check().unwrap();
+    assert_eq!(fs.diagnostics().rt_stats().unwrap().free_extents, free0);
     fs.unmount().unwrap();
     fsck_clean(&img);
 }
@@ -501,7 +502,8 @@ fn rt_crash_states_replay_to_what_was_acknowledged() {
             let r2 = Arc::new(CrashDevice::from_vec(rdev.with_writes(&rk)));
             let fs = Fs::mount_rt(i2.clone(), r2, crash_opts())
                 .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
-            fs.rt_check()
+            fs.diagnostics()
+                .rt_check()
                 .unwrap_or_else(|e| panic!("{ctx}: rt check: {e}"));
             let dir = fs.lookup(ROOT_INO, b"rt").unwrap().ino;
             for (name, versions, acked) in &files {
@@ -540,7 +542,7 @@ fn concurrent_rt_writers_keep_the_allocator_exact() {
         .unwrap()
         .ino;
     fs.set_realtime(dir, true).unwrap();
-    let free0 = fs.rt_stats().unwrap().free_extents;
+    let free0 = fs.diagnostics().rt_stats().unwrap().free_extents;
     std::thread::scope(|s| {
         for t in 0..3u8 {
             let fs = &fs;
@@ -565,7 +567,7 @@ fn concurrent_rt_writers_keep_the_allocator_exact() {
         }
     });
     fs.sync().unwrap();
-    fs.rt_check().unwrap();
+    fs.diagnostics().rt_check().unwrap();
     for t in 0..3u8 {
         for i in 0..40u32 {
             let name = format!("t{t}.{i}").into_bytes();
@@ -582,8 +584,8 @@ fn concurrent_rt_writers_keep_the_allocator_exact() {
         }
     }
     fs.sync().unwrap();
-    fs.rt_check().unwrap();
-    assert_eq!(fs.rt_stats().unwrap().free_extents, free0);
+    fs.diagnostics().rt_check().unwrap();
+    assert_eq!(fs.diagnostics().rt_stats().unwrap().free_extents, free0);
     fs.unmount().unwrap();
     fsck_clean(&img);
 }
@@ -595,11 +597,11 @@ fn a_hint_longer_than_any_free_run_falls_back() {
     let td = tempfile::tempdir().unwrap();
     let (img, rt) = make(td.path(), 16 << 20, 1, 0);
     let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
-    let free = fs.rt_stats().unwrap().free_extents;
+    let free = fs.diagnostics().rt_stats().unwrap().free_extents;
     let fill = rt_file(&fs, ROOT_INO, b"fill");
     fs.fallocate(fill, FallocMode::default(), 0, free * 4096)
         .unwrap();
-    assert_eq!(fs.rt_stats().unwrap().free_extents, 0);
+    assert_eq!(fs.diagnostics().rt_stats().unwrap().free_extents, 0);
     let punch = FallocMode {
         punch_hole: true,
         keep_size: true,
@@ -615,7 +617,7 @@ fn a_hint_longer_than_any_free_run_falls_back() {
     assert_eq!(read_all(&fs, f, 3 * 4096), vec![7u8; 3 * 4096]);
     fs.release(f).unwrap();
     fs.release(fill).unwrap();
-    fs.rt_check().unwrap();
+    fs.diagnostics().rt_check().unwrap();
     fs.unmount().unwrap();
     fsck_clean(&img);
 }
@@ -636,7 +638,7 @@ fn rt_extents_past_the_image_end_reload() {
     let fs = Fs::mount_path(&img, opts(&rt)).unwrap();
     let f = fs.lookup(ROOT_INO, b"big").unwrap().ino;
     assert!(read_all(&fs, f, data.len()) == data);
-    fs.rt_check().unwrap();
+    fs.diagnostics().rt_check().unwrap();
     fs.unmount().unwrap();
     fsck_clean(&img);
 }

@@ -168,9 +168,13 @@ fn shutdown_logflush_commits_but_writes_no_data_back() {
     let dev = Arc::new(CrashDevice::from_vec(bytes));
     let fs = Fs::mount(dev.clone(), opts()).unwrap();
     let (kept, _, open) = workload(&fs);
-    let commits = fs.journal_stats().commits;
+    let commits = fs.diagnostics().journal_stats().commits;
     fs.shutdown(ShutdownMode::LogFlush).unwrap();
-    assert_eq!(fs.journal_stats().commits, commits + 1, "one commit");
+    assert_eq!(
+        fs.diagnostics().journal_stats().commits,
+        commits + 1,
+        "one commit"
+    );
     after_shutdown(fs, &dev, kept, open);
     replay_and_check(dir.path(), dev.snapshot(), |fs| {
         // The overwrite in place was dirty data of a block mapped before: not written.

@@ -88,10 +88,10 @@ impl Backend for LanefsBackend {
             .map_err(|e| format!("statfs of {}: {e}", self.image.display()))
     }
     fn icache(&self) -> Option<IcacheStats> {
-        Some(self.fs.icache_stats())
+        Some(self.fs.diagnostics().icache_stats())
     }
     fn bufcache(&self) -> Option<BufCacheStats> {
-        Some(self.fs.bufcache_stats())
+        Some(self.fs.diagnostics().bufcache_stats())
     }
     fn fallocate(&self, h: &Handle, off: u64, len: u64) -> Result<(), String> {
         let ino = self.file_ino(h)?;
@@ -139,6 +139,7 @@ impl Backend for LanefsBackend {
     fn extents(&self, h: &Handle) -> Result<Option<u64>, String> {
         let ino = self.file_ino(h)?;
         self.fs
+            .diagnostics()
             .extent_count(ino)
             .map(|n| Some(n as u64))
             .map_err(|e| format!("extents of inode {ino}: {e}"))
@@ -146,6 +147,7 @@ impl Backend for LanefsBackend {
     fn free_space(&self) -> Result<Option<FreeSpace>, String> {
         let f = self
             .fs
+            .diagnostics()
             .free_space()
             .map_err(|e| format!("free space of {}: {e}", self.image.display()))?;
         Ok(Some(FreeSpace {
@@ -156,21 +158,22 @@ impl Backend for LanefsBackend {
     fn drop_cache(&self, h: &Handle) -> Result<(), String> {
         let ino = self.file_ino(h)?;
         self.fs
+            .diagnostics()
             .drop_cache(ino)
             .map_err(|e| format!("drop the cached data of inode {ino}: {e}"))
     }
     fn device_reads(&self) -> Option<DeviceReads> {
-        let s = self.fs.pagecache_stats();
+        let s = self.fs.diagnostics().pagecache_stats();
         Some(DeviceReads {
             reads: s.device_reads,
             bytes: s.device_read_bytes,
         })
     }
     fn cache_limit(&self) -> Option<u64> {
-        Some(self.fs.pagecache_stats().limit)
+        Some(self.fs.diagnostics().pagecache_stats().limit)
     }
     fn journal(&self) -> Option<JournalCounters> {
-        let s = self.fs.journal_stats();
+        let s = self.fs.diagnostics().journal_stats();
         Some(JournalCounters {
             commits: s.commits,
             log_bytes: s.log_blocks.saturating_mul(self.block_size),
@@ -205,13 +208,14 @@ impl Backend for LanefsBackend {
             .map_err(|e| format!("sync {}: {e}", self.image.display()))
     }
     fn rt_stats(&self) -> Option<RtStats> {
-        self.fs.rt_stats()
+        self.fs.diagnostics().rt_stats()
     }
     fn block_size(&self) -> Option<u64> {
         Some(self.block_size)
     }
     fn rt_check(&self) -> Result<(), String> {
         self.fs
+            .diagnostics()
             .rt_check()
             .map_err(|e| format!("realtime allocator of {}: {e}", self.image.display()))
     }

@@ -37,7 +37,7 @@
 //! - `realloc`: the `alloc` phase again on the same files, among the freed holes.
 //!
 //! One operation is one allocation (or, in `free`, one freed run) as the allocator counts
-//! them (`Fs::rt_stats` at the phase's edges), so ops/s are allocations/s; each thread's
+//! them (`Diagnostics::rt_stats` at the phase's edges), so ops/s are allocations/s; each thread's
 //! rate is its share of the calls, scaled to the allocator's count. The records also carry
 //! the bitmap and summary blocks the allocations fetched (deterministic) and the hash of
 //! every decision since mount: at one thread the same for every policy, run after run
@@ -357,10 +357,14 @@ fn fragment(fs: &Fs, p: &Params) -> Result<String, String> {
     released?;
     fs.sync().map_err(e("sync"))?;
     if p.check {
-        fs.rt_check().map_err(e("check"))?;
+        fs.diagnostics().rt_check().map_err(e("check"))?;
     }
-    let s = fs.rt_stats().ok_or("rtfrag setup: no realtime allocator")?;
+    let s = fs
+        .diagnostics()
+        .rt_stats()
+        .ok_or("rtfrag setup: no realtime allocator")?;
     let runs: u64 = fs
+        .diagnostics()
         .rt_histogram()
         .map_err(e("histogram"))?
         .unwrap_or_default()

@@ -4,8 +4,7 @@
 
 use super::{caller_uid, LaneFuse, UNNAMED};
 use fuser::{Errno, Request};
-use lanefs::internals::disk::inode as fl;
-use lanefs::{Error, FileType, Ino};
+use lanefs::{Error, FileType, Ino, InodeFlags};
 
 /// `_IOR('f', 1, long)`: read the inode flags (`lsattr`).
 const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
@@ -25,13 +24,13 @@ const FSXATTR_SIZE: usize = 28;
 /// ext4 inode flags and the FS_XFLAG_* bits that say the same (fileattr_fill_flags):
 /// sync, immutable, append, nodump, noatime, DAX, project inheritance.
 const XFLAG_MAP: [(u32, u32); 7] = [
-    (fl::FL_SYNC, 0x20),
-    (fl::FL_IMMUTABLE, 0x8),
-    (fl::FL_APPEND, 0x10),
-    (fl::FL_NODUMP, 0x80),
-    (fl::FL_NOATIME, 0x40),
-    (fl::FL_DAX, 0x8000),
-    (fl::FL_PROJINHERIT, 0x200),
+    (InodeFlags::SYNC.bits(), 0x20),
+    (InodeFlags::IMMUTABLE.bits(), 0x8),
+    (InodeFlags::APPEND.bits(), 0x10),
+    (InodeFlags::NODUMP.bits(), 0x80),
+    (InodeFlags::NOATIME.bits(), 0x40),
+    (InodeFlags::DAX.bits(), 0x8000),
+    (InodeFlags::PROJINHERIT.bits(), 0x200),
 ];
 
 /// FS_XFLAG_REALTIME: a file's data is on the realtime device (XFS's flag).
@@ -48,7 +47,8 @@ const XFLAG_RT_ALL: u32 = XFLAG_REALTIME | XFLAG_RTINHERIT | XFLAG_EXTSIZE | XFL
 const FL_JOURNAL_DATA: u32 = 0x4000;
 /// The flags ext4 lets only a capable caller change: immutable and append-only
 /// (CAP_LINUX_IMMUTABLE), data journalling (CAP_SYS_RESOURCE).
-const FL_CAPABLE_ONLY: u32 = fl::FL_IMMUTABLE | fl::FL_APPEND | FL_JOURNAL_DATA;
+const FL_CAPABLE_ONLY: u32 =
+    InodeFlags::IMMUTABLE.bits() | InodeFlags::APPEND.bits() | FL_JOURNAL_DATA;
 
 /// The FS_XFLAG_* bits of ext4 inode flags `f`.
 fn xflags_of(f: u32) -> u32 {
@@ -94,7 +94,8 @@ impl LaneFuse {
             super::shutdown::EXT4_IOC_SHUTDOWN => self.shutdown_ioctl(req, i, arg),
             FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => match self.fs.get_flags(i) {
                 Ok(f) => {
-                    let b = f.to_ne_bytes();
+                    // The raw word on the wire, unknown bits included.
+                    let b = f.bits().to_ne_bytes();
                     Ok(b[..b.len().min(out_size as usize)].to_vec())
                 }
                 Err(e) => Err(self.errno("getflags", i, e)),
@@ -106,7 +107,7 @@ impl LaneFuse {
                 let f = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
                 match self
                     .may_set_flags(req, i, f)
-                    .and_then(|()| self.fs.set_flags(i, f))
+                    .and_then(|()| self.fs.set_flags(i, InodeFlags::from_bits_retain(f)))
                 {
                     Ok(_) => {
                         self.attributes_changed(i);
@@ -138,10 +139,13 @@ impl LaneFuse {
                 let r = self
                     .fs
                     .get_flags(i)
-                    .and_then(|old| self.may_set_flags(req, i, new(old)))
+                    .and_then(|old| self.may_set_flags(req, i, new(old.bits())))
                     .and_then(|()| self.fsx_set_rt(i, word(0), word(4)))
                     .and_then(|()| self.fs.get_flags(i))
-                    .and_then(|old| self.fs.set_flags(i, new(old)));
+                    .and_then(|old| {
+                        let f = InodeFlags::from_bits_retain(new(old.bits()));
+                        self.fs.set_flags(i, f)
+                    });
                 match r {
                     Ok(_) => {
                         self.attributes_changed(i);
@@ -177,13 +181,14 @@ impl LaneFuse {
     /// or clears immutable or append-only through it, whatever the mount's options.
     fn may_set_flags(&self, req: &Request, ino: Ino, new: u32) -> lanefs::Result<()> {
         self.may_change_flags(req, ino)?;
-        let old = self.fs.get_flags(ino)?;
+        let old = self.fs.get_flags(ino)?.bits();
         if (old ^ new) & FL_CAPABLE_ONLY != 0 && caller_uid(req) != 0 {
             return Err(Error::NotPermitted);
         }
         // As ext4, against the masked request and the whole of the old flags.
-        let new = new & fl::FL_USER_MODIFIABLE;
-        if old & new & fl::FL_IMMUTABLE != 0 && (old ^ new) & !fl::FL_IMMUTABLE != 0 {
+        let new = new & InodeFlags::USER_MODIFIABLE.bits();
+        let immutable = InodeFlags::IMMUTABLE.bits();
+        if old & new & immutable != 0 && (old ^ new) & !immutable != 0 {
             return Err(Error::NotPermitted);
         }
         Ok(())
@@ -193,7 +198,7 @@ impl LaneFuse {
     /// size hint as XFS names them (REALTIME on a file, RTINHERIT on a directory; the hint
     /// in bytes).
     fn fsx_get(&self, i: Ino) -> lanefs::Result<[u8; FSXATTR_SIZE]> {
-        let f = self.fs.get_flags(i)?;
+        let f = self.fs.get_flags(i)?.bits();
         let mut x = xflags_of(f);
         let mut extsize = 0u32;
         if self.fs.rt_geometry().is_some() {

@@ -184,24 +184,6 @@ impl LaneFuse {
         }
     }
 
-    /// may_open's rule for `chattr` flags, which the kernel cannot apply itself (FUSE
-    /// inodes carry no S_IMMUTABLE or S_APPEND): an immutable file opens for reading only,
-    /// an append-only one for writing only with O_APPEND, and neither with O_TRUNC.
-    pub(super) fn may_open(&self, ino: Ino, flags: i32) -> lanefs::Result<()> {
-        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
-        if !writes {
-            return Ok(());
-        }
-        let f = self.fs.get_flags(ino)?;
-        let immutable = f & fl::FL_IMMUTABLE != 0;
-        let append_only = f & fl::FL_APPEND != 0;
-        if immutable || (append_only && (flags & libc::O_APPEND == 0 || flags & libc::O_TRUNC != 0))
-        {
-            return Err(Error::NotPermitted);
-        }
-        Ok(())
-    }
-
     /// Before a removal of `name` in `dir`: if it names a directory, or a file with one
     /// link, take an open reference on it (so that once removed the engine keeps it as an
     /// orphan) and return it.

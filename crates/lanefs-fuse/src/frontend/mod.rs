@@ -28,7 +28,6 @@ use fuser::{
     ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
     TimeOrNow, WriteFlags,
 };
-use lanefs::internals::disk::inode as fl;
 use lanefs::{
     Attr, Error, FallocMode, FileType, Fs, Ino, Owner, RenameMode, SetAttr, Timespec, XattrFlags,
     ROOT_INO,
@@ -347,7 +346,10 @@ impl Filesystem for LaneFuse {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let i = to_ino(ino);
-        if let Err(e) = self.may_open(i, flags.0).and_then(|()| self.fs.open(i)) {
+        // The engine's rule for `chattr` flags (FUSE inodes carry no S_IMMUTABLE or
+        // S_APPEND, so the kernel cannot apply it).
+        let mode = lanefs::OpenMode::from_open_flags(flags.0);
+        if let Err(e) = self.fs.may_open(i, mode).and_then(|()| self.fs.open(i)) {
             return reply.error(self.errno("open", i, e));
         }
         reply.opened(FileHandle(0), self.open_flags());
@@ -712,7 +714,8 @@ impl Filesystem for LaneFuse {
                     if a.kind == FileType::Directory {
                         return Err(Error::IsDir);
                     }
-                    self.may_open(a.ino, flags)?;
+                    self.fs
+                        .may_open(a.ino, lanefs::OpenMode::from_open_flags(flags))?;
                     self.fs.open(a.ino)?;
                     if flags & libc::O_TRUNC != 0 && a.kind == FileType::Regular {
                         let set = SetAttr {

@@ -1,4 +1,4 @@
-//! The allocator's self-check (`Fs::check_allocator`): every group's in-memory state
+//! The allocator's self-check (`fs.diagnostics().check_allocator()`): every group's in-memory state
 //! against its bitmap, for tests and `lanefs fsck`-style diagnostics; safe to call while
 //! other threads allocate (each group is checked under its own lock).
 

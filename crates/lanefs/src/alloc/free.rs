@@ -162,8 +162,5 @@ impl Allocator {
             }
             self.publish(g.no, st);
         }
-        if let Some(rt) = self.rt.get() {
-            rt.committed(tid);
-        }
     }
 }

@@ -197,8 +197,6 @@ pub struct Allocator {
     pa_count: AtomicUsize,
     /// Next preallocation identity.
     next_pa: AtomicU64,
-    /// The realtime device's allocator, on an image that has one (set once at mount).
-    pub rt: OnceLock<Arc<crate::rtalloc::RtAlloc>>,
     /// Blocks file data may not take (ext4's reserved clusters).
     reserve: reserve::Reserve,
 }
@@ -257,7 +255,6 @@ impl Allocator {
             lists,
             pa_count: AtomicUsize::new(0),
             next_pa: AtomicU64::new(1),
-            rt: OnceLock::new(),
             reserve: reserve::Reserve::default(),
         }
     }
@@ -317,7 +314,6 @@ impl Allocator {
         self.groups
             .iter()
             .any(|g| g.has_busy.load(Ordering::Acquire))
-            || self.rt.get().is_some_and(|rt| rt.has_busy())
     }
 
     /// Total free blocks (sum of the per-group counters).

@@ -13,6 +13,7 @@ use crate::disk::seal::Seal;
 use crate::error::{Error, Result};
 use crate::inode::InodeState;
 use crate::journal::Handle;
+use crate::volume::Features;
 use std::sync::Arc;
 
 /// Most index levels: the root and up to two levels of nodes below it (ext4 without
@@ -94,7 +95,7 @@ impl DirCtx<'_> {
     /// The hash version an htree's names are hashed with.
     pub(super) fn hash_version(&self, root: &DxRootInfo) -> u8 {
         let v = root.hash_version
-            + if self.unsigned && root.hash_version < 3 {
+            + if self.vol.hash.unsigned && root.hash_version < 3 {
                 3
             } else {
                 0
@@ -403,12 +404,16 @@ impl DirCtx<'_> {
             live.iter().map(|e| (e.ino, e.ft, &e.name[..])),
         );
         let info = DxRootInfo {
-            hash_version: self.def_hash % 3,
+            hash_version: self.vol.hash.version % 3,
             indirect_levels: 0,
         };
         {
             let mut d = b0.write();
-            let dot_ft = if self.filetype { 2 } else { 0 };
+            let dot_ft = if self.vol.has(Features::FILETYPE) {
+                2
+            } else {
+                0
+            };
             dd::init_dx_root(&mut d, ino as u32, parent, info, dot_ft);
             let limit = dd::dx_limit(self.bs(), DX_ROOT_COUNT_OFF, self.csum());
             dd::encode_dx(&mut d, DX_ROOT_COUNT_OFF, limit, &[(0, 1)]);

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::inode::InodeState;
 use crate::journal::Handle;
 use crate::types::DirEntry;
+use crate::volume::Features;
 
 impl DirCtx<'_> {
     /// Whether the directory keeps its entries in the inode.
@@ -187,7 +188,7 @@ impl DirCtx<'_> {
     /// Make a new directory inline under `parent`, when the image and inode allow it;
     /// false leaves it to a block.
     pub(super) fn inline_init(&self, ino: u64, st: &mut InodeState, parent: u64) -> Result<bool> {
-        if !self.inline_data {
+        if !self.vol.has(Features::INLINE_DATA) {
             return Ok(false);
         }
         let mut d = st.d.clone();
@@ -207,13 +208,17 @@ impl DirCtx<'_> {
         let dir = Dir::load(&st.d, ino)?;
         let entries = dir.entries(ino)?;
         inline::clear(&mut st.d, ino)?;
-        crate::inode::init_empty_map(st, self.extents);
+        crate::inode::init_empty_map(st, self.vol.has(Features::EXTENTS));
         st.d.set_size(0);
         let b = self.append_block(h, ino, st)?;
         let mut d = b.write();
         dd::init_empty_leaf(&mut d, self.csum());
         let end = dd::entries_end(self.bs(), self.csum());
-        let dot_ft = if self.filetype { 2 } else { 0 };
+        let dot_ft = if self.vol.has(Features::FILETYPE) {
+            2
+        } else {
+            0
+        };
         dd::put_entry(&mut d, 0, ino as u32, 12, dot_ft, b".");
         dd::put_entry(&mut d, 12, dir.parent, end - 12, dot_ft, b"..");
         for (_, e) in &entries {

@@ -18,6 +18,7 @@ use crate::extmap::Mapping;
 use crate::inode::InodeState;
 use crate::journal::Handle;
 use crate::leafdigest::{self, LeafDigests};
+use crate::volume::{Features, Volume};
 use std::sync::Arc;
 
 mod htree;
@@ -32,24 +33,8 @@ pub struct DirCtx<'a> {
     pub ial: &'a crate::ialloc::InodeAllocator,
     /// Metadata cache.
     pub bufs: &'a BufCache,
-    /// Superblock hash seed.
-    pub seed: [u32; 4],
-    /// Superblock says unsigned-char hashes.
-    pub unsigned: bool,
-    /// Default hash version for new indexes.
-    pub def_hash: u8,
-    /// dir_index feature on: grow directories into htrees.
-    pub dir_index: bool,
-    /// filetype feature on: entries record their inode's type (else the byte is 0, the
-    /// high byte of a 16-bit name length, as ext2 without filetype has it).
-    pub filetype: bool,
-    /// inline_data feature on: new directories start in their inode.
-    pub inline_data: bool,
-    /// extent feature on: directories leaving their inode become extent-mapped.
-    pub extents: bool,
-    /// Most bytes of leaf digests (`leafdigest`) one directory keeps; 0 searches every
-    /// leaf by walking it (`dir_digest=0`).
-    pub digest_budget: usize,
+    /// The mount's facts: features, directory hash, digest budget, geometry.
+    pub vol: &'a Volume,
 }
 
 /// How a search uses the directory's leaf digests.
@@ -120,16 +105,16 @@ struct Slot {
 }
 impl DirCtx<'_> {
     fn bs(&self) -> usize {
-        self.al.geo.bs as usize
+        self.vol.geo.bs as usize
     }
     fn csum(&self) -> bool {
-        self.al.geo.csum
+        self.vol.geo.csum
     }
     fn iseed(&self, ino: u64, st: &InodeState) -> u32 {
-        st.d.csum_seed(self.al.geo.seed, ino as u32)
+        st.d.csum_seed(self.vol.geo.seed, ino as u32)
     }
     fn hash(&self, name: &[u8], version: u8) -> (u32, u32) {
-        dirhash(name, version, &self.seed)
+        dirhash(name, version, &self.vol.hash.seed)
     }
     fn nblocks(&self, st: &InodeState) -> u32 {
         (st.d.size() / self.bs() as u64) as u32
@@ -195,7 +180,7 @@ impl DirCtx<'_> {
         }
         let b = self.block(st, ino, lblk)?;
         if let Some(g) = dg.write() {
-            g.hold_index(lblk, &b, self.al.geo.bs as usize);
+            g.hold_index(lblk, &b, self.vol.geo.bs as usize);
         }
         Ok(b)
     }
@@ -281,13 +266,13 @@ impl DirCtx<'_> {
         st: &mut InodeState,
         f: impl FnOnce(&mut InodeState, Digests) -> R,
     ) -> R {
-        if self.digest_budget == 0 {
+        if self.vol.digest_budget == 0 {
             return f(st, Digests::Off);
         }
         let mut g = st
             .digests
             .take()
-            .unwrap_or_else(|| Box::new(LeafDigests::new(self.digest_budget)));
+            .unwrap_or_else(|| Box::new(LeafDigests::new(self.vol.digest_budget)));
         let r = f(st, Digests::Write(&mut g));
         st.digests = Some(g);
         r
@@ -310,7 +295,7 @@ impl DirCtx<'_> {
 
     /// Whether the directory is read and written as an htree.
     pub fn is_htree(&self, st: &InodeState) -> bool {
-        st.d.flags() & FL_INDEX != 0 && self.dir_index
+        st.d.flags() & FL_INDEX != 0 && self.vol.has(Features::DIR_INDEX)
     }
 
     /// Find `name`: (inode, file type code). Under the directory's shared lock: uses the
@@ -413,7 +398,11 @@ impl DirCtx<'_> {
         if name.len() > 255 {
             return Err(Error::NameTooLong);
         }
-        let ft = if self.filetype { ft } else { 0 };
+        let ft = if self.vol.has(Features::FILETYPE) {
+            ft
+        } else {
+            0
+        };
         if self.is_inline(st) {
             if self.inline_add(ino, st, name, child, ft)? {
                 return Ok(());
@@ -431,7 +420,7 @@ impl DirCtx<'_> {
                     return Ok(());
                 }
             }
-            if self.dir_index && nb == 1 {
+            if self.vol.has(Features::DIR_INDEX) && nb == 1 {
                 self.make_indexed(h, ino, st)?;
                 return self.htree_add(h, ino, st, &mut dg, name, child, ft, None);
             }
@@ -602,14 +591,22 @@ impl DirCtx<'_> {
         ft: u8,
     ) -> Result<u64> {
         if self.is_inline(st) {
-            let ft = if self.filetype { ft } else { 0 };
+            let ft = if self.vol.has(Features::FILETYPE) {
+                ft
+            } else {
+                0
+            };
             return self.inline_replace(ino, st, name, child, ft);
         }
         let Probe::Found(Found { slot: Some(s), .. }) = self.probe_name(ino, st, name)? else {
             return Err(Error::NotFound);
         };
         let mut d = s.buf.write();
-        let ft = if self.filetype { ft } else { 0 };
+        let ft = if self.vol.has(Features::FILETYPE) {
+            ft
+        } else {
+            0
+        };
         dd::retarget_entry(&mut d, s.off, child as u32, ft);
         drop(d);
         self.sealed(h, &s.buf, self.leaf_seal(ino, st));
@@ -679,7 +676,11 @@ impl DirCtx<'_> {
         let mut d = b.write();
         dd::init_empty_leaf(&mut d, self.csum());
         let end = dd::entries_end(self.bs(), self.csum());
-        let ft = if self.filetype { 2 } else { 0 };
+        let ft = if self.vol.has(Features::FILETYPE) {
+            2
+        } else {
+            0
+        };
         dd::put_entry(&mut d, 0, ino as u32, 12, ft, b".");
         dd::put_entry(&mut d, 12, parent as u32, end - 12, ft, b"..");
         drop(d);

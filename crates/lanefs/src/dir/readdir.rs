@@ -12,6 +12,7 @@ use crate::disk::dir::RawEntry;
 use crate::error::{Error, Result};
 use crate::inode::InodeState;
 use crate::types::{DirEntry, FileType};
+use crate::volume::Features;
 
 impl DirCtx<'_> {
     /// Leaf logical blocks of the directory with the lowest hash each may hold, in
@@ -119,7 +120,7 @@ impl DirCtx<'_> {
                 break;
             }
             let kind = match FileType::from_dirent_code(e.ft) {
-                Some(k) if self.filetype => k,
+                Some(k) if self.vol.has(Features::FILETYPE) => k,
                 // No type in the entry: the inode's mode says it.
                 _ => crate::inode::read_disk_inode(self.ial, self.bufs, u64::from(e.ino))
                     .ok()
@@ -142,8 +143,8 @@ impl DirCtx<'_> {
     }
 
     pub(super) fn def_version(&self) -> u8 {
-        let v = self.def_hash % 3;
-        v + if self.unsigned { 3 } else { 0 }
+        let v = self.vol.hash.version % 3;
+        v + if self.vol.hash.unsigned { 3 } else { 0 }
     }
 }
 

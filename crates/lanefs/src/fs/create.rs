@@ -12,6 +12,7 @@ use crate::icache::{IRef, NewInode};
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::Handle;
 use crate::types::*;
+use crate::volume::Features;
 use std::sync::atomic::Ordering;
 
 impl Fs {
@@ -114,7 +115,7 @@ impl Fs {
     pub fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
         // The VFS refuses a target of PATH_MAX (4096, with its NUL) or more; ext4 one that
         // does not fit a block.
-        if target.is_empty() || target.len() >= (self.bs as usize).min(PATH_MAX) {
+        if target.is_empty() || target.len() >= (self.vol.bs() as usize).min(PATH_MAX) {
             return Err(Error::NameTooLong);
         }
         Ok(self
@@ -242,23 +243,8 @@ impl Fs {
             top: dir == ROOT_INO,
             name,
         };
-        let ino = self.ial.alloc(h, &self.al, want)?;
-        let claim = match self.icache.begin_new(ino) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = self.ial.free(h, &self.al, ino, kind == FileType::Directory);
-                return Err(e);
-            }
-        };
-        let mut cst = self.init_inode(
-            ino,
-            mode,
-            owner,
-            rdev,
-            kind,
-            target.is_some_and(|t| t.len() >= 60),
-            t,
-        );
+        let slow_link = target.is_some_and(|t| t.len() >= 60);
+        let (ino, mut cst, claim) = self.birth(h, want, mode, owner, rdev, kind, slow_link, t)?;
         self.inherit_rt(dst, kind, &mut cst);
         let res = self
             .fill_new(h, ino, &mut cst, dir, kind, target)
@@ -270,6 +256,37 @@ impl Fs {
         Ok((ino, cst, claim))
     }
 
+    /// The birth of every inode (create, mkdir, mknod, symlink, O_TMPFILE, and the
+    /// xattr code's EA inodes): a number from the inode allocator as `want` asks, the
+    /// inode cache's claim on it (the number is given back if the claim fails), and its
+    /// first state ([`Fs::init_inode`]). Linked nowhere and written nowhere yet.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn birth<'c>(
+        &'c self,
+        h: &Handle,
+        want: crate::ialloc::Want<'_>,
+        mode: u16,
+        owner: Owner,
+        rdev: u32,
+        kind: FileType,
+        slow_link: bool,
+        t: Timespec,
+    ) -> Result<(Ino, InodeState, NewInode<'c>)> {
+        let ino = self.ial.alloc(h, &self.al, want)?;
+        let claim = match self.icache.begin_new(ino) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.ial.free(h, &self.al, ino, kind == FileType::Directory);
+                return Err(e);
+            }
+        };
+        let st = self.init_inode(ino, mode, owner, rdev, kind, slow_link, t);
+        Ok((ino, st, claim))
+    }
+
+    /// A new inode's first state: mode, owner, the four times `t`, one link (two for a
+    /// directory), a generation, and an empty extent tree if its data is mapped and the
+    /// file system has extents.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn init_inode(
         &self,
@@ -290,10 +307,10 @@ impl Fs {
         d.set_ctime(t);
         d.set_crtime(t);
         d.set_links(if kind == FileType::Directory { 2 } else { 1 });
-        d.set_generation(generation(ino, self.clamp_time));
+        d.set_generation(generation(ino, self.vol.clamp_time));
         let mapped = matches!(kind, FileType::Regular | FileType::Directory) || slow_link;
         // Without the extent feature, block maps (an all-zero i_block), as ext2/ext3.
-        if mapped && self.extents {
+        if mapped && self.vol.has(Features::EXTENTS) {
             d.set_flags(FL_EXTENTS);
             extent::encode_node(d.iblock_mut(), &Node::Leaf(Vec::new()));
         }

@@ -55,7 +55,7 @@ impl Fs {
         // After a shutdown, as ext4_file_read_iter: EIO, cached or not.
         self.check_live()?;
         let i = self.iget(ino)?;
-        if let Some(n) = i.mapping.read_fast(self.bs as usize, off, buf) {
+        if let Some(n) = i.mapping.read_fast(self.vol.bs() as usize, off, buf) {
             return Ok(n);
         }
         let st = self.read_loaded(&i)?;
@@ -89,7 +89,7 @@ impl Fs {
             return Ok((off < st.d.size()).then_some(off));
         }
         let ext = self.regular(&st)?;
-        let (size, bs) = (st.d.size(), self.bs as u64);
+        let (size, bs) = (st.d.size(), self.vol.bs() as u64);
         let Ok(lblk) = u32::try_from(off / bs) else {
             return Ok(None);
         };
@@ -113,7 +113,7 @@ impl Fs {
             return Ok((off < st.d.size()).then_some(st.d.size()));
         }
         let ext = self.regular(&st)?;
-        let (size, bs) = (st.d.size(), self.bs as u64);
+        let (size, bs) = (st.d.size(), self.vol.bs() as u64);
         if off >= size {
             return Ok(None);
         }
@@ -214,7 +214,7 @@ impl Fs {
         if data.is_empty() {
             return Ok(0);
         }
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let end = off
             .checked_add(data.len() as u64)
             .ok_or(Error::FileTooBig)?;
@@ -246,11 +246,19 @@ impl Fs {
         let (first, last) = (off / bs, (end - 1) / bs);
         // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
         let prior = bmap::prior_blocks(&st, first, last);
-        if let Err(e) = bmap::map_blocks(&self.al, &h, &i, &mut st, first, last + 1 - first, false)
-        {
+        if let Err(e) = bmap::map_blocks(
+            &self.al,
+            self.rt(),
+            &h,
+            &i,
+            &mut st,
+            first,
+            last + 1 - first,
+            false,
+        ) {
             // Out of space part way: give back what this write mapped, so the file is
             // as it was (no written blocks past its size), and persist that.
-            bmap::undo(&self.al, &h, &mut st, first, &prior)?;
+            bmap::undo(&self.al, self.rt(), &h, &mut st, first, &prior)?;
             self.store(&h, &i, &mut st)?;
             return Err(e);
         }
@@ -268,7 +276,7 @@ impl Fs {
             // (the blocks it mapped are freed, unwritten ones are unwritten again).
             if let Err(e) = self.store(&h, &i, &mut st) {
                 if matches!(e, Error::NoSpace) {
-                    bmap::undo(&self.al, &h, &mut st, first, &prior)?;
+                    bmap::undo(&self.al, self.rt(), &h, &mut st, first, &prior)?;
                     self.store(&h, &i, &mut st)?;
                 }
                 return Err(e);
@@ -323,8 +331,8 @@ impl Fs {
         if bytes.is_empty() {
             return Ok(());
         }
-        let n = (bytes.len() as u64).div_ceil(u64::from(self.bs));
-        bmap::map_blocks(&self.al, h, i, st, 0, n, false)?;
+        let n = (bytes.len() as u64).div_ceil(u64::from(self.vol.bs()));
+        bmap::map_blocks(&self.al, self.rt(), h, i, st, 0, n, false)?;
         h.add_ordered(i.arc());
         self.copy_in(i, st, 0, bytes, &vec![Prior::Hole; n as usize])?;
         if !i.is_open() {
@@ -343,7 +351,7 @@ impl Fs {
         data: &[u8],
         prior: &[Prior],
     ) -> Result<()> {
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let (first, last) = (off / bs, (off + data.len() as u64).saturating_sub(1) / bs);
         let pblks = self.mapped_blocks(i, st, first, last)?;
         let blk = |lblk: u64| {
@@ -404,7 +412,7 @@ impl Fs {
         if len == 0 {
             return Err(Error::Invalid("fallocate length 0".into()));
         }
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let end = off
             .checked_add(len)
             .filter(|&e| e <= MAX_FILE_BLOCKS * bs)
@@ -437,7 +445,7 @@ impl Fs {
             return Err(Error::FileTooBig);
         }
         // vfs_fallocate: nothing on an immutable file, only allocation on an append-only one.
-        if flags::immutable(&st) || (flags::pinned(&st) && mode.punch_hole) {
+        if flags::immutable(&st) || (flags::pinned(&st) && (mode.punch_hole || mode.zero_range)) {
             return Err(Error::NotPermitted);
         }
         if mode.punch_hole {
@@ -453,6 +461,7 @@ impl Fs {
             let holes = bmap::holes(&st, first, end.div_ceil(bs));
             let alloc = bmap::map_blocks(
                 &self.al,
+                self.rt(),
                 &h,
                 &i,
                 &mut st,
@@ -490,7 +499,7 @@ impl Fs {
     /// Zero `[off, end)` within the file: partial blocks through the page cache, whole
     /// blocks freed. Like ext4, the range is clipped to the end of the last block.
     fn punch(&self, h: &Handle, i: &Inode, st: &mut InodeState, off: u64, end: u64) -> Result<()> {
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let size = st.d.size();
         if off >= size {
             return Ok(());
@@ -530,7 +539,7 @@ impl Fs {
         if b > a {
             self.settle_ordered(h, i)?;
             i.mapping.drop_range(&self.pages, a, b);
-            bmap::unmap_blocks(&self.al, h, st, a, b, false)?;
+            bmap::unmap_blocks(&self.al, self.rt(), h, st, a, b, false)?;
         }
         Ok(())
     }
@@ -540,7 +549,7 @@ impl Fs {
         if to <= from {
             return Ok(());
         }
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let lblk = from / bs;
         debug_assert!((to - 1) / bs == lblk, "zero_partial spans blocks");
         let ext = self.regular(st)?;
@@ -559,7 +568,7 @@ impl Fs {
         st: &mut InodeState,
         size: u64,
     ) -> Result<()> {
-        let bs = self.bs as u64;
+        let bs = self.vol.bs() as u64;
         let old = st.d.size();
         let _change = i.mapping.change();
         if inline::is_inline(&st.d) && self.truncate_inline(h, i, st, size)? {
@@ -603,7 +612,7 @@ impl Fs {
         let mut waited = false;
         loop {
             match f() {
-                Err(Error::NoSpace) if tries < RETRY_NOSPACE && self.al.has_pending_frees() => {
+                Err(Error::NoSpace) if tries < RETRY_NOSPACE && self.pending_frees() => {
                     tries += 1;
                     self.journal.commit_running()?;
                 }

@@ -1,8 +1,7 @@
-//! Durability: write-back of dirty data, fsync, sync, and unmount (and its best-effort
-//! twin, `Drop`).
+//! Durability: write-back of dirty data, fsync and sync (unmount, which ends with a
+//! sync, is in `lifecycle.rs`).
 
 use super::Fs;
-use crate::disk::superblock as sbm;
 use crate::error::{Error, Result};
 use crate::types::*;
 
@@ -38,7 +37,7 @@ impl Fs {
     pub fn fsync(&self, ino: Ino, datasync: bool) -> Result<()> {
         let _ = datasync;
         self.check_live()?;
-        if self.read_only {
+        if self.vol.read_only {
             return Ok(());
         }
         self.check_io()?;
@@ -61,7 +60,7 @@ impl Fs {
             return Ok(());
         }
         // The file's data may be on the realtime device: flush it too.
-        if let Some(rt) = &self.rtdev {
+        if let Some(rt) = self.rtdev() {
             rt.flush()?;
         }
         self.dev.flush()
@@ -73,7 +72,7 @@ impl Fs {
     /// it all to the next sync. Durable only after [`Fs::fsync`] or [`Fs::sync`].
     pub fn write_back(&self, ino: Ino) -> Result<()> {
         self.check_live()?;
-        if self.read_only {
+        if self.vol.read_only {
             return Ok(());
         }
         self.check_io()?;
@@ -83,7 +82,7 @@ impl Fs {
         }
     }
 
-    fn check_io(&self) -> Result<()> {
+    pub(super) fn check_io(&self) -> Result<()> {
         self.check_live()?;
         if self.latch.failed() || self.journal.is_aborted() {
             return Err(Error::Io(
@@ -97,7 +96,7 @@ impl Fs {
     /// locations are current and the log is empty).
     pub fn sync(&self) -> Result<()> {
         self.check_live()?;
-        if self.read_only {
+        if self.vol.read_only {
             return Ok(());
         }
         self.check_io()?;
@@ -109,7 +108,7 @@ impl Fs {
         self.flush_pages()?;
         {
             let h = self.journal.start();
-            let mut o = self.orphans.lock();
+            let mut o = self.orphans.list.lock();
             let (fb, fi) = (self.al.free_blocks(), self.ial.free_inodes() as u32);
             self.update_sb(&h, &mut o, |sb| {
                 sb.set_free_blocks_count(fb);
@@ -118,126 +117,5 @@ impl Fs {
             })?;
         }
         self.journal.sync()
-    }
-
-    /// Journal counters since mount.
-    pub fn journal_stats(&self) -> crate::journal::JournalStats {
-        self.journal.stats()
-    }
-
-    /// Write everything and release the device: inodes still open are released first,
-    /// then everything is synced, the journal marked empty and the superblock marked
-    /// clean, so `e2fsck -fn` and the kernel find a clean file system. Dropping the last
-    /// `Arc<Fs>` without unmounting does the same, but has no way to report an error.
-    ///
-    /// ```
-    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
-    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
-    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
-    /// # let fs = Fs::mount(dev.clone(), MountOptions::default())?;
-    /// use lanefs::fsck;
-    /// let f = fs.create(ROOT_INO, b"open", 0o644, Owner::default())?; // left open
-    /// fs.write(f.ino, 0, b"data")?;
-    /// fs.unmount()?;
-    /// let report = fsck::check(&*dev, &fsck::FsckOptions::default())?;
-    /// assert!(report.is_clean(), "{}", report.summary());
-    /// # Ok::<(), lanefs::Error>(())
-    /// ```
-    pub fn unmount(self: std::sync::Arc<Self>) -> Result<()> {
-        if self.is_shut_down() {
-            // Nothing more is written (the device refuses it anyway): the image keeps what
-            // was committed, and the next mount replays the journal.
-            self.stop_timer();
-            return Ok(());
-        }
-        if self.read_only {
-            return Ok(());
-        }
-        self.check_io()?;
-        self.stop_timer();
-        for i in self.icache.all() {
-            if i.is_open() {
-                i.open.store(1, std::sync::atomic::Ordering::Release);
-                self.release(i.ino)?;
-            }
-        }
-        self.sync()?;
-        self.journal.mark_empty(self.clamp_time.is_some())?;
-        self.dev.flush()?;
-        self.write_super_clean()?;
-        self.release_mmp()
-    }
-
-    /// Give up the multi-mount protection claim (the MMP block goes CLEAN).
-    fn release_mmp(&self) -> Result<()> {
-        let g = self.mmp.lock().unwrap_or_else(|e| e.into_inner()).take();
-        match g {
-            Some(mut g) => g.release(),
-            None => Ok(()),
-        }
-    }
-
-    /// The clean-unmount superblock, written in place: log empty, no recovery needed.
-    fn write_super_clean(&self) -> Result<()> {
-        let mut sbg = self.sb.lock();
-        let sb = &mut *sbg;
-        sb.set_free_blocks_count(self.al.free_blocks());
-        sb.set_free_inodes_count(self.ial.free_inodes() as u32);
-        sb.set_wtime(self.now().sec as u32);
-        // Lifetime writes, as the kernel keeps them: what the mount found plus what this
-        // mount wrote (this superblock write included). Not under a time clamp (a
-        // reproducible build): how much the journal writes depends on when it commits.
-        if self.clamp_time.is_none() {
-            let written = self.latch.bytes_written() + sbm::SB_SIZE as u64;
-            sb.set_kbytes_written(self.kbytes_at_mount + written / 1024);
-        }
-        sb.set_state(sb.state() | 1);
-        sb.set_feature_incompat(
-            sb.feature_incompat() & !crate::disk::superblock::incompat::RECOVER,
-        );
-        sb.update_checksum();
-        let raw = sb.raw.clone();
-        drop(sbg);
-        self.dev.write_at(sbm::SB_OFFSET, &raw[..])?;
-        self.dev.flush()
-    }
-
-    /// Stop the commit timer and the flusher and wait for their threads to end (unless
-    /// called on one of them), so they hold no reference to the mount afterwards.
-    fn stop_timer(&self) {
-        self.timer_stop
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.journal.stop_kick();
-        let threads = std::mem::take(&mut *self.timer.lock().unwrap_or_else(|e| e.into_inner()));
-        for t in threads {
-            t.thread().unpark();
-            if t.thread().id() != std::thread::current().id() {
-                let _ = t.join();
-            }
-        }
-    }
-}
-
-impl Drop for Fs {
-    fn drop(&mut self) {
-        self.stop_timer();
-        // Best effort for callers that never unmounted: release what is still open (an
-        // unlinked file's blocks) and unmount cleanly, as unmount does.
-        if self.is_read_only() || self.journal.is_aborted() {
-            return;
-        }
-        for i in self.icache.all() {
-            if i.is_open() {
-                i.open.store(1, std::sync::atomic::Ordering::Release);
-                let _ = self.release(i.ino);
-            }
-        }
-        if self.sync().is_ok()
-            && self.journal.mark_empty(self.clamp_time.is_some()).is_ok()
-            && self.dev.flush().is_ok()
-        {
-            let _ = self.write_super_clean();
-        }
-        let _ = self.release_mmp();
     }
 }

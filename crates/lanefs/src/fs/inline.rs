@@ -13,6 +13,7 @@ use crate::icache::IRef;
 use crate::inode::InodeState;
 use crate::journal::Handle;
 use crate::types::*;
+use crate::volume::Features;
 
 impl Fs {
     /// Whether `st` is an inline file, or an empty one a small write may make inline.
@@ -20,7 +21,7 @@ impl Fs {
         if inline::is_inline(&st.d) {
             return true;
         }
-        self.inline_data
+        self.vol.has(Features::INLINE_DATA)
             && FileType::from_mode(st.d.mode()) == Some(FileType::Regular)
             && st.d.size() == 0
             && st.ext.as_ref().is_some_and(ExtentMap::is_empty)
@@ -109,7 +110,7 @@ impl Fs {
         let ino = i.ino;
         let bytes = inline::file_data(&st.d, ino)?;
         inline::clear(&mut st.d, ino)?;
-        crate::inode::init_empty_map(st, self.extents);
+        crate::inode::init_empty_map(st, self.vol.has(Features::EXTENTS));
         self.fill_new_blocks(h, i, st, &bytes)
     }
 }

@@ -83,7 +83,7 @@ pub(super) fn open_journal(
     let al = Allocator::new(geo, descs, gdt, bufs.clone());
     let d = inode::read_disk_inode(&ial, bufs, jino)?;
     let mut st = InodeState::from_disk(d);
-    inode::load_extents(&al, bufs, jino, &mut st)?;
+    inode::load_extents(&al, None, bufs, jino, &mut st)?;
     let ext = st.ext.unwrap_or_default();
     let bs = sb.block_size() as usize;
     let read = |b: u64| -> Result<Vec<u8>> {

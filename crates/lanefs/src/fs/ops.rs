@@ -8,6 +8,7 @@ use crate::disk::superblock::ro_compat;
 use crate::error::{Error, Result};
 use crate::inode::InodeState;
 use crate::types::*;
+use crate::volume::Features;
 use std::sync::atomic::Ordering;
 
 /// Validate a name for a new entry.
@@ -82,6 +83,12 @@ pub(super) fn dec_dir_links(d: &mut DiskInode) {
         d.set_links(l - 1);
     }
 }
+
+// The public flags are the on-disk ones.
+const _: () = assert!(InodeFlags::USER_VISIBLE.bits() == iflags::FL_USER_VISIBLE);
+const _: () = assert!(InodeFlags::USER_MODIFIABLE.bits() == iflags::FL_USER_MODIFIABLE);
+const _: () = assert!(InodeFlags::IMMUTABLE.bits() == FL_IMMUTABLE);
+const _: () = assert!(InodeFlags::APPEND.bits() == FL_APPEND);
 
 /// Linux's PATH_MAX: the longest path (and symlink target) with its NUL.
 pub(super) const PATH_MAX: usize = 4096;
@@ -295,7 +302,7 @@ impl Fs {
             // An inline-data symlink: `i_block`, then `system.data` (ext4's inline read).
             return crate::disk::inline::file_data(&st.d, ino);
         }
-        if super::is_fast_symlink(&st.d, self.bs, self.ea_inode) {
+        if super::is_fast_symlink(&st.d, self.vol.bs(), self.vol.has(Features::EA_INODE)) {
             if size > 60 {
                 return Err(Error::corrupt(
                     "inode",
@@ -310,7 +317,7 @@ impl Fs {
             .as_ref()
             .and_then(|e| e.find(0))
             .ok_or_else(|| Error::corrupt("symlink", ino, "no data block"))?;
-        if size >= self.bs as usize {
+        if size >= self.vol.bs() as usize {
             return Err(Error::corrupt("symlink", ino, "target longer than a block"));
         }
         let b = self.bufs.get(ext.pblk)?;
@@ -377,24 +384,6 @@ impl Fs {
         self.store(&h, &d, &mut dst)?;
         self.store(&h, &c, &mut cst)?;
         Ok(self.attr(ino, &cst.d))
-    }
-
-    /// Number of extents mapping `ino`'s data (what `filefrag` counts).
-    pub fn extent_count(&self, ino: Ino) -> Result<usize> {
-        let i = self.iget(ino)?;
-        let st = self.read_loaded(&i)?;
-        Ok(st.ext.as_ref().map_or(0, |e| e.len()))
-    }
-
-    /// Free space and its fragmentation, from the block bitmaps.
-    pub fn free_space(&self) -> Result<crate::alloc::FreeSpace> {
-        self.al.free_space()
-    }
-
-    /// Check the allocator's in-memory state against the bitmaps (see
-    /// [`crate::alloc::Allocator::check`]); safe to call while other threads work.
-    pub fn check_allocator(&self) -> Result<()> {
-        self.al.check()
     }
 
     /// Mark `ino` open: its data survives unlink until the matching [`Fs::release`].
@@ -480,28 +469,72 @@ impl Fs {
     }
 
     /// The inode's flags as `lsattr` shows them (FS_IOC_GETFLAGS).
-    pub fn get_flags(&self, ino: Ino) -> Result<u32> {
+    pub fn get_flags(&self, ino: Ino) -> Result<InodeFlags> {
         let i = self.iget(ino)?;
         let st = i.state.read();
         if st.freed {
             return Err(Error::NotFound);
         }
-        Ok(st.d.flags() & iflags::FL_USER_VISIBLE)
+        Ok(InodeFlags::from_bits_retain(st.d.flags()) & InodeFlags::USER_VISIBLE)
+    }
+
+    /// Whether `ino` may be opened as `mode` says, under its `chattr` flags (the VFS's
+    /// may_open, which a FUSE kernel cannot apply: its inodes carry no S_IMMUTABLE or
+    /// S_APPEND): an immutable file opens for reading only, an append-only one for
+    /// writing only with O_APPEND, and neither with O_TRUNC ([`Error::NotPermitted`]).
+    /// [`Fs::write`], [`Fs::setattr`] and [`Fs::fallocate`] apply the same rules to each
+    /// change, so a file opened before the flag was set is held to them too.
+    ///
+    /// ```
+    /// # use lanefs::{mkfs, Fs, MemDevice, MountOptions, Owner, ROOT_INO};
+    /// # let dev = std::sync::Arc::new(MemDevice::new(32 << 20));
+    /// # mkfs::format(&*dev, &mkfs::MkfsOptions::default())?;
+    /// # let fs = Fs::mount(dev, MountOptions::default())?;
+    /// use lanefs::{Error, InodeFlags, OpenMode};
+    /// let f = fs.create(ROOT_INO, b"log", 0o644, Owner::default())?;
+    /// fs.set_flags(f.ino, fs.get_flags(f.ino)? | InodeFlags::APPEND)?; // chattr +a
+    /// let append = OpenMode { write: true, append: true, truncate: false };
+    /// fs.may_open(f.ino, append)?;
+    /// let rewrite = OpenMode { append: false, ..append };
+    /// assert_eq!(fs.may_open(f.ino, rewrite), Err(Error::NotPermitted));
+    /// fs.release(f.ino)?;
+    /// # fs.unmount()?;
+    /// # Ok::<(), lanefs::Error>(())
+    /// ```
+    pub fn may_open(&self, ino: Ino, mode: OpenMode) -> Result<()> {
+        if !mode.write && !mode.truncate {
+            return Ok(());
+        }
+        let f = self.get_flags(ino)?;
+        let immutable = f.contains(InodeFlags::IMMUTABLE);
+        let append_only = f.contains(InodeFlags::APPEND);
+        if immutable || (append_only && (!mode.append || mode.truncate)) {
+            return Err(Error::NotPermitted);
+        }
+        Ok(())
     }
 
     /// Set the inode's flags as `chattr` does (FS_IOC_SETFLAGS, ext4_ioctl_setflags): flags
     /// outside the modifiable set keep their value, flags the file type cannot carry and
     /// changes lanefs has no mechanism for (data journalling, extent conversion, casefold,
-    /// DAX) are refused (EOPNOTSUPP), and ctime is set. The caller has checked ownership
-    /// and the right to change `i` and `a` (the VFS does, before FUSE sees the ioctl).
-    pub fn set_flags(&self, ino: Ino, flags: u32) -> Result<Attr> {
+    /// DAX) are refused (EOPNOTSUPP), and ctime is set. A file that stays immutable keeps
+    /// its other flags ([`Error::NotPermitted`], ext4_ioctl_check_immutable). The caller
+    /// has checked ownership and the right to change `i` and `a` (the VFS does, before
+    /// FUSE sees the ioctl).
+    pub fn set_flags(&self, ino: Ino, flags: InodeFlags) -> Result<Attr> {
         use iflags::*;
+        let flags = flags.bits();
         self.check_rw()?;
         let i = self.iget(ino)?;
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
         if st.freed {
             return Err(Error::NotFound);
+        }
+        // As ext4, against the masked request and the whole of the old flags.
+        let (old, masked) = (st.d.flags() & FL_USER_VISIBLE, flags & FL_USER_MODIFIABLE);
+        if old & masked & FL_IMMUTABLE != 0 && (old ^ masked) & !FL_IMMUTABLE != 0 {
+            return Err(Error::NotPermitted);
         }
         let allowed = match kind_of(&st) {
             FileType::Directory => u32::MAX,
@@ -537,7 +570,7 @@ impl Fs {
     /// `chattr +A`, or a directory under `nodiratime`.
     pub fn touch_atime(&self, ino: Ino) -> Result<()> {
         self.check_live()?;
-        if self.read_only || self.atime == AtimePolicy::Never {
+        if self.vol.read_only || self.vol.atime == AtimePolicy::Never {
             return Ok(());
         }
         let i = self.iget(ino)?;
@@ -558,42 +591,17 @@ impl Fs {
     /// Whether a read at `now` updates `d`'s access time (atime_needs_update).
     fn atime_due(&self, d: &DiskInode, now: Timespec) -> bool {
         let is_dir = FileType::from_mode(d.mode()) == Some(FileType::Directory);
-        if d.flags() & FL_NOATIME != 0 || (self.nodiratime && is_dir) || d.links() == 0 {
+        if d.flags() & FL_NOATIME != 0 || (self.vol.nodiratime && is_dir) || d.links() == 0 {
             return false;
         }
         let at = d.atime();
         if at == now {
             return false;
         }
-        self.atime == AtimePolicy::Strict
+        self.vol.atime == AtimePolicy::Strict
             || d.mtime() >= at
             || d.ctime() >= at
             || now.sec - at.sec >= 24 * 60 * 60
-    }
-
-    /// The inode cache's size, memory and limit.
-    pub fn icache_stats(&self) -> IcacheStats {
-        self.icache.stats()
-    }
-
-    /// The metadata buffer cache's size and limit.
-    pub fn bufcache_stats(&self) -> BufCacheStats {
-        self.bufs.stats()
-    }
-
-    /// What the page cache of file data holds, its limit and its device reads.
-    pub fn pagecache_stats(&self) -> crate::page::PageCacheStats {
-        self.pages.stats()
-    }
-
-    /// Drop the clean cached data of `ino` (as `POSIX_FADV_DONTNEED`): the next reads go to
-    /// the device. Dirty data stays.
-    pub fn drop_cache(&self, ino: Ino) -> Result<()> {
-        if let Some(i) = self.icache.peek(ino) {
-            i.mapping.drop_clean();
-            self.pages.prune();
-        }
-        Ok(())
     }
 
     /// File-system counters, as statfs(2) reports them.
@@ -618,7 +626,7 @@ impl Fs {
         let sb = self.sb.lock();
         let free = self.al.free_blocks();
         Ok(StatFs {
-            block_size: self.bs,
+            block_size: self.vol.bs(),
             blocks: sb.blocks_count(),
             free_blocks: free,
             // As ext4's: neither root's blocks nor the reserve kept for metadata.

@@ -12,7 +12,25 @@ use crate::inode;
 use crate::journal::Handle;
 use crate::sync::MutexGuard;
 use crate::types::{Attr, FileType, Ino, Owner};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The orphan list in chain order (head first), and its length.
+pub(super) struct Orphans {
+    /// Unlinked inodes still open, head first (the `orphan` lock).
+    pub(super) list: crate::sync::Mutex<std::collections::VecDeque<Ino>>,
+    /// `list.len()`, stored under its lock: a release of an inode that was never an
+    /// orphan (the common case) skips the lock while the list is empty.
+    pub(super) count: AtomicUsize,
+}
+
+impl Orphans {
+    pub(super) fn new() -> Orphans {
+        Orphans {
+            list: crate::sync::Mutex::new(&crate::sync::ORPHAN, Default::default()),
+            count: AtomicUsize::new(0),
+        }
+    }
+}
 
 impl Fs {
     /// An unnamed regular file in directory `dir`, as open(2) with O_TMPFILE makes one:
@@ -83,7 +101,7 @@ impl Fs {
             sb.update_checksum();
             sb.raw.clone()
         };
-        let (blk, off) = crate::disk::superblock::location(self.bs);
+        let (blk, off) = crate::disk::superblock::location(self.vol.bs());
         let b = self.bufs.get(blk)?;
         b.write()[off..off + raw.len()].copy_from_slice(&raw[..]);
         h.dirty(&b);
@@ -92,19 +110,19 @@ impl Fs {
 
     /// How many removed inodes are still open (on the orphan list).
     pub(super) fn orphans_open(&self) -> usize {
-        self.orphan_count.load(Ordering::Acquire)
+        self.orphans.count.load(Ordering::Acquire)
     }
 
     /// Put `ino` (no links left, still open) at the head of the orphan list.
     pub(super) fn orphan_add(&self, h: &Handle, ino: Ino) -> Result<()> {
-        let mut o = self.orphans.lock();
+        let mut o = self.orphans.list.lock();
         if o.contains(&ino) {
             return Ok(());
         }
         let head = o.front().copied().unwrap_or(0) as u32;
         self.set_link(h, ino, head)?;
         o.push_front(ino);
-        self.orphan_count.store(o.len(), Ordering::Release);
+        self.orphans.count.store(o.len(), Ordering::Release);
         self.update_sb(h, &mut o, |sb| sb.set_last_orphan(ino as u32))
     }
 
@@ -112,10 +130,10 @@ impl Fs {
     pub(super) fn orphan_del(&self, h: &Handle, ino: Ino) -> Result<()> {
         // An orphan's add happened before its del (both under its inode's lock): an
         // empty list here means `ino` is not on it.
-        if self.orphan_count.load(Ordering::Acquire) == 0 {
+        if self.orphans.count.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        let mut o = self.orphans.lock();
+        let mut o = self.orphans.list.lock();
         let Some(k) = o.iter().position(|&x| x == ino) else {
             return Ok(());
         };
@@ -126,7 +144,7 @@ impl Fs {
             self.set_link(h, o[k - 1], next)?;
         }
         o.remove(k);
-        self.orphan_count.store(o.len(), Ordering::Release);
+        self.orphans.count.store(o.len(), Ordering::Release);
         Ok(())
     }
 
@@ -177,9 +195,9 @@ impl Fs {
             ino = u64::from(d.dtime());
         }
         {
-            let mut o = self.orphans.lock();
+            let mut o = self.orphans.list.lock();
             *o = chain.iter().copied().collect();
-            self.orphan_count.store(o.len(), Ordering::Release);
+            self.orphans.count.store(o.len(), Ordering::Release);
         }
         for ino in chain {
             let i = self.icache.get(ino, || {
@@ -198,7 +216,7 @@ impl Fs {
                 drop(st);
                 self.icache.remove(ino, &i);
             } else {
-                let keep = st.d.size().div_ceil(u64::from(self.bs));
+                let keep = st.d.size().div_ceil(u64::from(self.vol.bs()));
                 self.unmap(&h, &i, &mut st, keep, MAX_FILE_BLOCKS)?;
                 self.orphan_del(&h, ino)?;
                 st.d.set_dtime(0);
@@ -208,7 +226,7 @@ impl Fs {
         {
             // Whatever the walk could not reach is dropped from the chain.
             let h = self.journal.start();
-            let mut o = self.orphans.lock();
+            let mut o = self.orphans.list.lock();
             if !o.is_empty() {
                 return Err(Error::Io("orphan list not empty after cleanup".into()));
             }

@@ -12,6 +12,7 @@ use crate::icache::NewInode;
 use crate::inode::{self, Inode, InodeState};
 use crate::journal::Handle;
 use crate::types::*;
+use crate::volume::Features;
 use std::sync::atomic::Ordering;
 
 impl Fs {
@@ -133,7 +134,7 @@ impl Fs {
             && kind.is_some_and(|k| k != FileType::Directory)
             && d.flags() & (FL_IMMUTABLE | FL_APPEND) == 0
             && d.owns_no_block()
-            && !self.ea_inode
+            && !self.vol.has(Features::EA_INODE)
     }
 
     /// Free the inode [`Fs::frees_cold`] chose (its last name is gone in `h`) as
@@ -210,13 +211,13 @@ impl Fs {
             !m.is_empty() || st.ext_dirty || !st.tree_blocks.is_empty() || !st.ind.is_empty()
         });
         if mapped {
-            bmap::unmap_blocks(&self.al, h, st, 0, 1 << 32, meta)?;
+            bmap::unmap_blocks(&self.al, self.rt(), h, st, 0, 1 << 32, meta)?;
             st.ext_dirty = true;
             inode::store_tree(&self.al, &self.bufs, h, 0, st)?;
         }
         self.release_ea_refs(h, ino, st)?;
         self.release_xattr_block(h, st)?;
-        st.d.set_blocks_512(0, self.bs);
+        st.d.set_blocks_512(0, self.vol.bs());
         Ok(())
     }
 }

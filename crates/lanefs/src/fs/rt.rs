@@ -10,7 +10,9 @@
 //! journal flushes the data device with the log.
 
 use super::{Fs, MountOptions};
+use crate::alloc::Allocator;
 use crate::bmap;
+use crate::buf::BufCache;
 use crate::dev::{BlockDevice, FileDevice};
 use crate::disk::rtdev::{
     self, RtGeometry, RtHeader, RtSuper, RTDEV_INCOMPAT, RT_BITMAP_INO, RT_FL, RT_HEADER_SIZE,
@@ -19,9 +21,11 @@ use crate::disk::rtdev::{
 use crate::disk::superblock::{self as sbm, Superblock};
 use crate::error::{Error, Result};
 use crate::extmap::Mapping;
+use crate::ialloc::InodeAllocator;
 use crate::inode::{self, Inode, InodeState};
-use crate::rtalloc::{RtAlloc, RtAllocPolicy, RtStats};
+use crate::rtalloc::{RtAlloc, RtAllocPolicy};
 use crate::types::*;
+use crate::volume::Features;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -101,50 +105,94 @@ pub(super) fn check_rtdev(
     Ok(Some(geo))
 }
 
+/// The realtime data device of a mount and its allocator (seed 003's `RtAlloc`): the
+/// mount's, not the block allocator's; `bmap` is handed it.
+pub(super) struct Rt {
+    /// The data device (shut down with the image's).
+    pub(super) dev: Arc<dyn BlockDevice>,
+    /// Its allocator, built at mount from the bitmap and summary inodes.
+    pub(super) alloc: Arc<RtAlloc>,
+}
+
+/// Build the rt allocator from the bitmap and summary inodes (at mount, before `Fs`).
+pub(super) fn open_rt(
+    geo: RtGeometry,
+    al: &Allocator,
+    ial: &InodeAllocator,
+    bufs: &Arc<BufCache>,
+    policy: RtAllocPolicy,
+    ea_inode: bool,
+) -> Result<Arc<RtAlloc>> {
+    let blocks = |ino, n| rt_file_blocks(al, ial, bufs, ea_inode, ino, n);
+    let bitmap = blocks(RT_BITMAP_INO, geo.bitmap_blocks())?;
+    let summary = blocks(RT_SUMMARY_INO, geo.summary_blocks())?;
+    Ok(Arc::new(RtAlloc::new(
+        geo,
+        bufs.clone(),
+        bitmap,
+        summary,
+        policy,
+    )?))
+}
+
+/// The image blocks of the first `n` blocks of reserved file `ino`.
+fn rt_file_blocks(
+    al: &Allocator,
+    ial: &InodeAllocator,
+    bufs: &BufCache,
+    ea_inode: bool,
+    ino: u32,
+    n: u64,
+) -> Result<Vec<u64>> {
+    let ino = u64::from(ino);
+    let unused = || Error::corrupt("inode", ino, "realtime metadata inode is not in use");
+    if ino > al.geo.inodes() {
+        return Err(unused());
+    }
+    let d = inode::read_disk_inode(ial, bufs, ino)?;
+    if d.links() == 0 || FileType::from_mode(d.mode()).is_none() {
+        return Err(unused());
+    }
+    let mut st = InodeState::from_disk(d);
+    if super::inodes::needs_extents(&st.d, al.geo.bs, ea_inode) {
+        inode::load_extents(al, None, bufs, ino, &mut st)?;
+    }
+    let ext = st
+        .ext
+        .as_ref()
+        .ok_or_else(|| Error::corrupt("inode", ino, "realtime metadata inode has no extents"))?;
+    (0..n)
+        .map(|f| match u32::try_from(f).map(|b| ext.map(b)) {
+            Ok(Mapping::Mapped(p, false, _)) => Ok(p),
+            _ => Err(Error::corrupt(
+                "inode",
+                ino,
+                format!("realtime metadata block {f} is not mapped"),
+            )),
+        })
+        .collect()
+}
+
 impl Fs {
-    /// Build the rt allocator from the bitmap and summary inodes (at mount).
-    pub(super) fn open_rt(
-        &self,
-        geo: RtGeometry,
-        rtdev: Arc<dyn BlockDevice>,
-        policy: RtAllocPolicy,
-    ) -> Result<()> {
-        let bitmap = self.rt_file_blocks(RT_BITMAP_INO, geo.bitmap_blocks())?;
-        let summary = self.rt_file_blocks(RT_SUMMARY_INO, geo.summary_blocks())?;
-        let rt = RtAlloc::new(geo, self.bufs.clone(), bitmap, summary, policy)?;
-        let _ = self.al.rt.set(Arc::new(rt));
-        self.journal.set_data_dev(rtdev);
-        Ok(())
+    /// The realtime allocator, on a mount with an rt device.
+    pub(super) fn rt(&self) -> Option<&RtAlloc> {
+        self.rt.as_ref().map(|r| &*r.alloc)
     }
 
-    /// The image blocks of the first `n` blocks of reserved file `ino`.
-    fn rt_file_blocks(&self, ino: u32, n: u64) -> Result<Vec<u64>> {
-        let ino = u64::from(ino);
-        let i = self.iget(ino).map_err(|e| match e {
-            Error::NotFound => {
-                Error::corrupt("inode", ino, "realtime metadata inode is not in use")
-            }
-            e => e,
-        })?;
-        let st = self.read_loaded(&i)?;
-        let ext = st.ext.as_ref().ok_or_else(|| {
-            Error::corrupt("inode", ino, "realtime metadata inode has no extents")
-        })?;
-        (0..n)
-            .map(|f| match u32::try_from(f).map(|b| ext.map(b)) {
-                Ok(Mapping::Mapped(p, false, _)) => Ok(p),
-                _ => Err(Error::corrupt(
-                    "inode",
-                    ino,
-                    format!("realtime metadata block {f} is not mapped"),
-                )),
-            })
-            .collect()
+    /// The realtime data device, on a mount that has one.
+    pub(super) fn rtdev(&self) -> Option<&Arc<dyn BlockDevice>> {
+        self.rt.as_ref().map(|r| &r.dev)
+    }
+
+    /// Whether some frees, of image or rt blocks, wait for their transaction to commit
+    /// (an ENOSPC may then go away after a commit).
+    pub(super) fn pending_frees(&self) -> bool {
+        self.al.has_pending_frees() || self.rt().is_some_and(|rt| rt.has_busy())
     }
 
     /// Point a freshly cached inode's page-cache mapping at the device holding its data.
     pub(super) fn bind_device(&self, i: &Inode) {
-        if let Some(d) = &self.rtdev {
+        if let Some(d) = self.rtdev() {
             if is_rt_file(&i.state.read().d) {
                 i.mapping.set_device(Some(d.clone()));
             }
@@ -154,7 +202,7 @@ impl Fs {
     /// A new inode of directory `parent` inherits its realtime flag and extent size hint
     /// (XFS's `rtinherit`): regular files and directories, on an image with an rt device.
     pub(super) fn inherit_rt(&self, parent: &InodeState, kind: FileType, st: &mut InodeState) {
-        if self.rtdev.is_none()
+        if self.rt.is_none()
             || parent.d.flags() & RT_FL == 0
             || !matches!(kind, FileType::Regular | FileType::Directory)
         {
@@ -165,10 +213,7 @@ impl Fs {
     }
 
     fn rt_or_unsupported(&self) -> Result<&RtAlloc> {
-        self.al
-            .rt
-            .get()
-            .map(|r| &**r)
+        self.rt()
             .ok_or_else(|| Error::NotSupported("the image has no realtime device".into()))
     }
 
@@ -211,7 +256,7 @@ impl Fs {
             let _change = i.mapping.change();
             i.mapping.drop_range(&self.pages, 0, 1 << 32);
             i.mapping
-                .set_device(if on { self.rtdev.clone() } else { None });
+                .set_device(if on { self.rtdev().cloned() } else { None });
         }
         let h = self.journal.start();
         st.d.set_flags(flags);
@@ -260,7 +305,7 @@ impl Fs {
     /// [`Fs::statfs`]. The inode counts stay the image's.
     pub fn statfs_at(&self, ino: Ino) -> Result<StatFs> {
         let mut s = self.statfs()?;
-        let Some(rt) = self.al.rt.get() else {
+        let Some(rt) = self.rt() else {
             return Ok(s);
         };
         let i = self.iget(ino)?;
@@ -282,95 +327,7 @@ impl Fs {
 
     /// The rt device's geometry, when the image has one.
     pub fn rt_geometry(&self) -> Option<RtGeometry> {
-        self.al.rt.get().map(|r| *r.geometry())
-    }
-
-    /// The realtime allocator's counters, when the image has an rt device.
-    pub fn rt_stats(&self) -> Option<RtStats> {
-        self.al.rt.get().map(|r| r.stats())
-    }
-
-    /// Free runs of the rt device by log2 length (XFS's summary), when it has one.
-    pub fn rt_histogram(&self) -> Result<Option<Vec<u64>>> {
-        self.al.rt.get().map(|r| r.histogram()).transpose()
-    }
-
-    /// Check the rt allocator: summary equal to a rebuild from the bitmap, free counts,
-    /// cache bounds. Ok when the image has no rt device.
-    pub fn rt_check(&self) -> Result<()> {
-        match self.al.rt.get() {
-            Some(r) => r.check(),
-            None => Ok(()),
-        }
-    }
-
-    /// Give the image at `image` a realtime data device at `rtdev` (`lanefs mkfs
-    /// --rtdev`): the bitmap and summary inodes get their blocks (all extents free but
-    /// extent 0, which holds the device's header), the superblock records the geometry and
-    /// the `lanefs_rtdev` INCOMPAT bit, and the device gets its header. `rextsize` is the rt
-    /// extent in blocks; `group_bmblocks` the bitmap blocks per rt group (0: one group).
-    pub fn format_rt(
-        image: &Path,
-        rtdev: &Path,
-        rextsize: u32,
-        group_bmblocks: u32,
-    ) -> Result<RtGeometry> {
-        let rd = FileDevice::open(rtdev, false)
-            .map_err(|e| Error::Invalid(format!("realtime device {}: {e}", rtdev.display())))?;
-        let opts = MountOptions {
-            commit_interval: std::time::Duration::ZERO,
-            ..MountOptions::default()
-        };
-        let fs = Fs::mount_path(image, opts)?;
-        if !fs.extents {
-            return Err(Error::Invalid(
-                "a realtime device needs the extent feature (realtime files are extent-mapped)"
-                    .into(),
-            ));
-        }
-        let geo = rtdev::geometry_for(fs.bs, rd.size(), rextsize, group_bmblocks)?;
-        let bitmap = fs.make_rt_file(RT_BITMAP_INO, geo.bitmap_blocks())?;
-        let summary = fs.make_rt_file(RT_SUMMARY_INO, geo.summary_blocks())?;
-        let uuid = {
-            let mut u = fs.sb.lock().uuid();
-            // A uuid of its own: the image's with its halves swapped and a marker.
-            u.rotate_left(8);
-            u[0] ^= 0x52;
-            u
-        };
-        fs.unmount()?;
-        let dev = FileDevice::open(image, false)?;
-        let (bm, sm) = rtdev::build_files(&geo, &[(1, geo.rextents - 1)]);
-        let bs = u64::from(geo.block_size);
-        for (blocks, data) in [(&bitmap, &bm), (&summary, &sm)] {
-            for (p, d) in blocks.iter().zip(data) {
-                dev.write_at(p * bs, d)?;
-            }
-        }
-        let mut raw = vec![0u8; sbm::SB_SIZE];
-        dev.read_at(sbm::SB_OFFSET, &mut raw)?;
-        let mut sb = Superblock::decode(&raw, dev.size())?;
-        sb.set_feature_incompat(sb.feature_incompat() | RTDEV_INCOMPAT);
-        RtSuper {
-            rextsize: geo.rextsize,
-            rextents: geo.rextents,
-            group_bmblocks: geo.group_bmblocks,
-            uuid,
-        }
-        .encode(&mut sb.raw[..]);
-        sb.update_checksum();
-        dev.write_at(sbm::SB_OFFSET, &sb.raw[..])?;
-        dev.flush()?;
-        let mut hdr = vec![0u8; geo.extent_bytes().min(1 << 20) as usize];
-        RtHeader {
-            uuid,
-            rextents: geo.rextents,
-            rextsize: geo.rextsize,
-        }
-        .encode(&mut hdr);
-        rd.write_at(0, &hdr)?;
-        rd.flush()?;
-        Ok(geo)
+        self.rt().map(|r| *r.geometry())
     }
 
     /// Make reserved inode `ino` a regular file of `n` blocks; returns their image blocks.
@@ -392,9 +349,9 @@ impl Fs {
         );
         let i = inode::new_inode(ino, st.d.clone());
         let h = self.journal.start();
-        bmap::map_blocks(&self.al, &h, &i, &mut st, 0, n, false)?;
+        bmap::map_blocks(&self.al, self.rt(), &h, &i, &mut st, 0, n, false)?;
         self.al.discard_pa(&mut st.pa);
-        st.d.set_size(n * u64::from(self.bs));
+        st.d.set_size(n * u64::from(self.vol.bs()));
         self.store_new(&h, ino, &mut st)?;
         drop(h);
         let ext = st
@@ -408,4 +365,74 @@ impl Fs {
             })
             .collect())
     }
+}
+
+/// Give the image at `image` a realtime data device at `rtdev` (`lanefs mkfs
+/// --rtdev`): the bitmap and summary inodes get their blocks (all extents free but
+/// extent 0, which holds the device's header), the superblock records the geometry and
+/// the `lanefs_rtdev` INCOMPAT bit, and the device gets its header. `rextsize` is the rt
+/// extent in blocks; `group_bmblocks` the bitmap blocks per rt group (0: one group).
+/// An offline tool, as [`mkfs::format`](crate::mkfs::format) is: the image must not be
+/// mounted.
+pub fn format_rt(
+    image: &Path,
+    rtdev: &Path,
+    rextsize: u32,
+    group_bmblocks: u32,
+) -> Result<RtGeometry> {
+    let rd = FileDevice::open(rtdev, false)
+        .map_err(|e| Error::Invalid(format!("realtime device {}: {e}", rtdev.display())))?;
+    let opts = MountOptions {
+        commit_interval: std::time::Duration::ZERO,
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount_path(image, opts)?;
+    if !fs.vol.has(Features::EXTENTS) {
+        return Err(Error::Invalid(
+            "a realtime device needs the extent feature (realtime files are extent-mapped)".into(),
+        ));
+    }
+    let geo = rtdev::geometry_for(fs.vol.bs(), rd.size(), rextsize, group_bmblocks)?;
+    let bitmap = fs.make_rt_file(RT_BITMAP_INO, geo.bitmap_blocks())?;
+    let summary = fs.make_rt_file(RT_SUMMARY_INO, geo.summary_blocks())?;
+    let uuid = {
+        let mut u = fs.sb.lock().uuid();
+        // A uuid of its own: the image's with its halves swapped and a marker.
+        u.rotate_left(8);
+        u[0] ^= 0x52;
+        u
+    };
+    fs.unmount()?;
+    let dev = FileDevice::open(image, false)?;
+    let (bm, sm) = rtdev::build_files(&geo, &[(1, geo.rextents - 1)]);
+    let bs = u64::from(geo.block_size);
+    for (blocks, data) in [(&bitmap, &bm), (&summary, &sm)] {
+        for (p, d) in blocks.iter().zip(data) {
+            dev.write_at(p * bs, d)?;
+        }
+    }
+    let mut raw = vec![0u8; sbm::SB_SIZE];
+    dev.read_at(sbm::SB_OFFSET, &mut raw)?;
+    let mut sb = Superblock::decode(&raw, dev.size())?;
+    sb.set_feature_incompat(sb.feature_incompat() | RTDEV_INCOMPAT);
+    RtSuper {
+        rextsize: geo.rextsize,
+        rextents: geo.rextents,
+        group_bmblocks: geo.group_bmblocks,
+        uuid,
+    }
+    .encode(&mut sb.raw[..]);
+    sb.update_checksum();
+    dev.write_at(sbm::SB_OFFSET, &sb.raw[..])?;
+    dev.flush()?;
+    let mut hdr = vec![0u8; geo.extent_bytes().min(1 << 20) as usize];
+    RtHeader {
+        uuid,
+        rextents: geo.rextents,
+        rextsize: geo.rextsize,
+    }
+    .encode(&mut hdr);
+    rd.write_at(0, &hdr)?;
+    rd.flush()?;
+    Ok(geo)
 }

@@ -37,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::icache::IRef;
 use crate::inode::InodeState;
 use crate::types::{FileType, Ino};
+use crate::volume::Features;
 
 /// Which way the data moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +148,7 @@ impl Fs {
             self.store(&h, &i, &mut st)?;
         }
         self.shift_checks(&st, how, off, len, end)?;
-        let bs = u64::from(self.bs);
+        let bs = u64::from(self.vol.bs());
         // ext4: filemap_write_and_wait_range, then truncate_pagecache from the range on.
         self.pages.write_back(&i.mapping)?;
         i.mapping.drop_range(&self.pages, off / bs, MAX_FILE_BLOCKS);
@@ -158,11 +159,11 @@ impl Fs {
 
     /// ext4's `s_maxbytes`: the largest file of this image's kind of block map.
     fn s_maxbytes(&self) -> u64 {
-        let bs = self.bs as usize;
-        if self.extents {
-            crate::disk::extent::max_file_bytes(bs, self.huge_file)
+        let bs = self.vol.bs() as usize;
+        if self.vol.has(Features::EXTENTS) {
+            crate::disk::extent::max_file_bytes(bs, self.vol.has(Features::HUGE_FILE))
         } else {
-            crate::disk::blockmap::max_file_bytes(bs, self.huge_file)
+            crate::disk::blockmap::max_file_bytes(bs, self.vol.has(Features::HUGE_FILE))
         }
     }
 
@@ -183,7 +184,7 @@ impl Fs {
             ));
         };
         // Whole clusters, which are blocks here (lanefs writes no bigalloc image).
-        let bs = u64::from(self.bs);
+        let bs = u64::from(self.vol.bs());
         if !(off | len).is_multiple_of(bs) {
             return Err(Error::Invalid(format!(
                 "collapse or insert range at {off} of {len} bytes: not whole {bs}-byte blocks"
@@ -226,7 +227,7 @@ impl Fs {
         if !is_rt_file(st.d.mode(), st.d.flags()) {
             return None;
         }
-        let rt = self.al.rt.get()?;
+        let rt = self.rt()?;
         Some(u64::from(rt.geometry().rextsize))
     }
 
@@ -279,14 +280,14 @@ impl Fs {
         a: u64,
         n: u64,
     ) -> Result<()> {
-        let bs = u64::from(self.bs);
+        let bs = u64::from(self.vol.bs());
         let size = st.d.size();
         let records = extents(st)?.len();
         // Blocks are below 2^32 - 1 (checked against s_maxbytes and the last extent).
         let (a32, n32) = (a as u32, n as u32);
         match how {
             Shift::Collapse => {
-                bmap::unmap_blocks(&self.al, h, st, a, a + n, false)?;
+                bmap::unmap_blocks(&self.al, self.rt(), h, st, a, a + n, false)?;
                 extents(st)?.shift_down(a32 + n32, n32);
                 st.d.set_size(size - n * bs);
             }

@@ -111,14 +111,18 @@ impl Fs {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn shutdown(&self, mode: ShutdownMode) -> Result<()> {
-        let _one = self.shutdown_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if self.shut.load(Ordering::Acquire) {
+        let _one = self
+            .life
+            .shutdown_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if self.life.shut.load(Ordering::Acquire) {
             return Ok(());
         }
         // From here on no operation starts; those under way finish in memory, and a
         // flush below commits them.
-        self.shut.store(true, Ordering::Release);
-        let flushed = if self.read_only {
+        self.life.shut.store(true, Ordering::Release);
+        let flushed = if self.vol.read_only {
             Ok(())
         } else {
             match mode {
@@ -130,7 +134,13 @@ impl Fs {
         self.latch.shut_down();
         // kmmpd stops at a shutdown too: the MMP block stays as a crash leaves it, and
         // the next mount waits for it as after a crash.
-        if let Some(g) = self.mmp.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        if let Some(g) = self
+            .life
+            .mmp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
             g.abandon();
         }
         flushed
@@ -138,7 +148,7 @@ impl Fs {
 
     /// Whether [`Fs::shutdown`] was called.
     pub fn is_shut_down(&self) -> bool {
-        self.shut.load(Ordering::Acquire)
+        self.life.shut.load(Ordering::Acquire)
     }
 
     /// Fail with [`Error::ShutDown`] once the file system is shut down.

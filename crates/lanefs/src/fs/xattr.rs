@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::inode::InodeState;
 use crate::journal::Handle;
 use crate::types::*;
+use crate::volume::Features;
 
 /// An inode's attributes as found: in the body, and in its block (with the block's number
 /// and refcount).
@@ -92,7 +93,7 @@ impl Fs {
         name: &[u8],
         value: &[u8],
     ) -> Result<dx::EaRef> {
-        use crate::disk::inode::{DiskInode, FL_EA_INODE};
+        use crate::disk::inode::FL_EA_INODE;
         let geo = &self.al.geo;
         // Near its owner (ext4 passes the owner's number as the goal); the owner is not a
         // directory, so there is no hint of its own to keep.
@@ -105,40 +106,35 @@ impl Fs {
             top: false,
             name,
         };
-        let inum = self.ial.alloc(h, &self.al, want)?;
-        let claim = match self.icache.begin_new(inum) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = self.ial.free(h, &self.al, inum, false);
-                return Err(e);
-            }
-        };
         let hash = crate::disk::crc32c_raw(geo.seed, value);
-        let mut d = DiskInode::new(geo.inode_size as usize);
-        d.set_mode(0o100600);
-        d.set_uid(st.d.uid());
-        d.set_gid(st.d.gid());
-        d.set_links(1);
+        let ids = Owner {
+            uid: st.d.uid(),
+            gid: st.d.gid(),
+            umask: 0,
+        };
         let t = self.now();
-        d.set_mtime(t);
-        d.set_crtime(t);
-        d.set_ctime(Timespec { sec: 0, nsec: 0 });
-        d.set_atime(Timespec {
+        let (inum, mut est, claim) =
+            self.birth(h, want, 0o100600, ids, 0, FileType::Regular, false, t)?;
+        // An EA inode's reference count is i_ctime's seconds (high) and i_version (low);
+        // i_atime holds the value's hash. No generation: nothing opens it by handle.
+        est.d.set_ctime(Timespec { sec: 0, nsec: 0 });
+        est.d.set_atime(Timespec {
             sec: i64::from(hash),
             nsec: 0,
         });
-        d.set_version_lo(1);
-        d.set_size(value.len() as u64);
-        d.set_flags(FL_EA_INODE);
+        est.d.set_generation(0);
+        est.d.set_version_lo(1);
+        est.d.set_size(value.len() as u64);
+        est.d.set_flags(est.d.flags() | FL_EA_INODE);
+        crate::inode::init_empty_map(&mut est, self.vol.has(Features::EXTENTS));
         // Nothing refers to it until the owner's entry does: publish it now.
-        let ea = claim.finish(crate::inode::new_inode(inum, d));
+        let ea = claim.finish(crate::inode::inode_from_state(inum, est));
         let mut est = ea.state.write();
-        crate::inode::init_empty_map(&mut est, self.extents);
         self.fill_new_blocks(h, &ea, &mut est, value)?;
         self.store(h, &ea, &mut est)?;
         drop(est);
-        let charged = st.d.blocks_512(self.bs) + self.ea_sectors(value.len() as u32);
-        st.d.set_blocks_512(charged, self.bs);
+        let charged = st.d.blocks_512(self.vol.bs()) + self.ea_sectors(value.len() as u32);
+        st.d.set_blocks_512(charged, self.vol.bs());
         Ok(dx::EaRef {
             inum: inum as u32,
             size: value.len() as u32,
@@ -225,14 +221,14 @@ impl Fs {
 
     /// The owner no longer pays for EA inode `r`'s blocks.
     fn uncharge_ea(&self, st: &mut InodeState, r: dx::EaRef) {
-        let cur = st.d.blocks_512(self.bs);
-        st.d.set_blocks_512(cur.saturating_sub(self.ea_sectors(r.size)), self.bs);
+        let cur = st.d.blocks_512(self.vol.bs());
+        st.d.set_blocks_512(cur.saturating_sub(self.ea_sectors(r.size)), self.vol.bs());
     }
 
     /// The sectors a value of `size` bytes in an EA inode charges to its owner (whole
     /// blocks, as the kernel's quota charge).
     fn ea_sectors(&self, size: u32) -> u64 {
-        let bs = u64::from(self.bs);
+        let bs = u64::from(self.vol.bs());
         u64::from(size).div_ceil(bs) * bs / 512
     }
 
@@ -253,7 +249,7 @@ impl Fs {
         owner: Ino,
         st: &mut InodeState,
     ) -> Result<()> {
-        if !self.ea_inode {
+        if !self.vol.has(Features::EA_INODE) {
             return Ok(());
         }
         // An EA inode's own attributes name no further EA inode (the kernel's rule): its
@@ -398,7 +394,7 @@ impl Fs {
         flags: XattrFlags,
     ) -> Result<()> {
         self.check_rw()?;
-        if !self.ext_attr {
+        if !self.vol.has(Features::EXT_ATTR) {
             return Err(Error::NotSupported(
                 "extended attributes (the image lacks ext_attr)".into(),
             ));
@@ -483,7 +479,7 @@ impl Fs {
         st: &InodeState,
         index: u8,
     ) -> Result<Option<(Found, Vec<dx::AclEntry>)>> {
-        if !self.ext_attr {
+        if !self.vol.has(Features::EXT_ATTR) {
             return Ok(None);
         }
         let found = self.read_xattrs(ino, st)?;
@@ -586,7 +582,9 @@ impl Fs {
         if let Some(v) = stored {
             // ea_inode: a value too large for any block goes in its own inode
             // (EXT4_XATTR_MIN_LARGE_EA_SIZE), as ext4_xattr_set_handle decides.
-            let e = if self.ea_inode && (v.len() + 3) & !3 > self.bs as usize - 3 - 16 - 4 {
+            let e = if self.vol.has(Features::EA_INODE)
+                && (v.len() + 3) & !3 > self.vol.bs() as usize - 3 - 16 - 4
+            {
                 let r = self.create_ea_inode(h, ino, st, &sub, &v)?;
                 Entry {
                     index,
@@ -608,7 +606,7 @@ impl Fs {
                 let e = ibody.pop().ok_or(Error::NoSpace)?;
                 block.push(e);
                 dx::sort_for_block(&mut block);
-                if !dx::fits_block(&block, self.bs as usize) {
+                if !dx::fits_block(&block, self.vol.bs() as usize) {
                     return Err(Error::NoSpace);
                 }
             }
@@ -659,13 +657,13 @@ impl Fs {
         st: &mut InodeState,
         found: &Found,
     ) -> Result<bool> {
-        let spb = u64::from(self.bs / 512);
+        let spb = u64::from(self.vol.bs() / 512);
         let seed = self.xattr_seed();
         if found.block.is_empty() {
             if found.blk != 0 {
                 self.release_xattr_block(h, st)?;
-                let n = st.d.blocks_512(self.bs).saturating_sub(spb);
-                st.d.set_blocks_512(n, self.bs);
+                let n = st.d.blocks_512(self.vol.bs()).saturating_sub(spb);
+                st.d.set_blocks_512(n, self.vol.bs());
             }
             return Ok(false);
         }
@@ -691,8 +689,8 @@ impl Fs {
             drop(d);
             h.dirty(&old);
         } else {
-            let n = st.d.blocks_512(self.bs) + spb;
-            st.d.set_blocks_512(n, self.bs);
+            let n = st.d.blocks_512(self.vol.bs()) + spb;
+            st.d.set_blocks_512(n, self.vol.bs());
         }
         let copied = found.blk != 0;
         let b = self.bufs.get_new(nb);

@@ -143,7 +143,7 @@ struct CommitState {
     shift: Option<jbd2::ZeroShift>,
 }
 
-/// Journal counters since mount, for benchmarks (`Fs::journal_stats`).
+/// Journal counters since mount, for benchmarks (`Diagnostics::journal_stats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct JournalStats {
     /// Transactions committed.

@@ -93,7 +93,7 @@ struct ClockShard {
     hand: usize,
 }
 
-/// What the page cache holds (`Fs::pagecache_stats`).
+/// What the page cache holds (`Diagnostics::pagecache_stats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PageCacheStats {
     /// Bytes of folios and index nodes.

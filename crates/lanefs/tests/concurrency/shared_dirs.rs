@@ -229,7 +229,7 @@ fn threads_in_private_and_shared_directories() {
     for h in handles {
         outs.push(h.join().expect("worker panicked"));
     }
-    let js = arena.fs.journal_stats();
+    let js = arena.fs.diagnostics().journal_stats();
     println!("{test}: {js:?}");
     assert!(
         js.commits > 10,

@@ -126,7 +126,7 @@ pub(super) fn run_workload(w: &Workload, base: &[u8], wseed: u64, cut: Cut, ctx:
     let mut journal = String::new();
     if let Cut::None = cut {
         assert!(done, "{ctx}: the workload stopped without a crash");
-        journal = format!("{:?}", fs.journal_stats());
+        journal = format!("{:?}", fs.diagnostics().journal_stats());
         fs.unmount()
             .unwrap_or_else(|e| panic!("{ctx}: unmount: {e}"));
         model.ack_all();

@@ -82,7 +82,7 @@ pub(super) fn take_snap(
         "{test}: copied the image at {label}: {} entries, {} log blocks written so far, journal_stats {:?}",
         model.len(),
         dev.log_blocks(),
-        fs.journal_stats()
+        fs.diagnostics().journal_stats()
     );
     Snap {
         label: label.to_string(),

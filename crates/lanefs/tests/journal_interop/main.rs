@@ -323,7 +323,7 @@ fn lanefs_log_wraps() {
     println!(
         "{test}: {iters} iterations, {fsyncs} fsyncs, {} log blocks = {wraps:.2} wraps of {jlen}, journal_stats {:?}, in {}",
         dev.log_blocks(),
-        fs.journal_stats(),
+        fs.diagnostics().journal_stats(),
         secs(t0)
     );
     f.check(wraps >= WRAPS, || {

@@ -152,7 +152,7 @@ fn realtime_files_shift_in_whole_rt_extents() {
     )
     .unwrap();
     drop(FileDevice::create(&rt, 16 << 20).unwrap());
-    Fs::format_rt(&img, &rt, 4, 1).unwrap();
+    lanefs::format_rt(&img, &rt, 4, 1).unwrap();
     let o = MountOptions {
         rtdev: Some(rt.clone()),
         ..opts()
@@ -180,7 +180,7 @@ fn realtime_files_shift_in_whole_rt_extents() {
             m[(off + bs) as usize..(off + 2 * bs) as usize].copy_from_slice(&data);
         }
         same(&read_all(&fs, f), &m, &what);
-        fs.rt_check().unwrap();
+        fs.diagnostics().rt_check().unwrap();
     }
     assert!(matches!(
         fs.collapse_range(f, bs, 4 * bs),
@@ -194,7 +194,7 @@ fn realtime_files_shift_in_whole_rt_extents() {
     fs.unmount().unwrap();
     let fs = Fs::mount_path(&img, o).unwrap();
     same(&read_all(&fs, f), &m, "rt");
-    fs.rt_check().unwrap();
+    fs.diagnostics().rt_check().unwrap();
     fs.unmount().unwrap();
     let r = check(
         &FileDevice::open(&img, true).unwrap(),

@@ -72,7 +72,8 @@ fn errors_are_ext4s_and_change_nothing() {
     // Flags, then kinds of file.
     let plain = fs.get_flags(f).unwrap();
     for flag in [FL_IMMUTABLE, FL_APPEND] {
-        fs.set_flags(f, plain | flag).unwrap();
+        fs.set_flags(f, plain | lanefs::InodeFlags::from_bits_retain(flag))
+            .unwrap();
         let a = fs.getattr(f).unwrap();
         assert_eq!(errno(fs.collapse_range(f, 0, bs)), EPERM, "flag {flag:#x}");
         assert_eq!(errno(fs.insert_range(f, 0, bs)), EPERM, "flag {flag:#x}");
