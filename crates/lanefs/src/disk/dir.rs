@@ -11,7 +11,6 @@ const TAIL_FT: u8 = 0xDE;
 
 /// Space an entry with a name of `name_len` bytes needs.
 pub fn rec_len_for(name_len: usize) -> usize {
-    debug_assert!(name_len <= 255, "name of {name_len} bytes");
     (8 + name_len + 3) & !3
 }
 
