@@ -277,6 +277,13 @@ impl CrashDevice {
         img.clear();
         img.extend_from_slice(&s.current);
         for p in s.pending.iter().rev() {
+            // write_at records only in-range writes, with the bytes they replaced.
+            debug_assert!(
+                p.old.len() == p.new.len() && p.off + p.old.len() <= img.len(),
+                "pending write at {} of {} bytes",
+                p.off,
+                p.new.len()
+            );
             img[p.off..p.off + p.old.len()].copy_from_slice(&p.old);
         }
         for (n, &k) in keep.iter().enumerate() {

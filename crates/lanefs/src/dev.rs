@@ -271,6 +271,10 @@ impl BlockDevice for FileDevice {
         self.check_range("write", off, len)?;
         if let Some(d) = &self.direct {
             if self.direct_on.load(Ordering::Relaxed) && direct_aligned(off, bufs) {
+                debug_assert!(
+                    len.is_multiple_of(DIRECT_ALIGN as u64),
+                    "O_DIRECT write of {len}"
+                );
                 // The kernel writes back and drops any cached page of the range first and
                 // drops them again after, so buffered reads and writes stay coherent; the
                 // flush (`fdatasync` of the file) still flushes the device's cache.
@@ -330,6 +334,10 @@ fn pwritev_all(file: &File, mut off: u64, bufs: &[&[u8]]) -> std::io::Result<()>
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         };
+        debug_assert!(
+            n <= iov.iter().map(|v| v.len()).sum::<usize>(),
+            "pwritev wrote {n} bytes, more than it was given"
+        );
         off += n as u64;
         (i, done) = step(bufs.len(), |k| bufs[k].len(), i, done, n);
     }
@@ -346,12 +354,18 @@ fn step(
     done: usize,
     mut n: usize,
 ) -> (usize, usize) {
+    debug_assert!(
+        i >= count || done <= len(i),
+        "{done} bytes done of buffer {i}"
+    );
     let mut done = done;
     while i < count && n >= len(i) - done {
         n -= len(i) - done;
         i += 1;
         done = 0;
     }
+    // What the kernel moved lies inside the buffers: none left past the last one.
+    debug_assert!(i < count || n == 0, "{n} bytes past the last buffer");
     (i, done + n)
 }
 
@@ -373,6 +387,10 @@ fn preadv_all(file: &File, mut off: u64, bufs: &mut [&mut [u8]]) -> std::io::Res
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         };
+        debug_assert!(
+            n <= iov.iter().map(|v| v.len()).sum::<usize>(),
+            "preadv read {n} bytes, more than it was given"
+        );
         off += n as u64;
         (i, done) = step(bufs.len(), |k| bufs[k].len(), i, done, n);
     }

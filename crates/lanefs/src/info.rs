@@ -379,6 +379,11 @@ impl Histogram {
 
     /// Add one group's bitmap (`len` valid bits); free extents continue across groups.
     fn add_group(&mut self, map: &[u8], len: usize, run: &mut u64, bs: u64) {
+        debug_assert!(
+            len <= map.len() * 8,
+            "{len} bits of a {}-byte map",
+            map.len()
+        );
         let mut i = 0;
         while i < len {
             let z = find_zero(map, i, len).unwrap_or(len);
@@ -396,6 +401,7 @@ impl Histogram {
 }
 
 fn free_histogram(dev: &dyn BlockDevice, geo: &Geometry, descs: &[GroupDesc]) -> Result<Histogram> {
+    debug_assert_eq!(descs.len(), geo.groups as usize, "one descriptor per group");
     let mut h = Histogram::default();
     let mut run = 0u64;
     for start in (0..geo.groups).step_by(GROUP_BATCH as usize) {
@@ -426,6 +432,13 @@ fn free_histogram(dev: &dyn BlockDevice, geo: &Geometry, descs: &[GroupDesc]) ->
         }
     }
     h.flush(&mut run, geo.block_bytes());
+    // At most each group's own bits are counted, whatever the bitmaps hold.
+    debug_assert!(
+        h.free <= geo.blocks,
+        "{} free blocks of {}",
+        h.free,
+        geo.blocks
+    );
     Ok(h)
 }
 

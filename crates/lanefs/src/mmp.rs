@@ -29,6 +29,7 @@ struct Place {
 
 impl Place {
     fn read(&self) -> Result<Mmp> {
+        debug_assert!(self.bs >= dm::SIZE, "MMP block of {} bytes", self.bs);
         let mut b = vec![0u8; self.bs];
         self.dev.read_at(self.off, &mut b)?;
         if let Some(seed) = self.seed {
@@ -40,6 +41,11 @@ impl Place {
     }
 
     fn write(&self, m: &Mmp) -> Result<()> {
+        debug_assert!(
+            self.off.is_multiple_of(self.bs as u64),
+            "MMP block at byte {} is not a block",
+            self.off
+        );
         let mut b = vec![0u8; self.bs];
         m.encode(&mut b, self.seed);
         self.dev.write_at(self.off, &b)?;

@@ -43,7 +43,7 @@ pub enum FileType {
 impl FileType {
     /// The type bits of `st_mode` (S_IFMT part) for this type.
     pub fn mode_bits(self) -> u16 {
-        match self {
+        let bits = match self {
             FileType::Regular => 0o100000,
             FileType::Directory => 0o040000,
             FileType::CharDevice => 0o020000,
@@ -51,7 +51,9 @@ impl FileType {
             FileType::Fifo => 0o010000,
             FileType::Socket => 0o140000,
             FileType::Symlink => 0o120000,
-        }
+        };
+        debug_assert_eq!(FileType::from_mode(bits), Some(self), "mode bits {bits:#o}");
+        bits
     }
     /// The type encoded in a full `st_mode`, if valid.
     pub fn from_mode(mode: u16) -> Option<FileType> {
@@ -68,7 +70,7 @@ impl FileType {
     }
     /// The ext4 directory-entry file type code (1..=7).
     pub fn dirent_code(self) -> u8 {
-        match self {
+        let code = match self {
             FileType::Regular => 1,
             FileType::Directory => 2,
             FileType::CharDevice => 3,
@@ -76,7 +78,13 @@ impl FileType {
             FileType::Fifo => 5,
             FileType::Socket => 6,
             FileType::Symlink => 7,
-        }
+        };
+        debug_assert_eq!(
+            FileType::from_dirent_code(code),
+            Some(self),
+            "type code {code}"
+        );
+        code
     }
     /// Decode an ext4 directory-entry file type code.
     pub fn from_dirent_code(c: u8) -> Option<FileType> {

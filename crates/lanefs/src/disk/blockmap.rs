@@ -45,11 +45,13 @@ pub type Nodes = BTreeMap<NodeKey, u64>;
 
 /// Pointers per indirect block.
 pub fn per_block(bs: usize) -> u64 {
+    debug_assert!(bs >= 1024 && bs.is_power_of_two(), "block size {bs}");
     (bs / 4) as u64
 }
 
 /// Logical blocks one node of `level` covers.
 fn span(level: u8, apb: u64) -> u64 {
+    debug_assert!((1..=3).contains(&level), "indirect level {level}");
     apb.saturating_pow(u32::from(level) - 1).saturating_mul(apb)
 }
 
@@ -73,6 +75,7 @@ pub fn capacity(bs: usize) -> u64 {
 /// addresses, less what its data and indirect blocks may count in `i_blocks` (32 bits of
 /// 512-byte sectors without huge_file, 48 with it).
 pub fn max_file_bytes(bs: usize, huge_file: bool) -> u64 {
+    debug_assert!(bs >= 1024 && bs.is_power_of_two(), "block size {bs}");
     let bits = bs.trailing_zeros();
     let ppb = per_block(bs);
     let mut upper: u64 = if huge_file {
@@ -111,6 +114,11 @@ pub fn decode(
     ino: u64,
     read: &mut dyn FnMut(u64) -> Result<Vec<u8>>,
 ) -> Result<(Vec<Extent>, Nodes)> {
+    debug_assert!(
+        iblock.len() >= IBLOCK_BYTES,
+        "i_block of {} bytes",
+        iblock.len()
+    );
     let mut d = Decoder {
         apb: per_block(bs),
         first_data,
@@ -188,8 +196,14 @@ impl Decoder {
                 format!("block map: indirect block {p} used twice"),
             ));
         }
+        debug_assert!((1..=3).contains(&key.level), "indirect level {}", key.level);
         self.nodes.insert(key, p);
         let b = read(p)?;
+        debug_assert!(
+            b.len() as u64 >= self.apb * 4,
+            "indirect block read as {} bytes",
+            b.len()
+        );
         let child = span(key.level, self.apb) / self.apb;
         for i in 0..self.apb {
             let q = u64::from(le32(&b, i as usize * 4));
@@ -277,10 +291,15 @@ pub fn encode(
             .iter()
             .find(|t| t.1 == key.level && t.2 == key.base)
         {
-            Some(&(slot, _, _)) => put32(&mut iblock, slot * 4, p as u32),
+            Some(&(slot, _, _)) => {
+                assert!(p < 1 << 32, "indirect block {p} past 2^32");
+                put32(&mut iblock, slot * 4, p as u32)
+            }
             None => {
+                assert!(p < 1 << 32, "indirect block {p} past 2^32");
                 let parent = parent_of(*key, apb);
                 let idx = (key.base - parent.base) / span(key.level, apb);
+                debug_assert!(idx < apb, "node {key:?} is slot {idx} of {parent:?}");
                 let pb = blocks.get_mut(&parent);
                 debug_assert!(pb.is_some(), "node {key:?} has no parent {parent:?}");
                 if let Some(pb) = pb {
@@ -292,6 +311,11 @@ pub fn encode(
     // Data pointers: direct slots, then level-1 nodes.
     for e in runs {
         debug_assert!(!e.unwritten, "block maps have no unwritten extents");
+        // Pointers are 32 bits: a longer one would be cut to another file's block.
+        assert!(
+            e.pblk + u64::from(e.len) <= 1 << 32,
+            "run {e:?} past 2^32 in a block map"
+        );
         for i in 0..u64::from(e.len) {
             let (l, p) = (u64::from(e.lblk) + i, e.pblk + i);
             if l < NDIR as u64 {
@@ -299,6 +323,7 @@ pub fn encode(
                 continue;
             }
             let leaf = leaf_of(l, apb);
+            debug_assert!(l - leaf.base < apb, "block {l} outside {leaf:?}");
             let b = blocks.get_mut(&leaf);
             debug_assert!(b.is_some(), "block {l} has no indirect block {leaf:?}");
             if let Some(b) = b {
@@ -312,6 +337,7 @@ pub fn encode(
 
 /// The level-1 node that maps logical block `l` (at least `NDIR`).
 fn leaf_of(l: u64, apb: u64) -> NodeKey {
+    debug_assert!(l >= NDIR as u64, "direct block {l} has no indirect block");
     let mut key = top_of(l, apb);
     while key.level > 1 {
         let child = span(key.level - 1, apb);
@@ -338,6 +364,7 @@ fn top_of(l: u64, apb: u64) -> NodeKey {
 
 /// The node one level up that points to `key` (which is not a top-level node).
 fn parent_of(key: NodeKey, apb: u64) -> NodeKey {
+    debug_assert!(key.level < 3, "a triple-indirect block has no parent");
     let mut p = top_of(key.base, apb);
     while p.level > key.level + 1 {
         let child = span(p.level - 1, apb);
@@ -395,6 +422,11 @@ pub fn contiguous(start: u64, nblocks: u64, bs: usize) -> (Vec<Extent>, Nodes) {
         }
         next += 1;
     }
+    debug_assert_eq!(
+        next - start,
+        nblocks.min(capacity(bs)) + nodes.len() as u64,
+        "contiguous: data and indirect blocks do not fill the range"
+    );
     (runs, nodes)
 }
 

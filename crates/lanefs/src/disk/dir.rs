@@ -219,6 +219,18 @@ pub fn search_block_room(
 
 /// Write an entry header and name at `off` with record length `rec_len`.
 pub fn put_entry(b: &mut [u8], off: usize, ino: u32, rec_len: usize, ft: u8, name: &[u8]) {
+    // name_len is one byte and the name must fit its record; a record past its area, or
+    // off a 4-byte boundary, breaks every later walk of it.
+    assert!(
+        name.len() <= 255 && 8 + name.len() <= rec_len,
+        "name of {} bytes in a record of {rec_len}",
+        name.len()
+    );
+    assert!(
+        off.is_multiple_of(4) && rec_len.is_multiple_of(4) && off + rec_len <= b.len(),
+        "record {off}+{rec_len} in a {}-byte area",
+        b.len()
+    );
     put32(b, off, ino);
     set_rec_len(b, off, rec_len);
     b[off + 6] = name.len() as u8;
@@ -243,6 +255,7 @@ pub fn insert_entry(
         } else {
             rec_len_for(e.name.len())
         };
+        debug_assert!(e.rec_len >= used, "entry {e:?} shorter than its name");
         if e.rec_len - used < need {
             continue;
         }
@@ -304,6 +317,10 @@ pub fn insert_at(
     if rec_len - used < rec_len_for(name.len()) {
         return Ok(None);
     }
+    debug_assert!(
+        off + rec_len <= end,
+        "record at {off} past the entries' end {end}"
+    );
     if used == 0 {
         put_entry(b, off, child, rec_len, ft, name);
     } else {
@@ -345,7 +362,18 @@ pub fn each_entry(
 pub fn remove_entry(area: &mut [u8], off: usize, prev: Option<usize>) {
     match prev {
         Some(p) => {
+            // Merging into a record that does not end where this one starts would
+            // swallow or split the entries between.
+            debug_assert_eq!(
+                p + rec_len_at(area, p),
+                off,
+                "record at {p} is not before {off}"
+            );
             let len = rec_len_at(area, p) + rec_len_at(area, off);
+            debug_assert!(
+                p + len <= area.len(),
+                "merged record {p}+{len} past the area"
+            );
             set_rec_len(area, p, len);
         }
         None => put32(area, off, 0),
@@ -354,6 +382,7 @@ pub fn remove_entry(area: &mut [u8], off: usize, prev: Option<usize>) {
 
 /// Point the entry at `off` at inode `ino` of type `ft`.
 pub fn retarget_entry(area: &mut [u8], off: usize, ino: u32, ft: u8) {
+    debug_assert!(off + 8 <= area.len(), "entry at {off} outside the area");
     put32(area, off, ino);
     area[off + 7] = ft;
 }
@@ -379,6 +408,7 @@ pub fn set_dotdot(b: &mut [u8], parent: u32) -> bool {
 
 /// Initialize the checksum tail of a leaf block.
 pub fn init_tail(b: &mut [u8]) {
+    debug_assert!(b.len() >= 1024, "directory block of {} bytes", b.len());
     let t = b.len() - TAIL_SIZE;
     b[t..].fill(0);
     put16(b, t + 4, TAIL_SIZE as u16);
@@ -397,6 +427,7 @@ pub fn has_tail(b: &[u8]) -> bool {
 /// Compute and store a leaf block's checksum.
 /// Returns the checksum: the crc32c of the bytes before the tail from `inode_seed`.
 pub fn set_leaf_csum(inode_seed: u32, b: &mut [u8]) -> u32 {
+    debug_assert!(b.len() >= 1024, "directory block of {} bytes", b.len());
     let t = b.len() - TAIL_SIZE;
     let c = crc32c_raw(inode_seed, &b[..t]);
     put32(b, t + 8, c);
@@ -450,6 +481,10 @@ pub const DX_NODE_COUNT_OFF: usize = 0x8;
 
 /// Entries a dx block can hold given where its count/limit header sits.
 pub fn dx_limit(block_size: usize, count_off: usize, csum: bool) -> usize {
+    debug_assert!(
+        block_size > count_off + 16,
+        "index block of {block_size} bytes"
+    );
     (block_size - count_off - if csum { 8 } else { 0 }) / 8
 }
 
@@ -491,6 +526,7 @@ pub fn dx_count(b: &[u8], count_off: usize, csum: bool, at: u64) -> Result<usize
 /// Entry `i` of a dx block: (hash, logical block); entry 0's hash is 0.
 pub fn dx_entry(b: &[u8], count_off: usize, i: usize) -> (u32, u32) {
     let o = count_off + 8 * i;
+    debug_assert!(o + 8 <= b.len(), "dx entry {i} outside the block");
     let hash = if i == 0 { 0 } else { le32(b, o) };
     (hash, le32(b, o + 4))
 }
@@ -498,6 +534,10 @@ pub fn dx_entry(b: &[u8], count_off: usize, i: usize) -> (u32, u32) {
 /// The entry of a dx block (of `count` entries) whose range holds hash `h`: the last
 /// whose hash is at most `h` (dx_probe's binary search), read in place.
 pub fn dx_search(b: &[u8], count_off: usize, count: usize, h: u32) -> usize {
+    debug_assert!(
+        count >= 1 && count_off + 8 * count <= b.len(),
+        "dx search over {count} entries"
+    );
     let (mut lo, mut hi) = (1, count);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
@@ -515,6 +555,10 @@ pub fn encode_dx(b: &mut [u8], count_off: usize, limit: usize, entries: &[(u32, 
     assert!(
         !entries.is_empty() && entries.len() <= limit,
         "dx entries out of range"
+    );
+    assert!(
+        count_off + 8 * limit <= b.len() && limit <= 0xFFFF,
+        "dx limit {limit} past the block"
     );
     b[count_off..count_off + 8 * limit].fill(0);
     put16(b, count_off, limit as u16);
@@ -549,6 +593,10 @@ pub fn set_dx_csum(inode_seed: u32, b: &mut [u8], count_off: usize) {
 }
 
 fn dx_csum(seed: u32, b: &[u8], count_off: usize, count: usize, t: usize) -> u32 {
+    debug_assert!(
+        count_off + 8 * count <= t && t + 8 <= b.len(),
+        "dx checksum span"
+    );
     let c = crc32c_raw(seed, &b[..count_off + 8 * count]);
     let c = crc32c_raw(c, &b[t..t + 4]);
     crc32c_raw(c, &[0; 4])
@@ -586,6 +634,7 @@ const DX_ROOT_LEVELS: usize = 0x1E;
 
 /// Set the number of index levels below a dx_root (its `indirect_levels`).
 pub fn set_root_levels(b: &mut [u8], levels: u8) {
+    debug_assert!(levels <= 2, "{levels} index levels");
     b[DX_ROOT_LEVELS] = levels;
 }
 
@@ -631,6 +680,10 @@ pub fn decode_root_info(b: &[u8], at: u64) -> Result<DxRootInfo> {
 /// Write the dx_root header: ".", ".." (file type `dot_ft`: 2, or 0 without the filetype
 /// feature) and the root info; entries follow via `encode_dx`.
 pub fn init_dx_root(b: &mut [u8], self_ino: u32, parent_ino: u32, info: DxRootInfo, dot_ft: u8) {
+    debug_assert!(
+        info.hash_version <= 5 && info.indirect_levels <= 2,
+        "root info {info:?}"
+    );
     b.fill(0);
     put_entry(b, 0, self_ino, 12, dot_ft, b".");
     put_entry(b, 12, parent_ino, b.len() - 12, dot_ft, b"..");

@@ -52,6 +52,10 @@ pub enum Node {
 
 /// Capacity of a node stored in `bytes` bytes (4 in the inode, 340 in a 4 KiB block).
 pub fn node_capacity(bytes: usize) -> usize {
+    debug_assert!(
+        bytes >= 12,
+        "extent node of {bytes} bytes has no room for its header"
+    );
     (bytes - 12) / 12
 }
 
@@ -126,6 +130,10 @@ pub fn encode_node(b: &mut [u8], node: &Node) {
         Node::Index(d, v) => (v.len(), *d),
     };
     assert!(count <= max, "extent node overflow: {count} > {max}");
+    debug_assert!(
+        depth <= MAX_DEPTH && (depth > 0) == matches!(node, Node::Index(..)),
+        "extent node of depth {depth}"
+    );
     b.fill(0);
     put16(b, 0, EXT_MAGIC);
     put16(b, 2, count as u16);
@@ -138,8 +146,13 @@ pub fn encode_node(b: &mut [u8], node: &Node) {
             }
         }
         Node::Index(_, v) => {
+            debug_assert!(
+                v.windows(2).all(|w| w[0].lblk < w[1].lblk),
+                "index entries out of order: {v:?}"
+            );
             for (i, ix) in v.iter().enumerate() {
                 let o = 12 + 12 * i;
+                assert!(ix.child < 1 << 48, "index child {} past 48 bits", ix.child);
                 put32(b, o, ix.lblk);
                 put32(b, o + 4, ix.child as u32);
                 put16(b, o + 8, (ix.child >> 32) as u16);
@@ -151,6 +164,19 @@ pub fn encode_node(b: &mut [u8], node: &Node) {
 /// Entry `i` of a leaf.
 fn put_extent(b: &mut [u8], i: usize, e: &Extent) {
     let o = 12 + 12 * i;
+    // ee_len is 16 bits with the top values meaning unwritten: a longer run would be
+    // stored as another length or flip its written state.
+    let max = if e.unwritten {
+        MAX_UNWRITTEN_LEN
+    } else {
+        MAX_INIT_LEN
+    };
+    assert!(
+        e.len >= 1 && e.len <= max,
+        "extent {e:?} length out of range"
+    );
+    assert!(e.pblk < 1 << 48, "extent {e:?} past 48-bit block numbers");
+    debug_assert!(e.lend() <= 1 << 32, "extent {e:?} past 2^32 logical blocks");
     put32(b, o, e.lblk);
     let len = if e.unwritten {
         e.len + MAX_INIT_LEN
@@ -183,6 +209,10 @@ pub fn rewrite_leaf_tail(b: &mut [u8], from: usize, tail: &[Extent], at: u64) ->
             format!("cannot hold entries {from}..{count}: count {old}, max {max}"),
         ));
     }
+    debug_assert!(
+        tail.windows(2).all(|w| w[0].lend() <= u64::from(w[1].lblk)),
+        "leaf tail out of order: {tail:?}"
+    );
     for (i, e) in tail.iter().enumerate() {
         put_extent(b, from + i, e);
     }
@@ -201,6 +231,7 @@ pub fn tail_offset(block_size: usize) -> usize {
 
 /// Compute the tail checksum of an extent block.
 pub fn block_csum(inode_seed: u32, b: &[u8]) -> u32 {
+    debug_assert!(b.len() >= 16, "extent block of {} bytes", b.len());
     let off = 12 + 12 * usize::from(le16(b, 4));
     crc32c_raw(inode_seed, &b[..off.min(b.len() - 4)])
 }
@@ -241,6 +272,7 @@ pub fn verify_block_csum(inode_seed: u32, b: &[u8], at: u64) -> Result<()> {
 /// Encode a node into a full block, leaving room for the checksum tail.
 pub fn encode_block(b: &mut [u8], node: &Node) {
     let cap = tail_offset(b.len());
+    debug_assert!(cap + 4 <= b.len(), "no room for the tail after {cap} bytes");
     b.fill(0);
     encode_node(&mut b[..cap], node);
 }
@@ -248,6 +280,7 @@ pub fn encode_block(b: &mut [u8], node: &Node) {
 /// The largest size of an extent-mapped file (ext4_max_size): 2^32 - 1 blocks, or what
 /// 2^32 - 1 sectors of `i_blocks` count without huge_file.
 pub fn max_file_bytes(bs: usize, huge_file: bool) -> u64 {
+    debug_assert!(bs >= 1024 && bs.is_power_of_two(), "block size {bs}");
     let bits = bs.trailing_zeros();
     let res = ((1u64 << 32) - 1) << bits;
     if huge_file {

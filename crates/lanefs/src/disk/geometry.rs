@@ -64,6 +64,21 @@ impl Geometry {
             DescCsum::None
         };
         let meta_bg = sb.has_incompat(incompat::META_BG);
+        // Bounded by Superblock::decode, which every caller's superblock passed.
+        debug_assert!(
+            (1024..=65536).contains(&bs) && bs.is_power_of_two(),
+            "block size {bs}"
+        );
+        debug_assert!(
+            desc_size >= 32 && desc_size <= bs && desc_size.is_power_of_two(),
+            "descriptor size {desc_size}"
+        );
+        debug_assert!(
+            groups >= 1 && sb.blocks_per_group() >= 1 && sb.inodes_per_group() >= 1,
+            "{groups} groups of {} blocks, {} inodes",
+            sb.blocks_per_group(),
+            sb.inodes_per_group()
+        );
         Geometry {
             bs,
             blocks: sb.blocks_count(),
@@ -104,6 +119,7 @@ impl Geometry {
 
     /// First block of group `g`.
     pub fn group_first(&self, g: u32) -> u64 {
+        debug_assert!(g < self.groups, "group {g} of {}", self.groups);
         u64::from(self.first_data_block) + u64::from(g) * u64::from(self.bpg)
     }
     /// Number of blocks in group `g` (the last one may be short).
@@ -113,10 +129,20 @@ impl Geometry {
     }
     /// Group holding block `b`.
     pub fn group_of_block(&self, b: u64) -> u32 {
+        debug_assert!(
+            b >= u64::from(self.first_data_block) && b < self.blocks,
+            "block {b} outside the file system ({} blocks)",
+            self.blocks
+        );
         ((b - u64::from(self.first_data_block)) / u64::from(self.bpg)) as u32
     }
     /// Group holding inode `ino`.
     pub fn group_of_inode(&self, ino: u64) -> u32 {
+        debug_assert!(
+            ino >= 1 && ino <= self.inodes(),
+            "inode {ino} outside 1..={}",
+            self.inodes()
+        );
         ((ino - 1) / u64::from(self.ipg)) as u32
     }
     /// Blocks each group's inode table takes.
@@ -136,6 +162,11 @@ impl Geometry {
     /// after the primary superblock, or with meta_bg from `first_meta_bg` on in the first
     /// group of its meta group, after that group's superblock copy if it has one.
     pub fn gdt_block(&self, i: u32) -> u64 {
+        debug_assert!(
+            i < self.gdt_blocks,
+            "descriptor block {i} of {}",
+            self.gdt_blocks
+        );
         if !self.meta_bg || i < self.first_meta_bg {
             // After the primary superblock's block (ext4's descriptor_loc): block 1 on
             // 1 KiB blocks, even with bigalloc, whose group 0 starts at block 0.

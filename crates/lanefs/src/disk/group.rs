@@ -53,6 +53,10 @@ pub struct GroupDesc {
 impl GroupDesc {
     /// A zeroed descriptor of `size` bytes.
     pub fn zeroed(size: usize) -> GroupDesc {
+        debug_assert!(
+            size == 32 || (size >= 64 && size.is_power_of_two()),
+            "descriptor size {size}"
+        );
         GroupDesc { raw: vec![0; size] }
     }
     fn wide(&self) -> bool {
@@ -63,6 +67,11 @@ impl GroupDesc {
         u64::from(le32(&self.raw, lo)) | (u64::from(h) << 32)
     }
     fn set_lohi32(&mut self, lo: usize, hi: usize, v: u64) {
+        // A block number cut to 32 bits would point a bitmap or table elsewhere.
+        assert!(
+            self.wide() || v <= u64::from(u32::MAX),
+            "block {v} does not fit a 32-byte descriptor"
+        );
         put32(&mut self.raw, lo, v as u32);
         if self.wide() {
             put32(&mut self.raw, hi, (v >> 32) as u32);
@@ -73,6 +82,11 @@ impl GroupDesc {
         u32::from(le16(&self.raw, lo)) | (u32::from(h) << 16)
     }
     fn set_lohi16(&mut self, lo: usize, hi: usize, v: u32) {
+        debug_assert!(
+            self.raw.len() >= 32,
+            "descriptor of {} bytes",
+            self.raw.len()
+        );
         put16(&mut self.raw, lo, v as u16);
         if self.wide() {
             put16(&mut self.raw, hi, (v >> 16) as u16);
@@ -108,6 +122,10 @@ impl GroupDesc {
     }
     /// Set free blocks.
     pub fn set_free_blocks(&mut self, v: u32) {
+        debug_assert!(
+            self.wide() || v <= 0xFFFF,
+            "free blocks count {v} does not fit a 32-byte descriptor"
+        );
         self.set_lohi16(0xC, 0x2C, v)
     }
     /// Free inodes in the group.
@@ -116,6 +134,10 @@ impl GroupDesc {
     }
     /// Set free inodes.
     pub fn set_free_inodes(&mut self, v: u32) {
+        debug_assert!(
+            self.wide() || v <= 0xFFFF,
+            "free inodes count {v} does not fit a 32-byte descriptor"
+        );
         self.set_lohi16(0xE, 0x2E, v)
     }
     /// Directories in the group.
@@ -124,6 +146,10 @@ impl GroupDesc {
     }
     /// Set directories count.
     pub fn set_used_dirs(&mut self, v: u32) {
+        debug_assert!(
+            self.wide() || v <= 0xFFFF,
+            "used dirs count {v} does not fit a 32-byte descriptor"
+        );
         self.set_lohi16(0x10, 0x30, v)
     }
     /// Unused inodes at the end of the table.
@@ -132,6 +158,10 @@ impl GroupDesc {
     }
     /// Set unused inode count.
     pub fn set_itable_unused(&mut self, v: u32) {
+        debug_assert!(
+            self.wide() || v <= 0xFFFF,
+            "itable unused count {v} does not fit a 32-byte descriptor"
+        );
         self.set_lohi16(0x1C, 0x32, v)
     }
     /// Group flags (BG_*).
@@ -164,6 +194,11 @@ impl GroupDesc {
     }
     /// Descriptor checksum for group `group`.
     pub fn compute_checksum(&self, csum_seed: u32, group: u32) -> u16 {
+        debug_assert!(
+            self.raw.len() >= 0x20,
+            "descriptor of {} bytes",
+            self.raw.len()
+        );
         let mut c = crc32c_raw(csum_seed, &group.to_le_bytes());
         c = crc32c_raw(c, &self.raw[..0x1E]);
         c = crc32c_raw(c, &[0, 0]);
@@ -208,6 +243,11 @@ impl GroupDesc {
 
 /// Checksum of a bitmap's first `bytes` bytes, as stored in the descriptor.
 pub fn bitmap_csum(csum_seed: u32, map: &[u8], bytes: usize, wide: bool) -> u32 {
+    debug_assert!(
+        bytes <= map.len(),
+        "checksum over {bytes} bytes of a {}-byte bitmap",
+        map.len()
+    );
     let c = crc32c_raw(csum_seed, &map[..bytes]);
     if wide {
         c
@@ -261,6 +301,7 @@ pub fn has_super(g: u32, sparse: bool) -> bool {
 /// The block bitmap the kernel assumes for a BLOCK_UNINIT group (`ext4_init_block_bitmap`):
 /// only the group's superblock copy, descriptors and its own bitmaps and table are used.
 pub fn uninit_block_bitmap(geo: &super::geometry::Geometry, g: u32, d: &GroupDesc) -> Vec<u8> {
+    debug_assert!(g < geo.groups, "group {g} of {}", geo.groups);
     let mut map = vec![0u8; geo.bs as usize];
     let first = geo.group_first(g);
     let len = u64::from(geo.group_len(g));

@@ -14,6 +14,7 @@ pub const HALF_MD4_UNSIGNED: u8 = 4;
 pub const TEA_UNSIGNED: u8 = 5;
 
 fn str2hashbuf(msg: &[u8], num: usize, unsigned: bool, out: &mut [u32; 8]) {
+    debug_assert!(num == 4 || num == 8, "hash buffer of {num} words");
     let len = msg.len() as u32;
     let mut pad = len | (len << 8);
     pad |= pad << 16;
@@ -45,6 +46,7 @@ fn str2hashbuf(msg: &[u8], num: usize, unsigned: bool, out: &mut [u32; 8]) {
         k += 1;
         num -= 1;
     }
+    debug_assert!(k <= out.len(), "{k} hash words written");
 }
 
 fn half_md4(buf: &mut [u32; 4], inp: &[u32; 8]) {

@@ -23,6 +23,7 @@ pub const DIR_PARENT_SIZE: usize = 4;
 
 /// `EXT4_XATTR_LEN`: an entry's header and padded name.
 fn xattr_len(name_len: usize) -> usize {
+    debug_assert!(name_len <= dx::NAME_MAX, "name of {name_len} bytes");
     (name_len + 3 + 16) & !3
 }
 
@@ -64,6 +65,7 @@ pub fn max_value(d: &DiskInode, ino: u64) -> Result<usize> {
     let Some((_, len)) = ibody(d) else {
         return Ok(0);
     };
+    debug_assert!(len >= dx::IBODY_HEADER + 4, "in-inode area of {len} bytes");
     let area = len - dx::IBODY_HEADER;
     let entries = ibody_entries(d, ino)?;
     if entries.is_empty() {
@@ -119,6 +121,11 @@ pub fn set_value(d: &mut DiskInode, ino: u64, v: Option<&[u8]>) -> Result<()> {
     if !dx::fits_ibody(&entries, len) {
         return Err(Error::NoSpace);
     }
+    debug_assert_eq!(
+        start + len,
+        d.raw.len(),
+        "in-inode area ends before the inode"
+    );
     dx::encode_ibody(&mut d.raw[start..start + len], &entries);
     Ok(())
 }
@@ -148,6 +155,10 @@ pub fn set_file_data(d: &mut DiskInode, ino: u64, data: &[u8]) -> Result<()> {
     let head = data.len().min(MIN_SIZE);
     let tail = &data[head..];
     set_value(d, ino, Some(tail))?;
+    debug_assert!(
+        head == data.len() || head == MIN_SIZE,
+        "inline head of {head} bytes"
+    );
     let ib = d.iblock_mut();
     ib.fill(0);
     ib[..head].copy_from_slice(&data[..head]);
@@ -192,6 +203,7 @@ impl Dir {
 
     /// A new empty directory under `parent`: one empty entry spanning `i_block`.
     pub fn empty(parent: u32) -> Dir {
+        debug_assert!(parent != 0, "inline directory with parent 0");
         let mut head = vec![0u8; MIN_SIZE - DIR_PARENT_SIZE];
         super::dir::put_entry(&mut head, 0, 0, MIN_SIZE - DIR_PARENT_SIZE, 0, b"");
         Dir {
@@ -232,6 +244,7 @@ impl Dir {
 
     /// The area `a` (0: `i_block`, 1: the attribute's value).
     pub fn area_mut(&mut self, a: usize) -> &mut Vec<u8> {
+        debug_assert!(a < 2, "inline directory area {a}");
         if a == 0 {
             &mut self.head
         } else {

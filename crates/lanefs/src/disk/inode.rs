@@ -122,6 +122,10 @@ fn time_put(raw: &mut [u8], off: usize, extra: Option<usize>, t: Timespec) {
 impl DiskInode {
     /// A zeroed inode of `size` bytes with i_extra_isize set as ext4 wants (32).
     pub fn new(size: usize) -> DiskInode {
+        debug_assert!(
+            size >= GOOD_OLD_SIZE && size.is_power_of_two(),
+            "inode size {size}"
+        );
         let mut raw = vec![0; size];
         if size > GOOD_OLD_SIZE {
             put16(&mut raw, 0x80, 32);
@@ -130,6 +134,7 @@ impl DiskInode {
     }
     /// Wrap bytes read from an inode table.
     pub fn from_bytes(b: &[u8]) -> DiskInode {
+        debug_assert!(b.len() >= GOOD_OLD_SIZE, "inode of {} bytes", b.len());
         DiskInode { raw: b.to_vec() }
     }
     /// Whether a field at `off` of `len` bytes lies inside the extra area in use.
@@ -179,6 +184,7 @@ impl DiskInode {
     }
     /// Set size.
     pub fn set_size(&mut self, v: u64) {
+        debug_assert!(v <= i64::MAX as u64, "size {v} past i64::MAX");
         put32(&mut self.raw, 0x4, v as u32);
         put32(&mut self.raw, 0x6C, (v >> 32) as u32);
     }
@@ -250,12 +256,15 @@ impl DiskInode {
     }
     /// Set allocated sectors; switches to block units (huge_file) only when needed.
     pub fn set_blocks_512(&mut self, sectors: u64, block_size: u32) {
+        debug_assert!(block_size >= 1024, "block size {block_size}");
         let mut v = sectors;
         let mut fl = self.flags() & !FL_HUGE_FILE;
         if v >= 1 << 48 {
             v = sectors / u64::from(block_size / 512);
             fl |= FL_HUGE_FILE;
         }
+        // i_blocks is 48 bits: a count cut short would free blocks still in use on fsck.
+        assert!(v < 1 << 48, "{sectors} sectors do not fit i_blocks");
         self.set_flags(fl);
         put32(&mut self.raw, 0x1C, v as u32);
         put16(&mut self.raw, 0x74, (v >> 32) as u16);
@@ -308,6 +317,7 @@ impl DiskInode {
     }
     /// Set the xattr block.
     pub fn set_file_acl(&mut self, v: u64) {
+        assert!(v < 1 << 48, "xattr block {v} past 48 bits");
         put32(&mut self.raw, 0x68, v as u32);
         put16(&mut self.raw, 0x76, (v >> 32) as u16);
     }
@@ -350,6 +360,12 @@ impl DiskInode {
     pub fn compute_checksum(&self, csum_seed: u32, ino: u32) -> u32 {
         // The checksum fields count as zeros (no copy of the inode is made). Short runs
         // are joined in small arrays: each crc32c call costs more than its bytes here.
+        debug_assert!(ino != 0, "inode checksum for inode 0");
+        debug_assert!(
+            self.raw.len() >= GOOD_OLD_SIZE,
+            "inode of {} bytes",
+            self.raw.len()
+        );
         let mut head = [0u8; 8];
         head[..4].copy_from_slice(&ino.to_le_bytes());
         head[4..].copy_from_slice(&self.generation().to_le_bytes());
@@ -395,6 +411,7 @@ impl DiskInode {
     /// i_block word `i` (a block pointer of a block-mapped inode: 12 direct, then the
     /// single, double and triple indirect blocks).
     pub fn iblock_ptr(&self, i: usize) -> u32 {
+        debug_assert!(i < IBLOCK_SIZE / 4, "i_block slot {i}");
         le32(self.iblock(), 4 * i)
     }
     /// Low 16 bits of the owner (i_uid).

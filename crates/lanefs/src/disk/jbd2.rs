@@ -193,6 +193,12 @@ impl JournalSuper {
     }
     /// Set the log start and the sequence of its first transaction.
     pub fn set_start(&mut self, start: u32, sequence: u32) {
+        debug_assert!(
+            start == 0 || (start >= self.first() && start < self.maxlen()),
+            "log start {start} outside blocks {}..{}",
+            self.first(),
+            self.maxlen()
+        );
         put_be32(&mut self.raw, 0x1C, start);
         put_be32(&mut self.raw, 0x18, sequence);
     }
@@ -284,6 +290,13 @@ impl JournalSuper {
 
 /// Format a clean, empty v2 journal superblock into `b` (one block).
 pub fn format_superblock(b: &mut [u8], block_size: u32, blocks: u32, uuid: [u8; 16]) {
+    debug_assert!(
+        b.len() >= 1024 && b.len() <= block_size as usize,
+        "journal superblock buffer of {} bytes",
+        b.len()
+    );
+    // The checker refuses a log shorter than 1024 blocks (jbd2's JBD2_MIN_JOURNAL_BLOCKS).
+    debug_assert!(blocks >= 1024, "journal of {blocks} blocks");
     b.fill(0);
     put_be32(b, 0x0, JBD2_MAGIC);
     put_be32(b, 0x4, SUPERBLOCK_V2);
@@ -317,6 +330,10 @@ pub fn header(b: &[u8]) -> Option<(u32, u32)> {
 
 /// Write a block header.
 pub fn put_header(b: &mut [u8], kind: u32, seq: u32) {
+    debug_assert!(
+        (DESCRIPTOR..=REVOKE).contains(&kind) && b.len() >= HEADER,
+        "header of kind {kind}"
+    );
     put_be32(b, 0, JBD2_MAGIC);
     put_be32(b, 4, kind);
     put_be32(b, 8, seq);
@@ -335,6 +352,7 @@ pub fn unescape(b: &mut [u8]) {
 /// Set the checksum tail of a descriptor or revoke block.
 pub fn set_tail_csum(seed: u32, b: &mut [u8]) {
     let n = b.len();
+    debug_assert!(n >= HEADER + TAIL, "log block of {n} bytes");
     put_be32(b, n - TAIL, 0);
     let c = crc32c_raw(seed, b);
     put_be32(b, n - TAIL, c);
@@ -401,6 +419,7 @@ pub fn block_csum_after(
     known_seed: u32,
     known: u32,
 ) -> u32 {
+    debug_assert!(z.len <= data.len(), "known prefix longer than the block");
     let start = crc32c_raw(seed, &seq.to_be_bytes());
     let mid = known ^ z.apply(start ^ known_seed);
     crc32c_raw(mid, &data[z.len..])
@@ -419,6 +438,16 @@ pub struct Tag {
 
 /// Encode a tag at `off` (tag layout of `js`).
 pub fn put_tag(js: &JournalSuper, b: &mut [u8], off: usize, t: &Tag) {
+    // A home block number cut to 32 bits would replay the block over another one.
+    assert!(
+        js.incompat() & INCOMPAT_64BIT != 0 || t.blocknr < 1 << 32,
+        "block {} in a 32-bit journal tag",
+        t.blocknr
+    );
+    debug_assert!(
+        off + js.tag_bytes() <= b.len(),
+        "tag at {off} past the block"
+    );
     put_be32(b, off, t.blocknr as u32);
     if js.incompat() & INCOMPAT_CSUM_V3 != 0 {
         put_be32(b, off + 4, t.flags);
@@ -498,6 +527,11 @@ pub fn put_revoke(js: &JournalSuper, b: &mut [u8], seq: u32, records: &[u64]) ->
     let n = room.min(records.len());
     let mut off = REVOKE_HEADER;
     for &r in &records[..n] {
+        // A record cut to 32 bits would revoke (skip on replay) some other block.
+        assert!(
+            rb == 8 || r < 1 << 32,
+            "block {r} in a 32-bit revoke record"
+        );
         if rb == 8 {
             put_be32(b, off, (r >> 32) as u32);
             put_be32(b, off + 4, r as u32);
@@ -506,6 +540,7 @@ pub fn put_revoke(js: &JournalSuper, b: &mut [u8], seq: u32, records: &[u64]) ->
         }
         off += rb;
     }
+    debug_assert!(off + tail <= b.len(), "revoke records past the tail");
     put_be32(b, 12, off as u32);
     if js.csum() {
         set_tail_csum(js.csum_seed(), b);
@@ -515,6 +550,11 @@ pub fn put_revoke(js: &JournalSuper, b: &mut [u8], seq: u32, records: &[u64]) ->
 
 /// Fill a commit block for transaction `seq`.
 pub fn put_commit(js: &JournalSuper, b: &mut [u8], seq: u32, sec: u64, nsec: u32) {
+    debug_assert!(
+        b.len() >= 64 && nsec < 1_000_000_000,
+        "commit block of {} bytes at {sec}.{nsec}",
+        b.len()
+    );
     b.fill(0);
     put_header(b, COMMIT, seq);
     put_be32(b, 48, (sec >> 32) as u32);

@@ -161,6 +161,7 @@ impl Mmp {
 /// crc32c of the structure before `mmp_checksum`, from the fs checksum seed
 /// (ext4_mmp_csum).
 pub fn checksum(csum_seed: u32, b: &[u8]) -> u32 {
+    debug_assert!(b.len() >= SIZE, "MMP block of {} bytes", b.len());
     crc32c_raw(csum_seed, &b[..CSUM_OFF])
 }
 

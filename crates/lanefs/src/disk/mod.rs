@@ -95,6 +95,11 @@ pub fn clear_bit(map: &mut [u8], i: usize) {
 
 /// First zero bit in `[from, end)`, scanning whole 64-bit words where possible.
 pub fn find_zero(map: &[u8], from: usize, end: usize) -> Option<usize> {
+    debug_assert!(
+        end <= map.len() * 8,
+        "scan to bit {end} of a {}-byte map",
+        map.len()
+    );
     let mut i = from;
     while i < end {
         if i.is_multiple_of(64) && i + 64 <= end {
@@ -115,6 +120,11 @@ pub fn find_zero(map: &[u8], from: usize, end: usize) -> Option<usize> {
 
 /// First set bit in `[from, end)`.
 pub fn find_one(map: &[u8], from: usize, end: usize) -> Option<usize> {
+    debug_assert!(
+        end <= map.len() * 8,
+        "scan to bit {end} of a {}-byte map",
+        map.len()
+    );
     let mut i = from;
     while i < end {
         if i.is_multiple_of(64) && i + 64 <= end {
@@ -135,6 +145,11 @@ pub fn find_one(map: &[u8], from: usize, end: usize) -> Option<usize> {
 
 /// Number of set bits in the first `bits` bits.
 pub fn count_ones(map: &[u8], bits: usize) -> usize {
+    debug_assert!(
+        bits <= map.len() * 8,
+        "{bits} bits of a {}-byte map",
+        map.len()
+    );
     let full = bits / 8;
     let mut n: usize = map[..full].iter().map(|b| b.count_ones() as usize).sum();
     for i in full * 8..bits {

@@ -62,6 +62,7 @@ pub fn decode(file: &[u8], qtype: usize) -> std::result::Result<Vec<Usage>, Stri
         }
         // Data blocks hold 14 entries each and are shared by the ids they hold; an index
         // block belongs to one place in the tree.
+        debug_assert!(depth <= TREE_DEPTH, "tree walk below its data blocks");
         let first = seen.insert((blk, depth == TREE_DEPTH));
         if seen.contains(&(blk, depth != TREE_DEPTH)) || (!first && depth != TREE_DEPTH) {
             return Err(format!("block {blk} is named twice"));
@@ -98,6 +99,7 @@ pub fn decode(file: &[u8], qtype: usize) -> std::result::Result<Vec<Usage>, Stri
 /// A quota file holding `entries` (id, space, inodes), as the kernel would write it:
 /// for tests, and for fuzz seeds.
 pub fn encode(qtype: usize, entries: &[(u32, u64, u64)]) -> Vec<u8> {
+    debug_assert!(qtype < MAGICS.len(), "quota type {qtype}");
     let mut file = vec![0u8; 2 * BLOCK];
     file[0..4].copy_from_slice(&MAGICS[qtype].to_le_bytes());
     file[4..8].copy_from_slice(&VERSION_R1.to_le_bytes());

@@ -83,10 +83,17 @@ impl Resealer<'_> {
         );
         let (ipg, cpg) = (g.ipg as usize, (g.bpg / g.cluster_ratio.max(1)) as usize);
         let wide = dsz >= 64;
+        // Bounded by Superblock::decode: whole inodes per block, bitmaps inside a block.
+        debug_assert!(
+            self.bs.is_multiple_of(isz) && cpg <= self.bs * 8 && ipg <= self.bs * 8,
+            "geometry past what decode allows: {:?}",
+            self.geo
+        );
         let mut used = Vec::new();
         for grp in 0..self.geo.groups {
             let loc = self.geo.gdt_block(grp / dpb);
             let off = (grp % dpb) as usize * dsz;
+            debug_assert!(off + dsz <= self.bs, "descriptor {grp} past its block");
             let Some(raw) = self.block(loc).map(|b| b[off..off + dsz].to_vec()) else {
                 continue;
             };
@@ -131,6 +138,10 @@ impl Resealer<'_> {
     /// The blocks inode `ino` owns that carry a checksum: its extent tree, a directory's
     /// blocks, its xattr block.
     fn inode_blocks(&mut self, ino: u32, d: &DiskInode, seen: &mut HashSet<u64>) {
+        debug_assert!(
+            ino >= 1 && u64::from(ino) <= self.geo.inodes(),
+            "inode {ino} outside the file system"
+        );
         let seed = self.seed;
         let iseed = d.csum_seed(seed, ino);
         let acl = d.file_acl();
@@ -200,6 +211,7 @@ impl Resealer<'_> {
                 }
             }
             Node::Index(_, idx) => {
+                debug_assert!(depth <= MAX_DEPTH, "extent walk at depth {depth}");
                 if depth >= MAX_DEPTH {
                     return;
                 }
@@ -227,6 +239,7 @@ impl Resealer<'_> {
         }
         let (ipg, isz) = (self.geo.ipg, self.geo.inode_size as usize);
         let grp = (j - 1) / ipg;
+        debug_assert!(grp < self.geo.groups, "journal inode {j} in group {grp}");
         let loc = self.geo.gdt_block(grp / self.geo.descs_per_block());
         let off = (grp % self.geo.descs_per_block()) as usize * self.geo.desc_size as usize;
         let dsz = self.geo.desc_size as usize;

@@ -66,6 +66,11 @@ pub struct RtSuper {
 impl RtSuper {
     /// Decode from a superblock's raw bytes; `None` when no rt device is recorded.
     pub fn decode(sb: &[u8]) -> Result<Option<RtSuper>> {
+        debug_assert!(
+            sb.len() >= RT_SUPER_OFFSET + RT_SUPER_SIZE,
+            "superblock of {} bytes",
+            sb.len()
+        );
         let b = &sb[RT_SUPER_OFFSET..RT_SUPER_OFFSET + RT_SUPER_SIZE];
         if le32(b, 0) != RT_MAGIC {
             return Ok(None);
@@ -100,6 +105,13 @@ impl RtSuper {
 
     /// Encode into a superblock's raw bytes (the caller reseals the superblock).
     pub fn encode(&self, sb: &mut [u8]) {
+        // What decode refuses must never be written.
+        debug_assert!(
+            (1..=MAX_REXTSIZE).contains(&self.rextsize)
+                && self.rextents >= 2
+                && self.group_bmblocks >= 1,
+            "realtime geometry out of range: {self:?}"
+        );
         let b = &mut sb[RT_SUPER_OFFSET..RT_SUPER_OFFSET + RT_SUPER_SIZE];
         b.fill(0);
         put32(b, 0, RT_MAGIC);
@@ -127,6 +139,10 @@ pub const RT_HEADER_SIZE: usize = 64;
 impl RtHeader {
     /// Encode into the first `RT_HEADER_SIZE` bytes of `b`.
     pub fn encode(&self, b: &mut [u8]) {
+        debug_assert!(
+            self.rextsize >= 1 && self.rextents >= 2,
+            "realtime header {self:?}"
+        );
         let b = &mut b[..RT_HEADER_SIZE];
         b.fill(0);
         put32(b, 0, RT_MAGIC);
@@ -178,6 +194,10 @@ pub struct RtGeometry {
 impl RtGeometry {
     /// The geometry of `s` on `block_size`-byte blocks.
     pub fn new(block_size: u32, s: &RtSuper) -> RtGeometry {
+        debug_assert!(
+            block_size >= 1024 && block_size.is_power_of_two(),
+            "block size {block_size}"
+        );
         RtGeometry {
             block_size,
             rextsize: s.rextsize,
@@ -208,6 +228,7 @@ impl RtGeometry {
 
     /// Rt extents in group `g`.
     pub fn extents_in(&self, g: u32) -> u64 {
+        debug_assert!(g < self.groups(), "rt group {g} of {}", self.groups());
         let first = u64::from(g) * self.group_extents();
         (self.rextents - first).min(self.group_extents())
     }
@@ -245,11 +266,23 @@ impl RtGeometry {
 
     /// The bitmap file's block holding group `g`'s bitmap block `bbno`.
     pub fn bitmap_fblock(&self, g: u32, bbno: u32) -> u64 {
+        debug_assert!(
+            bbno < self.group_bmblocks,
+            "bitmap block {bbno} of a group of {}",
+            self.group_bmblocks
+        );
         u64::from(g) * u64::from(self.group_bmblocks) + u64::from(bbno)
     }
 
     /// The summary file's block and byte offset of group `g`'s counter `[log][bbno]`.
     pub fn summary_at(&self, g: u32, log: u32, bbno: u32) -> (u64, usize) {
+        // A counter outside its group's rows would count another group's runs.
+        debug_assert!(
+            log < self.levels() && bbno < self.group_bmblocks,
+            "summary [{log}][{bbno}] outside {} levels x {} blocks",
+            self.levels(),
+            self.group_bmblocks
+        );
         let word = u64::from(log) * u64::from(self.group_bmblocks) + u64::from(bbno);
         let byte = word * 4;
         let bs = u64::from(self.block_size);
@@ -297,6 +330,7 @@ pub fn geometry_for(
     } else {
         u64::from(group_bmblocks).min(all)
     };
+    debug_assert!(gb >= 1, "rt groups of no bitmap block");
     Ok(RtGeometry {
         block_size,
         rextsize,
@@ -332,6 +366,7 @@ pub fn counter(b: &[u8], off: usize) -> u32 {
 /// Store the summary counter at byte `off`.
 #[inline]
 pub fn set_counter(b: &mut [u8], off: usize, v: u32) {
+    debug_assert!(off.is_multiple_of(4), "summary counter at byte {off}");
     put32(b, off, v);
 }
 
@@ -350,6 +385,10 @@ pub fn build_files(geo: &RtGeometry, free: &[(u64, u64)]) -> (Vec<Vec<u8>>, Vec<
         let v = counter(b, off) + 1;
         set_counter(b, off, v);
     };
+    debug_assert!(
+        free.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0),
+        "free runs overlap or are out of order"
+    );
     for &(start, len) in free {
         debug_assert!(start + len <= geo.rextents);
         let mut x = start;

@@ -37,7 +37,13 @@ impl Seal {
             Seal::DxNode(s) => (3, s),
             Seal::ExtentBlock(s) => (4, s),
         };
-        kind << 32 | u64::from(seed)
+        let w = kind << 32 | u64::from(seed);
+        debug_assert_eq!(
+            Seal::from_word(w),
+            self,
+            "seal word {w:#x} does not round-trip"
+        );
+        w
     }
 
     /// The seal [`Seal::to_word`] made.

@@ -356,6 +356,7 @@ impl Superblock {
     }
     /// `s_jnl_blocks[i]` (i < 17): backup of the journal inode's i_block and size.
     pub fn set_jnl_block(&mut self, i: usize, v: u32) {
+        debug_assert!(i < 17, "s_jnl_blocks[{i}]");
         put32(&mut self.raw[..], 0x10C + 4 * i, v);
     }
     /// `s_log_groups_per_flex`.
@@ -364,6 +365,7 @@ impl Superblock {
     }
     /// Set `s_log_groups_per_flex`.
     pub fn set_log_groups_per_flex(&mut self, v: u8) {
+        debug_assert!(v < 32, "2^{v} groups per flex group");
         self.raw[0x174] = v;
     }
     /// `s_checksum_type` (1 = crc32c).
@@ -429,6 +431,11 @@ impl Superblock {
         u64::from(le32(&self.raw[..], lo)) | (u64::from(h) << 32)
     }
     fn set_lohi(&mut self, lo: usize, hi: usize, v: u64) {
+        // Without 64bit the high word is not there: a count past 2^32 would be cut.
+        assert!(
+            self.has_incompat(incompat::BIT64) || v <= u64::from(u32::MAX),
+            "block count {v} without the 64bit feature"
+        );
         put32(&mut self.raw[..], lo, v as u32);
         if self.has_incompat(incompat::BIT64) {
             put32(&mut self.raw[..], hi, (v >> 32) as u32);

@@ -250,6 +250,17 @@ fn encode(area: &mut [u8], first: usize, value_base: usize, entries: &[Entry]) {
             area[vend..vend + e.value.len()].copy_from_slice(&e.value);
             vend - value_base
         };
+        // e_name_len is one byte, e_value_offs two: a longer one is cut to another entry.
+        assert!(
+            e.name.len() <= NAME_MAX,
+            "xattr name of {} bytes",
+            e.name.len()
+        );
+        assert!(voff <= 0xFFFF, "xattr value at offset {voff}");
+        debug_assert!(
+            e.ea_inode.is_none() || e.value.is_empty(),
+            "an ea_inode entry with its value in the area"
+        );
         area[off] = e.name.len() as u8;
         area[off + 1] = e.index;
         put16(area, off + 2, voff as u16);
@@ -293,6 +304,11 @@ pub fn encode_ibody(area: &mut [u8], entries: &[Entry]) {
         area.fill(0);
         return;
     }
+    debug_assert!(
+        area.len() >= IBODY_HEADER + 4,
+        "in-inode area of {} bytes",
+        area.len()
+    );
     put32(area, 0, MAGIC);
     encode(area, IBODY_HEADER, IBODY_HEADER, entries);
 }
@@ -337,6 +353,11 @@ pub fn decode_block(
     if refcount == 0 {
         return Err(Error::corrupt("xattr block", blk, "refcount 0"));
     }
+    debug_assert!(
+        b.len() >= 1024,
+        "xattr block {blk} read as {} bytes",
+        b.len()
+    );
     let entries = decode(b, BLOCK_HEADER, 0, blk)?;
     Ok((BlockHeader { refcount }, entries))
 }
@@ -368,6 +389,7 @@ pub fn encode_block(
                 < (w[1].index, w[1].name.len(), &w[1].name)),
         "xattr block {blk}: entries out of order or repeated"
     );
+    debug_assert!(b.len() >= 1024, "xattr block {blk} of {} bytes", b.len());
     b.fill(0);
     put32(b, 0, MAGIC);
     put32(b, H_REFCOUNT, refcount);
@@ -382,6 +404,10 @@ pub fn encode_block(
 
 /// Change only the refcount of an encoded block (and its checksum).
 pub fn set_refcount(b: &mut [u8], blk: u64, refcount: u32, csum_seed: Option<u32>) {
+    debug_assert!(
+        refcount >= 1,
+        "xattr block {blk}: refcount 0 (free it instead)"
+    );
     put32(b, H_REFCOUNT, refcount);
     if let Some(seed) = csum_seed {
         let c = block_csum(seed, blk, b);
@@ -412,6 +438,11 @@ fn block_hash(entries: &[Entry]) -> u32 {
 /// The block checksum: crc32c of the file system seed, the 64-bit block number, and the
 /// block with `h_checksum` taken as zero.
 pub fn block_csum(seed: u32, blk: u64, b: &[u8]) -> u32 {
+    debug_assert!(
+        b.len() >= BLOCK_HEADER,
+        "xattr block {blk} of {} bytes",
+        b.len()
+    );
     let c = crc32c_raw(seed, &blk.to_le_bytes());
     let c = crc32c_raw(c, &b[..H_CHECKSUM]);
     let c = crc32c_raw(c, &[0; 4]);

@@ -110,6 +110,10 @@ pub fn check_backup(
     // As e2fsck does with a backup: its descriptors are from when it was written, so no
     // group is taken as uninitialised and every inode table as in use up to its end.
     let ds = geo.desc_size as usize;
+    debug_assert!(
+        gdt.len() >= geo.groups as usize * ds,
+        "table shorter than the groups"
+    );
     for g in 0..geo.groups {
         let at = g as usize * ds;
         let mut d = GroupDesc {

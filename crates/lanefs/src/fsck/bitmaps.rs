@@ -4,6 +4,11 @@ use super::*;
 
 impl Checker<'_> {
     pub(super) fn pass_bitmaps(&mut self) -> Result<()> {
+        debug_assert_eq!(
+            self.groups.len(),
+            self.geo.groups as usize,
+            "groups checked"
+        );
         let mut free_blocks = 0u64;
         for start in (0..self.geo.groups).step_by(1024) {
             let end = (start + 1024).min(self.geo.groups);
@@ -16,6 +21,10 @@ impl Checker<'_> {
         for g in 0..self.geo.groups {
             free_inodes += self.check_inode_group(g);
         }
+        debug_assert!(
+            free_blocks <= self.geo.blocks && free_inodes <= self.geo.inodes(),
+            "counted {free_blocks} free blocks, {free_inodes} free inodes"
+        );
         if self.sb.free_blocks_count() != free_blocks {
             self.out.note(
                 "SB_FREE_BLOCKS",
@@ -38,6 +47,10 @@ impl Checker<'_> {
     }
 
     pub(super) fn load_block_bitmaps(&mut self, start: u32, end: u32) -> Result<Vec<Bitmap>> {
+        debug_assert!(
+            start < end && end <= self.geo.groups,
+            "groups {start}..{end}"
+        );
         let mut out: Vec<Bitmap> = Vec::new();
         let mut want = Vec::new();
         for g in start..end {
@@ -53,6 +66,7 @@ impl Checker<'_> {
         }
         let blocks: Vec<u64> = want.iter().map(|&(_, b)| b).collect();
         let maps = read_scattered(self.dev, &self.geo, &blocks)?;
+        debug_assert_eq!(maps.len(), want.len(), "bitmaps read");
         for (&(g, _), map) in want.iter().zip(maps) {
             self.verify_bitmap_csum(g, &map, true);
             self.check_bitmap_padding(g, &map, true);
@@ -110,6 +124,10 @@ impl Checker<'_> {
     pub(super) fn check_inode_group(&mut self, g: u32) -> u64 {
         let ipg = u64::from(self.geo.ipg) as usize;
         let base = g as usize * ipg + 1;
+        debug_assert!(
+            base + ipg <= self.kind.len(),
+            "group {g} past the inode table"
+        );
         let mut computed = vec![0u8; ipg.div_ceil(8)];
         let mut dirs = 0u64;
         for i in 0..ipg {

@@ -9,6 +9,10 @@ impl Checker<'_> {
         inode: &DiskInode,
         collect: bool,
     ) -> Result<Walk> {
+        debug_assert!(
+            ino >= 1 && u64::from(ino) <= self.geo.inodes(),
+            "walk of inode {ino}"
+        );
         let mut w = Walk {
             ino,
             seed: inode.csum_seed(self.geo.seed, ino),
@@ -42,6 +46,12 @@ impl Checker<'_> {
 
     /// Record `len` data blocks at logical `lblk`, physical `pblk` (already range-checked).
     pub(super) fn map_data(&mut self, w: &mut Walk, lblk: u64, pblk: u64, len: u64, init: bool) {
+        // Callers range-check first: a claim past the end would count blocks not there.
+        debug_assert!(len >= 1, "empty run at {pblk}");
+        debug_assert!(
+            w.rt || self.geo.in_fs(pblk, len),
+            "unchecked run {pblk}+{len}"
+        );
         if w.rt {
             if let Some(rt) = self.rt.as_mut() {
                 rt.claims.push((pblk, len, w.ino));
@@ -97,6 +107,7 @@ impl Checker<'_> {
         want_depth: Option<u16>,
         range: (u64, u64),
     ) -> Result<()> {
+        debug_assert!(range.0 <= range.1, "index range {range:?}");
         let place = at.map_or("i_block".to_string(), |b| format!("block {b}"));
         let node = match extent::decode_node(buf, at.unwrap_or(0)) {
             Ok(n) => n,
@@ -213,6 +224,7 @@ impl Checker<'_> {
             self.bad_block(w, "extent tree block", ix.child);
             return Ok(());
         }
+        debug_assert!(depth >= 1, "index entry in a leaf");
         w.blocks += 1;
         // A block already claimed is not descended into: the duplicate is reported, and
         // every tree block being read at most once bounds the walk.
@@ -273,6 +285,7 @@ impl Checker<'_> {
         if self.claims.claim(blk, 1, Owner::Inode(w.ino)) > 0 {
             return Ok(());
         }
+        debug_assert!((1..=3).contains(&level), "indirect level {level}");
         let b = self.read_block(blk)?;
         let per = self.geo.block_bytes() / 4;
         let span = per.pow(level - 1);

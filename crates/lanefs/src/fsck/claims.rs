@@ -77,6 +77,10 @@ impl Claims {
             }
             b += n;
         }
+        debug_assert!(
+            conflicts <= len,
+            "{conflicts} conflicts in a claim of {len}"
+        );
         self.max_len = self.max_len.max(len);
         if conflicts > 0 {
             self.dups.push(self.log.len());
@@ -152,6 +156,7 @@ impl Shared {
         }
     }
     pub(super) fn add(&mut self, owner: Owner, first: u64, n: u64) {
+        debug_assert!(n >= 1, "an empty overlap with {owner}");
         self.first = self.first.min(first);
         self.blocks += n;
         if !self.others.contains(&owner) {

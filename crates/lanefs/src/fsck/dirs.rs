@@ -5,6 +5,10 @@ use super::*;
 impl Checker<'_> {
     pub(super) fn pass_directories(&mut self) -> Result<()> {
         let dirs = std::mem::take(&mut self.dirs);
+        debug_assert!(
+            dirs.iter().all(|d| self.kind[d.ino as usize] == FT_DIR),
+            "a directory record for an inode not counted a directory"
+        );
         for d in &dirs {
             self.check_dir(d)?;
         }
@@ -89,6 +93,7 @@ impl Checker<'_> {
                     return Ok(());
                 }
                 let buf = read_blocks(self.dev, &self.geo, r.pblk + k, n)?;
+                debug_assert_eq!(buf.len() as u64, n * self.geo.block_bytes(), "short read");
                 for (j, blk) in buf.chunks(self.geo.block_bytes() as usize).enumerate() {
                     let off = k + j as u64;
                     self.dir_block(d, &mut st, r.lblk + off, r.pblk + off, blk, ht.as_ref());
@@ -151,6 +156,7 @@ impl Checker<'_> {
         b: &[u8],
         ht: Option<&Htree>,
     ) {
+        debug_assert_eq!(b.len() as u64, self.geo.block_bytes(), "block {pblk}");
         if let Some(h) = ht {
             if h.nodes.contains(&lblk) {
                 if lblk == 0 {
@@ -399,6 +405,7 @@ impl Checker<'_> {
     /// Walk the htree index from the root (block 0) down to the leaves, checking each index
     /// block; returns the leaves' hash ranges, or None when the index is unusable.
     pub(super) fn scan_htree(&mut self, d: &DirRec, nblocks: u64) -> Result<Option<Htree>> {
+        debug_assert!(nblocks >= 1, "htree scan of an empty directory");
         let Some(p0) = Self::lookup(&d.runs, 0) else {
             return Ok(None);
         };
@@ -504,6 +511,7 @@ impl Checker<'_> {
         nblocks: u64,
         seen: &mut HashSet<u64>,
     ) -> Vec<(u64, (u32, u32))> {
+        debug_assert!(range.0 <= range.1, "hash range {range:?}");
         let mut out = Vec::new();
         let mut prev = range.0;
         for (i, &(h, blk)) in ents.iter().enumerate() {
@@ -572,5 +580,6 @@ pub(super) fn parse_entries(b: &[u8], csum: bool) -> (Vec<dir::RawEntry>, Option
         });
         off += rec_len;
     }
+    debug_assert_eq!(off, end, "records past the entries' end");
     (out, None)
 }

@@ -7,6 +7,7 @@ use super::*;
 pub(crate) fn geometry(sb: &Superblock, dev_size: u64) -> Result<Geometry> {
     check_layout(sb)?;
     let geo = Geometry::from_superblock(sb);
+    debug_assert!(geo.cluster_ratio == 1, "bigalloc refused by check_layout");
     validate(&geo, dev_size)?;
     Ok(geo)
 }
@@ -150,6 +151,7 @@ pub(crate) fn read_group_descs(dev: &dyn BlockDevice, geo: &Geometry) -> Result<
         }
         v.push(GroupDesc { raw: raw.to_vec() });
     }
+    debug_assert_eq!(v.len(), geo.groups as usize, "one descriptor per group");
     Ok(v)
 }
 
@@ -194,6 +196,7 @@ pub(crate) fn read_scattered(
             j += 1;
         }
         let n = blocks[order[j - 1]] - start + 1;
+        debug_assert!(n <= 256, "a read of {n} blocks");
         let buf = read_blocks(dev, geo, start, n)?;
         for &i in &order[k..j] {
             let off = ((blocks[i] - start) * geo.block_bytes()) as usize;

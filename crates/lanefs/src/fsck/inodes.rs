@@ -5,6 +5,11 @@ use super::*;
 
 impl Checker<'_> {
     pub(super) fn pass_inodes(&mut self) -> Result<()> {
+        debug_assert_eq!(
+            self.groups.len(),
+            self.geo.groups as usize,
+            "groups checked"
+        );
         self.load_inode_bitmaps()?;
         for g in 0..self.geo.groups {
             self.scan_group(g)?;
@@ -98,6 +103,7 @@ impl Checker<'_> {
         for chunk in want.chunks(1024) {
             let blocks: Vec<u64> = chunk.iter().map(|&(_, b)| b).collect();
             let maps = read_scattered(self.dev, &self.geo, &blocks)?;
+            debug_assert_eq!(maps.len(), chunk.len(), "bitmaps read");
             for (&(g, _), map) in chunk.iter().zip(maps) {
                 self.verify_bitmap_csum(g as u32, &map, false);
                 self.check_bitmap_padding(g as u32, &map, false);
@@ -123,6 +129,7 @@ impl Checker<'_> {
         } else {
             bits
         };
+        debug_assert!(len <= bits, "group {g} longer than its bitmap");
         let end_ok = (len..bits).all(|i| test_bit(map, i));
         if !tail_ok || !end_ok {
             let (code, what) = if block {
@@ -193,6 +200,10 @@ impl Checker<'_> {
     pub(super) fn scan_group(&mut self, g: u32) -> Result<()> {
         let n_init = self.initialized_inodes(g);
         let base = u64::from(g) * u64::from(self.geo.ipg);
+        debug_assert!(
+            n_init <= u64::from(self.geo.ipg) && base + n_init < self.kind.len() as u64,
+            "group {g}: {n_init} inodes past the inode table"
+        );
         if !self.groups[g as usize].it_ok {
             for i in 0..n_init {
                 if self.bitmap_bit(g, i) {
@@ -222,6 +233,8 @@ impl Checker<'_> {
 
     /// Decide whether an inode is in use (as e2fsck: it has links) and check it if so.
     pub(super) fn scan_inode(&mut self, ino: u32, raw: &[u8]) -> Result<()> {
+        debug_assert_eq!(raw.len(), self.geo.inode_size as usize, "inode {ino}");
+        debug_assert_eq!(self.kind[ino as usize], K_FREE, "inode {ino} scanned twice");
         let inode = DiskInode::from_bytes(raw);
         self.check_inode_csum(ino, &inode);
         if self.is_low_dtime(&inode) {
@@ -620,6 +633,10 @@ impl Checker<'_> {
             );
             return Ok(w);
         }
+        debug_assert!(
+            self.geo.in_fs(w.runs[0].pblk, 1),
+            "walk kept an unchecked run"
+        );
         let b = self.read_block(w.runs[0].pblk)?;
         let len = b.iter().position(|&c| c == 0).unwrap_or(b.len()) as u64;
         if len != size {
@@ -633,6 +650,7 @@ impl Checker<'_> {
 
     /// Check an inode that holds file-system data (journal, quota, orphan file).
     pub(super) fn check_special(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
+        debug_assert!(self.special.contains(&ino), "inode {ino} is not special");
         self.kind[ino as usize] = K_RESERVED;
         self.check_reserved_flags(ino, inode, FL_ENCRYPT);
         let journal = self.sb.has_compat(compat::HAS_JOURNAL) && ino == self.sb.journal_inum();

@@ -21,6 +21,10 @@ impl Checker<'_> {
         for &d in &dirs {
             self.resolve_dir(d, &mut color);
         }
+        debug_assert!(
+            dirs.iter().all(|d| matches!(color.get(d), Some(2 | 3))),
+            "a directory left unresolved"
+        );
         for &d in &dirs {
             let (Some(&p), Some(&dd)) = (self.parent.get(&d), self.dotdot.get(&d)) else {
                 continue;
@@ -51,6 +55,8 @@ impl Checker<'_> {
             }
             color.insert(cur, 1);
             path.push(cur);
+            // Each directory joins the path once (colour 1 stops a second visit).
+            debug_assert!(path.len() <= self.dirs.len() + 1, "parent walk unbounded");
             match self.parent.get(&cur) {
                 Some(&p) => cur = p,
                 None => {
@@ -75,6 +81,10 @@ impl Checker<'_> {
             .filter(|d| d.indexed)
             .map(|d| d.ino)
             .collect();
+        debug_assert!(
+            self.links.len() == self.kind.len() && self.refs.len() == self.kind.len(),
+            "per-inode tables of different sizes"
+        );
         for ino in 1..self.kind.len() {
             let kind = self.kind[ino];
             if !(FT_REG..=FT_LNK).contains(&kind)

@@ -251,6 +251,7 @@ impl Sink {
         }
     }
     fn begin_scope(&mut self, limit: u32) {
+        debug_assert!(self.scope.is_none(), "problem scopes do not nest");
         self.scope = Some((limit, 0));
     }
     /// Close the scope; returns how many problems it dropped (counted as omitted).
@@ -499,6 +500,7 @@ fn show(name: &[u8]) -> String {
 
 /// Format `[start, end)` ranges with a sign, e.g. "+100-103 -7".
 fn fmt_ranges(ranges: &[(u64, u64, bool)], total: usize) -> String {
+    debug_assert!(ranges.len() <= total, "{} ranges of {total}", ranges.len());
     let mut s: Vec<String> = ranges
         .iter()
         .map(|&(a, b, plus)| {
@@ -524,6 +526,12 @@ fn diff_bits(
     n: usize,
     base: u64,
 ) -> (Vec<(u64, u64, bool)>, usize) {
+    debug_assert!(
+        n <= computed.len() * 8 && n <= ondisk.len() * 8,
+        "{n} bits of maps of {} and {} bytes",
+        computed.len(),
+        ondisk.len()
+    );
     let mut ranges = Vec::new();
     let mut total = 0;
     let mut cur: Option<(u64, u64, bool)> = None;
@@ -628,6 +636,13 @@ impl<'a> Checker<'a> {
             groups: self.geo.groups,
             ..FsckReport::default()
         };
+        // Each block is claimed once in a map of the file system's blocks.
+        debug_assert!(
+            r.blocks_used <= r.blocks_total,
+            "{} blocks counted used of {}",
+            r.blocks_used,
+            r.blocks_total
+        );
         for &k in self.kind.iter().skip(1) {
             match k {
                 K_FREE => continue,
@@ -639,6 +654,10 @@ impl<'a> Checker<'a> {
             }
             r.inodes_used += 1;
         }
+        debug_assert!(
+            r.inodes_used <= r.inodes_total,
+            "inode table past the inodes"
+        );
         r
     }
 

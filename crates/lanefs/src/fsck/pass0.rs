@@ -209,6 +209,11 @@ impl Checker<'_> {
             let info = self.check_desc(g as u32, desc);
             self.groups.push(info);
         }
+        debug_assert_eq!(
+            self.groups.len(),
+            self.geo.groups as usize,
+            "one entry per group"
+        );
         self.claim_fixed_metadata();
         self.check_mmp()?;
         Ok(())
@@ -254,6 +259,11 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_desc(&mut self, g: u32, desc: GroupDesc) -> GroupInfo {
+        debug_assert_eq!(
+            g as usize,
+            self.groups.len(),
+            "descriptors checked in order"
+        );
         self.check_desc_csum(g, &desc);
         let raw_flags = desc.flags();
         let uninit = BG_INODE_UNINIT | BG_BLOCK_UNINIT;
@@ -338,6 +348,7 @@ impl Checker<'_> {
 
     /// Whether a bitmap or table at `start` (`n` blocks) lies where it may.
     pub(super) fn check_location(&mut self, g: u32, what: &str, start: u64, n: u64) -> bool {
+        debug_assert!(n >= 1 && g < self.geo.groups, "{what} of group {g}");
         if !self.geo.in_fs(start, n) {
             self.out.add(
                 "GROUP_META_RANGE",
@@ -390,6 +401,7 @@ impl Checker<'_> {
                 ));
             }
             for (s, n, owner) in v {
+                debug_assert!(self.geo.in_fs(s, n), "{owner} not range-checked");
                 self.claims.claim(s, n, owner);
             }
         }

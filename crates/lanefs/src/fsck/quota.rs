@@ -98,6 +98,7 @@ impl Checker<'_> {
     }
 
     fn compare_quota(&mut self, t: usize, at: &str, recorded: &[quota::Usage]) {
+        debug_assert!(t < TYPES.len(), "quota type {t}");
         let counted = std::mem::take(&mut self.quota.counted[t]);
         let mut seen = HashSet::new();
         let mut bad = Vec::new();
@@ -131,6 +132,12 @@ impl Checker<'_> {
 
     /// A small file's bytes (`size` at most MAX_QUOTA_FILE), holes as zeros.
     fn read_file(&self, size: u64, runs: &[Run]) -> Result<Vec<u8>> {
+        // Bounded by pass_quota; the runs are the walk's, each range-checked.
+        debug_assert!(size <= MAX_QUOTA_FILE, "quota file of {size} bytes");
+        debug_assert!(
+            runs.iter().all(|r| self.geo.in_fs(r.pblk, r.len)),
+            "quota file runs outside the file system"
+        );
         let bs = self.geo.block_bytes();
         let mut out = vec![0u8; size as usize];
         for r in runs {

@@ -5,6 +5,10 @@ use super::*;
 
 impl Checker<'_> {
     pub(super) fn scan_reserved(&mut self, ino: u32, inode: &DiskInode) -> Result<()> {
+        debug_assert!(
+            ino >= 1 && ino < self.geo.first_ino,
+            "inode {ino} is not reserved"
+        );
         self.kind[ino as usize] = K_RESERVED;
         if ino == BADBLOCKS_INO {
             return self.check_badblocks_inode(inode);
@@ -144,6 +148,7 @@ impl Checker<'_> {
             );
             return Ok(());
         };
+        debug_assert!(self.geo.in_fs(first.pblk, 1), "walk kept an unchecked run");
         let b = self.read_block(first.pblk)?;
         match jbd2::needs_recovery(&b) {
             None => self.out.add(
@@ -243,6 +248,11 @@ impl Checker<'_> {
             )));
         }
         let ind = read_blocks(self.dev, g, rstart, rn)?;
+        debug_assert_eq!(
+            ind.len() as u64,
+            rn * g.block_bytes(),
+            "reserved GDT blocks read"
+        );
         for i in 0..reserved {
             let pblk = rstart + i;
             let slot = ((u64::from(g.gdt_blocks) + i) % per) as usize;

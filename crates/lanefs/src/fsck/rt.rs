@@ -93,6 +93,7 @@ impl Checker<'_> {
             out.extend(data.chunks(bs).map(<[u8]>::to_vec));
             f += len;
         }
+        debug_assert_eq!(out.len() as u64, n, "rt file blocks read");
         Ok(Some(out))
     }
 
@@ -146,6 +147,12 @@ impl Checker<'_> {
             end_blk = end_blk.max(p + len);
             last_owner = ino;
         }
+        // Claims were range-checked (in_device) and sorted: runs ascend inside the device.
+        debug_assert!(
+            used.windows(2).all(|w| w[0].1 < w[1].0)
+                && used.last().is_some_and(|u| u.1 <= geo.rextents),
+            "used rt runs out of order or past the device"
+        );
         let mut free = Vec::new();
         let mut x = 0;
         for &(a, b) in &used {

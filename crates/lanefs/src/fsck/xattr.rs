@@ -204,6 +204,10 @@ impl Checker<'_> {
     }
 
     pub(super) fn read_inode(&self, ino: u32) -> Result<Option<DiskInode>> {
+        debug_assert!(
+            ino >= 1 && u64::from(ino) <= self.geo.inodes(),
+            "read of inode {ino}"
+        );
         let idx = u64::from(ino) - 1;
         let g = (idx / u64::from(self.geo.ipg)) as usize;
         let Some(gi) = self.groups.get(g).filter(|gi| gi.it_ok) else {
@@ -262,6 +266,7 @@ impl Reserved {
         if (start..end).any(|i| self.bits[i / 64] & (1 << (i % 64)) != 0) {
             return false;
         }
+        debug_assert!(end <= self.bits.len() * 64, "area map too short");
         for i in start..end {
             self.bits[i / 64] |= 1 << (i % 64);
         }
@@ -303,6 +308,11 @@ pub(super) fn xattr_entries(
     in_inode: bool,
     ea_inode: bool,
 ) -> std::result::Result<XattrScan, String> {
+    debug_assert!(
+        first + 4 <= area.len(),
+        "xattr area of {} bytes",
+        area.len()
+    );
     let mut regions = Reserved::new(area.len());
     regions.take(0, first.min(area.len()));
     let mut off = first;

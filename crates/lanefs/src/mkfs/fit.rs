@@ -54,6 +54,11 @@ pub struct Capacity {
 /// Errors as [`super::format()`] would.
 pub fn capacity(opts: &MkfsOptions, size: u64) -> Result<Capacity> {
     let Prepared { sb, geo, plan, .. } = prepare(opts, size)?;
+    debug_assert!(
+        geo.blocks * u64::from(geo.bs) <= size,
+        "{} blocks do not fit {size} bytes",
+        geo.blocks
+    );
     Ok(Capacity {
         bytes: geo.blocks * u64::from(geo.bs),
         block_size: geo.bs,
@@ -201,6 +206,8 @@ fn extent_map_blocks(runs: u64, data: u64, cap: &Capacity) -> u64 {
         return 0;
     }
     let per_block = (u64::from(cap.block_size) - 12) / 12;
+    // Each level must shrink for the loop to end: at least 85 per 1 KiB block.
+    debug_assert!(per_block > 4, "{per_block} extents per block");
     let (mut level, mut total) = (extents, 0);
     while level > 4 {
         level = level.div_ceil(per_block);
@@ -212,6 +219,7 @@ fn extent_map_blocks(runs: u64, data: u64, cap: &Capacity) -> u64 {
 /// Indirect blocks of a block map reaching logical block `end` (dense: an upper bound).
 fn block_map_blocks(end: u64, bs: u64) -> u64 {
     let apb = bs / 4;
+    debug_assert!(apb >= 256, "{apb} pointers per block");
     let mut past = end.saturating_sub(12);
     if past == 0 {
         return 0;
@@ -358,6 +366,8 @@ fn bounds() -> Vec<u64> {
     }
     b.sort_unstable();
     b.dedup();
+    // search() steps below each bound by STEP.
+    debug_assert!(b[0] > STEP && b.iter().all(|x| x.is_multiple_of(STEP)));
     b
 }
 
@@ -384,6 +394,7 @@ fn try_fit(opts: &MkfsOptions, needs: &TreeNeeds, slack: u64, size: u64) -> Resu
     // (as mke2fs's -N does): ask for more, at least 8 per group each time (one step of
     // the rounding).
     let groups = (cap.bytes / u64::from(cap.block_size)).div_ceil(u64::from(cap.blocks_per_group));
+    debug_assert!(groups >= 1, "capacity of no group: {cap:?}");
     for _ in 0..8 {
         if !chosen || cap.inodes >= wanted_all {
             break;

@@ -134,6 +134,16 @@ pub(super) fn size(p: &Params) -> Result<Sizes> {
             blocks -= rem;
             continue 'retry;
         }
+        // What Superblock::decode and the 16-bit counts of 32-byte descriptors need.
+        debug_assert!(
+            groups >= 1 && groups * ipg <= u64::from(u32::MAX),
+            "{groups} groups of {ipg} inodes"
+        );
+        debug_assert!(
+            ipg.is_multiple_of(8) && ipg <= bs * 8 && ipg < 1 << 16,
+            "{ipg} inodes per group"
+        );
+        debug_assert!(bpg <= bs * 8 && bpg <= 65528, "{bpg} blocks per group");
         return Ok(Sizes {
             blocks,
             bpg: bpg as u32,
@@ -168,11 +178,16 @@ fn reserved_gdt_blocks(
         max_blocks = blocks * 1024;
     }
     let groups = (max_blocks - fdb).div_ceil(bpg);
+    debug_assert!(
+        groups.div_ceil(per_block) >= desc_blocks,
+        "growth limit below the current table"
+    );
     (groups.div_ceil(per_block) - desc_blocks).min(apb)
 }
 
 /// sparse_super2's two backup groups: 1 and the last, as ext2fs_initialize settles them.
 fn sparse_super2_groups(groups: u32) -> [u32; 2] {
+    debug_assert!(groups >= 1, "no groups");
     let mut b = [1u32, u32::MAX];
     for x in b.iter_mut() {
         if *x >= groups {
@@ -198,6 +213,18 @@ pub(super) fn set_geometry(sb: &mut Superblock, p: &Params, s: &Sizes) {
     sb.set_feature_compat(f.compat);
     sb.set_feature_incompat(f.incompat);
     sb.set_feature_ro_compat(f.ro);
+    // The 16-bit fields: a value cut short would describe another layout.
+    assert!(
+        s.reserved_gdt <= 0xFFFF && p.inode_size <= 0xFFFF,
+        "reserved GDT blocks {} or inode size {} past 16 bits",
+        s.reserved_gdt,
+        p.inode_size
+    );
+    debug_assert!(
+        p.bs >= 1024 && p.bs.is_power_of_two(),
+        "block size {}",
+        p.bs
+    );
     let log = p.bs.trailing_zeros() - 10;
     sb.set_log_block_size(log);
     sb.set_log_cluster_size(log);
@@ -267,6 +294,7 @@ impl Space {
 
     /// Free ranges inside `[from, to)`.
     pub fn gaps(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        debug_assert!(from <= to && to <= self.blocks, "gaps in {from}..{to}");
         let mut out = Vec::new();
         let mut cur = from;
         for &(s, e) in &self.used[self.used.partition_point(|r| r.1 <= from)..] {
@@ -286,6 +314,7 @@ impl Space {
 
     /// `n` contiguous free blocks, first searched from `goal`, then from block 0.
     fn alloc_run(&mut self, goal: u64, n: u64) -> Option<u64> {
+        debug_assert!(n >= 1 && goal < self.blocks, "run of {n} at {goal}");
         let fits = |g: &(u64, u64)| g.1 - g.0 >= n;
         let gap = self.gaps(goal, self.blocks).into_iter().find(fits);
         let (s, _) = gap.or_else(|| self.gaps(0, goal).into_iter().find(fits))?;
@@ -312,6 +341,7 @@ impl Space {
         if left > 0 {
             return None;
         }
+        debug_assert_eq!(runs.iter().map(|r| r.1 - r.0).sum::<u64>(), n);
         for &(s, e) in &runs {
             self.take(s, e);
         }
@@ -460,6 +490,17 @@ impl Plan {
         } else {
             None
         };
+        debug_assert_eq!(meta.len(), geo.groups as usize, "group metadata");
+        debug_assert!(
+            journal
+                .as_ref()
+                .is_none_or(|j| j.data_blocks() == u64::from(journal_blocks)),
+            "journal map of other than {journal_blocks} blocks"
+        );
+        debug_assert!(
+            root.data_blocks() == 1 && lpf.data_blocks() == lpf_blocks(geo.bs),
+            "root or lost+found map"
+        );
         Ok(Plan {
             meta,
             space,
@@ -486,6 +527,12 @@ fn place_plain(geo: &Geometry, space: &mut Space) -> Result<Vec<GroupMeta>> {
         let it = space.alloc_run(first, itb);
         match (bb, ib, it) {
             (Some(b), Some(i), Some(t)) if b < end && i < end && t + itb <= end => {
+                // Without flex_bg a group's bitmaps and table lie in that group (the
+                // kernel refuses them anywhere else); the search starts there.
+                debug_assert!(
+                    b >= first && i >= first && t >= first,
+                    "group {g}'s metadata before the group"
+                );
                 meta.push(GroupMeta {
                     block_bitmap: b,
                     inode_bitmap: i,
@@ -527,6 +574,7 @@ fn place_flex(geo: &Geometry, space: &mut Space) -> Result<Vec<GroupMeta>> {
                 return Err(no_room(g0));
             }
             cur = t + itb;
+            debug_assert!(t + itb <= geo.blocks, "inode table {t} past the end");
             meta.push(GroupMeta {
                 block_bitmap: bb + i,
                 inode_bitmap: ib + i,
@@ -540,6 +588,10 @@ fn place_flex(geo: &Geometry, space: &mut Space) -> Result<Vec<GroupMeta>> {
 /// The journal's goal (get_midpoint_journal_block): the group in the middle, rounded down
 /// to its flex group when that is past the first.
 fn journal_goal(geo: &Geometry, flex: bool) -> u64 {
+    debug_assert!(
+        geo.blocks > u64::from(geo.first_data_block),
+        "empty file system"
+    );
     let mid = geo.group_of_block(
         u64::from(geo.first_data_block) + (geo.blocks - u64::from(geo.first_data_block)) / 2,
     );
@@ -574,6 +626,7 @@ fn alloc_file(space: &mut Space, goal: u64, n: u64, extents: bool, bs: usize) ->
                 p += len;
             }
         }
+        debug_assert_eq!(l, n, "extents cover other than {n} blocks");
         if runs.len() > extent::block_capacity(bs) {
             return None;
         }
@@ -617,6 +670,11 @@ fn alloc_file(space: &mut Space, goal: u64, n: u64, extents: bool, bs: usize) ->
             }
         }
     }
+    debug_assert_eq!(
+        runs.iter().map(|e| u64::from(e.len)).sum::<u64>(),
+        n,
+        "block map covers other than {n} blocks"
+    );
     Some(FileMap {
         runs,
         kind: MapKind::Blocks(nodes),

@@ -156,6 +156,10 @@ pub fn clear_ends(dev: &dyn BlockDevice) -> Result<()> {
     let head = size.min(4096);
     dev.write_at(0, &vec![0u8; head as usize])?;
     let tail = (size / REGION * REGION).saturating_sub(REGION).max(head);
+    debug_assert!(
+        head <= tail && tail <= size.max(head),
+        "tail {tail} of {size} bytes"
+    );
     if tail < size {
         dev.write_at(tail, &vec![0u8; (size - tail) as usize])?;
     }
@@ -245,6 +249,16 @@ fn prepare(opts: &MkfsOptions, size: u64) -> Result<Prepared> {
         sb.set_jnl_backup_type(JNL_BACKUP_BLOCKS);
     }
     sb.set_r_blocks_count(sizes.blocks * u64::from(opts.reserved_percent) / 100);
+    // What mkfs makes must pass the checks every reader applies.
+    debug_assert!(
+        {
+            let mut c = sb.clone();
+            c.update_checksum();
+            Superblock::decode(&c.raw[..], size).is_ok()
+        },
+        "mkfs's own superblock does not decode: {sb:?}"
+    );
+    debug_assert!(sb.r_blocks_count() < sizes.blocks, "all blocks reserved");
     let geo = Geometry::from_superblock(&sb);
     let plan = layout::Plan::new(&geo, &sb, journal_blocks, opts.journal_blocks.is_some())?;
     if let Some(b) = plan.mmp {
@@ -293,10 +307,15 @@ const JOURNAL_SIZES: [(u64, u32); 8] = [
 /// mke2fs's default journal size in blocks for a file system of `blocks` blocks (0: too
 /// small for one).
 fn default_journal_blocks(blocks: u64) -> u32 {
-    JOURNAL_SIZES
+    let j = JOURNAL_SIZES
         .iter()
         .find(|(limit, _)| blocks < *limit)
-        .map_or(262144, |&(_, j)| j)
+        .map_or(262144, |&(_, j)| j);
+    debug_assert!(
+        j == 0 || (MIN_JOURNAL..=MAX_JOURNAL).contains(&j),
+        "default journal of {j} blocks"
+    );
+    j
 }
 
 /// The journal size: the requested one (checked against mke2fs's limits) or the default.
@@ -342,6 +361,7 @@ fn set_identity(sb: &mut Superblock, opts: &MkfsOptions) {
     // s_volume_name: 16 bytes at 0x78, NUL padded (no setter in `disk`); the length was
     // checked by check_options.
     let label = opts.label.as_bytes();
+    debug_assert!(label.len() <= 16, "label checked by check_options");
     let n = label.len().min(16);
     sb.raw[0x78..0x78 + n].copy_from_slice(&label[..n]);
 }
@@ -360,6 +380,12 @@ fn set_times(sb: &mut Superblock, now: Timespec) {
 
 /// `s_jnl_blocks`: the journal inode's i_block words, then i_size high and low.
 fn set_journal_backup(sb: &mut Superblock, journal: &DiskInode) {
+    // write::files hands back inode 8 with or without a journal (then all zeros).
+    debug_assert!(
+        journal.size() > 0 || sb.journal_inum() == 0,
+        "the superblock names journal inode {} of size 0",
+        sb.journal_inum()
+    );
     for i in 0..15 {
         sb.set_jnl_block(i, le32(journal.iblock(), 4 * i));
     }
@@ -393,6 +419,7 @@ fn random_bytes() -> [u8; 32] {
 
 /// Stamp RFC 4122 version 4 bits on 16 random bytes.
 fn uuid_v4(b: &[u8]) -> [u8; 16] {
+    debug_assert!(b.len() >= 16, "{} random bytes for a UUID", b.len());
     let mut u = [0u8; 16];
     u.copy_from_slice(&b[..16]);
     u[6] = (u[6] & 0x0F) | 0x40;

@@ -94,6 +94,8 @@ const NOT_MADE: &[&str] = &[
 impl Features {
     /// Whether `name`'s bit is set (`name` must be in KNOWN).
     pub fn has(&self, name: &str) -> bool {
+        // A misspelt name would read as "off" for ever.
+        debug_assert!(KNOWN.iter().any(|k| k.0 == name), "feature {name}");
         KNOWN
             .iter()
             .find(|k| k.0 == name)
@@ -366,6 +368,7 @@ pub(super) fn resolve(opts: &MkfsOptions, dev_bytes: u64) -> Result<Params> {
     // mke2fs takes the device's size in whole pages.
     let blocks = (dev_bytes / u64::from(bs)) & !(u64::from(PAGE_SIZE / bs).max(1) - 1);
     let inodes = inode_count(opts, &types, bs, blocks, &features)?;
+    debug_assert!(inodes <= u64::from(u32::MAX), "{inodes} inodes");
     Ok(Params {
         bs,
         blocks,
@@ -386,15 +389,25 @@ fn block_size(opts: &MkfsOptions, types: &[&str]) -> Result<u32> {
         return Ok(b);
     }
     let b = lookup(types, |t| t.blocksize).unwrap_or(DEFAULT_BLOCKSIZE);
-    Ok(if b <= 0 { PAGE_SIZE } else { b as u32 })
+    let b = if b <= 0 { PAGE_SIZE } else { b as u32 };
+    debug_assert!(
+        b.is_power_of_two() && (MIN_BLOCK..=MAX_BLOCK).contains(&b),
+        "block size {b} from the type table"
+    );
+    Ok(b)
 }
 
 /// `-I`, else the profile's inode size.
 fn inode_size(opts: &MkfsOptions, types: &[&str], bs: u32) -> Result<u32> {
     let Some(i) = opts.inode_size else {
-        return Ok(lookup(types, |t| t.inode_size)
+        let i = lookup(types, |t| t.inode_size)
             .unwrap_or(DEFAULT_INODE_SIZE)
-            .min(bs));
+            .min(bs);
+        debug_assert!(
+            i.is_power_of_two() && i >= 128,
+            "inode size {i} from the type table"
+        );
+        return Ok(i);
     };
     if !i.is_power_of_two() || i < 128 || i > bs {
         return Err(invalid(format!(
@@ -441,9 +454,13 @@ fn ratio(opts: &MkfsOptions, types: &[&str], bs: u32) -> Result<u64> {
             "invalid inode ratio {r} (from {MIN_RATIO} to {MAX_RATIO})"
         ))),
         Some(r) => Ok(r),
-        None => Ok(lookup(types, |t| t.inode_ratio)
-            .unwrap_or(DEFAULT_INODE_RATIO)
-            .max(u64::from(bs))),
+        None => {
+            let r = lookup(types, |t| t.inode_ratio)
+                .unwrap_or(DEFAULT_INODE_RATIO)
+                .max(u64::from(bs));
+            debug_assert!((MIN_RATIO..=MAX_RATIO).contains(&r), "inode ratio {r}");
+            Ok(r)
+        }
     }
 }
 
@@ -480,6 +497,10 @@ fn check_features(f: &mut Features, inode_size: u32) -> Result<()> {
             "inline_data requires inodes of at least 256 bytes (inode size {inode_size})"
         )));
     }
+    debug_assert!(
+        !(f.has("metadata_csum") && f.has("uninit_bg")),
+        "two descriptor checksums"
+    );
     Ok(())
 }
 

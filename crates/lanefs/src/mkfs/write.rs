@@ -49,6 +49,11 @@ impl<'a> Out<'a> {
     /// Write `data` at block `block`.
     pub fn put(&mut self, block: u64, data: &[u8]) -> Result<()> {
         debug_assert!((data.len() as u64).is_multiple_of(self.bs) || data.len() < self.bs as usize);
+        debug_assert!(
+            block * self.bs + data.len() as u64 <= self.dev.size(),
+            "write of {} bytes at block {block} past the device",
+            data.len()
+        );
         self.dev.write_at(block * self.bs, data)?;
         self.written += data.len() as u64;
         Ok(())
@@ -57,6 +62,7 @@ impl<'a> Out<'a> {
     /// Zero `[start, end)`, writing only what does not read as zero already (a fresh
     /// sparse image stays sparse; a reused one is cleared); nothing on a prezeroed device.
     pub fn zero(&mut self, start: u64, end: u64) -> Result<()> {
+        debug_assert!(start <= end, "zero {start}..{end}");
         if self.prezeroed {
             return Ok(());
         }
@@ -106,6 +112,10 @@ fn new_inode(cx: &Ctx, mode: u16, links: u16) -> DiskInode {
 /// A reserved inode as mke2fs leaves it: zero, no extra fields; inode 1 (bad blocks)
 /// carries the times.
 fn reserved_inode(cx: &Ctx, ino: u32) -> DiskInode {
+    debug_assert!(
+        (1..=FIRST_INO).contains(&ino),
+        "inode {ino} is not reserved"
+    );
     let mut i = DiskInode::new(cx.geo.inode_size as usize);
     if cx.geo.inode_size > 128 {
         put16(&mut i.raw, 0x80, 0); // i_extra_isize = 0
@@ -176,6 +186,7 @@ fn dir_block(cx: &Ctx, entries: &[(u32, &[u8])], inode_seed: Option<u32>) -> Vec
         dir::put_entry(&mut b, off, ino, rec, if ino == 0 { 0 } else { ft }, name);
         off += rec;
     }
+    debug_assert_eq!(off, end, "directory records do not fill the block");
     if let Some(seed) = inode_seed {
         dir::init_tail(&mut b);
         dir::set_leaf_csum(seed, &mut b);
@@ -193,6 +204,7 @@ fn directory(
     f: &FileMap,
     entries: &[(u32, &[u8])],
 ) -> (DiskInode, Blocks) {
+    debug_assert!(f.data_blocks() >= 1, "directory {ino} without a block");
     let mut i = new_inode(cx, 0o040000 | mode, links);
     let mut blocks = map_inode(cx, &mut i, ino, f);
     i.set_size(f.data_blocks() * cx.bs as u64);
@@ -224,16 +236,23 @@ fn resize_inode(cx: &Ctx, dind: u64) -> (DiskInode, Blocks) {
     for j in 0..geo.reserved_gdt {
         let gdt_blk = sb_blk + 1 + u64::from(geo.gdt_blocks + j);
         let slot = (geo.gdt_blocks + j) as usize % apb;
+        // The resize inode's pointers are 32 bits.
+        assert!(gdt_blk < 1 << 32, "reserved GDT block {gdt_blk} past 2^32");
         put32(&mut dind_buf, slot * 4, gdt_blk as u32);
         let mut b = vec![0u8; cx.bs];
         for (k, &g) in backups.iter().enumerate().take(apb) {
             let copy = gdt_blk + u64::from(g) * u64::from(geo.bpg);
+            assert!(
+                copy < geo.blocks && copy < 1 << 32,
+                "reserved GDT copy {copy}"
+            );
             put32(&mut b, k * 4, copy as u32);
         }
         blocks.push((gdt_blk, b));
     }
     blocks.push((dind, dind_buf));
     let mut i = new_inode(cx, 0o100600, 1);
+    assert!(dind < 1 << 32, "resize inode's block {dind} past 2^32");
     put32(i.iblock_mut(), blockmap::DIND_SLOT * 4, dind as u32);
     i.set_size(resize_inode_size(geo.bs));
     let n = 1 + u64::from(geo.reserved_gdt) * (1 + backups.len().min(apb) as u64);
@@ -251,6 +270,7 @@ fn journal(
     n: u32,
     sb: &Superblock,
 ) -> Result<(DiskInode, Blocks)> {
+    debug_assert_eq!(f.data_blocks(), u64::from(n), "journal map");
     let mut i = new_inode(cx, 0o100600, 1);
     let blocks = map_inode(cx, &mut i, JOURNAL_INO, f);
     i.set_size(u64::from(n) * cx.bs as u64);
@@ -347,6 +367,7 @@ pub(super) fn files(
 
 /// Inodes in use in group `g`: the reserved ones and lost+found, 1..=FIRST_INO.
 fn used_inodes(geo: &Geometry, g: u32) -> u32 {
+    debug_assert!(g < geo.groups, "group {g} of {}", geo.groups);
     let before = u64::from(g) * u64::from(geo.ipg);
     (u64::from(FIRST_INO).saturating_sub(before)).min(u64::from(geo.ipg)) as u32
 }
@@ -373,6 +394,10 @@ fn write_inode_tables(
             continue;
         }
         let mut buf = vec![0u8; (used as usize * isz).div_ceil(cx.bs) * cx.bs];
+        debug_assert!(
+            buf.len() as u64 <= itb * geo.block_bytes(),
+            "inodes past the table"
+        );
         for k in 0..used {
             let ino = g * geo.ipg + k + 1;
             if let Some(i) = inodes.get(&ino) {
@@ -387,6 +412,7 @@ fn write_inode_tables(
 
 /// Set bits `[from, to)`.
 fn set_bits(map: &mut [u8], from: usize, to: usize) {
+    debug_assert!(from <= to && to <= map.len() * 8, "bits {from}..{to}");
     let mut i = from;
     while i < to && i & 7 != 0 {
         set_bit(map, i);
@@ -426,6 +452,10 @@ fn uninit_bitmap(geo: &Geometry, plan: &Plan, g: u32) -> Vec<u8> {
     let mut map = vec![0u8; geo.bs as usize];
     let (gs, len) = (geo.group_first(g), u64::from(geo.group_len(g)));
     let (s, n) = geo.base_meta(g);
+    debug_assert!(
+        s >= gs && s + n <= gs + len,
+        "group {g}'s base metadata outside it"
+    );
     set_bits(&mut map, (s - gs) as usize, (s - gs + n) as usize);
     let m = plan.meta[g as usize];
     for (b, k) in [
@@ -445,6 +475,10 @@ fn uninit_bitmap(geo: &Geometry, plan: &Plan, g: u32) -> Vec<u8> {
 
 /// Write `(block, bytes)` pieces, merging neighbours into one write.
 fn put_merged(out: &mut Out, mut pieces: Blocks, bs: u64) -> Result<()> {
+    debug_assert!(
+        pieces.iter().all(|p| (p.1.len() as u64).is_multiple_of(bs)),
+        "piece of part of a block"
+    );
     pieces.sort_by_key(|p| p.0);
     let mut i = 0;
     while i < pieces.len() {
@@ -532,6 +566,8 @@ pub(super) fn groups(
         }
         put_merged(out, pieces, bs as u64)?;
     }
+    // The bitmaps count exactly what the plan left free.
+    debug_assert_eq!(free_blocks, plan.space.free(), "free blocks");
     sb.set_free_blocks_count(free_blocks);
     sb.set_free_inodes_count((geo.inodes() - u64::from(FIRST_INO)) as u32);
     set_overhead(sb, geo, plan);
@@ -545,6 +581,11 @@ fn set_overhead(sb: &mut Superblock, geo: &Geometry, plan: &Plan) {
     let tables = u64::from(geo.groups) * (2 + geo.itable_blocks());
     let journal = plan.journal.as_ref().map_or(0, FileMap::data_blocks);
     let overhead = u64::from(geo.first_data_block) + copies + tables + journal;
+    debug_assert!(
+        overhead <= geo.blocks,
+        "overhead {overhead} of {}",
+        geo.blocks
+    );
     // s_overhead_clusters: u32 at 0x248.
     put32(
         &mut sb.raw[..],
@@ -583,6 +624,10 @@ pub(super) fn superblocks(
     let mut buf = vec![0u8; copy_blocks * bs];
     buf[bs..bs + old_gdt * bs].copy_from_slice(&gdt[..old_gdt * bs]);
     for &g in &backups {
+        debug_assert!(
+            copy_blocks as u64 <= u64::from(geo.group_len(g)),
+            "backup copy longer than group {g}"
+        );
         let mut copy = sb.clone();
         copy.set_block_group_nr(g as u16);
         copy.update_checksum();
