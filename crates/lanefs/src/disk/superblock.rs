@@ -568,6 +568,17 @@ impl Superblock {
                 self.inodes_per_group()
             ));
         }
+        // A 32-byte descriptor counts a group's free blocks and inodes in 16 bits: a
+        // group holding more could not be counted (mke2fs caps both below 65536).
+        let per_group_blocks = u64::from(self.blocks_per_group()) / ratio;
+        if self.desc_size() < 64 && per_group_blocks.max(u64::from(self.inodes_per_group())) > 65535
+        {
+            return bad(format!(
+                "{} blocks and {} inodes per group: more than 32-byte group descriptors count",
+                self.blocks_per_group(),
+                self.inodes_per_group()
+            ));
+        }
         let isz = u32::from(self.inode_size());
         if self.rev_level() >= 1 && (isz < 128 || !isz.is_power_of_two() || u64::from(isz) > bs) {
             return bad(format!("inode size {isz} invalid"));
