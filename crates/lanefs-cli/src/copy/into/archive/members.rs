@@ -320,35 +320,7 @@ impl<R: Read> Members<R> {
         let perm = (header.mode().map_err(|_| fail("malformed header (mode)"))? & 0o7777) as u16;
         let uid = id(b"uid", header.uid())?;
         let gid = id(b"gid", header.gid())?;
-        let time = |key: &[u8]| -> Result<Option<Timespec>, Problem> {
-            rec(key)
-                .map(|v| pax::time(key, v).map(|(sec, nsec)| Timespec { sec, nsec }))
-                .transpose()
-                .map_err(|e| Problem::at(&name, e))
-        };
-        let mtime = match time(b"mtime")? {
-            Some(t) => t,
-            None => {
-                let sec = header
-                    .mtime()
-                    .map_err(|_| fail("malformed header (mtime)"))?;
-                Timespec {
-                    sec: sec as i64,
-                    nsec: 0,
-                }
-            }
-        };
-        let atime = match time(b"atime")? {
-            Some(t) => Some(t),
-            None => header
-                .as_gnu()
-                .and_then(|g| g.atime().ok())
-                .filter(|&t| t != 0)
-                .map(|sec| Timespec {
-                    sec: sec as i64,
-                    nsec: 0,
-                }),
-        };
+        let (mtime, atime) = member_times(header, recs, &name)?;
         let link = || -> Result<Vec<u8>, Problem> {
             let target = rec(b"linkpath")
                 .map(<[u8]>::to_vec)
@@ -357,34 +329,8 @@ impl<R: Read> Members<R> {
                 .unwrap_or_default();
             Ok(target)
         };
-        let device = || -> Result<(u32, u32), Problem> {
-            let major = match rec(b"SCHILY.devmajor") {
-                Some(v) => id(
-                    b"SCHILY.devmajor",
-                    pax::number(b"", v).map_err(std::io::Error::other),
-                )?,
-                None => header
-                    .device_major()
-                    .ok()
-                    .flatten()
-                    .ok_or_else(|| fail("malformed header (device major)"))?,
-            };
-            let minor = match rec(b"SCHILY.devminor") {
-                Some(v) => id(
-                    b"SCHILY.devminor",
-                    pax::number(b"", v).map_err(std::io::Error::other),
-                )?,
-                None => header
-                    .device_minor()
-                    .ok()
-                    .flatten()
-                    .ok_or_else(|| fail("malformed header (device minor)"))?,
-            };
-            Ok((major, minor))
-        };
-        let mut data = size;
-        let mut real_size = 0;
-        let mut segments = Vec::new();
+        let device = || device_numbers(header, recs, &name);
+        let (mut data, mut real_size, mut segments) = (size, 0, Vec::new());
         let mut path_name = name.clone();
         let typeflag = header.as_old().linkflag[0];
         // A v7 archive's directory: a file whose name ends in `/`.
@@ -392,34 +338,10 @@ impl<R: Read> Members<R> {
         let kind = match typeflag {
             _ if v7_dir => Kind::Directory,
             0 | b'0' | b'7' | b'S' => {
-                let map = if typeflag == b'S' {
-                    let gnu = header
-                        .as_gnu()
-                        .ok_or_else(|| fail("a sparse member without a GNU header"))?;
-                    Some(self.old_sparse(gnu, &name)?)
-                } else {
-                    sparse::from_pax(recs).map_err(|e| Problem::at(&name, e))?
-                };
-                if let Some(real) = map.as_ref().and_then(|m| m.name.as_ref()) {
-                    path_name = real.clone();
-                }
-                match map {
-                    Some(mut map) => {
-                        if map.in_data {
-                            self.current = path_name.clone();
-                            let (segs, used) = self.map_in_data(size)?;
-                            map.segments = segs;
-                            data = size - used;
-                        }
-                        sparse::check(&map.segments, map.size, data)
-                            .map_err(|e| Problem::at(&path_name, e))?;
-                        real_size = map.size;
-                        segments = map.segments;
-                    }
-                    None => {
-                        real_size = size;
-                        segments.push((0, size));
-                    }
+                let file = self.regular(header, typeflag, size, recs, &name)?;
+                (data, real_size, segments) = (file.data, file.size, file.segments);
+                if let Some(real) = file.real_name {
+                    path_name = real;
                 }
                 Kind::Regular
             }
@@ -485,6 +407,50 @@ impl<R: Read> Members<R> {
             size: real_size,
             segments,
             xattrs,
+        })
+    }
+
+    /// A regular member's data (type `0`, `7` or GNU sparse `S`, or pax GNU sparse): its
+    /// bytes in the archive, its size, its data segments and (pax sparse) its real name.
+    fn regular(
+        &mut self,
+        header: &Header,
+        typeflag: u8,
+        size: u64,
+        recs: &[&Record],
+        name: &[u8],
+    ) -> Result<RegularData, Problem> {
+        let map = if typeflag == b'S' {
+            let gnu = header
+                .as_gnu()
+                .ok_or_else(|| Problem::at(name, "a sparse member without a GNU header"))?;
+            Some(self.old_sparse(gnu, name)?)
+        } else {
+            sparse::from_pax(recs).map_err(|e| Problem::at(name, e))?
+        };
+        let Some(mut map) = map else {
+            return Ok(RegularData {
+                data: size,
+                size,
+                segments: vec![(0, size)],
+                real_name: None,
+            });
+        };
+        let real_name = map.name.clone();
+        let shown = real_name.clone().unwrap_or_else(|| name.to_vec());
+        let mut data = size;
+        if map.in_data {
+            self.current = shown.clone();
+            let (segs, used) = self.map_in_data(size)?;
+            map.segments = segs;
+            data = size - used;
+        }
+        sparse::check(&map.segments, map.size, data).map_err(|e| Problem::at(&shown, e))?;
+        Ok(RegularData {
+            data,
+            size: map.size,
+            segments: map.segments,
+            real_name,
         })
     }
 
@@ -567,6 +533,90 @@ impl<R: Read> Members<R> {
         let segments = numbers.chunks(2).map(|p| (p[0], p[1])).collect();
         Ok((segments, used))
     }
+}
+
+/// What `Members::regular` found of a regular member.
+struct RegularData {
+    /// Bytes of file data in the archive (after a sparse map kept in the data).
+    data: u64,
+    /// The file's size, holes included.
+    size: u64,
+    segments: Vec<(u64, u64)>,
+    /// A pax sparse member's real name (`GNU.sparse.name`).
+    real_name: Option<Vec<u8>>,
+}
+
+/// The last pax record `key` of `recs` (later records override earlier ones).
+fn rec<'r>(recs: &[&'r Record], key: &[u8]) -> Option<&'r [u8]> {
+    recs.iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_slice())
+}
+
+/// A member's modification and access times: pax `mtime`/`atime` (with fractions),
+/// else the header's (an access time only from a GNU header, when not 0).
+fn member_times(
+    header: &Header,
+    recs: &[&Record],
+    name: &[u8],
+) -> Result<(Timespec, Option<Timespec>), Problem> {
+    let time = |key: &[u8]| -> Result<Option<Timespec>, Problem> {
+        rec(recs, key)
+            .map(|v| pax::time(key, v).map(|(sec, nsec)| Timespec { sec, nsec }))
+            .transpose()
+            .map_err(|e| Problem::at(name, e))
+    };
+    let whole = |sec: u64| Timespec {
+        sec: sec as i64,
+        nsec: 0,
+    };
+    let mtime = match time(b"mtime")? {
+        Some(t) => t,
+        None => whole(
+            header
+                .mtime()
+                .map_err(|_| Problem::at(name, "malformed header (mtime)"))?,
+        ),
+    };
+    let atime = match time(b"atime")? {
+        Some(t) => Some(t),
+        None => header
+            .as_gnu()
+            .and_then(|g| g.atime().ok())
+            .filter(|&t| t != 0)
+            .map(whole),
+    };
+    Ok((mtime, atime))
+}
+
+/// A device member's major and minor numbers: pax `SCHILY.devmajor`/`devminor`, else
+/// the header's.
+fn device_numbers(header: &Header, recs: &[&Record], name: &[u8]) -> Result<(u32, u32), Problem> {
+    let one = |key: &[u8], from_header: Option<u32>, what: &str| -> Result<u32, Problem> {
+        match rec(recs, key) {
+            Some(v) => {
+                let n = pax::number(key, v).map_err(|e| Problem::at(name, e))?;
+                u32::try_from(n).map_err(|_| {
+                    Problem::at(name, format!("{} {n} does not fit 32 bits", show(key)))
+                })
+            }
+            None => {
+                from_header.ok_or_else(|| Problem::at(name, format!("malformed header ({what})")))
+            }
+        }
+    };
+    let major = one(
+        b"SCHILY.devmajor",
+        header.device_major().ok().flatten(),
+        "device major",
+    )?;
+    let minor = one(
+        b"SCHILY.devminor",
+        header.device_minor().ok().flatten(),
+        "device minor",
+    )?;
+    Ok((major, minor))
 }
 
 /// Bytes of padding after `size` bytes of data.
