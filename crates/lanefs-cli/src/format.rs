@@ -374,18 +374,28 @@ impl Source {
             Err(e) if !stdin => return Err(Failure::new(src.display(), e)),
             _ => {}
         }
-        let again = match (stdin, twice) {
-            (true, true) => {
-                let kept = crate::copy::keep_stdin().ctx("standard input")?;
+        // A pipe, FIFO or device cannot be read twice: kept, as standard input is.
+        let regular = !stdin && std::fs::metadata(src).is_ok_and(|m| m.is_file());
+        let again = match (regular, twice) {
+            (true, _) => Some((src.to_path_buf(), None)),
+            (false, true) => {
+                let what = if stdin {
+                    "standard input".to_string()
+                } else {
+                    src.display().to_string()
+                };
+                let kept = crate::copy::keep_source(src).ctx(&what)?;
                 Some((kept.0, Some(kept.1)))
             }
-            (true, false) => None,
-            (false, _) => Some((src.to_path_buf(), None)),
+            (false, false) => None,
         };
         let path = again.as_ref().map_or(src, |(p, _)| p.as_path());
         let mut archive = crate::copy::Archive::open(path)?;
-        if stdin {
-            archive.shown = "standard input".into();
+        if !regular {
+            archive.shown = match stdin {
+                true => "standard input".into(),
+                false => src.display().to_string(),
+            };
         }
         Ok(Source {
             archive: Some(archive),
@@ -409,7 +419,7 @@ struct Fill<'a> {
 }
 
 /// A `-d` build into a size given in bytes that failed: when the tree does not fit that
-/// size, say what size it needs.
+/// size (counted again, after the failure), say what size it needs.
 fn with_size_hint(
     f: Failure,
     args: &MkfsArgs,
@@ -432,14 +442,15 @@ fn with_size_hint(
     let Ok(fit) = lanefs::mkfs::min_size(opts, &needs, lanefs::mkfs::Slack::Bytes(0)) else {
         return f;
     };
-    let hint = match fit.opts.inodes {
-        _ if fit.size > given => format!("the tree needs at least {}", human(fit.size)),
-        Some(n) if opts.inodes.is_none() => {
-            format!("the tree fits in {} with -N {n}", human(fit.size))
-        }
-        _ => return f,
-    };
-    let hint = format!("{}; {hint} (as --size min makes it)", f.error);
+    // Only a size the tree does not fit is named: any other failure is not about size.
+    if fit.size <= given {
+        return f;
+    }
+    let hint = format!(
+        "{}; the tree needs at least {} (as --size min makes it)",
+        f.error,
+        human(fit.size)
+    );
     Failure {
         error: Error::Msg(hint),
         ..f

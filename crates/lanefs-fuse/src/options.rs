@@ -148,7 +148,17 @@ impl Default for MountConfig {
     }
 }
 
-/// VFS flags the kernel applies to the mount itself; passed through unchanged.
+/// The options that take no value (`MountConfig::switch`).
+const SWITCHES: &[&str] = &[
+    "allow_other",
+    "allow_root",
+    "default_permissions",
+    "writeback_cache",
+    "io_uring",
+    "no_io_uring",
+    "unconfined",
+];
+
 /// The options that take a number (`MountConfig::number`).
 const NUMBERS: &[&str] = &[
     "threads",
@@ -160,6 +170,7 @@ const NUMBERS: &[&str] = &[
     "negative_timeout",
 ];
 
+/// VFS flags the kernel applies to the mount itself; passed through unchanged.
 const VFS_FLAGS: &[&str] = &[
     "dev",
     "nodev",
@@ -201,8 +212,10 @@ impl MountConfig {
             None => Ok(()),
             Some(v) => Err(format!("option {key} takes no value (got {key}={v})")),
         };
-        if self.switch(key) {
-            return no_value();
+        if SWITCHES.contains(&key) {
+            no_value()?;
+            self.switch(key);
+            return Ok(());
         }
         if NUMBERS.contains(&key) {
             return self.number(key, need()?);
@@ -238,8 +251,8 @@ impl MountConfig {
         Ok(())
     }
 
-    /// Set the option `key` if it is one that takes no value; whether it was.
-    fn switch(&mut self, key: &str) -> bool {
+    /// Set the option `key`, one of `SWITCHES`.
+    fn switch(&mut self, key: &str) {
         match key {
             "allow_other" => self.allow_other = true,
             "allow_root" => self.allow_root = true,
@@ -248,9 +261,8 @@ impl MountConfig {
             "io_uring" => self.io_uring = UringMode::Required,
             "no_io_uring" => self.io_uring = UringMode::Off,
             "unconfined" => self.unconfined = true,
-            _ => return false,
+            other => debug_assert!(false, "{other} is not in SWITCHES"),
         }
-        true
     }
 
     /// Set the numeric option `key` (one of `NUMBERS`) from `v`.

@@ -36,7 +36,7 @@ mod populate;
 mod sources;
 mod table;
 use crate::devtable::Node;
-pub use archive::{keep_stdin, measure_archive, populate_archive, Archive};
+pub use archive::{keep_source, measure_archive, populate_archive, Archive};
 use fill::{changed, work};
 pub use measure::{measure, Budget};
 use outcome::Outcome;

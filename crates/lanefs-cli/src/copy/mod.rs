@@ -5,7 +5,7 @@ mod out;
 mod stdio;
 
 pub use into::{
-    keep_stdin, measure, measure_archive, populate, populate_archive, precheck, Archive, Budget,
+    keep_source, measure, measure_archive, populate, populate_archive, precheck, Archive, Budget,
     Overrides,
 };
 

@@ -301,7 +301,10 @@ pub enum Raw {
 impl Raw {
     /// The raw image's home for an image of `size` bytes to be written as `output`.
     pub fn new(output: &Path, size: u64) -> io::Result<Raw> {
-        if size <= mem_available().unwrap_or(0) / 4 {
+        let room = mem_available()
+            .unwrap_or(0)
+            .min(cgroup_room().unwrap_or(u64::MAX));
+        if size <= room / 4 {
             let fd = rustix::fs::memfd_create("lanefs-raw", rustix::fs::MemfdFlags::CLOEXEC)
                 .map_err(io::Error::from)?;
             let file = File::from(fd);
@@ -333,6 +336,18 @@ fn mem_available() -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// What this process's cgroup (v2) may still take: `memory.max` less `memory.current`
+/// (`None` without a limit, or without cgroup v2): a memfd's pages count against it.
+fn cgroup_room() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'));
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    let max: u64 = read("memory.max")?.trim().parse().ok()?; // "max": no limit
+    let current: u64 = read("memory.current")?.trim().parse().ok()?;
+    Some(max.saturating_sub(current))
 }
 
 /// The directory `p` is in.

@@ -242,21 +242,31 @@ fn block_map_blocks(end: u64, bs: u64) -> u64 {
 fn dir_blocks(names: &[u16], cap: &Capacity) -> u64 {
     let bs = u64::from(cap.block_size);
     let usable = bs - if cap.csum { 12 } else { 0 };
-    // "." and ".." take 12 bytes each; each name 8 bytes more, rounded to 4.
-    let bytes: u64 = 24
-        + names
-            .iter()
-            .map(|&n| (8 + u64::from(n)).next_multiple_of(4))
-            .sum::<u64>();
-    let linear = bytes.div_ceil(usable);
+    // Records never span blocks: pack them in order ("." and ".." first, 12 bytes
+    // each; each name 8 bytes more, rounded to 4), a record that does not fit starting
+    // the next block.
+    let (mut linear, mut used) = (1u64, 24u64);
+    let mut largest = 12u64;
+    for &n in names {
+        let rec = (8 + u64::from(n)).next_multiple_of(4);
+        largest = largest.max(rec);
+        if used + rec > usable {
+            linear += 1;
+            used = 0;
+        }
+        used += rec;
+    }
     if linear <= 1 {
         return 1;
     }
-    // Hashed: a root block, leaves left half full by splits, one index block for each
-    // block of leaf pointers beyond the root's; a linear directory fills its blocks.
+    // Hashed: a root block; leaves split by entry count, so a half may hold as little as
+    // half its entries of the smallest records: twice the packed blocks, and as many
+    // more as the largest record leaves unused per block; index blocks split in half
+    // too. A linear directory is its packed blocks.
     let blocks = if cap.dir_index {
-        let leaves = 2 * linear;
-        1 + leaves + leaves.div_ceil(bs / 8)
+        let leaves = 2 * linear + (2 * linear * largest).div_ceil(usable);
+        let per_index = (bs - 16) / 8;
+        1 + leaves + (2 * leaves).div_ceil(per_index)
     } else {
         linear
     };
@@ -306,6 +316,12 @@ pub fn min_size(opts: &MkfsOptions, needs: &TreeNeeds, slack: Slack) -> Result<F
         return Err(Error::Invalid(
             "a minimal size is not computed with bigalloc (give --size)".into(),
         ));
+    }
+    let wanted = u64::from(layout::FIRST_INO) + needs.inodes;
+    if let Some(n) = opts.inodes.filter(|&n| n < wanted) {
+        return Err(Error::Invalid(format!(
+            "-N {n} is fewer inodes than the tree needs ({wanted}, the reserved ones included)"
+        )));
     }
     let bytes = match slack {
         Slack::Bytes(b) => b,

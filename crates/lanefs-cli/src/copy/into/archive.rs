@@ -60,11 +60,12 @@ pub fn populate_archive(
     result.map(|_| ())
 }
 
-/// Standard input copied into an unnamed scratch file (in the temporary directory, or
-/// in memory where that cannot make one), so that an archive piped in can be read twice:
+/// Standard input (`-`), or a pipe, FIFO or device, copied into an unnamed scratch file
+/// (in the temporary directory, or in memory where that cannot make one), so that an
+/// archive that cannot be read twice can be:
 /// counted for `--size min`, then built. The path to read it by (in /proc) and the file,
 /// which must stay open meanwhile.
-pub fn keep_stdin() -> std::io::Result<(PathBuf, File)> {
+pub fn keep_source(src: &Path) -> std::io::Result<(PathBuf, File)> {
     use rustix::fs::{Mode, OFlags};
     let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
     let fd = match rustix::fs::open(std::env::temp_dir(), flags, Mode::from_raw_mode(0o600)) {
@@ -72,7 +73,11 @@ pub fn keep_stdin() -> std::io::Result<(PathBuf, File)> {
         Err(_) => rustix::fs::memfd_create("lanefs-stdin", rustix::fs::MemfdFlags::CLOEXEC)?,
     };
     let mut file = File::from(fd);
-    std::io::copy(&mut std::io::stdin().lock(), &mut file)?;
+    if src.as_os_str() == "-" {
+        std::io::copy(&mut std::io::stdin().lock(), &mut file)?;
+    } else {
+        std::io::copy(&mut File::open(src)?, &mut file)?;
+    }
     let path = PathBuf::from(format!(
         "/proc/self/fd/{}",
         std::os::fd::AsRawFd::as_raw_fd(&file)

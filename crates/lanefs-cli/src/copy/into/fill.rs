@@ -91,15 +91,17 @@ impl Ctx<'_> {
                 if n == 0 {
                     break;
                 }
+                // Charged before it is written: a tree that grew fails here, naming it,
+                // before the image runs out of space.
+                if let Some(b) = self.budget {
+                    b.bytes(n as u64, &src)?;
+                }
                 if job.dense {
                     self.write_all(ino, off, &buf[..n]).ctx(shown)?;
                 } else {
                     for (at, piece) in nonzero_pieces(&buf[..n]) {
                         self.write_all(ino, off + at as u64, piece).ctx(shown)?;
                     }
-                }
-                if let Some(b) = self.budget {
-                    b.bytes(n as u64, &src)?;
                 }
                 off += n as u64;
                 copied += n as u64;

@@ -6,6 +6,7 @@
 use super::*;
 use crate::devtable::Node;
 use lanefs::mkfs::TreeNeeds;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What the tree at `src` (and the device table's additions) needs, counted as the copy
@@ -29,14 +30,17 @@ pub fn measure(src: Option<&Path>, over: &Overrides) -> CmdResult<TreeNeeds> {
     );
     needs.xattrs(root_xattrs.ctx(src.display())?);
     let mut links = HashSet::new();
-    let mut seen = HashSet::new();
-    let mut stack = vec![(root, src.to_path_buf(), 0usize, table)];
-    while let Some((dir, path, index, node)) = stack.pop() {
+    let mut stack = vec![(root, src.to_path_buf(), 0usize, table, None::<Rc<Chain>>)];
+    while let Some((dir, path, index, node, up)) = stack.pop() {
         let st = dir.stat().ctx(path.display())?;
-        if !seen.insert((st.st_dev, st.st_ino)) {
-            // A bind mount of an ancestor: the copy refuses it with its own error.
+        let here = (st.st_dev, st.st_ino);
+        if Chain::holds(&up, here) {
+            // A directory inside itself (a bind mount of an ancestor): the copy refuses
+            // it with its own error. The same directory twice elsewhere is copied, and
+            // counted, twice.
             continue;
         }
+        let chain = Some(Rc::new(Chain { id: here, up }));
         let listing = dir.listing().ctx(path.display())?;
         for item in merged(listing, node) {
             let (listed, child_node) = match item {
@@ -66,15 +70,40 @@ pub fn measure(src: Option<&Path>, over: &Overrides) -> CmdResult<TreeNeeds> {
                 HostType::Directory => {
                     let sub = dir.open_dir(name).ctx(child.display())?;
                     let sub_index = needs.dir();
-                    stack.push((sub, child, sub_index, child_node));
+                    stack.push((sub, child, sub_index, child_node, chain.clone()));
                 }
                 HostType::RegularFile => needs.file(runs(&dir, name, &meta).ctx(child.display())?),
+                // Some file systems (procfs, some FUSE ones) give a symlink size 0.
+                HostType::Symlink if meta.size == 0 => {
+                    let target = dir.read_link(name).ctx(child.display())?;
+                    needs.symlink(target.len());
+                }
                 HostType::Symlink => needs.symlink(meta.size as usize),
                 _ => {}
             }
         }
     }
     Ok(needs)
+}
+
+/// The directories from the root down to one being walked (device and inode numbers).
+struct Chain {
+    id: (u64, u64),
+    up: Option<Rc<Chain>>,
+}
+
+impl Chain {
+    /// Whether `id` is one of the directories of `chain`.
+    fn holds(chain: &Option<Rc<Chain>>, id: (u64, u64)) -> bool {
+        let mut at = chain.as_deref();
+        while let Some(c) = at {
+            if c.id == id {
+                return true;
+            }
+            at = c.up.as_deref();
+        }
+        false
+    }
 }
 
 /// Count a table node the tree lacks and what it lists below it (its own name is
