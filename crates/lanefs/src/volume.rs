@@ -102,20 +102,28 @@ pub(crate) struct Volume {
 impl Volume {
     /// The block size in bytes.
     pub(crate) fn bs(&self) -> u32 {
+        // The superblock's decode admits 1 KiB to 64 KiB, powers of two.
+        debug_assert!(self.geo.bs.is_power_of_two() && (1024..=65536).contains(&self.geo.bs));
         self.geo.bs
     }
 
     /// Whether the file system has all of `f`.
     pub(crate) fn has(&self, f: Features) -> bool {
+        debug_assert!(!f.is_empty(), "asking for no feature is always true");
         self.features.contains(f)
     }
 
     /// The time to stamp: now, or the clamp if it is earlier (`MountOptions::clamp_time`).
     pub(crate) fn now(&self) -> Timespec {
         let t = Timespec::now();
-        match self.clamp_time {
+        let stamped = match self.clamp_time {
             Some(c) if c < t.sec => Timespec { sec: c, nsec: 0 },
             _ => t,
-        }
+        };
+        debug_assert!(
+            self.clamp_time.is_none_or(|c| stamped.sec <= c),
+            "stamp past the clamp"
+        );
+        stamped
     }
 }

@@ -281,6 +281,10 @@ impl Fs {
             }
         };
         let st = self.init_inode(ino, mode, owner, rdev, kind, slow_link, t);
+        debug_assert_eq!(
+            st.d.links(),
+            if kind == FileType::Directory { 2 } else { 1 }
+        );
         Ok((ino, st, claim))
     }
 

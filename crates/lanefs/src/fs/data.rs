@@ -221,6 +221,7 @@ impl Fs {
         if end > MAX_FILE_BLOCKS * bs {
             return Err(Error::FileTooBig);
         }
+        debug_assert!(end > off && bs.is_power_of_two());
         let i = self.iget(ino)?;
         let mut st = i.state.write();
         self.load(&i, &mut st)?;
@@ -244,6 +245,10 @@ impl Fs {
         }
         self.regular(&st)?;
         let (first, last) = (off / bs, (end - 1) / bs);
+        debug_assert!(
+            first <= last && last < MAX_FILE_BLOCKS,
+            "blocks {first}..={last}"
+        );
         // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
         let prior = bmap::prior_blocks(&st, first, last);
         if let Err(e) = bmap::map_blocks(
@@ -581,6 +586,7 @@ impl Fs {
         }
         if size < old {
             let keep = size.div_ceil(bs);
+            debug_assert!(keep <= old.div_ceil(bs), "shrinking {old} to {size}");
             if !size.is_multiple_of(bs) {
                 self.zero_partial(i, st, size, keep * bs)?;
             }

@@ -85,6 +85,7 @@ impl Fs {
         if st.ext.is_none() && needs_extents(&st.d, self.vol.bs(), self.vol.has(Features::EA_INODE))
         {
             inode::load_extents(&self.al, self.rt(), &self.bufs, i.ino, st)?;
+            debug_assert!(st.ext.is_some(), "inode {}: extents not loaded", i.ino);
             self.icache.recharge(i, i.mem_bytes_with(st.heap_bytes()));
         }
         Ok(())
@@ -95,6 +96,8 @@ impl Fs {
     /// An inode on the orphan list keeps the list link that `fs/orphan.rs` wrote into its
     /// on-disk `dtime`.
     pub(super) fn store(&self, h: &Handle, i: &Inode, st: &mut InodeState) -> Result<()> {
+        // Its bytes are exactly one table slot: staged whole at commit.
+        debug_assert_eq!(st.d.raw.len(), self.vol.geo.inode_size as usize);
         self.store_prep(h, i.ino, st)?;
         let keep_dtime = st.d.links() == 0 && !st.freed;
         inode::stage_inode(&self.ial, &self.bufs, h, i, &mut st.d, keep_dtime, st.freed)?;
@@ -106,6 +109,7 @@ impl Fs {
     /// Persist a new inode not in the cache yet: written through to its table block (its
     /// later stores go through its stage).
     pub(super) fn store_new(&self, h: &Handle, ino: Ino, st: &mut InodeState) -> Result<()> {
+        debug_assert_eq!(st.d.raw.len(), self.vol.geo.inode_size as usize);
         self.store_prep(h, ino, st)?;
         inode::store_inode(&self.ial, &self.bufs, h, ino, &mut st.d, false)
     }

@@ -13,6 +13,14 @@ use std::sync::atomic::Ordering;
 
 /// Validate a name for a new entry.
 pub(super) fn check_name(name: &[u8]) -> Result<()> {
+    let r = check_name_rules(name);
+    // What passes is an entry ext4 can hold.
+    debug_assert!(r.is_err() || (1..=255).contains(&name.len()));
+    r
+}
+
+/// The rules of [`check_name`].
+fn check_name_rules(name: &[u8]) -> Result<()> {
     if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
         return Err(Error::Invalid(format!(
             "bad file name {:?}",
@@ -333,6 +341,7 @@ impl Fs {
     fn link_once(&self, ino: Ino, newdir: Ino, newname: &[u8]) -> Result<Attr> {
         self.check_rw()?;
         check_name(newname)?;
+        debug_assert!(!newname.is_empty() && newname.len() <= 255);
         let d = self.iget(newdir)?;
         let c = self.iget(ino)?;
         let mut dst = d.state.write();
@@ -363,6 +372,10 @@ impl Fs {
             return Err(Error::TooManyLinks);
         }
         let h = self.journal.start();
+        // What the checks above leave: a named, non-directory, unpinned inode below the
+        // link limit, linked into another inode that is a directory.
+        debug_assert!(ino != newdir && kind_of(&cst) != FileType::Directory);
+        debug_assert!(cst.d.links() < LINK_MAX && !cst.freed);
         ctx.add(
             &h,
             newdir,
@@ -372,6 +385,8 @@ impl Fs {
             kind_of(&cst).dirent_code(),
         )?;
         let l = cst.d.links() + 1;
+        debug_assert!(l <= LINK_MAX, "inode {ino}: {l} links");
+        debug_assert_eq!(l == 1, first, "inode {ino}: its first name iff it had none");
         cst.d.set_links(l);
         if first {
             self.orphan_del(&h, ino)?;

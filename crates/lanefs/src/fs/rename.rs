@@ -162,6 +162,18 @@ impl Fs {
         mode: RenameMode,
     ) -> Result<()> {
         let (dir, newdir) = (od.ino, nd.ino);
+        // Two directories: both locked, and their ".." chains read under the rename lock.
+        debug_assert_eq!(
+            nst.is_some(),
+            dir != newdir,
+            "second guard iff two directories"
+        );
+        debug_assert_eq!(
+            chains.is_some(),
+            dir != newdir,
+            "chains iff two directories"
+        );
+        debug_assert!(chains.is_none_or(|(o, n)| o[0] == dir && n[0] == newdir));
         let ctx = self.ctx();
         let (sino, _) = ctx.lookup(dir, ost, name)?.ok_or(Error::NotFound)?;
         let target = {
