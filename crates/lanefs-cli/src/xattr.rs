@@ -99,6 +99,12 @@ pub fn parse_value(v: &str) -> Result<Vec<u8>, String> {
 
 /// Standard base64 (padding optional).
 fn base64(text: &str) -> Option<Vec<u8>> {
+    base64_unpadded(text.trim_end_matches('=').as_bytes())
+}
+
+/// Standard base64 (RFC 4648) without its `=` padding: groups of four characters, the
+/// last of two or three; `None` for any other character or a lone last one.
+pub fn base64_unpadded(bytes: &[u8]) -> Option<Vec<u8>> {
     let val = |c: u8| -> Option<u32> {
         Some(match c {
             b'A'..=b'Z' => c - b'A',
@@ -109,11 +115,10 @@ fn base64(text: &str) -> Option<Vec<u8>> {
             _ => return None,
         } as u32)
     };
-    let bytes: Vec<u8> = text.trim_end_matches('=').bytes().collect();
     if bytes.len() % 4 == 1 {
         return None;
     }
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
     for chunk in bytes.chunks(4) {
         let mut n = 0u32;
         for (i, &c) in chunk.iter().enumerate() {

@@ -90,39 +90,6 @@ fn seen(root: &Path) -> BTreeMap<String, Seen> {
     out
 }
 
-/// The unprivileged user the builds run as (`lanefs-a`, as `.ci/run` makes it): its uid
-/// and gid, or `None` after a SKIP line when this test cannot switch to it.
-fn builder(test: &str) -> Option<(u32, u32)> {
-    let root = Command::new("id").arg("-u").output().unwrap().stdout;
-    if String::from_utf8_lossy(&root).trim() != "0" {
-        skip(test, "needs root to run mkfs as another user");
-        return None;
-    }
-    if let Err(why) = cli_common::accounts::ensure() {
-        skip(test, &why);
-        return None;
-    }
-    let id = |flag: &str| -> Option<u32> {
-        let out = Command::new("id").args([flag, "lanefs-a"]).output().ok()?;
-        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
-    };
-    let setpriv = Command::new("setpriv").arg("--version").output();
-    match (
-        id("-u"),
-        id("-g"),
-        setpriv.is_ok_and(|o| o.status.success()),
-    ) {
-        (Some(uid), Some(gid), true) => Some((uid, gid)),
-        _ => {
-            skip(
-                test,
-                "needs setpriv and user lanefs-a (useradd -M -s /usr/sbin/nologin lanefs-a)",
-            );
-            None
-        }
-    }
-}
-
 /// `lanefs ARGS...` run by user `uid:gid` (no other group; `lanefs` a binary it may run),
 /// with SOURCE_DATE_EPOCH `epoch` or none.
 fn lanefs_as(user: (u32, u32), lanefs: &Path, epoch: Option<&str>, args: &[&str]) -> Output {

@@ -37,43 +37,6 @@ fn sh(script: &str, arg: &Path) {
     );
 }
 
-/// Whether this runs as root, else a SKIP line.
-fn is_root(test: &str) -> bool {
-    let id = Command::new("id").arg("-u").output().unwrap().stdout;
-    let root = String::from_utf8_lossy(&id).trim() == "0";
-    if !root {
-        skip(
-            test,
-            "needs root to make the source tree's owners and devices",
-        );
-    }
-    root
-}
-
-/// The unprivileged user's uid and gid (`lanefs-a`, as `.ci/run` makes it), or `None`
-/// after a SKIP line.
-fn builder(test: &str) -> Option<(u32, u32)> {
-    if !is_root(test) {
-        return None;
-    }
-    let id = |flag: &str| -> Option<u32> {
-        let out = Command::new("id").args([flag, "lanefs-a"]).output().ok()?;
-        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
-    };
-    let setpriv = Command::new("setpriv").arg("--version").output();
-    match (
-        id("-u"),
-        id("-g"),
-        setpriv.is_ok_and(|o| o.status.success()),
-    ) {
-        (Some(uid), Some(gid), true) => Some((uid, gid)),
-        _ => {
-            skip(test, "needs setpriv and user lanefs-a");
-            None
-        }
-    }
-}
-
 /// A directory the user owns for its images, and the `lanefs` binary as it can run it.
 fn user_dir(td: &Path, user: (u32, u32)) -> (PathBuf, PathBuf) {
     let dir = td.join("work");

@@ -122,30 +122,7 @@ pub fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
         Some(_) => return None,
         None => text,
     };
-    if text.len() % 4 == 1 {
-        return None;
-    }
-    let value = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    for group in text.chunks(4) {
-        let mut v = 0u32;
-        for &c in group {
-            v = (v << 6) | value(c)?;
-        }
-        v <<= 6 * (4 - group.len() as u32);
-        let bytes = v.to_be_bytes();
-        out.extend_from_slice(&bytes[1..group.len()]);
-    }
-    Some(out)
+    crate::xattr::base64_unpadded(text)
 }
 
 #[cfg(test)]
