@@ -343,3 +343,47 @@ fn a_tar_archive_is_sized_from_a_file_and_from_standard_input() {
     assert!(err.contains("the tree needs at least"), "{err}");
     assert!(!small.exists());
 }
+
+#[test]
+fn too_few_inodes_and_a_fifo_archive() {
+    let td = tempfile::tempdir().unwrap();
+    let tree = td.path().join("tree");
+    fs::create_dir_all(tree.join("d")).unwrap();
+    for i in 0..20 {
+        fs::write(tree.join(format!("d/f{i}")), noise(i, 5000)).unwrap();
+    }
+    // -N below what the tree needs: refused in one line naming -N, nothing made.
+    let img = td.path().join("n.img");
+    let out = lanefs(&[
+        "mkfs",
+        &s(&img),
+        "-d",
+        &s(&tree),
+        "--size",
+        "min",
+        "-N",
+        "5",
+    ]);
+    let line = one_line_failure(&out);
+    assert!(line.contains("-N 5"), "{line}");
+    assert!(!img.exists());
+
+    // An archive through a FIFO (read once only) is kept, counted, then built.
+    let fifo = td.path().join("pipe");
+    let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+    let writer = Command::new("tar")
+        .arg("-C")
+        .arg(&tree)
+        .arg("-cf")
+        .arg(&fifo)
+        .arg(".")
+        .spawn()
+        .unwrap();
+    let img = td.path().join("fifo.img");
+    ok(lanefs(&["mkfs", &s(&img), "-d", &s(&fifo)]));
+    assert!(writer.wait_with_output().unwrap().status.success());
+    e2fsck_clean(&img);
+    let listed = ok(lanefs(&["ls", &at(&img, "/d")]));
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), 20);
+}
