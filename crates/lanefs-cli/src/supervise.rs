@@ -81,14 +81,13 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
     let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
     // A stop asked for before the mount is up: done once it is.
     let mut pending = None;
-    // The mount's device (`major:minor` in mountinfo, its FUSE connection's own), which
-    // the daemon tells once its mount is up (`flagproxy::tell_mounted`): how the
+    // What the daemon tells once its mount is up (`flagproxy::tell_mounted`): how the
     // supervisor knows its mount from a later one at the same path of the same source,
     // which it must not touch (not even stat: a path walk into a mount makes its
-    // `umount` fail EBUSY). Without it (no channel), a mount of the source at the path.
+    // `umount` fail EBUSY). See [`Ours`].
     loop {
-        let dev = lanefs_fuse::flagproxy::mounted_device();
-        if let Some(sig) = pending.filter(|_| mine(mp, source, dev)) {
+        let ours = Ours::told(source);
+        if let Some(sig) = pending.filter(|_| ours.at(mp)) {
             pending = None;
             log::line(&format!("signal {sig}: unmounting {}", mp.display()));
             if let Err(e) = unmount_path(mp, true) {
@@ -111,7 +110,7 @@ pub fn supervise(mp: &Path, source: &str, cfg: &MountConfig, detach: bool, daemo
                 // SAFETY: waits for our own child; `status` is valid storage.
                 let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
                 if r == pid {
-                    return ended(mp, source, dev, pid, status);
+                    return ended(mp, &Ours::told(source), pid, status);
                 }
             }
             libc::SIGINT | libc::SIGTERM | libc::SIGHUP => pending = Some(sig),
@@ -157,36 +156,63 @@ fn next_event(sfd: i32, chan: &mut Option<OwnedFd>, wait_ms: i32) -> Option<i32>
     (n == 128).then(|| i32::from_ne_bytes([info[0], info[1], info[2], info[3]]))
 }
 
-/// Whether a lanefs mount of `source` is at `mp`.
-fn is_ours(mp: &Path, source: &str) -> bool {
-    mount_source(mp).is_some_and(|(s, t)| s == source && t == format!("fuse.{SUBTYPE}"))
+/// How the supervisor knows its daemon's mount, best first: by the unique ID the daemon
+/// told (Linux 6.8+; asked of the kernel by ID, so nothing walks into the mount), by its
+/// device (mountinfo's; a later mount at the same path may take the same one again), or,
+/// with no word from the daemon, as a lanefs mount of `source`.
+enum Ours<'a> {
+    Unique(u64),
+    Device(&'static str),
+    Source(&'a str),
 }
 
-/// Whether the mount at `mp` is this supervisor's: the one on device `dev` where the
-/// daemon said so, else (no word from it) a lanefs mount of `source`. Read from
-/// mountinfo: nothing walks into the mount.
-fn mine(mp: &Path, source: &str, dev: Option<&str>) -> bool {
-    match dev {
-        Some(d) => lanefs_fuse::mountinfo::device_of(mp).as_deref() == Some(d),
-        None => is_ours(mp, source),
+impl<'a> Ours<'a> {
+    /// What the daemon has told so far.
+    fn told(source: &'a str) -> Ours<'a> {
+        use lanefs_fuse::flagproxy::{mounted_device, mounted_unique_id};
+        match (mounted_unique_id(), mounted_device()) {
+            (Some(id), _) => Ours::Unique(id),
+            (None, Some(dev)) => Ours::Device(dev),
+            (None, None) => Ours::Source(source),
+        }
+    }
+
+    /// Whether the daemon's mount is the one at `mp` (read from the kernel's tables:
+    /// nothing walks into the mount).
+    fn at(&self, mp: &Path) -> bool {
+        match self {
+            Ours::Unique(id) => match lanefs_fuse::mountinfo::mount_point_of(*id) {
+                Ok(p) => p.as_deref() == Some(mp),
+                Err(_) => false,
+            },
+            Ours::Device(d) => lanefs_fuse::mountinfo::device_of(mp).as_deref() == Some(*d),
+            Ours::Source(source) => mount_source(mp)
+                .is_some_and(|(s, t)| s == *source && t == format!("fuse.{SUBTYPE}")),
+        }
+    }
+
+    /// Whether the daemon's mount, its daemon gone, is still at `mp`: a dead mount. Known
+    /// only by the unique ID; by device or source a mount at `mp` may be a later one, and
+    /// telling a dead one apart would take a path walk into it.
+    fn left_dead_at(&self, mp: &Path) -> bool {
+        matches!(self, Ours::Unique(_)) && self.at(mp)
     }
 }
 
-/// Whether the FUSE mount at `mp` lost its daemon: the kernel answers ENOTCONN.
-fn is_dead(mp: &Path) -> bool {
-    std::fs::metadata(mp).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
-}
-
 /// The daemon `pid` ended with wait status `status`: its exit status, after a log line
-/// and the unmount of the mount it left when it failed. Its mount is the one on device
-/// `dev` (as the daemon said; see [`mine`]); a mount at the same path on another device
-/// is a later one and is left alone. (A daemon that ends with status 0 served until its connection
-/// ended: only a dead mount of its own, whose connection ended otherwise, is unmounted.)
-fn ended(mp: &Path, source: &str, dev: Option<&str>, pid: i32, status: i32) -> i32 {
-    let mine = || mine(mp, source, dev);
+/// and the unmount of the mount it left when it failed. Its mount is `ours` (see
+/// [`Ours`]); a mount at the same path that is not is a later one and is left alone. (A
+/// daemon that ends with status 0 served until its connection ended: only a mount of its
+/// own still there, whose connection ended otherwise, is unmounted.)
+fn ended(mp: &Path, ours: &Ours, pid: i32, status: i32) -> i32 {
     if libc::WIFEXITED(status) {
         let code = libc::WEXITSTATUS(status);
-        if mine() && (code != 0 || is_dead(mp)) {
+        let left = if code == 0 {
+            ours.left_dead_at(mp)
+        } else {
+            ours.at(mp)
+        };
+        if left {
             log::line(&format!(
                 "the daemon of {} (pid {pid}) exited with status {code} and left its mount: unmounting it",
                 mp.display()
@@ -208,7 +234,7 @@ fn ended(mp: &Path, source: &str, dev: Option<&str>, pid: i32, status: i32) -> i
         "the daemon of {} (pid {pid}) was killed by signal {sig}{why}; the journal replays at the next mount",
         mp.display()
     ));
-    if mine() {
+    if ours.at(mp) {
         if let Err(e) = unmount_path(mp, true) {
             log::line(&format!("unmounting {}: {e}", mp.display()));
         }

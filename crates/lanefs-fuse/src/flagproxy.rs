@@ -70,9 +70,12 @@ const FLAGS: u32 = 1;
 const IN_GROUP: u32 = 2;
 const FSUID: u32 = 3;
 const MOUNTED: u32 = 4;
+const MOUNTED_ID: u32 = 5;
 
-/// The supervisor's side: the device (`major:minor`) its daemon said it mounted.
+/// The supervisor's side: the device (`major:minor`) its daemon said it mounted, and
+/// the mount's unique ID where the kernel has one (Linux 6.8+).
 static MOUNTED_DEV: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+static MOUNTED_UNIQUE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
 
 /// The daemon's end of the channel, once it has one; whether it failed.
 static DAEMON: std::sync::OnceLock<RawFd> = std::sync::OnceLock::new();
@@ -102,8 +105,9 @@ pub fn ask_fsuid(pid: u32) -> io::Result<u32> {
 }
 
 /// The daemon's side, once its mount at `mp` is up (before it says so to anyone else):
-/// tell the supervisor the mount's device, as mountinfo shows it, by which the
-/// supervisor knows its mount from a later one at the same path. `chan` is the
+/// tell the supervisor the mount's device, as mountinfo shows it, and its unique ID
+/// where the kernel has one, by which the supervisor knows its mount from a later one
+/// at the same path (which takes the same device and mountinfo ID again). `chan` is the
 /// daemon's end of the channel.
 pub fn tell_mounted(chan: RawFd, mp: &std::path::Path) -> io::Result<()> {
     set_daemon_channel(chan);
@@ -113,13 +117,24 @@ pub fn tell_mounted(chan: RawFd, mp: &std::path::Path) -> io::Result<()> {
         .split_once(':')
         .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
         .ok_or_else(|| io::Error::from_raw_os_error(libc::EPROTO))?;
-    ask([MOUNTED, major, minor]).map(|_| ())
+    ask([MOUNTED, major, minor])?;
+    if let Some(id) = crate::mountinfo::unique_id(mp) {
+        ask([MOUNTED_ID, id as u32, (id >> 32) as u32])?;
+    }
+    Ok(())
 }
 
 /// The supervisor's side: the device (`major:minor`) of the mount its daemon made, once
 /// the daemon has said (the first word only: a daemon taken over later cannot move it).
 pub fn mounted_device() -> Option<&'static str> {
     MOUNTED_DEV.get().map(String::as_str)
+}
+
+/// The supervisor's side: the unique ID of the mount its daemon made
+/// ([`crate::mountinfo::unique_id`]), once the daemon has said and where the kernel has
+/// one.
+pub fn mounted_unique_id() -> Option<u64> {
+    MOUNTED_UNIQUE.get().copied()
 }
 
 fn ask(req: [u32; 3]) -> io::Result<u32> {
@@ -195,6 +210,10 @@ pub fn answer(chan: BorrowedFd<'_>) -> bool {
         (12, FSUID) => fsuid(w(4)),
         (12, MOUNTED) => {
             let _ = MOUNTED_DEV.set(format!("{}:{}", w(4), w(8)));
+            Ok(0)
+        }
+        (12, MOUNTED_ID) => {
+            let _ = MOUNTED_UNIQUE.set(u64::from(w(4)) | u64::from(w(8)) << 32);
             Ok(0)
         }
         _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),

@@ -84,6 +84,81 @@ pub fn device_of(path: &Path) -> Option<String> {
         .next_back()
 }
 
+/// The unique ID of the mount at `path` (Linux 6.8+: never reused while the system runs,
+/// unlike mountinfo's mount ID and a FUSE mount's device, which the next mount takes
+/// again). A path walk into that mount, and a reference on it for the call (an `umount`
+/// meanwhile fails EBUSY): for the daemon, on its own mount before anyone is told of it.
+/// No FUSE request is sent (AT_STATX_DONT_SYNC), so it is safe before the daemon serves.
+pub fn unique_id(path: &Path) -> Option<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a zeroed statx is valid storage for the call to fill.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `stx` writable storage, both live for
+    // the call.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID_UNIQUE,
+            &mut stx,
+        )
+    };
+    (r == 0 && stx.stx_mask & libc::STATX_MNT_ID_UNIQUE != 0).then_some(stx.stx_mnt_id)
+}
+
+/// statmount(2), the same number on every architecture but alpha (Linux 6.8+).
+const SYS_STATMOUNT: libc::c_long = 457;
+/// statmount's request for the mount point, and the offsets in `struct statmount` of
+/// its `mask`, its `mnt_point` (an offset into the strings) and the strings.
+const STATMOUNT_MNT_POINT: u64 = 0x10;
+const SM_MASK: usize = 8;
+const SM_MNT_POINT: usize = 108;
+const SM_STR: usize = 512;
+
+/// Where the mount with unique ID `id` ([`unique_id`]) is now: its mount point, or
+/// `Ok(None)` once it is gone; an error when the kernel cannot say (before Linux 6.8).
+/// Asked of the kernel by ID: nothing walks into the mount.
+pub fn mount_point_of(id: u64) -> std::io::Result<Option<PathBuf>> {
+    // struct mnt_id_req (its first published size, 24): size, mnt_ns_fd, mnt_id, param.
+    let mut req = [0u8; 24];
+    req[..4].copy_from_slice(&24u32.to_ne_bytes());
+    req[8..16].copy_from_slice(&id.to_ne_bytes());
+    req[16..24].copy_from_slice(&STATMOUNT_MNT_POINT.to_ne_bytes());
+    let mut buf = vec![0u8; SM_STR + 8192];
+    // SAFETY: `req` is a mnt_id_req of the size it states and `buf` is writable for the
+    // length passed; both live for the call, which writes only into `buf`.
+    let r = unsafe {
+        libc::syscall(
+            SYS_STATMOUNT,
+            req.as_ptr(),
+            buf.as_mut_ptr(),
+            buf.len(),
+            0 as libc::c_uint,
+        )
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let mask = u64::from_ne_bytes(buf[SM_MASK..SM_MASK + 8].try_into().unwrap_or_default());
+    let point = u32::from_ne_bytes(
+        buf[SM_MNT_POINT..SM_MNT_POINT + 4]
+            .try_into()
+            .unwrap_or_default(),
+    );
+    if mask & STATMOUNT_MNT_POINT == 0 {
+        return Err(std::io::Error::from_raw_os_error(libc::EPROTO));
+    }
+    let at = SM_STR + point as usize;
+    let s = buf.get(at..).unwrap_or_default();
+    let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
+    Ok(Some(PathBuf::from(std::ffi::OsStr::from_bytes(&s[..end]))))
+}
+
 /// Whether a mount of type `kind` on device `dev` (`major:minor`) is left.
 pub fn device_mounted(kind: &str, dev: &str) -> bool {
     text().is_some_and(|info| {

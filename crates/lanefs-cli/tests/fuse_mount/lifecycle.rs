@@ -412,3 +412,51 @@ fn mount_and_umount_200_times_never_busy() {
     assert!(wait_released(&img, Duration::from_secs(60)));
     e2fsck_clean(&img);
 }
+
+/// A connection aborted through the FUSE control file system ends the daemon (status 0)
+/// and leaves a dead mount, which the supervisor unmounts; a later mount at the same
+/// path, which takes the same device again, is left alone when its predecessor's
+/// supervisor finishes.
+#[test]
+fn an_aborted_connection_is_unmounted_and_a_later_mount_kept() {
+    if !fuse_ready("an_aborted_connection_is_unmounted_and_a_later_mount_kept") {
+        return;
+    }
+    let conns = Path::new("/sys/fs/fuse/connections");
+    assert!(
+        conns.is_dir(),
+        "no {} (the fuse module is loaded)",
+        conns.display()
+    );
+    if !is_mounted(conns) {
+        let out = run(Command::new("mount")
+            .args(["-t", "fusectl", "none"])
+            .arg(conns));
+        assert!(out.status.success(), "mount fusectl: {out:?}");
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("a.img");
+    mkfs(&img, "64M", &[]);
+    let dir = t.path().join("mnt");
+    let m = Mount::new(&img, &dir, "");
+    fs::write(m.path("kept"), b"k").unwrap();
+    let f = fs::File::open(m.path("kept")).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let dev = fs::metadata(&dir).unwrap().dev();
+    let minor = libc::minor(dev);
+    fs::write(conns.join(minor.to_string()).join("abort"), b"1").unwrap();
+    let start = std::time::Instant::now();
+    while is_mounted(&dir) && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!is_mounted(&dir), "the dead mount is still there");
+    m.forget();
+    assert!(wait_released(&img, Duration::from_secs(30)));
+    let m = Mount::new(&img, &dir, "");
+    assert_eq!(fs::read(m.path("kept")).unwrap(), b"k");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(is_mounted(&dir));
+    m.umount();
+    e2fsck_clean(&img);
+}
