@@ -595,11 +595,13 @@ fn mkfs_sparse(
         .map_err(|f| rename_failure(f, raw.path(), &args.image))?;
     let out = crate::sparse::Scratch::new(&args.image, "sparse").ctx(&what)?;
     let sink = crate::sparse::FileOut::new(out.file());
-    let sum = crate::sparse::walk(raw.file(), size, blk, sink)
+    let map = raw.map(size).ctx(&what)?;
+    let sum = crate::sparse::walk(raw.file(), map.as_ref().map(|m| m.bytes()), size, blk, sink)
         .and_then(|(mut sink, sum)| sink.flush().map(|()| sum))
         .and_then(|sum| out.file().sync_data().map(|()| sum))
         .ctx(&what)?;
     out.publish(&args.image).ctx(&what)?;
+    drop(map);
     drop(raw);
     let kept = u64::from(sum.total_blks) - sum.skip_blocks;
     line += &format!(

@@ -83,6 +83,14 @@ pub trait BlockDevice: Send + Sync {
         }
         Ok(())
     }
+    /// Make `len` bytes from `off` read as zeros without writing them, where the device
+    /// can (a hole punched in an image file): true when done, false when this device
+    /// cannot and nothing was changed (the caller writes zeros instead). Durable with the
+    /// next [`BlockDevice::flush`], as a write is.
+    fn punch_zeros(&self, off: u64, len: u64) -> Result<bool> {
+        let _ = (off, len);
+        Ok(false)
+    }
     /// Make every completed write durable.
     fn flush(&self) -> Result<()>;
     /// Size in bytes.
@@ -304,6 +312,26 @@ impl BlockDevice for FileDevice {
         }
         preadv_all(&self.file, off, bufs).map_err(|e| Error::Io(format!("read at {off}: {e}")))
     }
+    fn punch_zeros(&self, off: u64, len: u64) -> Result<bool> {
+        self.check_range("write", off, len)?;
+        // A block device keeps its blocks (and BLKZEROOUT may write the zeros itself):
+        // only an image file has holes to make.
+        let is_file = self.file.metadata().is_ok_and(|m| m.file_type().is_file());
+        if !is_file || len == 0 {
+            return Ok(is_file);
+        }
+        use rustix::fs::{fallocate, FallocateFlags};
+        match fallocate(
+            &self.file,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            off,
+            len,
+        ) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(false),
+            Err(e) => Err(Error::Io(format!("punching {len} bytes at {off}: {e}"))),
+        }
+    }
     fn flush(&self) -> Result<()> {
         self.file
             .sync_data()
@@ -464,6 +492,18 @@ impl BlockDevice for MemDevice {
         d[off as usize..end as usize].copy_from_slice(buf);
         Ok(())
     }
+    fn punch_zeros(&self, off: u64, len: u64) -> Result<bool> {
+        let mut d = self.data.write();
+        let end = off.checked_add(len).filter(|&e| e <= d.len() as u64);
+        let Some(end) = end else {
+            return Err(Error::Io(format!(
+                "write at {off} beyond device end {}",
+                d.len()
+            )));
+        };
+        d[off as usize..end as usize].fill(0);
+        Ok(true)
+    }
     fn flush(&self) -> Result<()> {
         Ok(())
     }
@@ -597,6 +637,14 @@ impl BlockDevice for ErrorLatch {
             self.count(bufs.iter().map(|b| b.len()).sum());
             self.inner.write_log_at(off, bufs)
         })
+    }
+    fn punch_zeros(&self, off: u64, len: u64) -> Result<bool> {
+        let mut done = false;
+        self.gated(|| {
+            done = self.inner.punch_zeros(off, len)?;
+            Ok(())
+        })?;
+        Ok(done)
     }
     fn flush(&self) -> Result<()> {
         self.gated(|| self.inner.flush())

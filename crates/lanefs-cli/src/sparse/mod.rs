@@ -23,6 +23,8 @@
 
 mod used;
 
+#[cfg(test)]
+use used::Mapping;
 pub use used::{walk, Raw, Scratch};
 
 use std::io;
@@ -82,14 +84,20 @@ impl Out for Vec<u8> {
 
 /// Bytes gathered before a write to the file.
 const OUT_BUFFER: usize = 1 << 20;
+/// Bytes written before the kernel is asked to start writing them back.
+const WRITEBACK_STEP: u64 = 8 << 20;
 
 /// An [`Out`] on a new file: appended through a buffer (larger pieces written as they
-/// come), patched in the buffer or, once written, in the file.
+/// come), patched in the buffer or, once written, in the file. Its write-back starts
+/// every few MiB (`sync_file_range`), so that the disk writes while the image is still
+/// being encoded, and the flush at the end waits only for the last of it.
 pub struct FileOut<'a> {
     file: &'a std::fs::File,
     buf: Vec<u8>,
     /// Bytes in the file.
     flushed: u64,
+    /// Bytes whose write-back was started.
+    started: u64,
 }
 
 impl<'a> FileOut<'a> {
@@ -98,6 +106,28 @@ impl<'a> FileOut<'a> {
             file,
             buf: Vec::with_capacity(OUT_BUFFER),
             flushed: 0,
+            started: 0,
+        }
+    }
+
+    /// Start the write-back of what was written since the last start, once it is
+    /// [`WRITEBACK_STEP`] or more. Best effort: where the call fails, the flush at the
+    /// end writes it all.
+    fn start_writeback(&mut self) {
+        use std::os::fd::AsRawFd;
+        let n = self.flushed - self.started;
+        if n >= WRITEBACK_STEP {
+            // SAFETY: sync_file_range on a descriptor `self.file` keeps open; it reads no
+            // memory of this process.
+            unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    self.started as libc::off64_t,
+                    n as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                )
+            };
+            self.started = self.flushed;
         }
     }
 
@@ -107,6 +137,7 @@ impl<'a> FileOut<'a> {
         self.file.write_all_at(&self.buf, self.flushed)?;
         self.flushed += self.buf.len() as u64;
         self.buf.clear();
+        self.start_writeback();
         Ok(())
     }
 }
@@ -120,6 +151,7 @@ impl Out for FileOut<'_> {
         if b.len() >= OUT_BUFFER {
             self.file.write_all_at(b, self.flushed)?;
             self.flushed += b.len() as u64;
+            self.start_writeback();
         } else {
             self.buf.extend_from_slice(b);
         }

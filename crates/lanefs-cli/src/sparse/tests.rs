@@ -256,7 +256,7 @@ fn walk_encodes_a_real_image_from_its_bytes_alone() {
             dev.flush().unwrap();
         }
         let raw = std::fs::File::open(&path).unwrap();
-        let (out, sum) = walk(&raw, len, 4096, Vec::new()).unwrap();
+        let (out, sum) = walk(&raw, None, len, 4096, Vec::new()).unwrap();
         let (_, chunks, image) = decode(&out);
         assert_eq!(
             image,
@@ -265,6 +265,11 @@ fn walk_encodes_a_real_image_from_its_bytes_alone() {
         );
         assert!(sum.skip_blocks > (30 << 20) / 4096, "bs {bs}: {sum:?}");
         assert!(out.len() < 2 << 20, "bs {bs}: {} bytes", out.len());
+        // Read from a mapping of the image: the same bytes.
+        // SAFETY: the test's own temporary file, which nothing writes while it is mapped.
+        let map = unsafe { Mapping::new(&raw, len) }.unwrap();
+        let (mapped, _) = walk(&raw, Some(map.bytes()), len, 4096, Vec::new()).unwrap();
+        assert!(mapped == out, "bs {bs}: the mapping changed the encoding");
         // The journal (mkfs leaves it a hole) is stored, as zeros.
         let fill_zeros: u64 = chunks
             .iter()
@@ -279,7 +284,7 @@ fn walk_encodes_a_real_image_from_its_bytes_alone() {
         let full = td.path().join("full.img");
         std::fs::write(&full, std::fs::read(&path).unwrap()).unwrap();
         let written = std::fs::File::open(&full).unwrap();
-        let (again, _) = walk(&written, len, 4096, Vec::new()).unwrap();
+        let (again, _) = walk(&written, None, len, 4096, Vec::new()).unwrap();
         assert!(again == out, "bs {bs}: holes changed the encoding");
         // A free block that is not zero is stored.
         let free = 44u64 << 20;
@@ -289,7 +294,7 @@ fn walk_encodes_a_real_image_from_its_bytes_alone() {
             .unwrap()
             .write_all_at(b"stray", free)
             .unwrap();
-        let (stray, _) = walk(&written, len, 4096, Vec::new()).unwrap();
+        let (stray, _) = walk(&written, None, len, 4096, Vec::new()).unwrap();
         let (_, _, image) = decode(&stray);
         assert_eq!(&image[free as usize..free as usize + 5], b"stray");
     }

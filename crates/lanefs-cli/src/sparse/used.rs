@@ -25,17 +25,31 @@ use std::path::{Path, PathBuf};
 const WINDOW: usize = 4 << 20;
 
 /// Encode the raw image `raw` (`len` bytes, an ext2/3/4 file system) into `out` in
-/// blocks of `blk` bytes, reading only its data.
-pub fn walk<O: Out>(raw: &File, len: u64, blk: u32, out: O) -> io::Result<(O, Summary)> {
+/// blocks of `blk` bytes, reading only its data: from `map` (the whole image mapped) when
+/// there is one, else through a window of reads.
+pub fn walk<O: Out>(
+    raw: &File,
+    map: Option<&[u8]>,
+    len: u64,
+    blk: u32,
+    out: O,
+) -> io::Result<(O, Summary)> {
     let b = u64::from(blk);
     if !len.is_multiple_of(b) {
         return Err(io::Error::other(format!(
             "{len} bytes are not whole {b}-byte blocks"
         )));
     }
+    assert!(
+        map.is_none_or(|m| m.len() as u64 == len),
+        "a mapping of the whole image"
+    );
     let mut used = UsedMap::read(raw, len, b)?;
     let mut enc = Encoder::new(out, blk, len / b)?;
-    let mut buf = vec![0u8; WINDOW.min(len as usize).max(blk as usize)];
+    let mut buf = match map {
+        Some(_) => Vec::new(),
+        None => vec![0u8; WINDOW.min(len as usize).max(blk as usize)],
+    };
     let mut pos = 0;
     while pos < len {
         let (start, end) = match next_data(raw, pos)? {
@@ -48,9 +62,15 @@ pub fn walk<O: Out>(raw: &File, len: u64, blk: u32, out: O) -> io::Result<(O, Su
         holes(&mut enc, &mut used, pos / b, start / b)?;
         let mut at = start;
         while at < end {
-            let n = ((end - at) as usize).min(buf.len());
-            raw.read_exact_at(&mut buf[..n], at)?;
-            enc.data(at / b, &buf[..n], &mut |k| used.care(k))?;
+            let n = ((end - at) as usize).min(WINDOW);
+            let data = match map {
+                Some(m) => &m[at as usize..at as usize + n],
+                None => {
+                    raw.read_exact_at(&mut buf[..n], at)?;
+                    &buf[..n]
+                }
+            };
+            enc.data(at / b, data, &mut |k| used.care(k))?;
             at += n as u64;
         }
         pos = end.max(start);
@@ -327,6 +347,67 @@ impl Raw {
             Raw::Memory { file, .. } => file,
             Raw::Disk(s) => s.file(),
         }
+    }
+
+    /// The finished image in memory mapped whole (read-only), for the encoder to read
+    /// without copying it out; `None` for a scratch file on disk, read through a window.
+    /// Only once the build is done: nothing writes the image while it is mapped.
+    pub fn map(&self, len: u64) -> io::Result<Option<Mapping>> {
+        match self {
+            // SAFETY: the raw image's memfd, which only this process holds (close-on-exec,
+            // never passed on), and which nothing writes once the build is done.
+            Raw::Memory { file, .. } if len > 0 => unsafe { Mapping::new(file, len) }.map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// A file mapped read-only and shared, unmapped when dropped.
+pub struct Mapping {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapping {
+    /// `len` bytes of `file` from its start (which must hold them).
+    ///
+    /// # Safety
+    ///
+    /// Nothing may write or truncate the file while the mapping lives: [`Mapping::bytes`]
+    /// hands out a slice that must not change under its reader.
+    pub unsafe fn new(file: &File, len: u64) -> io::Result<Mapping> {
+        let len = usize::try_from(len).map_err(|_| io::Error::other("image too large to map"))?;
+        // SAFETY: a fresh mapping chosen by the kernel (null address) of an open
+        // descriptor; it overlaps nothing of this process's own memory.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr, len })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` maps `len` readable bytes for as long as `self` lives, and they do
+        // not change under the slice: nothing writes or truncates the file while it is
+        // mapped, as the caller of `new` promised.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and `len` are the mapping made in `new`; no slice of it outlives
+        // `self` (`bytes` borrows it).
+        unsafe { libc::munmap(self.ptr, self.len) };
     }
 }
 

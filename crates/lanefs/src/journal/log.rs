@@ -195,6 +195,54 @@ impl LogArea {
         dev.write_log_at(run_start * self.bs as u64, &run)?;
         Ok(pos)
     }
+    /// Make every log block read as zeros, as mkfs leaves a journal: each physical run
+    /// of the log punched out where the device can (an image file: nothing written, and
+    /// nothing left for the flush), else read in large pieces and its blocks that are not
+    /// zero written over with zeros (a block never written stays unwritten).
+    pub fn wipe(&self, dev: &dyn BlockDevice) -> Result<()> {
+        let bs = self.bs as u64;
+        let (first, end) = (self.first(), self.end());
+        for &(l, p, n) in &self.runs {
+            let (from, to) = (l.max(first), (l + n).min(end));
+            if from >= to {
+                continue;
+            }
+            let (start, blocks) = (p + u64::from(from - l), u64::from(to - from));
+            if !dev.punch_zeros(start * bs, blocks * bs)? {
+                self.zero_written(dev, start, blocks)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Write zeros over the blocks of `start..start + blocks` (device blocks of the log)
+    /// that are not zero, read 256 at a time.
+    fn zero_written(&self, dev: &dyn BlockDevice, start: u64, blocks: u64) -> Result<()> {
+        const STEP: u64 = 256;
+        let bs = self.bs;
+        let mut buf = vec![0u8; STEP as usize * bs];
+        let zero = vec![0u8; STEP as usize * bs];
+        let mut at = 0;
+        while at < blocks {
+            let n = (blocks - at).min(STEP) as usize;
+            dev.read_at((start + at) * bs as u64, &mut buf[..n * bs])?;
+            // Runs of blocks that are not zero, each written over in one write.
+            let mut i = 0;
+            while i < n {
+                let dirty = |k: usize| buf[k * bs..(k + 1) * bs].iter().any(|&b| b != 0);
+                if !dirty(i) {
+                    i += 1;
+                    continue;
+                }
+                let j = (i..n).find(|&k| !dirty(k)).unwrap_or(n);
+                dev.write_at((start + at + i as u64) * bs as u64, &zero[..(j - i) * bs])?;
+                i = j;
+            }
+            at += n as u64;
+        }
+        Ok(())
+    }
+
     /// Write the journal superblock (with a fresh checksum) in place.
     pub fn write_super(&mut self, dev: &dyn BlockDevice) -> Result<()> {
         self.js.update_checksum();

@@ -903,15 +903,7 @@ impl Journal {
         let mut next = cs.seq;
         if let Some(log) = cs.log.as_mut() {
             if wipe {
-                let zero = vec![0u8; log.bs];
-                let mut pos = log.first();
-                while pos < log.end() {
-                    // Blocks never written stay unwritten (a sparse image stays sparse).
-                    if log.read(&*self.dev, pos)?.iter().any(|&b| b != 0) {
-                        log.write_run(&*self.dev, pos, &[&zero[..]])?;
-                    }
-                    pos += 1;
-                }
+                log.wipe(&*self.dev)?;
                 next = 1;
             }
             log.js.set_start(0, next);
