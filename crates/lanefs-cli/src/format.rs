@@ -596,7 +596,11 @@ fn mkfs_sparse(
     let out = crate::sparse::Scratch::new(&args.image, "sparse").ctx(&what)?;
     let sink = crate::sparse::FileOut::new(out.file());
     let map = raw.map(size).ctx(&what)?;
-    let sum = crate::sparse::walk(raw.file(), map.as_ref().map(|m| m.bytes()), size, blk, sink)
+    let encoded = match &map {
+        Some(m) => crate::sparse::walk_mapped(raw.file(), m.bytes(), blk, sink),
+        None => crate::sparse::walk(raw.file(), None, size, blk, sink),
+    };
+    let sum = encoded
         .and_then(|(mut sink, sum)| sink.flush().map(|()| sum))
         .and_then(|sum| out.file().sync_data().map(|()| sum))
         .ctx(&what)?;

@@ -172,6 +172,81 @@ impl Out for FileOut<'_> {
     }
 }
 
+/// What a [`Piped`] passes to its writer.
+enum Piece {
+    /// Bytes of the mapped image: their offset in it and length.
+    Mapped(usize, usize),
+    /// Bytes made by the encoder (headers, patterns).
+    Made(Vec<u8>),
+    /// A patch at an offset of the output.
+    Patch(u64, Vec<u8>),
+}
+
+/// An [`Out`] that hands what it is given to a writer thread, so that the disk's file
+/// system copies the output in while the encoder goes on scanning and summing. Bytes of
+/// the mapped image (`image`) pass as where they are in it, not copied.
+struct Piped<'m> {
+    image: &'m [u8],
+    tx: std::sync::mpsc::SyncSender<Piece>,
+}
+
+impl Piped<'_> {
+    fn send(&mut self, p: Piece) -> io::Result<()> {
+        self.tx
+            .send(p)
+            .map_err(|_| io::Error::other("the output's writer stopped"))
+    }
+}
+
+impl Out for Piped<'_> {
+    fn append(&mut self, b: &[u8]) -> io::Result<()> {
+        let (base, at) = (self.image.as_ptr() as usize, b.as_ptr() as usize);
+        let piece = if at >= base && at + b.len() <= base + self.image.len() && !b.is_empty() {
+            Piece::Mapped(at - base, b.len())
+        } else {
+            Piece::Made(b.to_vec())
+        };
+        self.send(piece)
+    }
+    fn patch(&mut self, off: u64, b: &[u8]) -> io::Result<()> {
+        self.send(Piece::Patch(off, b.to_vec()))
+    }
+}
+
+/// Encode as [`walk`] does, from `image` (the raw image mapped whole), with the output
+/// written by a second thread: scanning and summing the image on one CPU, copying the
+/// encoded bytes into the output file on another.
+pub fn walk_mapped<'a>(
+    raw: &std::fs::File,
+    image: &[u8],
+    blk: u32,
+    mut out: FileOut<'a>,
+) -> io::Result<(FileOut<'a>, Summary)> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Piece>(64);
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(move || -> io::Result<FileOut<'a>> {
+            for piece in rx {
+                match piece {
+                    Piece::Mapped(at, n) => out.append(&image[at..at + n])?,
+                    Piece::Made(b) => out.append(&b)?,
+                    Piece::Patch(off, b) => out.patch(off, &b)?,
+                }
+            }
+            Ok(out)
+        });
+        let piped = Piped { image, tx };
+        let encoded = walk(raw, Some(image), image.len() as u64, blk, piped);
+        // The channel closes with the encoder's end (dropped with `encoded`'s Piped), so
+        // the writer ends; its error, when it stopped first, is the one to tell.
+        let summary = encoded.map(|(_, sum)| sum);
+        let written = writer
+            .join()
+            .map_err(|_| io::Error::other("the output's writer panicked"))?;
+        let out = written?;
+        Ok((out, summary?))
+    })
+}
+
 /// What an encoded image holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Summary {

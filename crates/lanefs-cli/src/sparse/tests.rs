@@ -270,6 +270,16 @@ fn walk_encodes_a_real_image_from_its_bytes_alone() {
         let map = unsafe { Mapping::new(&raw, len) }.unwrap();
         let (mapped, _) = walk(&raw, Some(map.bytes()), len, 4096, Vec::new()).unwrap();
         assert!(mapped == out, "bs {bs}: the mapping changed the encoding");
+        // And with the output written by a second thread, into a file.
+        let piped = td.path().join("piped.simg");
+        let file = std::fs::File::create(&piped).unwrap();
+        let (mut sink, psum) = walk_mapped(&raw, map.bytes(), 4096, FileOut::new(&file)).unwrap();
+        sink.flush().unwrap();
+        assert_eq!(psum, sum, "bs {bs}");
+        assert!(
+            std::fs::read(&piped).unwrap() == out,
+            "bs {bs}: the writer thread changed it"
+        );
         // The journal (mkfs leaves it a hole) is stored, as zeros.
         let fill_zeros: u64 = chunks
             .iter()
