@@ -600,13 +600,19 @@ fn mkfs_sparse(
         Some(m) => crate::sparse::walk_mapped(raw.file(), m.bytes(), blk, sink),
         None => crate::sparse::walk(raw.file(), None, size, blk, sink),
     };
-    let sum = encoded
-        .and_then(|(mut sink, sum)| sink.flush().map(|()| sum))
+    let sum = encoded.and_then(|(mut sink, sum)| sink.flush().map(|()| sum));
+    // The raw image is let go of (its memory freed, or its scratch file removed) on
+    // another thread while the output is flushed, which mostly waits for the disk.
+    let freeing = std::thread::spawn(move || {
+        drop(map);
+        drop(raw);
+    });
+    let sum = sum
         .and_then(|sum| out.file().sync_data().map(|()| sum))
-        .ctx(&what)?;
+        .ctx(&what);
+    let _ = freeing.join();
+    let sum = sum?;
     out.publish(&args.image).ctx(&what)?;
-    drop(map);
-    drop(raw);
     let kept = u64::from(sum.total_blks) - sum.skip_blocks;
     line += &format!(
         "wrote it as an Android sparse image of {} ({} chunks; {} of {} blocks of {} bytes \

@@ -403,6 +403,10 @@ impl Mapping {
     }
 }
 
+// SAFETY: a mapping belongs to the process, not to a thread: any thread may read it or
+// unmap it, and `Mapping` hands out only shared slices borrowed from it.
+unsafe impl Send for Mapping {}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `ptr` and `len` are the mapping made in `new`; no slice of it outlives
