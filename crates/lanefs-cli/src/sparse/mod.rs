@@ -1,6 +1,6 @@
 //! `mkfs --sparse-output`: the image in Android's sparse format, what `fastboot flash`
 //! takes, `img2simg` makes and `simg2img` expands, encoded from the raw image mkfs built
-//! in a scratch file beside it.
+//! in memory (or in a scratch file beside the output when it does not fit).
 //!
 //! The format, as AOSP's libsparse defines it (`sparse_format.h`) and writes it
 //! (`output_file.cpp`), every field little-endian: a 28-byte file header (magic
