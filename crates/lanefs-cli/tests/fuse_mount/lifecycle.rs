@@ -393,26 +393,6 @@ fn a_second_mount_with_an_fsname_binds_the_first() {
     e2fsck_clean(&img);
 }
 
-/// `umount` right after `lanefs mount` succeeds every time: 200 pairs.
-#[test]
-fn mount_and_umount_200_times_never_busy() {
-    if !fuse_ready("mount_and_umount_200_times_never_busy") {
-        return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let img = t.path().join("p.img");
-    mkfs(&img, "64M", &[]);
-    let dir = t.path().join("mnt");
-    for i in 0..200 {
-        let m = Mount::new(&img, &dir, "");
-        let out = run(Command::new("umount").arg(&dir));
-        assert!(out.status.success(), "pair {i}: {out:?}");
-        m.forget();
-    }
-    assert!(wait_released(&img, Duration::from_secs(60)));
-    e2fsck_clean(&img);
-}
-
 /// A connection aborted through the FUSE control file system ends the daemon (status 0)
 /// and leaves a dead mount, which the supervisor unmounts; a later mount at the same
 /// path, which takes the same device again, is left alone when its predecessor's
