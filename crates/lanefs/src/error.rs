@@ -81,6 +81,11 @@ pub enum Error {
         /// [`CrashDevice`](crate::CrashDevice)) carry no errno.
         source: Arc<std::io::Error>,
     },
+    /// The device holds no ext2/3/4 file system: its superblock's magic is wrong, or it
+    /// is too small to hold a superblock (what is wrong, in words). EUCLEAN, as the
+    /// corruption it was reported as before it had its own variant; told apart so that
+    /// a caller does not offer to repair what was never a file system.
+    NotExt4(String),
     /// The image uses something lanefs does not implement (refused at mount).
     Unsupported(String),
     /// The image or device is in use: mounted by the kernel or open by another writer.
@@ -124,6 +129,7 @@ impl Error {
             Error::NotPermitted => libc::EPERM,
             Error::Corrupt { .. } => libc::EUCLEAN,
             Error::Io { .. } => libc::EIO,
+            Error::NotExt4(_) => libc::EUCLEAN,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::Busy(_) => libc::EBUSY,
             Error::NoData => libc::ENODATA,
@@ -180,6 +186,7 @@ impl fmt::Display for Error {
                 write!(f, "corrupt {what} at {at}: {detail}")
             }
             Error::Io { op, source } => write!(f, "{op}: {source}"),
+            Error::NotExt4(s) => write!(f, "not an ext2/3/4 file system: {s}"),
             Error::Unsupported(s) => write!(f, "unsupported: {s}"),
             Error::Busy(s) => write!(f, "busy: {s}"),
             Error::NoData => write!(f, "no such attribute"),
@@ -224,14 +231,16 @@ impl PartialEq for Error {
             (Invalid(a), Invalid(b))
             | (NotSupported(a), NotSupported(b))
             | (Unsupported(a), Unsupported(b))
-            | (Busy(a), Busy(b)) => a == b,
+            | (Busy(a), Busy(b))
+            | (NotExt4(a), NotExt4(b)) => a == b,
             (
                 Io { .. }
                 | Corrupt { .. }
                 | Invalid(_)
                 | NotSupported(_)
                 | Unsupported(_)
-                | Busy(_),
+                | Busy(_)
+                | NotExt4(_),
                 _,
             ) => false,
             // The variants without fields (listed, so that a new variant must be placed).
@@ -374,6 +383,7 @@ mod tests {
             (Error::NotSupported(s()), libc::EOPNOTSUPP),
             (Error::NotPermitted, libc::EPERM),
             (Error::corrupt("inode", 12, s()), libc::EUCLEAN),
+            (Error::NotExt4(s()), libc::EUCLEAN),
             (Error::Unsupported(s()), libc::EOPNOTSUPP),
             (Error::Busy(s()), libc::EBUSY),
             (Error::NoData, libc::ENODATA),

@@ -85,7 +85,7 @@ impl LaneFuse {
     /// more, and its operations fail with EIO, unlogged).
     pub(super) fn errno(&self, op: &str, ino: Ino, e: Error) -> Errno {
         match e {
-            Error::Corrupt { .. } | Error::Io { .. } => {
+            Error::Corrupt { .. } | Error::NotExt4(_) | Error::Io { .. } => {
                 log::line(&format!("{op} on inode {ino}: {e}"));
                 if self.errors == ErrorPolicy::Panic && !self.fs.is_shut_down() {
                     log::line(

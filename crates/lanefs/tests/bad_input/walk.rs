@@ -240,7 +240,10 @@ fn exercise(img: Vec<u8>, words: &[&str]) -> Result<String, String> {
             // (and "no such file or directory" must not pass for naming a directory).
             let typed = matches!(
                 e,
-                Error::Corrupt { .. } | Error::Unsupported(_) | Error::Io { .. }
+                Error::Corrupt { .. }
+                    | Error::NotExt4(_)
+                    | Error::Unsupported(_)
+                    | Error::Io { .. }
             );
             if !typed
                 || msg.trim().is_empty()
