@@ -264,6 +264,74 @@ impl From<std::io::Error> for Error {
     }
 }
 
+/// A mount option refused by name: which option, the value it was given, and what is
+/// wrong with it. [`MountOptions::apply`](crate::MountOptions::apply) returns it for the
+/// engine's options; a frontend may for its own. `Display` is one line, as `mount -o`'s
+/// users read it.
+///
+/// ```
+/// use lanefs::{MountOptions, OptionError, OptionProblem};
+///
+/// let e = MountOptions::default().apply("commit", Some("soon")).unwrap_err();
+/// assert_eq!((e.name.as_str(), e.value.as_deref()), ("commit", Some("soon")));
+/// assert_eq!(e.problem, OptionProblem::Expected("whole seconds".into()));
+/// assert_eq!(e.to_string(), "option commit=soon: expected whole seconds");
+/// let e = OptionError::new("bogus", None, OptionProblem::Unknown);
+/// assert_eq!(e.to_string(), "unknown mount option \"bogus\"");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionError {
+    /// The option's name, as given (`commit`).
+    pub name: String,
+    /// The value given after `=`, if any.
+    pub value: Option<String>,
+    /// What is wrong.
+    pub problem: OptionProblem,
+}
+
+/// What is wrong with a mount option ([`OptionError`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OptionProblem {
+    /// No option has this name.
+    Unknown,
+    /// The option takes a value and was given none (`commit`).
+    NeedsValue,
+    /// The option is a switch and was given a value (`ro=1`).
+    TakesNoValue,
+    /// The value is not one the option takes; what it takes ("0 or 1", "whole seconds").
+    Expected(Cow<'static, str>),
+    /// The value is malformed, and why (a size's parser says what a size looks like).
+    Malformed(String),
+}
+
+impl OptionError {
+    /// Option `name` (given `value`, if any) refused for `problem`.
+    pub fn new(name: &str, value: Option<&str>, problem: OptionProblem) -> OptionError {
+        OptionError {
+            name: name.to_string(),
+            value: value.map(str::to_string),
+            problem,
+        }
+    }
+}
+
+impl fmt::Display for OptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, value) = (&self.name, self.value.as_deref().unwrap_or(""));
+        match &self.problem {
+            OptionProblem::Unknown => write!(f, "unknown mount option {name:?}"),
+            OptionProblem::NeedsValue => write!(f, "option {name} needs a value"),
+            OptionProblem::TakesNoValue => {
+                write!(f, "option {name} takes no value (got {name}={value})")
+            }
+            OptionProblem::Expected(what) => write!(f, "option {name}={value}: expected {what}"),
+            OptionProblem::Malformed(why) => write!(f, "option {name}={value}: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for OptionError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,5 +462,84 @@ mod tests {
         ] {
             assert_eq!(e.errno(), errno, "{e:?}");
         }
+    }
+
+    /// A refused mount option names itself, the value it was given and what is wrong,
+    /// in one line, as the engine's parser reports it.
+    #[test]
+    fn option_errors_name_the_option() {
+        use crate::MountOptions;
+        let apply = |k: &str, v: Option<&str>| MountOptions::default().apply(k, v);
+        let cases: [(&str, Option<&str>, OptionProblem, &str); 8] = [
+            (
+                "commit",
+                None,
+                OptionProblem::NeedsValue,
+                "option commit needs a value",
+            ),
+            (
+                "ro",
+                Some("1"),
+                OptionProblem::TakesNoValue,
+                "option ro takes no value (got ro=1)",
+            ),
+            (
+                "noatime",
+                Some(""),
+                OptionProblem::TakesNoValue,
+                "option noatime takes no value (got noatime=)",
+            ),
+            (
+                "mb_trylock",
+                Some("2"),
+                OptionProblem::Expected("0 or 1".into()),
+                "option mb_trylock=2: expected 0 or 1",
+            ),
+            (
+                "icache",
+                Some("lru"),
+                OptionProblem::Expected("bucket, global or papaya".into()),
+                "option icache=lru: expected bucket, global or papaya",
+            ),
+            (
+                "folio_max_order",
+                Some("7"),
+                OptionProblem::Expected("0 to 6".into()),
+                "option folio_max_order=7: expected 0 to 6",
+            ),
+            (
+                "rtdev",
+                Some(""),
+                OptionProblem::Expected("a path".into()),
+                "option rtdev=: expected a path",
+            ),
+            (
+                "clamp_time",
+                Some("-1"),
+                OptionProblem::Expected("seconds since 1970".into()),
+                "option clamp_time=-1: expected seconds since 1970",
+            ),
+        ];
+        for (name, value, problem, text) in cases {
+            let e = apply(name, value).unwrap_err();
+            let want = OptionError::new(name, value, problem);
+            assert_eq!(e, want);
+            assert_eq!(e.to_string(), text);
+        }
+        // A size's parser says what a size looks like.
+        let e = apply("icache_limit", Some("big")).unwrap_err();
+        assert!(matches!(&e.problem, OptionProblem::Malformed(why) if why.contains("K, M, G")));
+        assert!(
+            e.to_string()
+                .starts_with("option icache_limit=big: invalid size"),
+            "{e}"
+        );
+        // Not the engine's: no error, the frontend decides.
+        assert_eq!(apply("allow_other", None), Ok(false));
+        assert_eq!(apply("allow_other", Some("1")), Ok(false));
+        let e = OptionError::new("bogus", Some("1"), OptionProblem::Unknown);
+        assert_eq!(e.to_string(), "unknown mount option \"bogus\"");
+        let dyn_error: &dyn std::error::Error = &e;
+        assert!(dyn_error.source().is_none());
     }
 }
