@@ -134,13 +134,12 @@ fn from_backup(image: &Path, args: &FsckArgs, block: u64) -> CmdResult<i32> {
 }
 
 /// A damaged primary superblock stops the check; e2fsck repairs one from its backups.
+/// (An image that is no ext2/3/4 file system, `lanefs::Error::NotExt4`, gets no hint.)
 fn superblock_hint(e: Error, image: &Path) -> Error {
     match e {
         Error::Fs(lanefs::Error::Corrupt {
-            what: "superblock",
-            ref detail,
-            ..
-        }) if !detail.contains("not an ext2/3/4") => Error::msg(format!(
+            what: "superblock", ..
+        }) => Error::msg(format!(
             "{e}; `lanefs fsck -b 32768 {0}` (8193 for 1 KiB blocks) checks the rest through a backup, e2fsck -fy {0} repairs it from one",
             image.display()
         )),
@@ -207,4 +206,30 @@ fn fsck_text(report: &FsckReport, verbose: bool, image: &Path, repaired: bool) -
         text += &format!("lanefs does not repair this: run e2fsck -fy {shown}\n");
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A damaged superblock gets the backup and e2fsck hint; an image that is no
+    /// ext2/3/4 file system at all, or any other error, does not.
+    #[test]
+    fn superblock_hint_only_for_a_damaged_superblock() {
+        let img = Path::new("disk.img");
+        let damaged = lanefs::Error::corrupt("superblock", 0, "checksum mismatch");
+        let text = superblock_hint(damaged.into(), img).to_string();
+        assert!(text.contains("lanefs fsck -b 32768 disk.img"), "{text}");
+        assert!(text.contains("e2fsck -fy disk.img"), "{text}");
+        let alien = lanefs::Error::NotExt4("bad superblock magic 0x0000".into());
+        let text = superblock_hint(alien.into(), img).to_string();
+        assert_eq!(
+            text,
+            "not an ext2/3/4 file system: bad superblock magic 0x0000"
+        );
+        let other = lanefs::Error::corrupt("inode", 12, "bad");
+        assert!(!superblock_hint(other.into(), img)
+            .to_string()
+            .contains("e2fsck"));
+    }
 }

@@ -38,7 +38,7 @@ pub fn mount(a: &MountArgs) -> CmdResult<i32> {
     let mut cfg = MountConfig::default();
     for o in &a.options {
         cfg.parse(o)
-            .map_err(|e| Failure::new("-o", Error::msg(e)))?;
+            .map_err(|e| Failure::new("-o", Error::msg(e.to_string())))?;
     }
     // The daemon leaves the working directory: name the data device absolutely.
     if cfg.engine.rtdev.is_none() {
@@ -240,7 +240,7 @@ pub fn memfs(a: &MemfsArgs) -> CmdResult<i32> {
     let mut cfg = MountConfig::default();
     for o in &a.options {
         cfg.parse(o)
-            .map_err(|e| Failure::new("-o", Error::msg(e)))?;
+            .map_err(|e| Failure::new("-o", Error::msg(e.to_string())))?;
     }
     let mp = preflight(&a.mountpoint).map_err(|e| Failure::new("", Error::msg(e)))?;
     let source = cfg.fsname.clone().unwrap_or_else(|| "memfs".into());

@@ -2,7 +2,7 @@
 //! option (`lanefs::MountOptions::apply`). Unknown or malformed options are refused by
 //! name, before anything is opened.
 
-use lanefs::MountOptions;
+use lanefs::{MountOptions, OptionError, OptionProblem};
 use std::time::Duration;
 
 /// What to do when the engine meets a corrupt structure or a failing device.
@@ -194,8 +194,9 @@ const FSTAB_ONLY: &[&str] = &[
 ];
 
 impl MountConfig {
-    /// Apply a comma-separated option list (one `-o` argument).
-    pub fn parse(&mut self, list: &str) -> Result<(), String> {
+    /// Apply a comma-separated option list (one `-o` argument); the first option refused
+    /// is named in the error.
+    pub fn parse(&mut self, list: &str) -> Result<(), OptionError> {
         for opt in list.split(',').filter(|o| !o.is_empty()) {
             let (key, value) = match opt.split_once('=') {
                 Some((k, v)) => (k, Some(v)),
@@ -206,33 +207,34 @@ impl MountConfig {
         Ok(())
     }
 
-    fn apply(&mut self, key: &str, value: Option<&str>) -> Result<(), String> {
-        let need = || value.ok_or_else(|| format!("option {key} needs a value"));
+    fn apply(&mut self, key: &str, value: Option<&str>) -> Result<(), OptionError> {
+        let refuse = |problem| OptionError::new(key, value, problem);
+        let need = || value.ok_or_else(|| refuse(OptionProblem::NeedsValue));
         let no_value = || match value {
             None => Ok(()),
-            Some(v) => Err(format!("option {key} takes no value (got {key}={v})")),
+            Some(_) => Err(refuse(OptionProblem::TakesNoValue)),
         };
+        let expected = |what: &'static str| Err(refuse(OptionProblem::Expected(what.into())));
         if SWITCHES.contains(&key) {
             no_value()?;
             self.switch(key);
             return Ok(());
         }
         if NUMBERS.contains(&key) {
-            return self.number(key, need()?);
+            return self.number(key, need()?).map_err(refuse);
         }
         match key {
             "errors" => {
                 self.errors = match need()? {
                     "remount-ro" => ErrorPolicy::RemountRo,
                     "panic" => ErrorPolicy::Panic,
-                    v => return Err(format!("option errors={v}: expected remount-ro or panic")),
+                    _ => return expected("remount-ro or panic"),
                 }
             }
             "fsname" | "source" => self.fsname = Some(need()?.to_string()),
             "subtype" => {
-                let v = need()?;
-                if v != "lanefs" {
-                    return Err(format!("option subtype={v}: the subtype is lanefs"));
+                if need()? != "lanefs" {
+                    return expected("lanefs");
                 }
             }
             k if VFS_FLAGS.contains(&k) => {
@@ -244,7 +246,7 @@ impl MountConfig {
             k if FSTAB_ONLY.contains(&k) || k.starts_with("x-") || k == "comment" => {}
             k => {
                 if !self.engine.apply(k, value)? {
-                    return Err(format!("unknown mount option {k:?}"));
+                    return Err(refuse(OptionProblem::Unknown));
                 }
             }
         }
@@ -266,19 +268,19 @@ impl MountConfig {
     }
 
     /// Set the numeric option `key` (one of `NUMBERS`) from `v`.
-    fn number(&mut self, key: &str, v: &str) -> Result<(), String> {
-        let int = |range: std::ops::RangeInclusive<u64>, what: &str| {
+    fn number(&mut self, key: &str, v: &str) -> Result<(), OptionProblem> {
+        let int = |range: std::ops::RangeInclusive<u64>, what: &'static str| {
             v.parse::<u64>()
                 .ok()
                 .filter(|n| range.contains(n))
-                .ok_or_else(|| format!("option {key}={v}: expected {what}"))
+                .ok_or(OptionProblem::Expected(what.into()))
         };
-        let secs = || -> Result<Duration, String> {
+        let secs = || -> Result<Duration, OptionProblem> {
             v.parse::<f64>()
                 .ok()
                 .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
                 .map(Duration::from_secs_f64)
-                .ok_or_else(|| format!("option {key}={v}: expected seconds"))
+                .ok_or(OptionProblem::Expected("seconds".into()))
         };
         match key {
             "threads" => self.threads = int(1..=1024, "1 to 1024")? as usize,
@@ -293,7 +295,7 @@ impl MountConfig {
             "attr_timeout" => self.attr_timeout = secs()?,
             "entry_timeout" => self.entry_timeout = secs()?,
             "negative_timeout" => self.negative_timeout = secs()?,
-            _ => return Err(format!("unknown mount option {key:?}")),
+            _ => return Err(OptionProblem::Unknown),
         }
         Ok(())
     }
@@ -331,8 +333,33 @@ mod tests {
         c.parse("noatime,nodiratime").unwrap();
         assert_eq!(c.engine.atime, lanefs::AtimePolicy::Never);
         assert!(c.engine.nodiratime);
-        let err = |s: &str| MountConfig::default().parse(s).unwrap_err();
-        assert!(err("bogus").contains("\"bogus\""));
+        let err = |s: &str| MountConfig::default().parse(s).unwrap_err().to_string();
+        assert_eq!(err("bogus"), "unknown mount option \"bogus\"");
+        assert_eq!(err("ro,bogus=1,rw"), "unknown mount option \"bogus\"");
+        // Typed: the option, its value and what is wrong, for the frontend's options and
+        // the engine's alike.
+        let typed = |s: &str| MountConfig::default().parse(s).unwrap_err();
+        let expected = |what: &'static str| OptionProblem::Expected(what.into());
+        assert_eq!(
+            typed("threads=0"),
+            OptionError::new("threads", Some("0"), expected("1 to 1024"))
+        );
+        assert_eq!(
+            typed("subtype=ext4"),
+            OptionError::new("subtype", Some("ext4"), expected("lanefs"))
+        );
+        assert_eq!(
+            typed("nosuid=1"),
+            OptionError::new("nosuid", Some("1"), OptionProblem::TakesNoValue)
+        );
+        assert_eq!(
+            typed("commit"),
+            OptionError::new("commit", None, OptionProblem::NeedsValue)
+        );
+        assert_eq!(
+            err("errors=continue"),
+            "option errors=continue: expected remount-ro or panic"
+        );
         assert!(err("threads=0").contains("threads=0"));
         assert!(err("threads").contains("needs a value"));
         assert!(err("mb_trylock=2").contains("mb_trylock=2"));
@@ -380,7 +407,7 @@ mod tests {
         assert!(checks("allow_other,default_permissions"));
         assert!(checks("ro,allow_root,nosuid"));
         // Nothing turns them off.
-        let err = |s: &str| MountConfig::default().parse(s).unwrap_err();
+        let err = |s: &str| MountConfig::default().parse(s).unwrap_err().to_string();
         assert!(err("allow_other,no_default_permissions").contains("no_default_permissions"));
         assert!(err("default_permissions=0").contains("takes no value"));
     }

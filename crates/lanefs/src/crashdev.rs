@@ -299,6 +299,9 @@ impl CrashDevice {
     }
 }
 
+/// Why a write or flush of a cut device fails.
+const POWER_CUT: &str = "power cut (nothing more reaches the device)";
+
 impl BlockDevice for CrashDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         let s = self.state.lock();
@@ -306,10 +309,8 @@ impl BlockDevice for CrashDevice {
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= s.current.len() as u64);
         let Some(end) = end else {
-            return Err(Error::Io(format!(
-                "read at {off} beyond device end {}",
-                s.current.len()
-            )));
+            let size = s.current.len() as u64;
+            return Err(crate::dev::past_end(false, off, buf.len() as u64, size));
         };
         buf.copy_from_slice(&s.current[off as usize..end as usize]);
         Ok(())
@@ -321,19 +322,15 @@ impl BlockDevice for CrashDevice {
             s.cut = true;
         }
         if s.cut {
-            return Err(Error::Io(format!(
-                "power cut (write of {} bytes at {off} dropped)",
-                buf.len()
-            )));
+            let op = crate::dev::transfer(true, off, buf.len() as u64);
+            return Err(Error::io_other(op, POWER_CUT));
         }
         let end = off
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= s.current.len() as u64);
         let Some(end) = end else {
-            return Err(Error::Io(format!(
-                "write at {off} beyond device end {}",
-                s.current.len()
-            )));
+            let size = s.current.len() as u64;
+            return Err(crate::dev::past_end(true, off, buf.len() as u64, size));
         };
         let (off, end) = (off as usize, end as usize);
         let old = s.current[off..end].to_vec();
@@ -353,7 +350,7 @@ impl BlockDevice for CrashDevice {
             s.cut = true;
         }
         if s.cut {
-            return Err(Error::Io("power cut (flush failed)".into()));
+            return Err(Error::io_other("flushing the device", POWER_CUT));
         }
         s.pending.clear();
         s.flushes += 1;
@@ -476,10 +473,12 @@ mod tests {
         assert!(d.is_cut());
         let e = d.write_at(0, &[9; SECTOR]).unwrap_err();
         assert!(
-            matches!(&e, Error::Io(m) if m.contains("power cut")),
+            matches!(&e, Error::Io { source, .. } if source.to_string() == POWER_CUT),
             "{e:?}"
         );
-        assert!(matches!(d.flush(), Err(Error::Io(m)) if m.contains("power cut")));
+        assert!(
+            matches!(d.flush(), Err(Error::Io { source, .. }) if source.to_string() == POWER_CUT)
+        );
         let mut buf = [0u8; SECTOR];
         d.read_at(0, &mut buf).unwrap();
         assert_eq!(buf, [3; SECTOR]);
@@ -537,7 +536,9 @@ mod tests {
         d.write_at(512, &[2; SECTOR]).unwrap();
         d.write_at(1024, &[3; SECTOR]).unwrap();
         assert!(!d.is_cut());
-        assert!(matches!(d.flush(), Err(Error::Io(m)) if m.contains("power cut")));
+        assert!(
+            matches!(d.flush(), Err(Error::Io { source, .. }) if source.to_string() == POWER_CUT)
+        );
         assert!(d.is_cut());
         assert!(d.write_at(1536, &[4; SECTOR]).is_err());
         assert_eq!((d.writes(), d.flushes(), d.pending_len()), (3, 1, 2));

@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// let mut back = [0u8; 5];
 /// dev.read_at(4096, &mut back)?;
 /// assert_eq!((&back, dev.flushes.load(Ordering::Relaxed)), (b"block", 1));
-/// assert!(matches!(dev.read_at(1 << 20, &mut back), Err(Error::Io(_))));
+/// assert!(matches!(dev.read_at(1 << 20, &mut back), Err(Error::Io { .. })));
 /// # Ok::<(), Error>(())
 /// ```
 pub trait BlockDevice: Send + Sync {
@@ -162,16 +162,10 @@ impl FileDevice {
             .open(path)
             .map_err(|e| match e.raw_os_error() {
                 Some(libc::EBUSY) => exclusive::busy_device(path),
-                _ => Error::Io(format!("{}: {e}", path.display())),
+                _ => Error::io(format!("opening {}", path.display()), e),
             })?;
         let claim = exclusive::claim(&file, path, read_only)?;
-        // Seeking to the end gives the size of both regular files and block devices.
-        let size = {
-            use std::io::{Seek, SeekFrom};
-            let mut f = &file;
-            f.seek(SeekFrom::End(0))
-                .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?
-        };
+        let size = device_size(&file, path)?;
         let direct = if read_only { None } else { open_direct(path) };
         Ok(FileDevice::with(file, size, claim, direct))
     }
@@ -183,14 +177,9 @@ impl FileDevice {
         let file = OpenOptions::new()
             .read(true)
             .open(path)
-            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         let claim = exclusive::claim_snapshot(&file);
-        let size = {
-            use std::io::{Seek, SeekFrom};
-            let mut f = &file;
-            f.seek(SeekFrom::End(0))
-                .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?
-        };
+        let size = device_size(&file, path)?;
         Ok(FileDevice::with(file, size, claim, None))
     }
 
@@ -210,12 +199,11 @@ impl FileDevice {
         self.direct_writes.load(Ordering::Relaxed)
     }
 
-    fn check_range(&self, what: &str, off: u64, len: u64) -> Result<()> {
+    /// Refuse a transfer of `len` bytes at `off` (a write when `write`) that would pass
+    /// the device's end.
+    fn check_range(&self, write: bool, off: u64, len: u64) -> Result<()> {
         if off.checked_add(len).is_none_or(|end| end > self.size) {
-            return Err(Error::Io(format!(
-                "{what} of {len} bytes at {off} is beyond the device end ({})",
-                self.size
-            )));
+            return Err(past_end(write, off, len, self.size));
         }
         Ok(())
     }
@@ -223,60 +211,44 @@ impl FileDevice {
     /// Create (or truncate) an image file of `size` bytes. An existing file is claimed
     /// before it is truncated, so one in use is refused unharmed.
     pub fn create(path: &Path, size: u64) -> Result<FileDevice> {
-        let io = |e: std::io::Error| Error::Io(format!("{}: {e}", path.display()));
         #[allow(clippy::suspicious_open_options)] // truncated below, once claimed
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .open(path)
-            .map_err(io)?;
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
         let claim = exclusive::claim(&file, path, false)?;
-        file.set_len(0).map_err(io)?;
-        file.set_len(size).map_err(io)?;
+        let sizing = |e| Error::io(format!("sizing {} to {size} bytes", path.display()), e);
+        file.set_len(0).map_err(sizing)?;
+        file.set_len(size).map_err(sizing)?;
         Ok(FileDevice::with(file, size, claim, open_direct(path)))
     }
 }
 
 impl BlockDevice for FileDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
-        if off
-            .checked_add(buf.len() as u64)
-            .is_none_or(|end| end > self.size)
-        {
-            return Err(Error::Io(format!(
-                "read of {} bytes at {off} is beyond the device end ({})",
-                buf.len(),
-                self.size
-            )));
-        }
+        let len = buf.len() as u64;
+        self.check_range(false, off, len)?;
         self.file
             .read_exact_at(buf, off)
-            .map_err(|e| Error::Io(format!("read at {off}: {e}")))
+            .map_err(|e| Error::io(transfer(false, off, len), e))
     }
     fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
-        if off
-            .checked_add(buf.len() as u64)
-            .is_none_or(|end| end > self.size)
-        {
-            return Err(Error::Io(format!(
-                "write of {} bytes at {off} is beyond the device end ({})",
-                buf.len(),
-                self.size
-            )));
-        }
+        let len = buf.len() as u64;
+        self.check_range(true, off, len)?;
         self.file
             .write_all_at(buf, off)
-            .map_err(|e| Error::Io(format!("write at {off}: {e}")))
+            .map_err(|e| Error::io(transfer(true, off, len), e))
     }
     fn write_gather_at(&self, off: u64, bufs: &[&[u8]]) -> Result<()> {
         let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        self.check_range("write", off, len)?;
-        pwritev_all(&self.file, off, bufs).map_err(|e| Error::Io(format!("write at {off}: {e}")))
+        self.check_range(true, off, len)?;
+        pwritev_all(&self.file, off, bufs).map_err(|e| Error::io(transfer(true, off, len), e))
     }
     fn write_log_at(&self, off: u64, bufs: &[&[u8]]) -> Result<()> {
         let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        self.check_range("write", off, len)?;
+        self.check_range(true, off, len)?;
         if let Some(d) = &self.direct {
             if self.direct_on.load(Ordering::Relaxed) && direct_aligned(off, bufs) {
                 debug_assert!(
@@ -296,21 +268,16 @@ impl BlockDevice for FileDevice {
                     Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
                         self.direct_on.store(false, Ordering::Relaxed);
                     }
-                    Err(e) => return Err(Error::Io(format!("write at {off}: {e}"))),
+                    Err(e) => return Err(Error::io(transfer(true, off, len), e)),
                 }
             }
         }
-        pwritev_all(&self.file, off, bufs).map_err(|e| Error::Io(format!("write at {off}: {e}")))
+        pwritev_all(&self.file, off, bufs).map_err(|e| Error::io(transfer(true, off, len), e))
     }
     fn read_scatter_at(&self, off: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
         let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        if off.checked_add(len).is_none_or(|end| end > self.size) {
-            return Err(Error::Io(format!(
-                "read of {len} bytes at {off} is beyond the device end ({})",
-                self.size
-            )));
-        }
-        preadv_all(&self.file, off, bufs).map_err(|e| Error::Io(format!("read at {off}: {e}")))
+        self.check_range(false, off, len)?;
+        preadv_all(&self.file, off, bufs).map_err(|e| Error::io(transfer(false, off, len), e))
     }
     fn punch_zeros(&self, off: u64, len: u64) -> Result<bool> {
         self.check_range("write", off, len)?;
@@ -335,11 +302,40 @@ impl BlockDevice for FileDevice {
     fn flush(&self) -> Result<()> {
         self.file
             .sync_data()
-            .map_err(|e| Error::Io(format!("flush: {e}")))
+            .map_err(|e| Error::io("flushing the device", e))
     }
     fn size(&self) -> u64 {
         self.size
     }
+}
+
+/// The size of the image or device `file` (opened from `path`): seeking to the end gives
+/// the size of both regular files and block devices.
+fn device_size(file: &File, path: &Path) -> Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = file;
+    f.seek(SeekFrom::End(0))
+        .map_err(|e| Error::io(format!("finding the size of {}", path.display()), e))
+}
+
+/// The operation a device error names: a read (or a write, when `write`) of `len` bytes
+/// at byte `off`.
+pub(crate) fn transfer(write: bool, off: u64, len: u64) -> String {
+    let verb = if write { "writing" } else { "reading" };
+    format!("{verb} {len} bytes at byte {off}")
+}
+
+/// The error of a transfer (see [`transfer`]) that would pass the end of a device of
+/// `size` bytes: a read meets the end of the data, a write has nowhere to go. No host
+/// error, so no errno.
+pub(crate) fn past_end(write: bool, off: u64, len: u64, size: u64) -> Error {
+    let kind = if write {
+        std::io::ErrorKind::Other
+    } else {
+        std::io::ErrorKind::UnexpectedEof
+    };
+    let why = format!("past the device's end ({size} bytes)");
+    Error::io(transfer(write, off, len), std::io::Error::new(kind, why))
 }
 
 /// Most buffers one `pwritev` takes (Linux's IOV_MAX).
@@ -470,10 +466,7 @@ impl BlockDevice for MemDevice {
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= d.len() as u64);
         let Some(end) = end else {
-            return Err(Error::Io(format!(
-                "read at {off} beyond device end {}",
-                d.len()
-            )));
+            return Err(past_end(false, off, buf.len() as u64, d.len() as u64));
         };
         buf.copy_from_slice(&d[off as usize..end as usize]);
         Ok(())
@@ -484,10 +477,7 @@ impl BlockDevice for MemDevice {
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= d.len() as u64);
         let Some(end) = end else {
-            return Err(Error::Io(format!(
-                "write at {off} beyond device end {}",
-                d.len()
-            )));
+            return Err(past_end(true, off, buf.len() as u64, d.len() as u64));
         };
         d[off as usize..end as usize].copy_from_slice(buf);
         Ok(())

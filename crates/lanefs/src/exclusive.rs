@@ -36,7 +36,7 @@ pub struct Claim {
 pub fn claim(file: &File, path: &Path, read_only: bool) -> Result<Claim> {
     let meta = file
         .metadata()
-        .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        .map_err(|e| Error::io(format!("finding the type of {}", path.display()), e))?;
     if !meta.file_type().is_file() {
         // Block devices were opened with O_EXCL when writable (see `open_flags`).
         return Ok(Claim::default());

@@ -176,7 +176,7 @@ mod volume;
 
 pub use crashdev::{CrashDevice, PendingWrite};
 pub use dev::{BlockDevice, FileDevice, MemDevice};
-pub use error::{Error, Result};
+pub use error::{Error, OptionError, OptionProblem, Result};
 pub use exclusive::sharing_note;
 pub use fs::{
     format_rt, Diagnostics, Fs, MountOptions, ShutdownMode, DEFAULT_ICACHE_LIMIT, MAX_EXTSIZE,

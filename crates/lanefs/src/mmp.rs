@@ -165,7 +165,7 @@ pub fn protect(
         std::thread::Builder::new()
             .name("lanefs-mmp".into())
             .spawn(move || update_loop(place, m, every, stop, latch, lost))
-            .map_err(|e| Error::Io(format!("MMP thread: {e}")))?
+            .map_err(|e| Error::io("starting the MMP thread", e))?
     };
     Ok(MmpGuard {
         place,

@@ -350,13 +350,16 @@ impl BlockDevice for FailingDev {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_err()
         {
-            return Err(Error::Io(format!("injected write error at byte {off}")));
+            return Err(Error::io_other(
+                format!("writing at byte {off}"),
+                "injected error",
+            ));
         }
         self.inner.write_at(off, buf)
     }
     fn flush(&self) -> Result<()> {
         if self.left.load(Ordering::SeqCst) == 0 {
-            return Err(Error::Io("injected flush error".into()));
+            return Err(Error::io_other("flushing the device", "injected error"));
         }
         Ok(())
     }
@@ -399,7 +402,7 @@ fn a_failing_device_aborts_the_journal_and_keeps_what_was_committed() {
         }
         let e = failed.unwrap_or_else(|| panic!("budget {budget}: the device never failed"));
         assert!(
-            matches!(e, Error::Io(_) | Error::ReadOnly),
+            matches!(e, Error::Io { .. } | Error::ReadOnly),
             "budget {budget}: unexpected error {e:?}"
         );
         assert!(fs.is_read_only(), "budget {budget}: mount not read-only");

@@ -357,10 +357,10 @@ fn too_small_or_too_big_is_invalid() {
     struct Huge;
     impl BlockDevice for Huge {
         fn read_at(&self, _: u64, _: &mut [u8]) -> lanefs::Result<()> {
-            Err(Error::Io("huge device has no data".into()))
+            Err(Error::io_other("reading", "huge device has no data"))
         }
         fn write_at(&self, _: u64, _: &[u8]) -> lanefs::Result<()> {
-            Err(Error::Io("huge device has no data".into()))
+            Err(Error::io_other("reading", "huge device has no data"))
         }
         fn flush(&self) -> lanefs::Result<()> {
             Ok(())

@@ -77,12 +77,15 @@ impl LaneFuse {
         FopenFlags::FOPEN_NOFLUSH
     }
 
-    /// The engine's errno for `e`; corruption and device errors are logged, reported as
-    /// EIO, and end the daemon under `errors=panic` (not once the file system is shut
-    /// down: it writes nothing more, and its operations fail with EIO, unlogged).
+    /// The errno `e` of `op` on `ino` is answered with: the one place the frontend turns
+    /// an engine error into an errno. [`Error::errno`], but corruption and device errors
+    /// are logged (one line: the operation, the inode and the error, which for a device
+    /// error names the host's own error and errno), reported as EIO, and end the daemon
+    /// under `errors=panic` (not once the file system is shut down: it writes nothing
+    /// more, and its operations fail with EIO, unlogged).
     pub(super) fn errno(&self, op: &str, ino: Ino, e: Error) -> Errno {
         match e {
-            Error::Corrupt { .. } | Error::Io(_) => {
+            Error::Corrupt { .. } | Error::NotExt4(_) | Error::Io { .. } => {
                 log::line(&format!("{op} on inode {ino}: {e}"));
                 if self.errors == ErrorPolicy::Panic && !self.fs.is_shut_down() {
                     log::line(

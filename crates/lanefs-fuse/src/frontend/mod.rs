@@ -820,8 +820,10 @@ impl Filesystem for LaneFuse {
                 Err(e) => return reply.error(self.errno("copy_file_range", src, e)),
             };
             if let Err(e) = self.fs.write(dst, offset_out + done, &buf[..n]) {
+                // What was copied is answered; the error is still the frontend's to log.
+                let errno = self.errno("copy_file_range", dst, e);
                 if done == 0 {
-                    return reply.error(self.errno("copy_file_range", dst, e));
+                    return reply.error(errno);
                 }
                 break;
             }

@@ -61,7 +61,7 @@ impl LaneFuse {
                 ShutdownMode::Default.flags()
             }
         };
-        let mode = ShutdownMode::from_flags(flags).map_err(|_| Errno::EINVAL)?;
+        let mode = ShutdownMode::from_flags(flags).map_err(|e| self.errno("shutdown", ino, e))?;
         if !self.fs.is_shut_down() {
             // As ext4's "shut down requested (%d)".
             log::line(&format!(

@@ -169,7 +169,12 @@ impl Resealer<'_> {
                 let at = usize::try_from(b).unwrap_or(usize::MAX).saturating_mul(bs);
                 img.get(at..at.saturating_add(bs))
                     .map(<[u8]>::to_vec)
-                    .ok_or_else(|| crate::error::Error::Io("block past the image".into()))
+                    .ok_or_else(|| {
+                        crate::error::Error::io_other(
+                            format!("reading block {b}"),
+                            "past the image",
+                        )
+                    })
             };
             let first = u64::from(self.geo.first_data_block);
             let map = blockmap::decode(d.iblock(), bs, first, nblk, u64::from(ino), &mut read);

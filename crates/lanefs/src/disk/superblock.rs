@@ -489,11 +489,8 @@ impl Superblock {
     /// Refuse anything that is not an ext2/3/4 superblock.
     pub fn check_magic(&self) -> Result<()> {
         if self.magic() != MAGIC {
-            let detail = format!(
-                "bad magic {:#06x} (not an ext2/3/4 file system)",
-                self.magic()
-            );
-            return Err(Error::corrupt("superblock", 0, detail));
+            let detail = format!("bad superblock magic {:#06x}", self.magic());
+            return Err(Error::NotExt4(detail));
         }
         Ok(())
     }

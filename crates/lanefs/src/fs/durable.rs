@@ -85,8 +85,9 @@ impl Fs {
     pub(super) fn check_io(&self) -> Result<()> {
         self.check_live()?;
         if self.latch.failed() || self.journal.is_aborted() {
-            return Err(Error::Io(
-                "an earlier device error aborted the journal and made the mount read-only".into(),
+            return Err(Error::io_other(
+                "writing to the device",
+                "an earlier device error aborted the journal and made the mount read-only",
             ));
         }
         Ok(())

@@ -33,11 +33,8 @@ pub(super) fn check_features(sb: &Superblock) -> Result<Option<String>> {
 pub(super) fn read_super(dev: &dyn BlockDevice) -> Result<Superblock> {
     let mut raw = vec![0u8; sbm::SB_SIZE];
     if dev.size() < sbm::SB_OFFSET + sbm::SB_SIZE as u64 {
-        let why = format!(
-            "{} bytes, too small to hold one (not an ext2/3/4 file system)",
-            dev.size()
-        );
-        return Err(Error::corrupt("superblock", 0, why));
+        let why = format!("{} bytes, too small to hold a superblock", dev.size());
+        return Err(Error::NotExt4(why));
     }
     dev.read_at(sbm::SB_OFFSET, &mut raw)?;
     Superblock::decode(&raw, dev.size())

@@ -2,6 +2,8 @@
 //! limits and ext4's own options, and their parsing from `mount -o` names.
 
 use super::*;
+use crate::error::{OptionError, OptionProblem};
+use std::result::Result;
 
 /// Mount options: which mechanism or baseline each part runs, the caches' limits, and
 /// ext4's `ro`, `commit=` and atime options.
@@ -36,7 +38,8 @@ use super::*;
 /// let mut base = MountOptions::default();
 /// base.apply("mb_stream_goal", Some("global")).unwrap();
 /// assert_eq!(base.mb_stream_goal, StreamGoal::Global);
-/// assert!(base.apply("mb_stream_goal", Some("fastest")).is_err());
+/// let e = base.apply("mb_stream_goal", Some("fastest")).unwrap_err();
+/// assert_eq!(e.to_string(), "option mb_stream_goal=fastest: expected global, inode or slots");
 /// assert_eq!(base.apply("allow_other", None), Ok(false)); // not the engine's
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,34 +175,57 @@ impl MountOptions {
         "clamp_time",
     ];
 
+    /// The options that take no value (`ro`, the atime options): set by
+    /// [`MountOptions::switch`].
+    const SWITCHES: &'static [&'static str] = &[
+        "ro",
+        "rw",
+        "relatime",
+        "strictatime",
+        "noatime",
+        "atime",
+        "nodiratime",
+        "diratime",
+    ];
+
     /// Apply one option `key` or `key=value`. `Ok(false)` when `key` is not an engine
     /// option (a frontend may know it); an error naming the option when its value is
-    /// missing or malformed.
-    pub fn apply(&mut self, key: &str, value: Option<&str>) -> std::result::Result<bool, String> {
-        let need = || value.ok_or_else(|| format!("option {key} needs a value"));
-        let flag = || match need()? {
-            "0" => Ok(false),
-            "1" => Ok(true),
-            other => Err(format!("option {key}={other}: expected 0 or 1")),
-        };
-        let no_value = || match value {
-            None => Ok(()),
-            Some(x) => Err(format!("option {key} takes no value (got {key}={x})")),
-        };
+    /// missing or malformed, or given to an option that takes none.
+    pub fn apply(&mut self, key: &str, value: Option<&str>) -> Result<bool, OptionError> {
+        let refuse = |problem| OptionError::new(key, value, problem);
+        if MountOptions::SWITCHES.contains(&key) {
+            if value.is_some() {
+                return Err(refuse(OptionProblem::TakesNoValue));
+            }
+            self.switch(key);
+            return Ok(true);
+        }
+        self.set(key, value).map_err(refuse)
+    }
+
+    /// Apply the option `key`, one of [`MountOptions::SWITCHES`].
+    fn switch(&mut self, key: &str) {
         match key {
-            "ro" => {
-                no_value()?;
-                self.read_only = true;
-            }
-            "rw" => {
-                no_value()?;
-                self.read_only = false;
-            }
+            "ro" => self.read_only = true,
+            "rw" => self.read_only = false,
+            "strictatime" => self.atime = AtimePolicy::Strict,
+            "noatime" => self.atime = AtimePolicy::Never,
+            "relatime" | "atime" => self.atime = AtimePolicy::Relative,
+            "nodiratime" => self.nodiratime = true,
+            "diratime" => self.nodiratime = false,
+            other => debug_assert!(false, "{other} is not in SWITCHES"),
+        }
+    }
+
+    /// Apply the option `key` that takes a value, `value`: `Ok(false)` when `key` is no
+    /// such option of the engine's.
+    fn set(&mut self, key: &str, value: Option<&str>) -> Result<bool, OptionProblem> {
+        let need = || value.ok_or(OptionProblem::NeedsValue);
+        let expected = |what: &'static str| OptionProblem::Expected(what.into());
+        let size = || parse_size(need()?).map_err(OptionProblem::Malformed);
+        match key {
             "commit" => {
-                let v = need()?;
-                let secs: u64 = v
-                    .parse()
-                    .map_err(|_| format!("option commit={v}: expected whole seconds"))?;
+                let secs: u64 = need()?.parse().map_err(|_| expected("whole seconds"))?;
                 // As ext4: commit=0 means the default interval.
                 self.commit_interval = if secs == 0 {
                     MountOptions::default().commit_interval
@@ -207,106 +233,84 @@ impl MountOptions {
                     std::time::Duration::from_secs(secs)
                 };
             }
-            "relatime" | "atime" | "strictatime" | "noatime" => {
-                no_value()?;
-                self.atime = match key {
-                    "strictatime" => AtimePolicy::Strict,
-                    "noatime" => AtimePolicy::Never,
-                    _ => AtimePolicy::Relative,
-                };
-            }
-            "nodiratime" | "diratime" => {
-                no_value()?;
-                self.nodiratime = key == "nodiratime";
-            }
-            "mb_trylock" => self.mb_trylock = flag()?,
-            "mb_optimize_scan" => self.mb_optimize_scan = flag()?,
+            "mb_trylock" => self.mb_trylock = flag(need()?)?,
+            "mb_optimize_scan" => self.mb_optimize_scan = flag(need()?)?,
+            "dir_digest" => self.dir_digest = flag(need()?)?,
             "mb_stream_goal" => {
-                self.mb_stream_goal = match need()? {
-                    "global" => StreamGoal::Global,
-                    "inode" => StreamGoal::Inode,
-                    "slots" => StreamGoal::Slots,
-                    other => {
-                        return Err(format!(
-                            "option mb_stream_goal={other}: expected global, inode or slots"
-                        ))
-                    }
-                }
+                let goals = [
+                    ("global", StreamGoal::Global),
+                    ("inode", StreamGoal::Inode),
+                    ("slots", StreamGoal::Slots),
+                ];
+                self.mb_stream_goal = choose(need()?, &goals, "global, inode or slots")?;
             }
             "ialloc" => {
-                self.ialloc = match need()? {
-                    "optimistic" => IallocPolicy::Optimistic,
-                    "locked" => IallocPolicy::Locked,
-                    other => {
-                        return Err(format!(
-                            "option ialloc={other}: expected optimistic or locked"
-                        ))
-                    }
-                }
+                let policies = [
+                    ("optimistic", IallocPolicy::Optimistic),
+                    ("locked", IallocPolicy::Locked),
+                ];
+                self.ialloc = choose(need()?, &policies, "optimistic or locked")?;
             }
             "icache" => {
-                self.icache = match need()? {
-                    "bucket" => IcachePolicy::Bucket,
-                    "global" => IcachePolicy::Global,
-                    "papaya" => IcachePolicy::Papaya,
-                    other => {
-                        return Err(format!(
-                            "option icache={other}: expected bucket, global or papaya"
-                        ))
-                    }
-                }
+                let tables = [
+                    ("bucket", IcachePolicy::Bucket),
+                    ("global", IcachePolicy::Global),
+                    ("papaya", IcachePolicy::Papaya),
+                ];
+                self.icache = choose(need()?, &tables, "bucket, global or papaya")?;
             }
-            "icache_limit" => {
-                let v = need()?;
-                self.icache_limit =
-                    parse_size(v).map_err(|e| format!("option icache_limit={v}: {e}"))?;
-            }
-            "dir_digest" => self.dir_digest = flag()?,
-            "bufcache_limit" => {
-                let v = need()?;
-                self.bufcache_limit =
-                    parse_size(v).map_err(|e| format!("option bufcache_limit={v}: {e}"))?;
-            }
-            "pagecache_limit" => {
-                let v = need()?;
-                self.pagecache_limit =
-                    parse_size(v).map_err(|e| format!("option pagecache_limit={v}: {e}"))?;
-            }
+            "icache_limit" => self.icache_limit = size()?,
+            "bufcache_limit" => self.bufcache_limit = size()?,
+            "pagecache_limit" => self.pagecache_limit = size()?,
             "folio_max_order" => {
-                let v = need()?;
-                self.folio_max_order = v
+                self.folio_max_order = need()?
                     .parse()
                     .ok()
                     .filter(|&o| o <= crate::page::MAX_ORDER)
                     .ok_or_else(|| {
-                        format!(
-                            "option folio_max_order={v}: expected 0 to {}",
-                            crate::page::MAX_ORDER
-                        )
+                        let most = crate::page::MAX_ORDER;
+                        OptionProblem::Expected(format!("0 to {most}").into())
                     })?;
             }
             "rtdev" => {
                 let v = need()?;
                 if v.is_empty() {
-                    return Err("option rtdev= needs a path".into());
+                    return Err(expected("a path"));
                 }
                 self.rtdev = Some(v.into());
             }
             "rt_alloc" => {
-                let v = need()?;
-                self.rt_alloc = RtAllocPolicy::parse(v)
-                    .ok_or_else(|| format!("option rt_alloc={v}: expected lean or plain"))?;
+                self.rt_alloc =
+                    RtAllocPolicy::parse(need()?).ok_or_else(|| expected("lean or plain"))?;
             }
             "clamp_time" => {
-                let v = need()?;
-                let secs =
-                    v.parse::<i64>().ok().filter(|&s| s >= 0).ok_or_else(|| {
-                        format!("option clamp_time={v}: expected seconds since 1970")
-                    })?;
-                self.clamp_time = Some(secs);
+                let secs = need()?.parse::<i64>().ok().filter(|&s| s >= 0);
+                self.clamp_time = Some(secs.ok_or_else(|| expected("seconds since 1970"))?);
             }
             _ => return Ok(false),
         }
         Ok(true)
     }
+}
+
+/// A `0|1` option's value.
+fn flag(v: &str) -> Result<bool, OptionProblem> {
+    match v {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(OptionProblem::Expected("0 or 1".into())),
+    }
+}
+
+/// The value named `v` among `choices`; else the option expected one of them (`names`).
+fn choose<T: Copy>(
+    v: &str,
+    choices: &[(&str, T)],
+    names: &'static str,
+) -> Result<T, OptionProblem> {
+    choices
+        .iter()
+        .find(|(name, _)| *name == v)
+        .map(|&(_, value)| value)
+        .ok_or(OptionProblem::Expected(names.into()))
 }

@@ -228,7 +228,8 @@ impl Fs {
             let h = self.journal.start();
             let mut o = self.orphans.list.lock();
             if !o.is_empty() {
-                return Err(Error::Io("orphan list not empty after cleanup".into()));
+                let why = "orphan list not empty after cleanup";
+                return Err(Error::io_other("cleaning up orphan inodes", why));
             }
             if self.sb.lock().last_orphan() != 0 {
                 self.update_sb(&h, &mut o, |sb| sb.set_last_orphan(0))?;

@@ -26,9 +26,11 @@ fn inode_options_parse_and_refuse_bad_values() {
         ("bufcache_limit", "-1"),
     ] {
         let e = o.apply(k, Some(v)).expect_err(v);
+        assert_eq!((e.name.as_str(), e.value.as_deref()), (k, Some(v)));
+        let text = e.to_string();
         assert!(
-            e.starts_with(&format!("option {k}={v}")) && !e.contains('\n'),
-            "{e}"
+            text.starts_with(&format!("option {k}={v}")) && !text.contains('\n'),
+            "{text}"
         );
     }
     assert!(o.apply("icache", None).is_err());
@@ -138,9 +140,11 @@ fn page_cache_options_parse_and_refuse_bad_values() {
         ("pagecache_limit", "-1"),
     ] {
         let e = o.apply(k, Some(v)).expect_err(v);
+        assert_eq!((e.name.as_str(), e.value.as_deref()), (k, Some(v)));
+        let text = e.to_string();
         assert!(
-            e.starts_with(&format!("option {k}={v}")) && !e.contains('\n'),
-            "{e}"
+            text.starts_with(&format!("option {k}={v}")) && !text.contains('\n'),
+            "{text}"
         );
     }
     assert!(o.apply("folio_max_order", None).is_err());

@@ -78,7 +78,7 @@ fn find_backup(
         Error::Invalid(format!("no superblock at block {block} for any block size"))
     }))
     .map_err(|e| match e {
-        Error::Corrupt { detail, .. } => Error::Invalid(format!(
+        Error::Corrupt { detail, .. } | Error::NotExt4(detail) => Error::Invalid(format!(
             "no usable backup superblock at block {block}: {detail}"
         )),
         e => e,

@@ -88,14 +88,8 @@ fn validate(geo: &Geometry, dev_size: u64) -> Result<()> {
 /// unusable geometry is an error.
 pub(crate) fn load_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, Vec<Problem>)> {
     if dev.size() < SB_OFFSET + SB_SIZE as u64 {
-        return Err(Error::corrupt(
-            "superblock",
-            0,
-            format!(
-                "{} bytes, too small to hold one (not an ext2/3/4 file system)",
-                dev.size()
-            ),
-        ));
+        let why = format!("{} bytes, too small to hold a superblock", dev.size());
+        return Err(Error::NotExt4(why));
     }
     let mut sb = Superblock::zeroed();
     dev.read_at(SB_OFFSET, &mut sb.raw[..])?;

@@ -536,8 +536,9 @@ impl Journal {
         if self.shut_down.load(Ordering::Acquire) {
             Err(Error::ShutDown)
         } else if self.is_aborted() {
-            Err(Error::Io(
-                "the journal was aborted by an earlier write error; the mount is read-only".into(),
+            Err(Error::io_other(
+                "writing the journal",
+                "the journal was aborted by an earlier write error; the mount is read-only",
             ))
         } else {
             Ok(())
@@ -716,7 +717,10 @@ impl Journal {
             }
         }
         let shift = cs.shift.as_ref();
-        let log = cs.log.as_ref().ok_or_else(|| Error::Io("no log".into()))?;
+        let log = cs
+            .log
+            .as_ref()
+            .ok_or_else(|| Error::io_other("committing", "no log"))?;
         let js = &log.js;
         let seq = cs.seq;
         let seed = js.csum_seed();
@@ -801,16 +805,22 @@ impl Journal {
         }
         let need = blocks.len() as u32 + 1;
         if need + 1 > log.len() {
-            return Err(Error::Io(format!(
-                "transaction {tid} needs {need} log blocks but the journal holds {}",
-                log.len()
-            )));
+            return Err(Error::io_other(
+                format!("committing transaction {tid}"),
+                format!(
+                    "needs {need} log blocks but the journal holds {}",
+                    log.len()
+                ),
+            ));
         }
         let used = log.distance(cs.tail, cs.head);
         if used + need + 1 > log.len() {
             self.checkpoint_locked(cs)?;
         }
-        let log = cs.log.as_ref().ok_or_else(|| Error::Io("no log".into()))?;
+        let log = cs
+            .log
+            .as_ref()
+            .ok_or_else(|| Error::io_other("committing", "no log"))?;
         // Writing past the tail would overwrite transactions not yet checkpointed.
         assert!(
             log.distance(cs.tail, cs.head) + need < log.len(),

@@ -507,9 +507,10 @@ impl Mapping {
         let own = self.own_device();
         let dev = own.as_deref().unwrap_or(&*pc.dev);
         let mapped = |b: u64| match blk(b) {
-            0 => Err(Error::Io(format!(
-                "block {b} of a file has no physical block"
-            ))),
+            0 => Err(Error::io_other(
+                format!("writing block {b} of a file"),
+                "no physical block",
+            )),
             p => Ok(p),
         };
         // The whole blocks in runs of contiguous physical blocks, each one slice of `data`.
@@ -560,10 +561,10 @@ impl Mapping {
                     }
                     let p = d.pblk[b as usize];
                     if p == 0 {
-                        return Err(Error::Io(format!(
-                            "dirty block {} of a file has no physical block",
-                            f.index + b
-                        )));
+                        return Err(Error::io_other(
+                            format!("writing back dirty block {} of a file", f.index + b),
+                            "no physical block",
+                        ));
                     }
                     let bytes = &d.bytes[b as usize * bs..(b as usize + 1) * bs];
                     match runs.last_mut() {

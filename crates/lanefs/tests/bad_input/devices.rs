@@ -49,14 +49,20 @@ impl BlockDevice for FailDev {
             .iter()
             .any(|b| (first..=last).contains(b))
         {
-            return Err(Error::Io(format!("injected read error at byte {off}")));
+            return Err(Error::io_other(
+                format!("reading at byte {off}"),
+                "injected error",
+            ));
         }
         self.inner.read_at(off, buf)
     }
     fn write_at(&self, off: u64, buf: &[u8]) -> lanefs::Result<()> {
         if self.writes.fetch_add(1, Ordering::SeqCst) >= self.budget.load(Ordering::SeqCst) {
             self.refused.fetch_add(1, Ordering::SeqCst);
-            return Err(Error::Io(format!("injected write error at byte {off}")));
+            return Err(Error::io_other(
+                format!("writing at byte {off}"),
+                "injected error",
+            ));
         }
         self.inner.write_at(off, buf)
     }
@@ -69,5 +75,5 @@ impl BlockDevice for FailDev {
 }
 
 pub(super) fn is_io_or_ro(e: &Error) -> bool {
-    matches!(e, Error::Io(_) | Error::ReadOnly)
+    matches!(e, Error::Io { .. } | Error::ReadOnly)
 }

@@ -512,7 +512,7 @@ fn failing_writes_give_io_errors_and_keep_committed_data() {
     let dev = FailDev::new(b.img.clone());
     dev.fail_writes_after(0);
     match Fs::mount(dev, MountOptions::default()) {
-        Err(Error::Io(m)) => assert!(!m.is_empty()),
+        Err(Error::Io { op, .. }) => assert!(!op.is_empty()),
         Err(e) => panic!("mount on a device failing writes: unexpected {e:?}"),
         Ok(fs) => {
             let r = fs
@@ -520,7 +520,7 @@ fn failing_writes_give_io_errors_and_keep_committed_data() {
                 .and_then(|a| fs.release(a.ino))
                 .and_then(|_| fs.sync());
             assert!(
-                matches!(r, Err(Error::Io(_))),
+                matches!(r, Err(Error::Io { .. })),
                 "writes on a failing device: {r:?}"
             );
         }
@@ -533,7 +533,7 @@ fn failing_reads_give_io_errors() {
         return;
     };
     let io = |r: lanefs::Result<()>, what: &str| match r {
-        Err(Error::Io(m)) => assert!(!m.is_empty(), "{what}: empty message"),
+        Err(Error::Io { op, .. }) => assert!(!op.is_empty(), "{what}: no operation named"),
         other => panic!("{what}: expected Error::Io, got {other:?}"),
     };
     let mount = |blk: u64| {

@@ -184,8 +184,12 @@ impl BlockDevice for VecDev {
         let end = off
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= d.len() as u64);
-        let end =
-            end.ok_or_else(|| Error::Io(format!("read at {off} beyond the end ({})", d.len())))?;
+        let end = end.ok_or_else(|| {
+            Error::io_other(
+                format!("reading at byte {off}"),
+                format!("past the end ({})", d.len()),
+            )
+        })?;
         buf.copy_from_slice(&d[off as usize..end as usize]);
         Ok(())
     }
@@ -194,8 +198,12 @@ impl BlockDevice for VecDev {
         let end = off
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= d.len() as u64);
-        let end =
-            end.ok_or_else(|| Error::Io(format!("write at {off} beyond the end ({})", d.len())))?;
+        let end = end.ok_or_else(|| {
+            Error::io_other(
+                format!("writing at byte {off}"),
+                format!("past the end ({})", d.len()),
+            )
+        })?;
         d[off as usize..end as usize].copy_from_slice(buf);
         Ok(())
     }
@@ -232,7 +240,10 @@ fn exercise(img: Vec<u8>, words: &[&str]) -> Result<String, String> {
             // (and "no such file or directory" must not pass for naming a directory).
             let typed = matches!(
                 e,
-                Error::Corrupt { .. } | Error::Unsupported(_) | Error::Io(_)
+                Error::Corrupt { .. }
+                    | Error::NotExt4(_)
+                    | Error::Unsupported(_)
+                    | Error::Io { .. }
             );
             if !typed
                 || msg.trim().is_empty()

@@ -181,7 +181,7 @@ impl Ctx<'_> {
                 Ok(()) | Err(lanefs::Error::NotSupported(_)) => {}
                 Err(
                     e @ (lanefs::Error::Corrupt { .. }
-                    | lanefs::Error::Io(_)
+                    | lanefs::Error::Io { .. }
                     | lanefs::Error::ReadOnly),
                 ) => return Err(Failure::new(shown, e)),
                 Err(e) => self.warn(shown, &format!("setting {}: {e}", show(&key))),

@@ -468,7 +468,7 @@ impl<'c, 'a, R: Read> Build<'c, 'a, R> {
                 Ok(()) | Err(lanefs::Error::NotSupported(_)) => {}
                 Err(
                     e @ (lanefs::Error::Corrupt { .. }
-                    | lanefs::Error::Io(_)
+                    | lanefs::Error::Io { .. }
                     | lanefs::Error::ReadOnly),
                 ) => return Err(Failure::new(shown, e)),
                 Err(e) => {
