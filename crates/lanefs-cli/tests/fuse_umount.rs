@@ -24,7 +24,10 @@ fn holders_of(dir: &Path) -> Vec<String> {
     };
     for p in procs.flatten() {
         let pid = p.file_name();
-        let Some(pid) = pid.to_str().filter(|s| s.bytes().all(|b| b.is_ascii_digit())) else {
+        let Some(pid) = pid
+            .to_str()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        else {
             continue;
         };
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -59,7 +62,9 @@ fn mount_and_umount_200_times_never_busy() {
             let held = holders_of(&dir);
             eprintln!("pair {i}: umount busy; holders now: {held:?}");
             assert!(
-                !held.iter().any(|h| h.contains("(lanefs)") || h.contains("mount.fuse")),
+                !held
+                    .iter()
+                    .any(|h| h.contains("(lanefs)") || h.contains("mount.fuse")),
                 "lanefs holds its own mount: {held:?}"
             );
             std::thread::sleep(Duration::from_millis(50));

@@ -280,7 +280,7 @@ impl BlockDevice for FileDevice {
         preadv_all(&self.file, off, bufs).map_err(|e| Error::io(transfer(false, off, len), e))
     }
     fn punch_zeros(&self, off: u64, len: u64) -> Result<bool> {
-        self.check_range("write", off, len)?;
+        self.check_range(true, off, len)?;
         // A block device keeps its blocks (and BLKZEROOUT may write the zeros itself):
         // only an image file has holes to make.
         let is_file = self.file.metadata().is_ok_and(|m| m.file_type().is_file());
@@ -296,7 +296,10 @@ impl BlockDevice for FileDevice {
         ) {
             Ok(()) => Ok(true),
             Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(false),
-            Err(e) => Err(Error::Io(format!("punching {len} bytes at {off}: {e}"))),
+            Err(e) => Err(Error::io(
+                format!("punching {len} bytes at byte {off}"),
+                std::io::Error::from(e),
+            )),
         }
     }
     fn flush(&self) -> Result<()> {
@@ -486,10 +489,7 @@ impl BlockDevice for MemDevice {
         let mut d = self.data.write();
         let end = off.checked_add(len).filter(|&e| e <= d.len() as u64);
         let Some(end) = end else {
-            return Err(Error::Io(format!(
-                "write at {off} beyond device end {}",
-                d.len()
-            )));
+            return Err(past_end(true, off, len, d.len() as u64));
         };
         d[off as usize..end as usize].fill(0);
         Ok(true)
