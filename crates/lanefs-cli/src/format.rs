@@ -594,13 +594,13 @@ fn mkfs_sparse(
     line += &build(args, raw.path(), Some(size), opts, fill)
         .map_err(|f| rename_failure(f, raw.path(), &args.image))?;
     let out = crate::sparse::Scratch::new(&args.image, "sparse").ctx(&what)?;
-    let sink = crate::sparse::FileOut::new(out.file());
+    let sink = crate::sparse::Sink::new(out.file(), out.path());
     let map = raw.map(size).ctx(&what)?;
     let encoded = match &map {
         Some(m) => crate::sparse::walk_mapped(raw.file(), m.bytes(), blk, sink),
         None => crate::sparse::walk(raw.file(), None, size, blk, sink),
     };
-    let sum = encoded.and_then(|(mut sink, sum)| sink.flush().map(|()| sum));
+    let sum = encoded.and_then(|(mut sink, sum)| sink.finish().map(|()| sum));
     // The raw image is let go of (its memory freed, or its scratch file removed) on
     // another thread while the output is flushed, which mostly waits for the disk.
     let freeing = std::thread::spawn(move || {

@@ -21,7 +21,10 @@
 //! Hand-written: the one crate for the format (android-sparse 0.6, last released 2021)
 //! reads every byte of the raw image, its holes too.
 
+mod direct;
 mod used;
+
+pub use direct::DirectOut;
 
 #[cfg(test)]
 use used::Mapping;
@@ -216,15 +219,15 @@ impl Out for Piped<'_> {
 /// Encode as [`walk`] does, from `image` (the raw image mapped whole), with the output
 /// written by a second thread: scanning and summing the image on one CPU, copying the
 /// encoded bytes into the output file on another.
-pub fn walk_mapped<'a>(
+pub fn walk_mapped<O: Out + Send>(
     raw: &std::fs::File,
     image: &[u8],
     blk: u32,
-    mut out: FileOut<'a>,
-) -> io::Result<(FileOut<'a>, Summary)> {
+    mut out: O,
+) -> io::Result<(O, Summary)> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Piece>(64);
     std::thread::scope(|scope| {
-        let writer = scope.spawn(move || -> io::Result<FileOut<'a>> {
+        let writer = scope.spawn(move || -> io::Result<O> {
             for piece in rx {
                 match piece {
                     Piece::Mapped(at, n) => out.append(&image[at..at + n])?,
@@ -245,6 +248,46 @@ pub fn walk_mapped<'a>(
         let out = written?;
         Ok((out, summary?))
     })
+}
+
+/// Where `mkfs --sparse-output` writes: past the page cache where the output's file
+/// system allows it ([`DirectOut`]), else through it ([`FileOut`]).
+pub enum Sink<'a> {
+    Direct(DirectOut<'a>),
+    Cached(FileOut<'a>),
+}
+
+impl<'a> Sink<'a> {
+    /// For `file`, new and empty at `path`.
+    pub fn new(file: &'a std::fs::File, path: &std::path::Path) -> Sink<'a> {
+        match DirectOut::new(file, path) {
+            Some(d) => Sink::Direct(d),
+            None => Sink::Cached(FileOut::new(file)),
+        }
+    }
+
+    /// Write what is still gathered (the file is then flushed by its owner).
+    pub fn finish(&mut self) -> io::Result<()> {
+        match self {
+            Sink::Direct(d) => d.finish(),
+            Sink::Cached(c) => c.flush(),
+        }
+    }
+}
+
+impl Out for Sink<'_> {
+    fn append(&mut self, b: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::Direct(d) => d.append(b),
+            Sink::Cached(c) => c.append(b),
+        }
+    }
+    fn patch(&mut self, off: u64, b: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::Direct(d) => d.patch(off, b),
+            Sink::Cached(c) => c.patch(off, b),
+        }
+    }
 }
 
 /// What an encoded image holds.

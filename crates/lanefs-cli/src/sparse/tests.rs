@@ -338,3 +338,57 @@ fn scratch_files_leave_nothing_but_the_output() {
     assert_eq!(listing(), ["out.simg"]);
     assert_eq!(std::fs::read(&out).unwrap(), b"image");
 }
+
+/// Goal: the direct writer gives the file an in-memory output would hold, whatever the
+/// sizes of the pieces (across its buffer's end) and wherever a patch lands (in the
+/// buffer, or in blocks already written, also the first).
+#[test]
+fn direct_out_writes_what_a_vec_holds() {
+    let td = tempfile::tempdir().unwrap();
+    // xorshift64: numbers enough for sizes and bytes.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut below = |n: u64| next() % n;
+    for round in 0..3 {
+        let path = td.path().join(format!("out{round}"));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        let Some(mut d) = DirectOut::new(&file, &path) else {
+            panic!(
+                "{}: no O_DIRECT on the test's own file system",
+                path.display()
+            );
+        };
+        let mut want: Vec<u8> = Vec::new();
+        for _ in 0..200 {
+            let n = 1 + match below(10) {
+                0 => below(20 << 20),
+                1..=3 => below(100_000),
+                _ => below(64),
+            } as usize;
+            let piece: Vec<u8> = (0..n).map(|_| below(256) as u8).collect();
+            d.append(&piece).unwrap();
+            want.extend_from_slice(&piece);
+            if below(10) < 3 {
+                let len = (1 + below(40) as usize).min(want.len());
+                let off = below((want.len() - len + 1) as u64) as usize;
+                let patch: Vec<u8> = (0..len).map(|_| below(256) as u8).collect();
+                d.patch(off as u64, &patch).unwrap();
+                want[off..off + len].copy_from_slice(&patch);
+            }
+        }
+        d.patch(0, b"head").unwrap();
+        want[..4].copy_from_slice(b"head");
+        d.finish().unwrap();
+        assert!(std::fs::read(&path).unwrap() == want, "round {round}");
+    }
+}
