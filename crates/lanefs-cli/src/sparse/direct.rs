@@ -1,32 +1,70 @@
 //! The sparse file written past the page cache (`O_DIRECT`): an encoding of a few hundred
 //! MiB copied into the kernel's cache would take as many fresh pages, which cost more to
 //! fill (and to write back at the flush) than the disk takes to write them straight
-//! from one reused buffer.
+//! from a few reused buffers. Up to [`DEPTH`] buffers are written at once, by threads of
+//! their own, so that the disk has more than one request to work on.
 
 use super::Out;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
 
 /// What `O_DIRECT` wants aligned: memory, file offsets and lengths.
 const ALIGN: usize = 4096;
-/// Bytes gathered before a write.
+/// Bytes of one buffer, written in one request.
 const BUFFER: usize = 8 << 20;
+/// Buffers being written at once (a queue depth of 1 wrote 300 MB here in 0.41 s, of 4
+/// in 0.26 s: `fio`, 8 MiB requests).
+const DEPTH: usize = 3;
 
-/// An [`Out`] on a new, empty file through a second descriptor opened `O_DIRECT`: appended
-/// into an aligned buffer written whole; a patch in the buffer is made there, one of
-/// bytes already written rewrites their aligned blocks. [`DirectOut::finish`] writes the
-/// last partial block through the file's own descriptor.
-pub struct DirectOut<'a> {
-    file: &'a File,
-    direct: File,
-    /// The buffer, of `BUFFER` bytes from `start` (aligned).
+/// `BUFFER` bytes aligned to `ALIGN` inside a vector.
+struct Block {
     mem: Vec<u8>,
     start: usize,
-    /// Bytes in the buffer, and the file offset of its first (a multiple of `ALIGN`).
+}
+
+impl Block {
+    fn new() -> Block {
+        let mem = vec![0u8; BUFFER + ALIGN];
+        let start = mem.as_ptr().align_offset(ALIGN);
+        assert!(
+            start < ALIGN,
+            "a byte buffer can be aligned within {ALIGN} bytes"
+        );
+        Block { mem, start }
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.mem[self.start..self.start + BUFFER]
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.mem[self.start..self.start + BUFFER]
+    }
+}
+
+/// A full buffer to write at a file offset.
+type Job = (Block, u64);
+
+/// An [`Out`] on a new, empty file through a second descriptor opened `O_DIRECT`: appended
+/// into an aligned buffer, each full one written whole by a writer thread; a patch in the
+/// buffer is made there, one of bytes already written (once every write has ended)
+/// rewrites their aligned blocks. [`DirectOut::finish`] writes the rest, its last partial
+/// block through the file's own descriptor.
+pub struct DirectOut<'a> {
+    file: &'a File,
+    direct: Arc<File>,
+    cur: Block,
+    /// Bytes in `cur`, and the file offset of its first (a multiple of `ALIGN`).
     len: usize,
     base: u64,
+    /// Buffers not in use, and the writes under way.
+    spare: Vec<Block>,
+    in_flight: usize,
+    jobs: Option<Sender<Job>>,
+    done: Receiver<io::Result<Block>>,
+    writers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl<'a> DirectOut<'a> {
@@ -39,55 +77,93 @@ impl<'a> DirectOut<'a> {
             .custom_flags(libc::O_DIRECT)
             .open(path)
             .ok()?;
-        let mem = vec![0u8; BUFFER + ALIGN];
-        let start = mem.as_ptr().align_offset(ALIGN);
-        assert!(
-            start < ALIGN,
-            "a byte buffer can be aligned within {ALIGN} bytes"
-        );
+        let direct = Arc::new(direct);
+        let (jobs, queue) = channel::<Job>();
+        let (done_tx, done) = channel();
+        let queue = Arc::new(Mutex::new(queue));
+        let writers = (0..DEPTH)
+            .map(|_| {
+                let (queue, done_tx, direct) = (queue.clone(), done_tx.clone(), direct.clone());
+                std::thread::spawn(move || loop {
+                    let job = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok((block, at)) = job else {
+                        return;
+                    };
+                    let r = direct.write_all_at(block.bytes(), at).map(|()| block);
+                    if done_tx.send(r).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
         Some(DirectOut {
             file,
             direct,
-            mem,
-            start,
+            cur: Block::new(),
             len: 0,
             base: 0,
+            spare: Vec::new(),
+            in_flight: 0,
+            jobs: Some(jobs),
+            done,
+            writers,
         })
     }
 
-    fn buf(&mut self) -> &mut [u8] {
-        &mut self.mem[self.start..self.start + BUFFER]
+    /// Wait for one write under way to end; its buffer is spare again.
+    fn reap(&mut self) -> io::Result<()> {
+        let block = self
+            .done
+            .recv()
+            .map_err(|_| io::Error::other("the sparse file's writers stopped"))??;
+        self.in_flight -= 1;
+        self.spare.push(block);
+        Ok(())
     }
 
-    /// Write the buffer's first `n` bytes (a multiple of `ALIGN`) and keep the rest.
-    fn write_out(&mut self, n: usize) -> io::Result<()> {
-        debug_assert!(n.is_multiple_of(ALIGN) && n <= self.len);
-        let (start, base, len) = (self.start, self.base, self.len);
-        self.direct
-            .write_all_at(&self.mem[start..start + n], base)?;
-        self.mem.copy_within(start + n..start + len, start);
-        self.len -= n;
-        self.base += n as u64;
+    /// Wait for every write under way.
+    fn drain(&mut self) -> io::Result<()> {
+        while self.in_flight > 0 {
+            self.reap()?;
+        }
+        Ok(())
+    }
+
+    /// Hand the full buffer to a writer and go on in another.
+    fn send_full(&mut self) -> io::Result<()> {
+        debug_assert_eq!(self.len, BUFFER);
+        if self.in_flight >= DEPTH {
+            self.reap()?;
+        }
+        let next = self.spare.pop().unwrap_or_else(Block::new);
+        let full = std::mem::replace(&mut self.cur, next);
+        let jobs = self.jobs.as_ref().expect("jobs close only when dropped");
+        jobs.send((full, self.base))
+            .map_err(|_| io::Error::other("the sparse file's writers stopped"))?;
+        self.in_flight += 1;
+        self.base += BUFFER as u64;
+        self.len = 0;
         Ok(())
     }
 
     /// Write what is left: the whole blocks past the cache, the last partial one
     /// through the file's own descriptor (it is flushed with the file).
     pub fn finish(&mut self) -> io::Result<()> {
+        self.drain()?;
         let whole = self.len / ALIGN * ALIGN;
-        if whole > 0 {
-            self.write_out(whole)?;
-        }
-        let (start, len, base) = (self.start, self.len, self.base);
-        self.file
-            .write_all_at(&self.mem[start..start + len], base)?;
-        self.base += len as u64;
+        self.direct
+            .write_all_at(&self.cur.bytes()[..whole], self.base)?;
+        let tail = &self.cur.bytes()[whole..self.len];
+        self.file.write_all_at(tail, self.base + whole as u64)?;
+        self.base += self.len as u64;
         self.len = 0;
         Ok(())
     }
 
-    /// Rewrite bytes already written: their aligned blocks read, changed and written.
+    /// Rewrite bytes already handed to the writers: once their writes have ended, their
+    /// aligned blocks read, changed and written.
     fn patch_written(&mut self, off: u64, b: &[u8]) -> io::Result<()> {
+        self.drain()?;
         let from = off / ALIGN as u64 * ALIGN as u64;
         let to = (off + b.len() as u64).next_multiple_of(ALIGN as u64);
         let n = (to - from) as usize;
@@ -106,30 +182,37 @@ impl Out for DirectOut<'_> {
         while !b.is_empty() {
             let k = (BUFFER - self.len).min(b.len());
             let len = self.len;
-            self.buf()[len..len + k].copy_from_slice(&b[..k]);
+            self.cur.bytes_mut()[len..len + k].copy_from_slice(&b[..k]);
             self.len += k;
             b = &b[k..];
             if self.len == BUFFER {
-                self.write_out(BUFFER)?;
+                self.send_full()?;
             }
         }
         Ok(())
     }
     fn patch(&mut self, off: u64, b: &[u8]) -> io::Result<()> {
-        // The part already written, then the part still in the buffer.
+        // The part already handed out, then the part still in the buffer.
         let split = (self.base.saturating_sub(off) as usize).min(b.len());
         if split > 0 {
             self.patch_written(off, &b[..split])?;
         }
         if split < b.len() {
             let at = (off + split as u64 - self.base) as usize;
-            assert!(
-                at + b.len() - split <= self.len,
-                "a patch past what was appended"
-            );
             let end = at + b.len() - split;
-            self.buf()[at..end].copy_from_slice(&b[split..]);
+            assert!(end <= self.len, "a patch past what was appended");
+            self.cur.bytes_mut()[at..end].copy_from_slice(&b[split..]);
         }
         Ok(())
+    }
+}
+
+impl Drop for DirectOut<'_> {
+    fn drop(&mut self) {
+        // The writers end once the queue closes and they have finished their writes.
+        self.jobs = None;
+        for w in self.writers.drain(..) {
+            let _ = w.join();
+        }
     }
 }
