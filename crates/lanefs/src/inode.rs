@@ -213,6 +213,11 @@ pub fn new_inode(ino: u64, d: DiskInode) -> Inode {
 
 /// Build an in-memory inode around a state built by its creator.
 pub fn inode_from_state(ino: u64, st: InodeState) -> Inode {
+    // `gone` starts clear, mirroring a live state; and number 0 names no inode.
+    debug_assert!(
+        ino != 0 && !st.freed,
+        "inode {ino}: cached released or unnumbered"
+    );
     Inode {
         ino,
         state: RwLock::new(&INODE, st),
