@@ -234,36 +234,8 @@ fn start_session<FS: UringCapable>(
     // that nothing can fail between starting the queues and serving.
     handle_signals(mountpoint, cfg.supervisor)?;
     let (opts, checks) = mount_options(cfg, fsname, read_only);
-    let acl = if cfg.allow_other {
-        SessionACL::All
-    } else if cfg.allow_root {
-        SessionACL::RootAndOwner
-    } else {
-        SessionACL::Owner
-    };
-    let mut config = Config::default();
-    config.mount_options = opts.clone();
-    config.acl = acl;
-    config.n_threads = Some(cfg.threads);
-    config.clone_fd = true;
-
-    // FUSE-over-io_uring: the queues are made before the handshake, so the frontend asks
-    // for it at FUSE_INIT only when they exist.
-    let prepared = match cfg.io_uring {
-        UringMode::Off => Err("turned off (-o no_io_uring)".to_string()),
-        _ => uring::prepare::<FS>(cfg.io_uring_depth, uring_payload(cfg), cfg.io_uring_spin),
-    };
-    let decided = Arc::new(std::sync::Mutex::new(None));
-    match &prepared {
-        Ok(p) => frontend.offer_uring(UringOffer {
-            max_write: uring_payload(cfg) as u32,
-            payload: p.payload as u32,
-            required: cfg.io_uring == UringMode::Required,
-            decided: decided.clone(),
-        }),
-        Err(why) if cfg.io_uring == UringMode::Required => return Err(format!("io_uring: {why}")),
-        Err(_) => {}
-    }
+    let (acl, mut config) = session_config(cfg, &opts);
+    let (prepared, decided) = offer_uring(&mut frontend, cfg)?;
     // With io_uring the /dev/fuse threads only take forgets (one per evicted inode) and
     // interrupts: one thread, so they come in batches instead of waking a thread per CPU.
     if prepared.is_ok() && uring::offered() {
@@ -301,13 +273,85 @@ fn start_session<FS: UringCapable>(
         }
     };
     let decided = decided.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let (transport, queues) = match (prepared, decided) {
+    let (transport, queues) = pick_transport(&session, prepared, decided, mountpoint, root)?;
+    Ok(Started {
+        session,
+        transport,
+        queues,
+        dev_threads: config.n_threads.unwrap_or(1),
+        held,
+    })
+}
+
+/// Who may use the mount (`allow_other`, `allow_root`, else its owner) and the fuser
+/// session's configuration: the mount options, a thread per `-o threads`, a cloned
+/// /dev/fuse descriptor each.
+fn session_config(cfg: &MountConfig, opts: &[MountOption]) -> (SessionACL, Config) {
+    let acl = if cfg.allow_other {
+        SessionACL::All
+    } else if cfg.allow_root {
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    let mut config = Config::default();
+    config.mount_options = opts.to_vec();
+    config.acl = acl;
+    config.n_threads = Some(cfg.threads);
+    config.clone_fd = true;
+    (acl, config)
+}
+
+/// Where FUSE_INIT records whether io_uring was agreed, or why not.
+type Decided = Arc<std::sync::Mutex<Option<Result<(), String>>>>;
+
+/// FUSE-over-io_uring: the queues are made before the handshake, so the frontend asks
+/// for it at FUSE_INIT only when they exist. Returns the queues (or why there are none)
+/// and where the handshake records its decision; an error when io_uring is required and
+/// the queues cannot be made.
+fn offer_uring<FS: UringCapable>(
+    frontend: &mut FS,
+    cfg: &MountConfig,
+) -> Result<(Result<uring::Prepared<FS>, String>, Decided), String> {
+    let prepared = match cfg.io_uring {
+        UringMode::Off => Err("turned off (-o no_io_uring)".to_string()),
+        _ => uring::prepare::<FS>(cfg.io_uring_depth, uring_payload(cfg), cfg.io_uring_spin),
+    };
+    let decided: Decided = Arc::new(std::sync::Mutex::new(None));
+    match &prepared {
+        Ok(p) => frontend.offer_uring(UringOffer {
+            max_write: uring_payload(cfg) as u32,
+            payload: p.payload as u32,
+            required: cfg.io_uring == UringMode::Required,
+            decided: decided.clone(),
+        }),
+        Err(why) if cfg.io_uring == UringMode::Required => return Err(format!("io_uring: {why}")),
+        Err(_) => {}
+    }
+    Ok((prepared, decided))
+}
+
+/// The io_uring queues and the /dev/fuse descriptor they serve.
+type Queues<FS> = (uring::Prepared<FS>, OwnedFd);
+
+/// The transport the handshake settled on: io_uring when the queues exist and FUSE_INIT
+/// agreed to it (the queues then get their own /dev/fuse descriptor), /dev/fuse
+/// otherwise, saying why. Queues not used are stopped. Without a descriptor for the
+/// queues the kernel would wait for them: the mount fails (unmounted, as root).
+fn pick_transport<FS: UringCapable>(
+    session: &Session<FS>,
+    prepared: Result<uring::Prepared<FS>, String>,
+    decided: Option<Result<(), String>>,
+    mountpoint: &Path,
+    root: bool,
+) -> Result<(Transport, Option<Queues<FS>>), String> {
+    Ok(match (prepared, decided) {
         (Ok(p), Some(Ok(()))) => {
             let transport = Transport::Uring {
                 queues: p.queues(),
                 depth: p.depth,
             };
-            match std::os::fd::AsFd::as_fd(&session).try_clone_to_owned() {
+            match std::os::fd::AsFd::as_fd(session).try_clone_to_owned() {
                 Ok(fd) => (transport, Some((p, fd))),
                 // Without a descriptor for the queues the kernel would wait for them:
                 // nothing to do but fail the mount.
@@ -328,13 +372,6 @@ fn start_session<FS: UringCapable>(
             (Transport::DevFuse(why), None)
         }
         (Err(why), _) => (Transport::DevFuse(why), None),
-    };
-    Ok(Started {
-        session,
-        transport,
-        queues,
-        dev_threads: config.n_threads.unwrap_or(1),
-        held,
     })
 }
 

@@ -528,92 +528,123 @@ impl Copier<'_> {
         }];
         while let Some(top) = stack.last_mut() {
             let Some(child) = top.names.next() else {
-                let (here, here_shown) = located(&stack, &path, shown, None);
-                let done = stack.pop().expect("a frame");
-                on_path.remove(&(done.meta.dev, done.meta.ino));
-                let fd = std::os::fd::AsFd::as_fd(&done.host);
-                let src = XattrSource::Fd(fd);
-                self.ctx
-                    .finish(Some(src), &here, done.ino, &done.meta, &here_shown)?;
+                self.finish_frame(&mut stack, &mut on_path, &path, shown)?;
                 continue;
             };
-            let (
-                Listed {
-                    name: child,
-                    regular,
-                },
-                node,
-            ) = match child {
-                Item::Host(listed, node) => (listed, node),
-                Item::Table(name, node) => {
-                    let (_, child_shown) = located(&stack, &path, shown, Some(&name));
-                    let dir = stack.last().expect("a frame").ino;
-                    self.make_listed(dir, &name, node, &child_shown)?;
-                    continue;
-                }
-            };
-            let (child_path, child_shown) = located(&stack, &path, shown, Some(&child));
-            let top = stack.last().expect("a frame");
-            let host_name = OsStr::from_bytes(&child);
-            let (h, i) = (&top.host, top.ino);
-            // Removed since it was listed: as if it never was (what the table lists there
-            // is made from the table).
-            let gone = |child: &[u8]| match node {
-                Some(node) => self.make_listed(i, child, node, &child_shown),
-                None => Ok(()),
-            };
-            if regular {
-                // Listed as a regular file: opened at once, its fstat its metadata.
-                match h.open_read(host_name) {
-                    Ok(file) => {
-                        let found = Found::Open(file);
-                        let (p, s) = (&child_path, &child_shown);
-                        self.entry(h, host_name, p, found, i, &child, s, node)?;
-                        continue;
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                        gone(&child)?;
-                        continue;
-                    }
-                    // Replaced since (a symlink: ELOOP): looked at again below.
-                    Err(_) => {}
-                }
+            if let Some(frame) = self.tree_child(&stack, &mut on_path, &path, shown, child)? {
+                stack.push(frame);
             }
-            let Some(meta) = h.lstat(host_name).ctx(child_path.display())? else {
-                gone(&child)?;
-                continue;
-            };
-            let meta = Meta::from(meta);
-            if meta.kind != HostType::Directory {
-                let found = Found::Stat(meta);
-                let (p, s) = (&child_path, &child_shown);
-                self.entry(h, host_name, p, found, i, &child, s, node)?;
-                continue;
-            }
-            let host = top
-                .host
-                .open_dir(host_name)
-                .map_err(|e| match e.raw_os_error() {
-                    Some(libc::ENOTDIR | libc::ELOOP) => changed(&child_path),
-                    _ => Failure::new(child_path.display(), e),
-                })?;
-            let meta = Meta::from(host.stat().ctx(child_path.display())?);
-            if !on_path.insert((meta.dev, meta.ino)) {
-                let msg = "a directory that contains itself (a bind mount?)";
-                return Err(Failure::new(child_path.display(), Error::msg(msg)));
-            }
-            let meta = self.ctx.shaped(meta, node, &child_shown)?;
-            let ino = self.make_dir(&child_path, &meta, top.ino, &child, &child_shown)?;
-            let names = host.listing().ctx(child_path.display())?;
-            stack.push(Frame {
-                host,
-                name: child,
-                meta,
-                ino,
-                names: merged(names, node).into_iter(),
-            });
         }
         Ok(())
+    }
+
+    /// The directory on top of the walk's `stack` has no names left: it leaves the stack
+    /// (and `on_path`, the host directories being walked) and its image directory gets
+    /// the host directory's xattrs and attributes, after its last name.
+    fn finish_frame(
+        &self,
+        stack: &mut Vec<Frame<'_>>,
+        on_path: &mut HashSet<(u64, u64)>,
+        path: &Path,
+        shown: &str,
+    ) -> CmdResult<()> {
+        let (here, here_shown) = located(stack, path, shown, None);
+        let done = stack.pop().expect("a frame");
+        on_path.remove(&(done.meta.dev, done.meta.ino));
+        let fd = std::os::fd::AsFd::as_fd(&done.host);
+        let src = XattrSource::Fd(fd);
+        self.ctx
+            .finish(Some(src), &here, done.ino, &done.meta, &here_shown)
+    }
+
+    /// Copy `child`, a name of the directory on top of the walk's `stack`: a name only
+    /// the device table lists is made from the table; a host file is copied (one removed
+    /// since it was listed is as if it never was); a host directory is made in the image
+    /// and returned as the frame to walk next. A directory already on the walk's path
+    /// (`on_path`: one that contains itself) is an error.
+    fn tree_child<'t>(
+        &self,
+        stack: &[Frame<'t>],
+        on_path: &mut HashSet<(u64, u64)>,
+        path: &Path,
+        shown: &str,
+        child: Item<'t>,
+    ) -> CmdResult<Option<Frame<'t>>> {
+        let (
+            Listed {
+                name: child,
+                regular,
+            },
+            node,
+        ) = match child {
+            Item::Host(listed, node) => (listed, node),
+            Item::Table(name, node) => {
+                let (_, child_shown) = located(stack, path, shown, Some(&name));
+                let dir = stack.last().expect("a frame").ino;
+                self.make_listed(dir, &name, node, &child_shown)?;
+                return Ok(None);
+            }
+        };
+        let (child_path, child_shown) = located(stack, path, shown, Some(&child));
+        let top = stack.last().expect("a frame");
+        let host_name = OsStr::from_bytes(&child);
+        let (h, i) = (&top.host, top.ino);
+        // Removed since it was listed: as if it never was (what the table lists there
+        // is made from the table).
+        let gone = |child: &[u8]| match node {
+            Some(node) => self.make_listed(i, child, node, &child_shown),
+            None => Ok(()),
+        };
+        if regular {
+            // Listed as a regular file: opened at once, its fstat its metadata.
+            match h.open_read(host_name) {
+                Ok(file) => {
+                    let found = Found::Open(file);
+                    let (p, s) = (&child_path, &child_shown);
+                    self.entry(h, host_name, p, found, i, &child, s, node)?;
+                    return Ok(None);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    gone(&child)?;
+                    return Ok(None);
+                }
+                // Replaced since (a symlink: ELOOP): looked at again below.
+                Err(_) => {}
+            }
+        }
+        let Some(meta) = h.lstat(host_name).ctx(child_path.display())? else {
+            gone(&child)?;
+            return Ok(None);
+        };
+        let meta = Meta::from(meta);
+        if meta.kind != HostType::Directory {
+            let found = Found::Stat(meta);
+            let (p, s) = (&child_path, &child_shown);
+            self.entry(h, host_name, p, found, i, &child, s, node)?;
+            return Ok(None);
+        }
+        let host = top
+            .host
+            .open_dir(host_name)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOTDIR | libc::ELOOP) => changed(&child_path),
+                _ => Failure::new(child_path.display(), e),
+            })?;
+        let meta = Meta::from(host.stat().ctx(child_path.display())?);
+        if !on_path.insert((meta.dev, meta.ino)) {
+            let msg = "a directory that contains itself (a bind mount?)";
+            return Err(Failure::new(child_path.display(), Error::msg(msg)));
+        }
+        let meta = self.ctx.shaped(meta, node, &child_shown)?;
+        let ino = self.make_dir(&child_path, &meta, top.ino, &child, &child_shown)?;
+        let names = host.listing().ctx(child_path.display())?;
+        Ok(Some(Frame {
+            host,
+            name: child,
+            meta,
+            ino,
+            names: merged(names, node).into_iter(),
+        }))
     }
 
     /// Make regular file `dir/name` (or reuse `reuse`) and hand its data to a worker.

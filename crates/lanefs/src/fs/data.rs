@@ -249,46 +249,7 @@ impl Fs {
             first <= last && last < MAX_FILE_BLOCKS,
             "blocks {first}..={last}"
         );
-        // Blocks that hold no data yet (new or unwritten) start from zeros, not the device.
-        let prior = bmap::prior_blocks(&st, first, last);
-        if let Err(e) = bmap::map_blocks(
-            &self.al,
-            self.rt(),
-            &h,
-            &i,
-            &mut st,
-            first,
-            last + 1 - first,
-            false,
-        ) {
-            // Out of space part way: give back what this write mapped, so the file is
-            // as it was (no written blocks past its size), and persist that.
-            bmap::undo(&self.al, self.rt(), &h, &mut st, first, &prior)?;
-            self.store(&h, &i, &mut st)?;
-            return Err(e);
-        }
-        // Only a write over holes or unwritten blocks changes the map: a plain overwrite
-        // leaves the extent tree as it is.
-        if prior.iter().any(|&p| p != Prior::Written) {
-            let ext = st
-                .ext
-                .as_mut()
-                .ok_or_else(|| Error::Unsupported("no extents".into()))?;
-            ext.mark_written(first as u32, (last + 1 - first) as u32);
-            st.ext_dirty = true;
-            // The tree first, before any data or size change: if it needs a block the
-            // full disk cannot give, the write fails whole and the map is as it was
-            // (the blocks it mapped are freed, unwritten ones are unwritten again).
-            if let Err(e) = self.store(&h, &i, &mut st) {
-                if matches!(e, Error::NoSpace) {
-                    bmap::undo(&self.al, self.rt(), &h, &mut st, first, &prior)?;
-                    self.store(&h, &i, &mut st)?;
-                }
-                return Err(e);
-            }
-            // Newly mapped data must reach the device before this transaction commits.
-            h.add_ordered(i.arc());
-        }
+        let prior = self.map_for_write(&h, &i, &mut st, first, last)?;
         if !i.is_open() {
             // Without an open file there is no close to give a reservation back at.
             self.al.discard_pa(&mut st.pa);
@@ -318,6 +279,66 @@ impl Fs {
         self.store(&h, &i, &mut st)?;
         i.mapping.set_size(st.d.size());
         Ok(data.len())
+    }
+
+    /// Map blocks `first..=last` of `i` for a write and mark them written, the tree
+    /// stored before any data or size changes. Returns what each block held before
+    /// ([`Prior`]: blocks that hold no data yet, new or unwritten, start from zeros, not
+    /// the device). Out of space part way, what this write mapped is given back and the
+    /// file is stored as it was (no written blocks past its size): the write fails whole.
+    fn map_for_write(
+        &self,
+        h: &Handle,
+        i: &IRef,
+        st: &mut InodeState,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Prior>> {
+        let prior = bmap::prior_blocks(st, first, last);
+        debug_assert_eq!(
+            prior.len() as u64,
+            last + 1 - first,
+            "a prior state per block"
+        );
+        if let Err(e) = bmap::map_blocks(
+            &self.al,
+            self.rt(),
+            h,
+            i,
+            st,
+            first,
+            last + 1 - first,
+            false,
+        ) {
+            // Out of space part way: give back what this write mapped, so the file is
+            // as it was (no written blocks past its size), and persist that.
+            bmap::undo(&self.al, self.rt(), h, st, first, &prior)?;
+            self.store(h, i, st)?;
+            return Err(e);
+        }
+        // Only a write over holes or unwritten blocks changes the map: a plain overwrite
+        // leaves the extent tree as it is.
+        if prior.iter().any(|&p| p != Prior::Written) {
+            let ext = st
+                .ext
+                .as_mut()
+                .ok_or_else(|| Error::Unsupported("no extents".into()))?;
+            ext.mark_written(first as u32, (last + 1 - first) as u32);
+            st.ext_dirty = true;
+            // The tree first, before any data or size change: if it needs a block the
+            // full disk cannot give, the write fails whole and the map is as it was
+            // (the blocks it mapped are freed, unwritten ones are unwritten again).
+            if let Err(e) = self.store(h, i, st) {
+                if matches!(e, Error::NoSpace) {
+                    bmap::undo(&self.al, self.rt(), h, st, first, &prior)?;
+                    self.store(h, i, st)?;
+                }
+                return Err(e);
+            }
+            // Newly mapped data must reach the device before this transaction commits.
+            h.add_ordered(i.arc());
+        }
+        Ok(prior)
     }
 
     /// Map blocks 0.. of an empty file and write `bytes` into them through the page cache

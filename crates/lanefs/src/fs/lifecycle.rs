@@ -14,7 +14,7 @@ use crate::disk::superblock::{self as sbm, incompat, ro_compat, Superblock};
 use crate::error::{Error, Result};
 use crate::ialloc::InodeAllocator;
 use crate::icache::ICache;
-use crate::journal::Journal;
+use crate::journal::{Journal, LogArea};
 use crate::sync::{Mutex, RENAME, SUPER};
 use crate::types::*;
 use crate::volume::{DirHash, Features, Volume};
@@ -162,56 +162,14 @@ impl Fs {
         } else {
             None
         };
-        let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize, opts.bufcache_limit));
-        let (log, replay) = open_journal(&sb, &dev, &bufs)?;
-        let mut next_tid = log
-            .as_ref()
-            .map_or(1, |l| u64::from(l.js.sequence()).max(1));
-        // Replay rewrites blocks the journal lookup cached: start over with a fresh cache.
-        let bufs = if replay.is_some() {
-            Arc::new(BufCache::new(dev.clone(), bs as usize, opts.bufcache_limit))
-        } else {
-            bufs
-        };
-        let mut sb = sb;
-        if let Some(r) = &replay {
-            next_tid = u64::from(r.end_tid.wrapping_add(1)).max(1);
-            if read_only {
-                for (blk, data) in &r.blocks {
-                    bufs.insert_pinned(*blk, data);
-                }
-                let (blk, off) = sbm::location(bs);
-                let b = bufs.get(blk)?;
-                sb = Superblock::decode(&b.read()[off..off + sbm::SB_SIZE], dev.size())?;
-            } else {
-                for (blk, data) in &r.blocks {
-                    dev.write_at(blk * u64::from(bs), data)?;
-                }
-                dev.flush()?;
-                sb = read_super(&*dev)?;
-            }
-            check_features(&sb)?;
-        }
+        let Recovered {
+            sb,
+            bufs,
+            log,
+            next_tid,
+        } = recover_journal(sb, &dev, &opts, read_only)?;
         let geo = Geometry::from_superblock(&sb);
-        let (descs, gdt) = read_gdt(&geo, &bufs)?;
-        let ial = Arc::new(InodeAllocator::new(
-            geo.clone(),
-            &descs,
-            bufs.clone(),
-            opts.ialloc,
-            sb.hash_seed(),
-        ));
-        let al = Arc::new(
-            Allocator::new(geo.clone(), descs, gdt, bufs.clone())
-                .with_options(AllocOptions {
-                    trylock: opts.mb_trylock,
-                    stream: opts.mb_stream_goal,
-                    optimize_scan: opts.mb_optimize_scan,
-                })
-                .with_reserve(opts.reserved_blocks.unwrap_or_else(|| {
-                    default_reserve(sb.blocks_count(), sb.has_incompat(incompat::EXTENTS))
-                })),
-        );
+        let (ial, al) = allocators(&geo, &sb, &bufs, &opts)?;
         // The realtime allocator, from the bitmap and summary inodes.
         let rt = match (rt_geo, rtdev) {
             (Some(geo), Some(dev)) => {
@@ -221,49 +179,15 @@ impl Fs {
             }
             _ => None,
         };
-        let mut log = log;
-        if let (Some(l), false) = (log.as_mut(), read_only) {
-            // An empty log starting at its first block, in the format lanefs writes.
-            l.js.set_write_features(sb.has_incompat(incompat::BIT64), sb.metadata_csum());
-            l.js.set_start(l.first(), next_tid as u32);
-            l.write_super(&*dev)?;
-            dev.flush()?;
-        }
-        let journal = Journal::new(dev.clone(), bufs.clone(), log, next_tid, bs as usize);
-        let (alc, ialc) = (al.clone(), ial.clone());
-        let rtc = rt.as_ref().map(|r| r.alloc.clone());
-        journal.set_on_commit(Box::new(move |tid| {
-            alc.release_committed(tid);
-            if let Some(rt) = &rtc {
-                rt.committed(tid);
-            }
-            ialc.release_committed(tid);
-        }));
-        if let Some(r) = &rt {
-            // The journal flushes the data device with the log.
-            journal.set_data_dev(r.dev.clone());
-        }
-        let (alc, ialc) = (al.clone(), ial.clone());
-        journal.set_before_commit(Box::new(move || {
-            ialc.seal(&alc);
-            alc.seal();
-        }));
-        let vol = Volume {
-            geo,
-            features: Features::of(&sb),
-            hash: DirHash::of(&sb),
-            digest_budget: if opts.dir_digest {
-                (opts.icache_limit / 4) as usize
-            } else {
-                0
-            },
-            read_only,
-            ro_reason,
-            clamp_time: opts.clamp_time,
-            atime: opts.atime,
-            nodiratime: opts.nodiratime,
-            kbytes_at_mount: sb.kbytes_written(),
+        let layers = Layers {
+            dev: &dev,
+            bufs: &bufs,
+            al: &al,
+            ial: &ial,
+            rt: rt.as_ref(),
         };
+        let journal = start_journal(&layers, &sb, log, next_tid, read_only, bs as usize)?;
+        let vol = mount_volume(geo, &sb, &opts, read_only, ro_reason);
         let fs = Fs {
             vol,
             journal,
@@ -286,15 +210,7 @@ impl Fs {
             life: Life::new(mmp),
             latch,
         };
-        let root = fs.iget(ROOT_INO).map_err(|e| match e {
-            Error::NotFound => {
-                Error::corrupt("inode", ROOT_INO, "root directory inode is not in use")
-            }
-            e => e,
-        })?;
-        if FileType::from_mode(root.state.read().d.mode()) != Some(FileType::Directory) {
-            return Err(Error::corrupt("inode", ROOT_INO, "root is not a directory"));
-        }
+        fs.check_root()?;
         if !read_only {
             fs.mark_mounted(opts.count_mount)?;
             fs.process_orphans()?;
@@ -307,6 +223,20 @@ impl Fs {
             fs.start_flusher();
         }
         Ok(fs)
+    }
+
+    /// The root inode is in use and a directory: an image without one does not mount.
+    fn check_root(&self) -> Result<()> {
+        let root = self.iget(ROOT_INO).map_err(|e| match e {
+            Error::NotFound => {
+                Error::corrupt("inode", ROOT_INO, "root directory inode is not in use")
+            }
+            e => e,
+        })?;
+        if FileType::from_mode(root.state.read().d.mode()) != Some(FileType::Directory) {
+            return Err(Error::corrupt("inode", ROOT_INO, "root is not a directory"));
+        }
+        Ok(())
     }
 
     /// Mark the file system mounted (not clean; needing recovery if it has a journal),
@@ -542,5 +472,175 @@ impl Drop for Fs {
             let _ = self.write_super_clean();
         }
         let _ = self.release_mmp();
+    }
+}
+
+/// What a mount reads before its layers: the superblock (read again after a replay
+/// that rewrote it), the buffer cache, the log area (none without a journal) and the
+/// next transaction's id.
+struct Recovered {
+    sb: Superblock,
+    bufs: Arc<BufCache>,
+    log: Option<LogArea>,
+    next_tid: u64,
+}
+
+/// Find the journal of the image `sb` describes and replay what it holds: written home
+/// and flushed on a read-write mount, kept in the buffer cache (pinned) on a read-only
+/// one; the superblock is read again from either, and checked again. The buffer cache is
+/// a fresh one after a replay (the replay rewrote blocks the journal lookup cached).
+fn recover_journal(
+    sb: Superblock,
+    dev: &Arc<dyn BlockDevice>,
+    opts: &MountOptions,
+    read_only: bool,
+) -> Result<Recovered> {
+    let bs = sb.block_size();
+    let bufs = Arc::new(BufCache::new(dev.clone(), bs as usize, opts.bufcache_limit));
+    let (log, replay) = open_journal(&sb, dev, &bufs)?;
+    let mut next_tid = log
+        .as_ref()
+        .map_or(1, |l| u64::from(l.js.sequence()).max(1));
+    // Replay rewrites blocks the journal lookup cached: start over with a fresh cache.
+    let bufs = if replay.is_some() {
+        Arc::new(BufCache::new(dev.clone(), bs as usize, opts.bufcache_limit))
+    } else {
+        bufs
+    };
+    let mut sb = sb;
+    if let Some(r) = &replay {
+        next_tid = u64::from(r.end_tid.wrapping_add(1)).max(1);
+        if read_only {
+            for (blk, data) in &r.blocks {
+                bufs.insert_pinned(*blk, data);
+            }
+            let (blk, off) = sbm::location(bs);
+            let b = bufs.get(blk)?;
+            sb = Superblock::decode(&b.read()[off..off + sbm::SB_SIZE], dev.size())?;
+        } else {
+            for (blk, data) in &r.blocks {
+                dev.write_at(blk * u64::from(bs), data)?;
+            }
+            dev.flush()?;
+            sb = read_super(&**dev)?;
+        }
+        check_features(&sb)?;
+    }
+    Ok(Recovered {
+        sb,
+        bufs,
+        log,
+        next_tid,
+    })
+}
+
+/// The inode and block allocators of the image `sb` describes (geometry `geo`), built
+/// from its group descriptors with the mount's policies and reserve.
+fn allocators(
+    geo: &Geometry,
+    sb: &Superblock,
+    bufs: &Arc<BufCache>,
+    opts: &MountOptions,
+) -> Result<(Arc<InodeAllocator>, Arc<Allocator>)> {
+    let (descs, gdt) = read_gdt(geo, bufs)?;
+    // One descriptor per group: each allocator keeps a group's state by its number.
+    debug_assert_eq!(descs.len(), geo.groups as usize, "group descriptors read");
+    let ial = Arc::new(InodeAllocator::new(
+        geo.clone(),
+        &descs,
+        bufs.clone(),
+        opts.ialloc,
+        sb.hash_seed(),
+    ));
+    let al = Arc::new(
+        Allocator::new(geo.clone(), descs, gdt, bufs.clone())
+            .with_options(AllocOptions {
+                trylock: opts.mb_trylock,
+                stream: opts.mb_stream_goal,
+                optimize_scan: opts.mb_optimize_scan,
+            })
+            .with_reserve(opts.reserved_blocks.unwrap_or_else(|| {
+                default_reserve(sb.blocks_count(), sb.has_incompat(incompat::EXTENTS))
+            })),
+    );
+    Ok((ial, al))
+}
+
+/// The layers a mount's journal is hooked to: the image, its buffer cache, the
+/// allocators and the realtime device, if any.
+struct Layers<'a> {
+    dev: &'a Arc<dyn BlockDevice>,
+    bufs: &'a Arc<BufCache>,
+    al: &'a Arc<Allocator>,
+    ial: &'a Arc<InodeAllocator>,
+    rt: Option<&'a rt::Rt>,
+}
+
+/// The mount's journal over `log` (blocks of `bs` bytes), its next transaction
+/// `next_tid`. On a read-write mount the log is first written empty, starting at its
+/// first block, in the format lanefs writes. Hooks: at each commit the allocators release
+/// the frees it made, before each commit they seal their bitmaps and descriptors, and the
+/// realtime device is flushed with the log.
+fn start_journal(
+    l: &Layers<'_>,
+    sb: &Superblock,
+    mut log: Option<LogArea>,
+    next_tid: u64,
+    read_only: bool,
+    bs: usize,
+) -> Result<Journal> {
+    if let (Some(lg), false) = (log.as_mut(), read_only) {
+        // An empty log starting at its first block, in the format lanefs writes.
+        lg.js
+            .set_write_features(sb.has_incompat(incompat::BIT64), sb.metadata_csum());
+        lg.js.set_start(lg.first(), next_tid as u32);
+        lg.write_super(&**l.dev)?;
+        l.dev.flush()?;
+    }
+    let journal = Journal::new(l.dev.clone(), l.bufs.clone(), log, next_tid, bs);
+    let (alc, ialc) = (l.al.clone(), l.ial.clone());
+    let rtc = l.rt.map(|r| r.alloc.clone());
+    journal.set_on_commit(Box::new(move |tid| {
+        alc.release_committed(tid);
+        if let Some(rt) = &rtc {
+            rt.committed(tid);
+        }
+        ialc.release_committed(tid);
+    }));
+    if let Some(r) = l.rt {
+        // The journal flushes the data device with the log.
+        journal.set_data_dev(r.dev.clone());
+    }
+    let (alc, ialc) = (l.al.clone(), l.ial.clone());
+    journal.set_before_commit(Box::new(move || {
+        ialc.seal(&alc);
+        alc.seal();
+    }));
+    Ok(journal)
+}
+
+/// Every fact the mount fixes, for the layers to borrow.
+fn mount_volume(
+    geo: Geometry,
+    sb: &Superblock,
+    opts: &MountOptions,
+    read_only: bool,
+    ro_reason: Option<String>,
+) -> Volume {
+    Volume {
+        geo,
+        features: Features::of(sb),
+        hash: DirHash::of(sb),
+        digest_budget: if opts.dir_digest {
+            (opts.icache_limit / 4) as usize
+        } else {
+            0
+        },
+        read_only,
+        ro_reason,
+        clamp_time: opts.clamp_time,
+        atime: opts.atime,
+        nodiratime: opts.nodiratime,
+        kbytes_at_mount: sb.kbytes_written(),
     }
 }

@@ -180,34 +180,7 @@ impl Fs {
             let tdir: &InodeState = nst.as_deref().map_or(&**ost, |g| &**g);
             ctx.lookup(newdir, tdir, newname)?.map(|t| t.0)
         };
-        match (mode, target) {
-            (RenameMode::NoReplace, Some(_)) => return Err(Error::Exists),
-            (
-                RenameMode::Whiteout {
-                    noreplace: true, ..
-                },
-                Some(_),
-            ) => return Err(Error::Exists),
-            (RenameMode::Exchange, None) => return Err(Error::NotFound),
-            _ => {}
-        }
-        if let Some((up_old, up_new)) = chains {
-            // As Linux: the source must not be the new parent or above it (EINVAL), the
-            // target not the old parent or above it (ENOTEMPTY; EINVAL for an exchange,
-            // which would move it below itself). Checked before the children are locked:
-            // the source may be the locked new parent itself.
-            if up_new.contains(&sino) {
-                return Err(Error::Invalid("cannot move a directory into itself".into()));
-            }
-            if target.is_some_and(|t| up_old.contains(&t)) {
-                return Err(match mode {
-                    RenameMode::Exchange => {
-                        Error::Invalid("cannot move a directory into itself".into())
-                    }
-                    _ => Error::NotEmpty,
-                });
-            }
-        }
+        rename_refused(mode, sino, target, chains)?;
         if target == Some(sino) {
             return Ok(());
         }
@@ -217,34 +190,12 @@ impl Fs {
         }
         let src = self.iget(sino)?;
         let tgt = target.map(|t| self.iget(t)).transpose()?;
-        // Children in inode-number order.
-        let (mut sst, mut tst) = match &tgt {
-            Some(t) if t.ino < sino => {
-                let tg = t.state.write();
-                (src.state.write(), Some(tg))
-            }
-            Some(t) => {
-                let sg = src.state.write();
-                (sg, Some(t.state.write()))
-            }
-            None => (src.state.write(), None),
-        };
+        let (mut sst, mut tst) = lock_children(&src, tgt.as_ref());
         self.load(&src, &mut sst)?;
         let src_dir = FileType::from_mode(sst.d.mode()) == Some(FileType::Directory);
         {
-            // As Linux's may_delete (the source, a replaced target) and may_create (a new
-            // name), before the type checks: chattr +i / +a flags.
-            use super::ops::flags::{immutable, pinned};
             let ndst: &InodeState = nst.as_deref().map_or(&**ost, |g| &**g);
-            let refused = pinned(ost)
-                || pinned(&sst)
-                || match tst.as_deref() {
-                    Some(ts) => pinned(ndst) || pinned(ts),
-                    None => immutable(ndst),
-                };
-            if refused {
-                return Err(Error::NotPermitted);
-            }
+            flags_refuse(ost, ndst, &sst, tst.as_deref())?;
         }
         if let (Some(t), Some(ts)) = (&tgt, tst.as_mut()) {
             self.load(t, ts)?;
@@ -262,27 +213,72 @@ impl Fs {
             .unwrap_or(FileType::Regular)
             .dirent_code();
         let t = self.now();
-        // The whiteout is made first, so that running out of inodes changes nothing.
-        let whiteout = match mode {
+        let moved = Move {
+            sino,
+            ft,
+            replace: target.is_some(),
+            mode,
+            t,
+        };
+        let new_st = nst.as_deref_mut().map(|g| &mut **g);
+        self.move_name(&h, od, ost, name, newdir, new_st, newname, &moved)?;
+        if src_dir {
+            let new_st = nst.as_deref_mut().map(|g| &mut **g);
+            self.move_dir_links(&h, &moved, &mut sst, ost, newdir, new_st)?;
+        }
+        self.store_parents(&h, t, od, ost, nd, nst)?;
+        sst.d.set_ctime(t);
+        self.store(&h, &src, &mut sst)?;
+        let mut gone = false;
+        if let (Some(ti), Some(ts)) = (&tgt, tst.as_mut()) {
+            gone = self.unlink_replaced(&h, ti, ts, t)?;
+        }
+        drop(h);
+        if let (true, Some(ti)) = (gone, &tgt) {
+            self.icache.remove(ti.ino, ti);
+        }
+        Ok(())
+    }
+
+    /// Give inode `m.sino` (entry type `m.ft`) the name `newname` in directory `newdir`
+    /// (state `nst`; `None`: the old directory), replacing the target's entry there when
+    /// `m.replace`, and take away its old name, `name` in `od`: replaced by a whiteout
+    /// (`RenameMode::Whiteout`) or removed. The whiteout is made first, so that running
+    /// out of inodes changes nothing; a new name that cannot be linked takes it back.
+    #[allow(clippy::too_many_arguments)]
+    fn move_name(
+        &self,
+        h: &Handle,
+        od: &Inode,
+        ost: &mut InodeState,
+        name: &[u8],
+        newdir: Ino,
+        nst: Option<&mut InodeState>,
+        newname: &[u8],
+        m: &Move,
+    ) -> Result<()> {
+        let (ctx, dir) = (self.ctx(), od.ino);
+        let whiteout = match m.mode {
             RenameMode::Whiteout { owner, .. } => {
                 let mode = FileType::CharDevice.mode_bits();
-                Some(self.new_inode(&h, od, ost, name, mode, 0, owner, None, t)?)
+                Some(self.new_inode(h, od, ost, name, mode, 0, owner, None, m.t)?)
             }
             _ => None,
         };
         {
-            let ndst: &mut InodeState = match nst.as_deref_mut() {
+            let ndst: &mut InodeState = match nst {
                 Some(g) => g,
-                None => ost,
+                None => &mut *ost,
             };
-            let linked = if target.is_some() {
-                ctx.replace(&h, newdir, ndst, newname, sino, ft).map(drop)
+            let linked = if m.replace {
+                ctx.replace(h, newdir, ndst, newname, m.sino, m.ft)
+                    .map(drop)
             } else {
-                ctx.add(&h, newdir, ndst, newname, sino, ft)
+                ctx.add(h, newdir, ndst, newname, m.sino, m.ft)
             };
             if let Err(e) = linked {
                 if let Some((wino, mut wst, _)) = whiteout {
-                    self.undo_new(&h, wino, &mut wst, FileType::CharDevice);
+                    self.undo_new(h, wino, &mut wst, FileType::CharDevice);
                 }
                 return Err(e);
             }
@@ -290,45 +286,69 @@ impl Fs {
         match whiteout {
             Some((wino, mut wst, claim)) => {
                 let code = FileType::CharDevice.dirent_code();
-                ctx.replace(&h, dir, ost, name, wino, code)?;
-                self.store_new(&h, wino, &mut wst)?;
+                ctx.replace(h, dir, ost, name, wino, code)?;
+                self.store_new(h, wino, &mut wst)?;
                 claim.finish(crate::inode::inode_from_state(wino, wst));
             }
             None => {
-                ctx.remove(&h, dir, ost, name)?;
+                ctx.remove(h, dir, ost, name)?;
             }
         }
-        if src_dir && dir != newdir {
-            ctx.set_dotdot(&h, sino, &mut sst, newdir)?;
-            super::ops::links::dec(&mut ost.d);
-            if let Some(g) = nst.as_deref_mut() {
-                if tgt.is_none() {
+        Ok(())
+    }
+
+    /// The parents' links after directory `m.sino` (state `sst`) got its new name. Moved
+    /// to another parent (`nst`, as `newdir`): its ".." names the new parent, the old
+    /// parent loses a link and the new one gains one, unless the directory replaced one
+    /// there. Replacing a directory in the same parent: one subdirectory fewer.
+    fn move_dir_links(
+        &self,
+        h: &Handle,
+        m: &Move,
+        sst: &mut InodeState,
+        ost: &mut InodeState,
+        newdir: Ino,
+        nst: Option<&mut InodeState>,
+    ) -> Result<()> {
+        // Only a directory's ".." and its parents' link counts move with it.
+        debug_assert_eq!(
+            FileType::from_mode(sst.d.mode()),
+            Some(FileType::Directory),
+            "inode {}: links moved for a non-directory",
+            m.sino
+        );
+        match nst {
+            Some(g) => {
+                self.ctx().set_dotdot(h, m.sino, sst, newdir)?;
+                super::ops::links::dec(&mut ost.d);
+                if !m.replace {
                     super::ops::links::inc(&mut g.d);
                 }
             }
-        } else if src_dir && tgt.is_some() {
-            // Same directory, a directory replaced another: one subdirectory fewer.
-            super::ops::links::dec(&mut ost.d);
-        }
-        self.store_parents(&h, t, od, ost, nd, nst)?;
-        sst.d.set_ctime(t);
-        self.store(&h, &src, &mut sst)?;
-        let mut gone = false;
-        if let (Some(ti), Some(ts)) = (&tgt, tst.as_mut()) {
-            let l = if FileType::from_mode(ts.d.mode()) == Some(FileType::Directory) {
-                0
-            } else {
-                ts.d.links().saturating_sub(1)
-            };
-            ts.d.set_links(l);
-            ts.d.set_ctime(t);
-            gone = self.drop_link(&h, ti, ts)?;
-        }
-        drop(h);
-        if let (true, Some(ti)) = (gone, &tgt) {
-            self.icache.remove(ti.ino, ti);
+            None if m.replace => super::ops::links::dec(&mut ost.d),
+            None => {}
         }
         Ok(())
+    }
+
+    /// The target a rename replaced (`ti`, state `ts`) loses its name at `t`: its last
+    /// one for a directory, one of its links otherwise. Returns whether it was freed (the
+    /// caller drops it from the cache once the handle is closed).
+    fn unlink_replaced(
+        &self,
+        h: &Handle,
+        ti: &Inode,
+        ts: &mut InodeState,
+        t: Timespec,
+    ) -> Result<bool> {
+        let l = if FileType::from_mode(ts.d.mode()) == Some(FileType::Directory) {
+            0
+        } else {
+            ts.d.links().saturating_sub(1)
+        };
+        ts.d.set_links(l);
+        ts.d.set_ctime(t);
+        self.drop_link(h, ti, ts)
     }
 
     /// RENAME_EXCHANGE: `name` in `dir` (inode `sino`) and `newname` in `newdir` (inode
@@ -454,4 +474,98 @@ impl Fs {
             _ => Ok(()),
         }
     }
+}
+
+/// What a rename moves: inode `sino` under entry type `ft`, over a target's entry when
+/// `replace`, in `mode`, at time `t`.
+struct Move {
+    sino: Ino,
+    ft: u8,
+    replace: bool,
+    mode: RenameMode,
+    t: Timespec,
+}
+
+/// Whether `mode` refuses the rename of `sino` onto `target` (the inode the new name
+/// holds, if any): an existing target under `NoReplace` (or a whiteout's `noreplace`), a
+/// missing one under `Exchange`. With two directories (`chains`: the old and the new
+/// parent's ".." chains), as Linux: the source must not be the new parent or above it
+/// (EINVAL), the target not the old parent or above it (ENOTEMPTY; EINVAL for an
+/// exchange, which would move it below itself). Checked before the children are locked:
+/// the source may be the locked new parent itself.
+fn rename_refused(
+    mode: RenameMode,
+    sino: Ino,
+    target: Option<Ino>,
+    chains: Option<&(Vec<Ino>, Vec<Ino>)>,
+) -> Result<()> {
+    match (mode, target) {
+        (RenameMode::NoReplace, Some(_)) => return Err(Error::Exists),
+        (
+            RenameMode::Whiteout {
+                noreplace: true, ..
+            },
+            Some(_),
+        ) => return Err(Error::Exists),
+        (RenameMode::Exchange, None) => return Err(Error::NotFound),
+        _ => {}
+    }
+    if let Some((up_old, up_new)) = chains {
+        if up_new.contains(&sino) {
+            return Err(Error::Invalid("cannot move a directory into itself".into()));
+        }
+        if target.is_some_and(|t| up_old.contains(&t)) {
+            return Err(match mode {
+                RenameMode::Exchange => {
+                    Error::Invalid("cannot move a directory into itself".into())
+                }
+                _ => Error::NotEmpty,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Lock the source `src` and the target `tgt` (another inode), in inode-number order.
+fn lock_children<'a>(src: &'a IRef, tgt: Option<&'a IRef>) -> (Guard<'a>, Option<Guard<'a>>) {
+    // One inode locked twice would deadlock: the caller returns first when the target
+    // is the source.
+    debug_assert!(
+        tgt.is_none_or(|t| t.ino != src.ino),
+        "inode {} is both source and target",
+        src.ino
+    );
+    match tgt {
+        Some(t) if t.ino < src.ino => {
+            let tg = t.state.write();
+            (src.state.write(), Some(tg))
+        }
+        Some(t) => {
+            let sg = src.state.write();
+            (sg, Some(t.state.write()))
+        }
+        None => (src.state.write(), None),
+    }
+}
+
+/// As Linux's may_delete (the source `sst`, a replaced target `tst`) and may_create (a
+/// new name in `ndst`), before the type checks: chattr +i / +a flags refuse the rename
+/// (`ost`: the old parent).
+fn flags_refuse(
+    ost: &InodeState,
+    ndst: &InodeState,
+    sst: &InodeState,
+    tst: Option<&InodeState>,
+) -> Result<()> {
+    use super::ops::flags::{immutable, pinned};
+    let refused = pinned(ost)
+        || pinned(sst)
+        || match tst {
+            Some(ts) => pinned(ndst) || pinned(ts),
+            None => immutable(ndst),
+        };
+    if refused {
+        return Err(Error::NotPermitted);
+    }
+    Ok(())
 }

@@ -99,12 +99,49 @@ impl Checker<'_> {
 
     /// The rt pass: double claims, then bitmap and summary against a rebuild.
     pub(super) fn pass_rt(&mut self) -> Result<()> {
-        let Some(rt) = self.rt.as_mut() else {
+        let Some(geo) = self.rt.as_ref().map(|rt| rt.geo) else {
             return Ok(());
         };
-        let geo = rt.geo;
-        // The bitmap and summary are files of the image: a geometry whose files would not
-        // fit it is reported, not rebuilt (that rebuild sizes its buffers from it).
+        if !self.rt_geometry_fits(&geo) {
+            return Ok(());
+        }
+        let mut claims = self
+            .rt
+            .as_mut()
+            .map(|rt| std::mem::take(&mut rt.claims))
+            .unwrap_or_default();
+        let rext = u64::from(geo.rextsize);
+        claims.sort_unstable();
+        let used = self.rt_used_runs(&claims, rext);
+        // Claims were range-checked (in_device) and sorted: runs ascend inside the device.
+        debug_assert!(
+            used.windows(2).all(|w| w[0].1 < w[1].0)
+                && used.last().is_some_and(|u| u.1 <= geo.rextents),
+            "used rt runs out of order or past the device"
+        );
+        let free = free_runs(&used, geo.rextents);
+        let (want_bm, want_sum) = rtdev::build_files(&geo, &free);
+        let Some((bm, sum)) = self.rt_read_files(&geo)? else {
+            return Ok(());
+        };
+        self.rt_compare_bitmap(&geo, &want_bm, &bm);
+        self.rt_compare_summary(&geo, &want_sum, &sum);
+        let free_extents: u64 = free.iter().map(|r| r.1).sum();
+        self.out.note(
+            "RT_SPACE",
+            format!(
+                "rt device: {free_extents}/{} extents of {rext} blocks free, {} rt files' runs",
+                geo.rextents,
+                claims.len()
+            ),
+        );
+        Ok(())
+    }
+
+    /// Whether the bitmap and summary files of geometry `geo` fit the image (they are
+    /// files of it); reported when not, and then not rebuilt (that rebuild sizes its
+    /// buffers from the geometry).
+    fn rt_geometry_fits(&mut self, geo: &RtGeometry) -> bool {
         let image_blocks = self.geo.blocks;
         if geo.bitmap_blocks() > image_blocks || geo.summary_blocks() > image_blocks {
             self.out.add(
@@ -116,17 +153,20 @@ impl Checker<'_> {
                     geo.summary_blocks()
                 ),
             );
-            return Ok(());
+            return false;
         }
-        let rext = u64::from(geo.rextsize);
-        let mut claims = std::mem::take(&mut rt.claims);
-        claims.sort_unstable();
-        // Used rt extents as maximal runs. A claim overlapping an earlier one's blocks, or
-        // sharing an rt extent with another file's, is a double use (one file's records
-        // may split an rt extent: their written states differ).
+        true
+    }
+
+    /// The used rt extents of the sorted `claims` as maximal runs (start, end), extent 0
+    /// (the device's header) first. A claim overlapping an earlier one's blocks, or
+    /// sharing an rt extent with another file's, is reported as a double use (one file's
+    /// records may split an rt extent: their written states differ).
+    fn rt_used_runs(&mut self, claims: &[(u64, u64, u32)], rext: u64) -> Vec<(u64, u64)> {
+        debug_assert!(claims.is_sorted(), "rt claims unsorted");
         let mut used: Vec<(u64, u64)> = vec![(0, 1)];
         let (mut end_blk, mut last_owner) = (rext, 0u32);
-        for &(p, len, ino) in &claims {
+        for &(p, len, ino) in claims {
             let (a, b) = (p / rext, (p + len).div_ceil(rext));
             let (ua, ub) = used[used.len() - 1];
             if p < end_blk || (a < ub && ino != last_owner) {
@@ -147,24 +187,12 @@ impl Checker<'_> {
             end_blk = end_blk.max(p + len);
             last_owner = ino;
         }
-        // Claims were range-checked (in_device) and sorted: runs ascend inside the device.
-        debug_assert!(
-            used.windows(2).all(|w| w[0].1 < w[1].0)
-                && used.last().is_some_and(|u| u.1 <= geo.rextents),
-            "used rt runs out of order or past the device"
-        );
-        let mut free = Vec::new();
-        let mut x = 0;
-        for &(a, b) in &used {
-            if a > x {
-                free.push((x, a - x));
-            }
-            x = x.max(b);
-        }
-        if x < geo.rextents {
-            free.push((x, geo.rextents - x));
-        }
-        let (want_bm, want_sum) = rtdev::build_files(&geo, &free);
+        used
+    }
+
+    /// The rt bitmap and summary files' blocks, read through their runs; `None` (and a
+    /// report) when one does not map all its blocks.
+    fn rt_read_files(&mut self, geo: &RtGeometry) -> Result<Option<RtFiles>> {
         let Some(bm) = self.rt_file(0, geo.bitmap_blocks())? else {
             self.out.add(
                 "RT_FILE_BAD",
@@ -173,7 +201,7 @@ impl Checker<'_> {
                     geo.bitmap_blocks()
                 ),
             );
-            return Ok(());
+            return Ok(None);
         };
         let Some(sum) = self.rt_file(1, geo.summary_blocks())? else {
             self.out.add(
@@ -183,9 +211,15 @@ impl Checker<'_> {
                     geo.summary_blocks()
                 ),
             );
-            return Ok(());
+            return Ok(None);
         };
-        // The bitmap, group by group (a group's extents start a new bitmap block).
+        Ok(Some((bm, sum)))
+    }
+
+    /// Compare the bitmap `bm` with the rebuild `want`, group by group (a group's
+    /// extents start a new bitmap block), and report the extents that differ.
+    fn rt_compare_bitmap(&mut self, geo: &RtGeometry, want: &[Vec<u8>], bm: &[Vec<u8>]) {
+        debug_assert_eq!(want.len(), bm.len(), "rt bitmap blocks");
         let bits = geo.bits_per_block() as usize;
         let mut ranges = Vec::new();
         let mut total = 0;
@@ -197,7 +231,7 @@ impl Checker<'_> {
                 let n = (ext - u64::from(bb) * bits as u64).min(bits as u64) as usize;
                 // Set bits are free extents: diff the free maps, then flip the sign, so
                 // `+` names an extent in use but marked free.
-                let (r, t) = diff_bits(&want_bm[f], &bm[f], n, base + u64::from(bb) * bits as u64);
+                let (r, t) = diff_bits(&want[f], &bm[f], n, base + u64::from(bb) * bits as u64);
                 total += t;
                 ranges.extend(r.into_iter().map(|(a, b, plus)| (a, b, !plus)));
             }
@@ -210,10 +244,16 @@ impl Checker<'_> {
             );
             self.out.add("RT_BITMAP_MISMATCH", msg);
         }
+    }
+
+    /// Compare the summary `sum` with the rebuild `want` counter by counter, and report
+    /// how many differ and the first.
+    fn rt_compare_summary(&mut self, geo: &RtGeometry, want: &[Vec<u8>], sum: &[Vec<u8>]) {
+        debug_assert_eq!(want.len(), sum.len(), "rt summary blocks");
         let bs = geo.block_size as usize;
         let mut wrong = 0u64;
         let mut first = None;
-        for (f, (w, h)) in want_sum.iter().zip(&sum).enumerate() {
+        for (f, (w, h)) in want.iter().zip(sum).enumerate() {
             for off in (0..bs).step_by(4) {
                 let (a, b) = (rtdev::counter(w, off), rtdev::counter(h, off));
                 if a != b {
@@ -231,15 +271,31 @@ impl Checker<'_> {
                 ),
             );
         }
-        let free_extents: u64 = free.iter().map(|r| r.1).sum();
-        self.out.note(
-            "RT_SPACE",
-            format!(
-                "rt device: {free_extents}/{} extents of {rext} blocks free, {} rt files' runs",
-                geo.rextents,
-                claims.len()
-            ),
-        );
-        Ok(())
     }
+}
+
+/// The rt bitmap's and summary's blocks, as read.
+type RtFiles = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// The free rt extents of a device of `rextents` extents whose used ones are `used`
+/// (ascending, disjoint runs): the gaps between them, as (start, length).
+fn free_runs(used: &[(u64, u64)], rextents: u64) -> Vec<(u64, u64)> {
+    let mut free = Vec::new();
+    let mut x = 0;
+    for &(a, b) in used {
+        if a > x {
+            free.push((x, a - x));
+        }
+        x = x.max(b);
+    }
+    if x < rextents {
+        free.push((x, rextents - x));
+    }
+    // Free and used runs cover the device once.
+    debug_assert_eq!(
+        free.iter().map(|r| r.1).sum::<u64>() + used.iter().map(|u| u.1 - u.0).sum::<u64>(),
+        rextents,
+        "free and used rt extents"
+    );
+    free
 }

@@ -1,5 +1,7 @@
 //! Unit tests of the inode allocator and its baseline.
 
+use super::claim::chunk_start;
+use super::searchmap::{find_zero_atomic, test_and_set, SearchLine, CHUNK, CHUNK_WORDS};
 use super::*;
 
 fn words(bits: &[usize], n: usize) -> SearchMap {

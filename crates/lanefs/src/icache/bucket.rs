@@ -22,6 +22,10 @@ impl Slot {
     }
 }
 
+/// How many victims ahead of the one it drops a sweep's deferred drop asks for lines
+/// ([`Bucket::retire_all`]).
+const RELEASE_AHEAD: usize = 4;
+
 /// The tag of a placeholder's link.
 pub(super) const SETUP_TAG: usize = 1;
 

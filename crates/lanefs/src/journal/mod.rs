@@ -38,10 +38,20 @@
 //! read-only (through the device's error latch), and what was committed stays. A write
 //! refused by a shutdown (`Fs::shutdown`) aborts it the same way, and later commits
 //! fail with `Error::ShutDown`.
+//!
+//! The code, by concern: this file holds the journal's state and its accessors;
+//! `handle.rs` the handles (start, what they record, stop), `gate.rs` the lock-free gate
+//! they join through, `commit.rs` the commit's steps, `write.rs` the log blocks a commit
+//! writes, `checkpoint.rs` the checkpoint (and `sync`, and a clean unmount's empty log),
+//! `log.rs` the log area on the device and `recovery.rs` the replay at mount.
 
+mod checkpoint;
+mod commit;
 pub mod gate;
+mod handle;
 mod log;
 mod recovery;
+mod write;
 
 pub use log::LogArea;
 pub use recovery::{recover, Replay};
@@ -49,10 +59,8 @@ pub use recovery::{recover, Replay};
 use crate::buf::{Buf, BufCache};
 use crate::dev::BlockDevice;
 use crate::disk::jbd2;
-use crate::disk::seal::{Prefix, Seal};
 use crate::error::{Error, Result};
-use crate::sync::{may_block_on, Condvar, Mutex, Padded, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
-use std::borrow::Cow;
+use crate::sync::{Condvar, Mutex, Padded, JOURNAL_COMMIT, JOURNAL_GATE, TX_LIST};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -338,41 +346,6 @@ impl Journal {
             .then_some(kick.as_ref())
     }
 
-    /// Ask the commit thread to commit transaction `tid` (the running one), once per
-    /// transaction: the handles that go on in it while the thread gets to it must not ask
-    /// again, or the thread, having taken the ask, would find it again after that commit
-    /// and commit the next transaction long before it is due (2,000,000 creates committed
-    /// 23 times instead of 15). False if there is no commit thread.
-    fn ask_commit(&self, tid: u64) -> bool {
-        let Some(kick) = self.live_kick() else {
-            return false;
-        };
-        if self.asked.fetch_max(tid, Ordering::AcqRel) < tid {
-            self.kicked.store(true, Ordering::Release);
-            kick();
-        }
-        true
-    }
-
-    /// Wait for the commit thread to close transaction `tid`. False if it did not within
-    /// a while (no thread, or it is stuck behind IO): the caller commits itself.
-    fn wait_closed(&self, tid: u64) -> bool {
-        let Some(kick) = self.live_kick() else {
-            return false;
-        };
-        self.kicked.store(true, Ordering::Release);
-        kick();
-        let mut g = self.gate.lock();
-        for _ in 0..100 {
-            if self.running.load(Ordering::Acquire) != tid || self.is_aborted() {
-                return true;
-            }
-            self.gate_cv
-                .wait_for(&mut g, std::time::Duration::from_millis(10));
-        }
-        false
-    }
-
     /// Whether the file system has a log (has_journal).
     pub fn has_log(&self) -> bool {
         self.has_log
@@ -380,75 +353,6 @@ impl Journal {
 
     fn slot(&self, tid: u64) -> &Transaction {
         &self.slots[(tid % 2) as usize]
-    }
-
-    /// Start a handle (lock order: after inode locks, before group and buffer locks).
-    ///
-    /// A running transaction past `max_tx` buffers (a third of the log) is due: the start
-    /// asks the commit thread for it and goes on in it while the thread finishes the
-    /// commit before, up to `hard_tx` (half the log); past that, or with no commit
-    /// thread, it waits for the transaction to close or commits it. jbd2 waits at its one
-    /// limit. Measured 2026-11-28 (2,000,000 removes in one directory, one thread,
-    /// transactions of a third of a 256 MiB log): handles waited at that one limit 98
-    /// times, 0.69 s of a 6.2 s phase, while the commit thread wrote the transaction
-    /// before; with the second limit, 56 times and 0.04 s.
-    pub fn start(&self) -> Handle<'_> {
-        // A start may wait for the running transaction to close or commit it itself; a
-        // lock held above the commit's (a group's, a buffer's) that a handle of that
-        // transaction waits for would deadlock. Checked on every start, not only on the
-        // rare one that waits.
-        debug_assert!(
-            may_block_on(&JOURNAL_COMMIT),
-            "a handle started while holding a lock ranked after `journal_commit`"
-        );
-        let lane = gate::my_lane();
-        loop {
-            let tid = self.running.load(Ordering::Acquire);
-            let t = self.slot(tid);
-            let n = t.nbufs.load(Ordering::Relaxed);
-            if n > self.max_tx && !self.is_aborted() && (n > self.hard_tx || !self.ask_commit(tid))
-            {
-                // Best effort: a failed commit aborts the journal, which the operation
-                // notices at its next check.
-                if !self.wait_closed(tid) {
-                    let _ = self.commit_upto(tid);
-                }
-                continue;
-            }
-            match t.gate.join(lane) {
-                // An open gate is the running transaction's, whatever `tid` was read.
-                gate::Join::Joined => {
-                    let tid = t.tid.load(Ordering::Acquire);
-                    // Joined through an open gate: its transaction cannot commit before
-                    // this handle stops.
-                    debug_assert!(
-                        self.committed_tid() < tid,
-                        "a handle joined transaction {tid}, already committed"
-                    );
-                    return Handle {
-                        j: self,
-                        t,
-                        tid,
-                        lane,
-                    };
-                }
-                gate::Join::Refused { wake } => {
-                    if wake {
-                        self.wake();
-                    }
-                }
-            }
-            let mut g = self.gate.lock();
-            while self.running.load(Ordering::Acquire) == tid {
-                self.gate_cv
-                    .wait_for(&mut g, std::time::Duration::from_millis(10));
-            }
-        }
-    }
-
-    fn wake(&self) {
-        let _g = self.gate.lock();
-        self.gate_cv.notify_all();
     }
 
     /// The running transaction's id.
@@ -478,27 +382,6 @@ impl Journal {
         }
     }
 
-    /// Make transaction `tid` (and everything before it) durable. Concurrent callers
-    /// share one commit (group commit): whoever gets the commit lock first commits the
-    /// running transaction, the others find it done. Returns whether this call committed
-    /// (so every write the caller made before calling is behind its flushes).
-    pub fn commit_upto(&self, tid: u64) -> Result<bool> {
-        if self.committed_tid() >= tid {
-            self.check_aborted()?;
-            return Ok(false);
-        }
-        let mut cs = self.commit.lock();
-        self.check_aborted()?;
-        if self.committed_tid() >= tid {
-            return Ok(false);
-        }
-        let r = self.commit_locked(&mut cs);
-        if let Err(e) = &r {
-            self.abort(e);
-        }
-        r.map(|()| true)
-    }
-
     /// A mark for `flushed_since`, taken after the caller's writes.
     pub fn flush_mark(&self) -> u64 {
         self.flushes_begun.load(Ordering::SeqCst)
@@ -519,11 +402,6 @@ impl Journal {
         Ok(())
     }
 
-    /// Commit the running transaction.
-    pub fn commit_running(&self) -> Result<()> {
-        self.commit_upto(self.running_tid()).map(|_| ())
-    }
-
     /// Abort after `e` failed a commit or checkpoint.
     fn abort(&self, e: &Error) {
         if *e == Error::ShutDown {
@@ -542,447 +420,6 @@ impl Journal {
             ))
         } else {
             Ok(())
-        }
-    }
-
-    fn commit_locked(&self, cs: &mut CommitState) -> Result<()> {
-        let tid = self.running_tid();
-        // Transactions commit one at a time, in order: the one before the running one is
-        // the last committed (the commit lock is held).
-        debug_assert_eq!(cs.last_committed + 1, tid, "commit of {tid} out of order");
-        debug_assert_eq!(self.committed_tid(), cs.last_committed);
-        let t = self.slot(tid);
-        debug_assert_eq!(t.tid.load(Ordering::Acquire), tid, "slot holds another tid");
-        // 1. Lock T and wait for its handles.
-        t.gate.lock();
-        {
-            let mut g = self.gate.lock();
-            while !t.gate.drained() {
-                self.gate_cv
-                    .wait_for(&mut g, std::time::Duration::from_millis(10));
-            }
-        }
-        for l in &t.items {
-            let items = std::mem::take(&mut *l.lock());
-            for i in items {
-                i.format(tid);
-            }
-        }
-        if let Some(f) = self.before_commit.get() {
-            f();
-        }
-        // 2. Mark T's blocks frozen, then open T+1 in the other slot (free: T-1 committed
-        // before us). A block's bytes at this pause are what T logs: the copy is taken
-        // below, after T+1 opened, by the commit or by the block's first writer in T+1,
-        // whichever comes first (jbd2's frozen data), so handles wait only for the marks.
-        // The copies count against the buffer cache's limit from before they are taken;
-        // the pool's memory is reused first.
-        let n = t.nbufs.load(Ordering::Relaxed);
-        self.bufs.reserve_copies(cs.cp.len() + cs.pool.len().max(n));
-        let mut frozen: Vec<(Arc<Buf>, Seal)> = Vec::with_capacity(n);
-        for l in &t.lists {
-            let list = std::mem::take(&mut *l.lock());
-            for b in list {
-                if !b.forgotten.load(Ordering::Acquire) {
-                    b.freeze();
-                    let seal = b.seal();
-                    frozen.push((b, seal));
-                }
-            }
-        }
-        t.nbufs.store(0, Ordering::Relaxed);
-        let mut revoked = std::mem::take(&mut *t.revoked.lock());
-        let ordered = std::mem::take(&mut *t.ordered.lock());
-        self.counters
-            .handles
-            .fetch_add(t.gate.started(), Ordering::Relaxed);
-        let next = self.slot(tid + 1);
-        // The other slot holds T-1, committed before T: it is free for T+1, empty.
-        debug_assert_eq!(
-            next.tid.load(Ordering::Acquire),
-            tid - 1,
-            "slot of {tid}'s successor"
-        );
-        debug_assert_eq!(
-            next.nbufs.load(Ordering::Relaxed),
-            0,
-            "transaction {} left buffers listed",
-            tid - 1
-        );
-        next.tid.store(tid + 1, Ordering::Release);
-        // Its count so far belongs to T-1, already added.
-        next.gate.reset_started();
-        next.gate.unlock();
-        // Only a commit moves the running transaction, under the commit lock held here.
-        debug_assert_eq!(self.running.load(Ordering::Acquire), tid);
-        self.running.store(tid + 1, Ordering::Release);
-        self.wake();
-        // Every frozen block is copied here, in block order (the log's), before anything
-        // that can fail.
-        frozen.sort_unstable_by_key(|f| f.0.blk);
-        debug_assert!(
-            frozen.windows(2).all(|w| w[0].0.blk != w[1].0.blk),
-            "a block listed twice in transaction {tid}"
-        );
-        // A block listed twice (a bug the assertion names) is still copied once.
-        frozen.dedup_by_key(|f| f.0.blk);
-        let mut snaps: Vec<(Box<[u8]>, Arc<Buf>)> = Vec::with_capacity(frozen.len());
-        // Sized up front: grown by doubling, these vectors of a large transaction took
-        // fresh pages at every step (a tenth of the commit thread's samples).
-        let mut seals = Vec::with_capacity(frozen.len());
-        for (b, seal) in frozen {
-            let (copy, unused) = b.frozen_copy(cs.pool.pop());
-            if let Some(u) = unused {
-                cs.pool.push(u);
-            }
-            if seal != Seal::None {
-                seals.push((snaps.len(), seal));
-            }
-            snaps.push((copy, b));
-        }
-        // The copies being committed count against the buffer cache's limit too.
-        self.bufs
-            .set_copies(cs.cp.len() + cs.pool.len() + snaps.len());
-        // 3. Checksums sealed once per commit (on the copies, after the pause), ordered
-        // data, then the log. A seal's crc of all but a leaf's tail gives the log's
-        // checksum of the block without a second pass (`jbd2::block_csum_after`).
-        let mut known = vec![None; snaps.len()];
-        for (i, seal) in seals {
-            known[i] = seal.apply(&mut snaps[i].0);
-        }
-        for i in &ordered {
-            i.write_ordered(&*self.dev, self.bs)?;
-        }
-        revoked.sort_unstable();
-        revoked.dedup();
-        // Replay drops every copy of a block logged in a transaction that revokes it: a
-        // block both logged and revoked here would lose this transaction's copy in a
-        // crash. A freed metadata block is forgotten (not logged) and stays busy, never
-        // reused as metadata, until this commit.
-        debug_assert!(
-            snaps
-                .iter()
-                .all(|(_, b)| revoked.binary_search(&b.blk).is_err()),
-            "transaction {tid} logs a block it revokes"
-        );
-        if cs.log.is_some() {
-            if !snaps.is_empty() || !revoked.is_empty() {
-                self.write_log(cs, tid, &snaps, &known, &revoked)?;
-            } else {
-                // Nothing to log, but a caller (fsync) counts on a flush after its writes.
-                self.flush()?;
-            }
-        }
-        // 4. Committed.
-        for r in &revoked {
-            cs.cp.remove(r);
-        }
-        for (data, b) in snaps {
-            if let Some((old, _)) = cs.cp.insert(b.blk, (data, b)) {
-                self.recycle(cs, old);
-            }
-        }
-        cs.last_committed = tid;
-        // Without a log, home at once; with one, when the blocks pinned until checkpoint
-        // (and their committed copies) pass half the buffer cache's limit.
-        self.bufs.set_copies(cs.cp.len() + cs.pool.len());
-        if cs.log.is_none() || self.bufs.pinned_over_half() {
-            self.checkpoint_locked(cs)?;
-        }
-        self.committed.store(tid, Ordering::Release);
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        if let Some(f) = self.on_commit.get() {
-            f(tid);
-        }
-        Ok(())
-    }
-
-    /// Write transaction `tid` to the log: revokes, descriptors with their copies, flush,
-    /// commit block, flush. Checkpoints first when it would not fit. `known[i]` is the
-    /// crc its seal computed of most of copy `i`, if any.
-    fn write_log(
-        &self,
-        cs: &mut CommitState,
-        tid: u64,
-        snaps: &[(Box<[u8]>, Arc<Buf>)],
-        known: &[Option<Prefix>],
-        revoked: &[u64],
-    ) -> Result<()> {
-        // The shift that turns a leaf seal's crc into the log's (32 crcs of zeros: made
-        // once, kept for later commits).
-        let csum_log = cs.log.as_ref().is_some_and(|l| l.js.csum());
-        if let Some(p) = known.iter().flatten().next().filter(|_| csum_log) {
-            if cs.shift.as_ref().map(jbd2::ZeroShift::len) != Some(p.len) {
-                cs.shift = Some(jbd2::ZeroShift::new(p.len));
-            }
-        }
-        let shift = cs.shift.as_ref();
-        let log = cs
-            .log
-            .as_ref()
-            .ok_or_else(|| Error::io_other("committing", "no log"))?;
-        let js = &log.js;
-        let seq = cs.seq;
-        let seed = js.csum_seed();
-        let bs = self.bs;
-        // Snapshots go to the log as they are; only one starting with the magic is copied.
-        let mut blocks: Vec<Cow<'_, [u8]>> =
-            Vec::with_capacity(snaps.len() + snaps.len() / 16 + revoked.len() / 16 + 4);
-        debug_assert!(
-            (log.first()..log.end()).contains(&cs.head)
-                && (log.first()..log.end()).contains(&cs.tail),
-            "log head {} or tail {} outside the log {}..{}",
-            cs.head,
-            cs.tail,
-            log.first(),
-            log.end()
-        );
-        let mut rest = revoked;
-        while !rest.is_empty() {
-            let mut b = vec![0u8; bs];
-            let n = jbd2::put_revoke(js, &mut b, seq, rest);
-            debug_assert!(n > 0, "a revoke block holds no record");
-            rest = &rest[n..];
-            blocks.push(Cow::Owned(b));
-        }
-        let tb = js.tag_bytes();
-        let room = bs - jbd2::HEADER - if js.csum() { jbd2::TAIL } else { 0 };
-        let per_desc = (room - 16) / tb;
-        debug_assert!(per_desc > 0, "a descriptor block holds no tag");
-        for (chunk, known) in snaps.chunks(per_desc).zip(known.chunks(per_desc)) {
-            let mut d = vec![0u8; bs];
-            jbd2::put_header(&mut d, jbd2::DESCRIPTOR, seq);
-            let mut off = jbd2::HEADER;
-            let mut copies = Vec::with_capacity(chunk.len());
-            for (k, ((data, b), known)) in chunk.iter().zip(known).enumerate() {
-                // A copy of another size would shift every log block after it.
-                assert_eq!(data.len(), bs, "copy of block {} is not a block", b.blk);
-                let mut copy = Cow::Borrowed(&data[..]);
-                let mut flags = 0;
-                if jbd2::needs_escape(&copy) {
-                    copy.to_mut()[..4].fill(0);
-                    flags |= jbd2::FLAG_ESCAPE;
-                }
-                // As jbd2: no checksum in the tags of a log without them; the copy's
-                // checksum covers it as logged (escaped).
-                let csum = match (known, shift) {
-                    _ if !js.csum() => 0,
-                    (Some(p), Some(z)) if flags & jbd2::FLAG_ESCAPE == 0 && p.len == z.len() => {
-                        let c = jbd2::block_csum_after(seed, seq, &copy, z, p.seed, p.crc);
-                        debug_assert_eq!(c, jbd2::block_csum(seed, seq, &copy), "block {}", b.blk);
-                        c
-                    }
-                    _ => jbd2::block_csum(seed, seq, &copy),
-                };
-                if k > 0 {
-                    flags |= jbd2::FLAG_SAME_UUID;
-                }
-                if k + 1 == chunk.len() {
-                    flags |= jbd2::FLAG_LAST_TAG;
-                }
-                let tag = jbd2::Tag {
-                    blocknr: b.blk,
-                    flags,
-                    csum,
-                };
-                jbd2::put_tag(js, &mut d, off, &tag);
-                off += tb;
-                if k == 0 {
-                    d[off..off + 16].copy_from_slice(&js.uuid());
-                    off += 16;
-                }
-                copies.push(copy);
-            }
-            debug_assert!(
-                off <= bs - if js.csum() { jbd2::TAIL } else { 0 },
-                "descriptor tags overrun the block"
-            );
-            if js.csum() {
-                jbd2::set_tail_csum(seed, &mut d);
-            }
-            blocks.push(Cow::Owned(d));
-            blocks.extend(copies);
-        }
-        let need = blocks.len() as u32 + 1;
-        if need + 1 > log.len() {
-            return Err(Error::io_other(
-                format!("committing transaction {tid}"),
-                format!(
-                    "needs {need} log blocks but the journal holds {}",
-                    log.len()
-                ),
-            ));
-        }
-        let used = log.distance(cs.tail, cs.head);
-        if used + need + 1 > log.len() {
-            self.checkpoint_locked(cs)?;
-        }
-        let log = cs
-            .log
-            .as_ref()
-            .ok_or_else(|| Error::io_other("committing", "no log"))?;
-        // Writing past the tail would overwrite transactions not yet checkpointed.
-        assert!(
-            log.distance(cs.tail, cs.head) + need < log.len(),
-            "transaction {tid} of {need} blocks overruns the log tail"
-        );
-        let pos = log.write_run(&*self.dev, cs.head, &blocks)?;
-        self.flush()?;
-        let mut c = vec![0u8; bs];
-        let now = crate::types::Timespec::now();
-        jbd2::put_commit(&log.js, &mut c, seq, now.sec as u64, now.nsec);
-        let end = log.write_run(&*self.dev, pos, &[c])?;
-        debug_assert_eq!(
-            log.distance(cs.head, end),
-            need,
-            "transaction {tid}'s log blocks"
-        );
-        self.flush()?;
-        cs.head = end;
-        cs.seq = seq.wrapping_add(1);
-        self.counters
-            .log_blocks
-            .fetch_add(u64::from(need), Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Write every committed copy home, flush, and empty the log (tail = head).
-    fn checkpoint_locked(&self, cs: &mut CommitState) -> Result<()> {
-        let bs = self.bs as u64;
-        let mut run: Vec<&[u8]> = Vec::new();
-        let mut run_start = 0u64;
-        for (&blk, (data, _)) in &cs.cp {
-            if !run.is_empty() && run_start + run.len() as u64 != blk {
-                self.dev.write_gather_at(run_start * bs, &run)?;
-                run.clear();
-            }
-            if run.is_empty() {
-                run_start = blk;
-            }
-            run.push(data);
-        }
-        self.dev.write_gather_at(run_start * bs, &run)?;
-        self.flush()?;
-        let upto = cs.last_committed;
-        let (head, seq) = (cs.head, cs.seq);
-        if let Some(log) = cs.log.as_mut() {
-            log.js.set_start(head, seq);
-            log.write_super(&*self.dev)?;
-            self.flush()?;
-            self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        }
-        cs.tail = head;
-        for (_, (data, b)) in std::mem::take(&mut cs.cp) {
-            self.bufs.clean_if_checkpointed(&b, upto);
-            self.recycle(cs, data);
-        }
-        self.bufs.set_copies(cs.pool.len());
-        Ok(())
-    }
-
-    /// Keep a copy no longer needed for the next snapshots, up to two transactions' worth.
-    /// (With one, every other commit of full transactions allocated a transaction's copies
-    /// afresh, page faults and all, and every checkpoint freed as many: a tenth of the
-    /// commit thread's time in a two-thread mdtest of 400,000 files.)
-    fn recycle(&self, cs: &mut CommitState, copy: Box<[u8]>) {
-        debug_assert_eq!(copy.len(), self.bs, "a recycled copy is not a block");
-        if cs.pool.len() < 2 * self.max_tx {
-            cs.pool.push(copy);
-        }
-    }
-
-    /// Commit the running transaction and checkpoint everything (sync).
-    pub fn sync(&self) -> Result<()> {
-        self.commit_running()?;
-        let mut cs = self.commit.lock();
-        self.check_aborted()?;
-        let r = self.checkpoint_locked(&mut cs);
-        if let Err(e) = &r {
-            self.abort(e);
-        }
-        r
-    }
-
-    /// After a final `sync`: mark the log empty (s_start = 0) for a clean unmount. With
-    /// `wipe`, the log's blocks are zeroed and the sequence starts again at 1, as mkfs
-    /// leaves a journal: nothing of how the mount's transactions were batched remains
-    /// (a reproducible build's unmount).
-    pub fn mark_empty(&self, wipe: bool) -> Result<()> {
-        let mut cs = self.commit.lock();
-        self.check_aborted()?;
-        let mut next = cs.seq;
-        if let Some(log) = cs.log.as_mut() {
-            if wipe {
-                log.wipe(&*self.dev)?;
-                next = 1;
-            }
-            log.js.set_start(0, next);
-            log.write_super(&*self.dev)?;
-        }
-        cs.seq = next;
-        Ok(())
-    }
-}
-
-impl Handle<'_> {
-    /// Record that `b` was modified in this transaction (logged once however often).
-    pub fn dirty(&self, b: &Arc<Buf>) {
-        self.j.bufs.dirty(b);
-        let tid = self.tid;
-        // Read first: a block every operation touches (a descriptor block) is then only
-        // read, not written, by all but the first handle of the transaction.
-        if b.jtid.load(Ordering::Acquire) != tid {
-            let prev = b.jtid.swap(tid, Ordering::AcqRel);
-            if prev != tid {
-                // No handle of a later transaction runs while this one's is open.
-                debug_assert!(prev < tid, "block {} listed by {prev} before {tid}", b.blk);
-                let k = (b.blk as usize) % LISTS;
-                self.t.lists[k].lock().push(b.clone());
-                self.t.nbufs.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Record that metadata block `blk` was freed: older logged copies must never be
-    /// replayed over its next use.
-    pub fn revoke(&self, blk: u64) {
-        debug_assert!(
-            blk < self.j.dev.size() / self.j.bs as u64,
-            "revoke of block {blk} past the device"
-        );
-        self.t.revoked.lock().push(blk);
-    }
-
-    /// Data blocks of `i` were mapped in this transaction: write its pages before the
-    /// commit block (data=ordered).
-    pub fn add_ordered<T: OrderedData + 'static>(&self, i: &Arc<T>) {
-        let tid = self.tid;
-        let slot = i.ordered_tid();
-        if slot.load(Ordering::Acquire) != tid {
-            let prev = slot.swap(tid, Ordering::AcqRel);
-            if prev != tid {
-                debug_assert!(prev < tid, "ordered data listed by {prev} before {tid}");
-                self.t.ordered.lock().push(i.clone());
-            }
-        }
-    }
-
-    /// List `item` for formatting when this transaction commits. The caller lists an item
-    /// once per transaction (it knows, under its own lock, whether it already has).
-    pub fn log_item<T: LogItem + 'static>(&self, item: &Arc<T>) {
-        self.t.items[self.lane % LISTS].lock().push(item.clone());
-    }
-
-    /// This handle's transaction.
-    pub fn tid(&self) -> u64 {
-        self.tid
-    }
-}
-
-impl Drop for Handle<'_> {
-    fn drop(&mut self) {
-        if self.t.gate.leave(self.lane) {
-            self.j.wake();
         }
     }
 }

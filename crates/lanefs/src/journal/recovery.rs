@@ -7,7 +7,7 @@
 
 use super::log::LogArea;
 use crate::dev::BlockDevice;
-use crate::disk::jbd2::{self, Tag};
+use crate::disk::jbd2::{self, JournalSuper, Tag};
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,6 +33,20 @@ pub struct Replay {
 /// Scan, revoke and build the replay set of the log described by `area`.
 pub fn recover(area: &LogArea, dev: &dyn BlockDevice, fs_blocks: u64) -> Result<Replay> {
     let js = &area.js;
+    check_replayable(js)?;
+    let scan = scan(area, dev, fs_blocks)?;
+    let blocks = replay_set(area, dev, fs_blocks, &scan)?;
+    Ok(Replay {
+        blocks,
+        transactions: scan.found.len() as u32,
+        end_tid: scan.next,
+        revokes: scan.revoked.len(),
+    })
+}
+
+/// Refuse a log that needs recovery in a form lanefs does not replay: fast commits, or
+/// incompat features it does not know.
+fn check_replayable(js: &JournalSuper) -> Result<()> {
     if js.incompat() & !jbd2::INCOMPAT_KNOWN != 0 {
         let f = js.incompat() & !jbd2::INCOMPAT_KNOWN;
         let what = if f & jbd2::INCOMPAT_FAST_COMMIT != 0 {
@@ -44,9 +58,25 @@ pub fn recover(area: &LogArea, dev: &dyn BlockDevice, fs_blocks: u64) -> Result<
             "the journal needs recovery and uses {what}: replay it with e2fsck first"
         )));
     }
+    Ok(())
+}
+
+/// What the scan pass found: the complete transactions in log order, the newest
+/// transaction revoking each block, and the first transaction id not in the log.
+struct Scan {
+    found: Vec<Found>,
+    revoked: HashMap<u64, u32>,
+    next: u32,
+}
+
+/// Passes one and two: walk the log from its start while blocks carry the expected
+/// sequence and good checksums, keeping each transaction that reaches its commit block
+/// and its revoke records (only blocks of the file system, `fs_blocks`). A transaction
+/// without its commit block (a torn tail) is dropped with its revokes.
+fn scan(area: &LogArea, dev: &dyn BlockDevice, fs_blocks: u64) -> Result<Scan> {
+    let js = &area.js;
     let seed = js.csum_seed();
     let csum = js.csum();
-    let v3 = js.incompat() & jbd2::INCOMPAT_CSUM_V3 != 0;
     let mut next = js.sequence();
     let mut pos = js.start();
     let mut found: Vec<Found> = Vec::new();
@@ -118,10 +148,38 @@ pub fn recover(area: &LogArea, dev: &dyn BlockDevice, fs_blocks: u64) -> Result<
             scanned += 1;
         }
     }
+    // The transactions found are consecutive, ending just before `next`.
+    debug_assert!(
+        found
+            .iter()
+            .rev()
+            .zip(1u32..)
+            .all(|(t, back)| t.tid == next.wrapping_sub(back)),
+        "transactions found out of sequence"
+    );
+    Ok(Scan {
+        found,
+        revoked,
+        next,
+    })
+}
+
+/// Pass three: the newest logged copy of every home block that no later-or-equal revoke
+/// cancels, read from the log, checked against its tag's checksum (checksum v3) and
+/// unescaped. A copy of a block past the file system's end, or one whose checksum does
+/// not match in a committed transaction, is corruption.
+fn replay_set(
+    area: &LogArea,
+    dev: &dyn BlockDevice,
+    fs_blocks: u64,
+    scan: &Scan,
+) -> Result<BTreeMap<u64, Vec<u8>>> {
+    let seed = area.js.csum_seed();
+    let v3 = area.js.incompat() & jbd2::INCOMPAT_CSUM_V3 != 0;
     let mut blocks = BTreeMap::new();
-    for t in &found {
+    for t in &scan.found {
         for &(home, lpos, tag) in &t.blocks {
-            if revoked.get(&home).is_some_and(|&r| !tid_gt(t.tid, r)) {
+            if scan.revoked.get(&home).is_some_and(|&r| !tid_gt(t.tid, r)) {
                 continue;
             }
             if home >= fs_blocks {
@@ -151,12 +209,7 @@ pub fn recover(area: &LogArea, dev: &dyn BlockDevice, fs_blocks: u64) -> Result<
             blocks.insert(home, data);
         }
     }
-    Ok(Replay {
-        blocks,
-        transactions: found.len() as u32,
-        end_tid: next,
-        revokes: revoked.len(),
-    })
+    Ok(blocks)
 }
 
 /// jbd2's wrapping comparison: whether `a` is after `b`.

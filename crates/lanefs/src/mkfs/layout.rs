@@ -43,7 +43,6 @@ pub(super) struct Sizes {
 /// more inodes than its bitmap holds, and a last group too short for its metadata cut).
 pub(super) fn size(p: &Params) -> Result<Sizes> {
     let bs = u64::from(p.bs);
-    let fdb = u64::from(p.bs == 1024);
     let bit64 = p.features.has("64bit");
     let max_blocks: u64 = if bit64 { 1 << 32 } else { (1 << 32) - 1 };
     if p.blocks > max_blocks {
@@ -53,107 +52,146 @@ pub(super) fn size(p: &Params) -> Result<Sizes> {
             if bit64 { "" } else { " without 64bit" }
         )));
     }
-    let desc_size: u64 = if bit64 { 64 } else { 32 };
-    let isz = u64::from(p.inode_size);
     let mut blocks = p.blocks;
     // EXT2_MAX_BLOCKS_PER_GROUP: 65528 (a 16-bit count less 8) caps 64 KiB blocks.
     let mut bpg = (bs * 8).min(65528);
-    'retry: loop {
-        if blocks <= fdb {
-            return Err(too_small(p));
+    loop {
+        match try_size(p, blocks, bpg)? {
+            Attempt::Sized(s) => return Ok(s),
+            Attempt::Retry { blocks: b, bpg: g } => (blocks, bpg) = (b, g),
         }
-        let groups = (blocks - fdb).div_ceil(bpg);
-        let desc_blocks = groups.div_ceil(bs / desc_size);
-        let inodes = p.inodes.max(u64::from(FIRST_INO) + 1);
-        let mut ipg = inodes.div_ceil(groups);
-        if ipg > bs * 8 {
-            if bpg >= 256 {
-                // Smaller groups, from the whole device again (ext2fs_initialize).
-                bpg -= 8;
-                blocks = p.blocks;
-                continue 'retry;
-            }
-            return Err(invalid(format!(
-                "too many inodes ({inodes}) for {blocks} blocks"
-            )));
+    }
+}
+
+/// One round of ext2fs_initialize's sizing: the sizes, or the round to try next.
+enum Attempt {
+    Sized(Sizes),
+    /// Again with `blocks` blocks in groups of `bpg` blocks.
+    Retry {
+        blocks: u64,
+        bpg: u64,
+    },
+}
+
+/// Size `blocks` blocks (of `p.blocks`) in groups of `bpg` blocks: the group count, the
+/// inodes per group rounded to whole inode-table blocks, the reserved GDT blocks (or
+/// meta_bg forced), and the check that the last group holds its metadata. Asks for
+/// another round with smaller groups when a group would need more inodes than its bitmap
+/// holds, and with the last group cut when it is too short.
+fn try_size(p: &Params, blocks: u64, bpg: u64) -> Result<Attempt> {
+    let bs = u64::from(p.bs);
+    let fdb = u64::from(p.bs == 1024);
+    let desc_size: u64 = if p.features.has("64bit") { 64 } else { 32 };
+    if blocks <= fdb {
+        return Err(too_small(p));
+    }
+    let groups = (blocks - fdb).div_ceil(bpg);
+    let desc_blocks = groups.div_ceil(bs / desc_size);
+    let inodes = p.inodes.max(u64::from(FIRST_INO) + 1);
+    let ipg = inodes.div_ceil(groups);
+    if ipg > bs * 8 {
+        if bpg >= 256 {
+            // Smaller groups, from the whole device again (ext2fs_initialize).
+            return Ok(Attempt::Retry {
+                blocks: p.blocks,
+                bpg: bpg - 8,
+            });
         }
-        ipg = ipg.min((1 << 16) - bs / isz);
-        let (ipg, itb) = loop {
-            let itb = (ipg * isz).div_ceil(bs);
-            let mut full = (itb * bs / isz).max(8);
-            full &= !7;
-            if full * groups > u64::from(u32::MAX) {
-                ipg -= 1;
-                continue;
-            }
-            break (full, (full * isz).div_ceil(bs));
-        };
-        if ipg * groups <= u64::from(FIRST_INO) {
-            // Rounding to whole inode-table blocks and multiples of 8 left fewer inodes
-            // than the reserved ones and lost+found (mke2fs fails writing them).
-            return Err(invalid(format!(
-                "too few inodes ({}): at least {} are needed (larger device or -N)",
-                ipg * groups,
-                FIRST_INO + 1
-            )));
-        }
-        let mut reserved_gdt = if p.features.has("resize_inode") {
-            reserved_gdt_blocks(blocks, fdb, bpg, bs / desc_size, desc_blocks, bs / 4)
-        } else {
-            0
-        };
-        let mut forced_meta_bg = false;
-        if reserved_gdt + desc_blocks > bpg * 3 / 4 {
-            forced_meta_bg = true;
-            reserved_gdt = 0;
-        }
-        let meta_bg = forced_meta_bg || p.features.has("meta_bg");
-        let overhead = 3 + itb + reserved_gdt + if meta_bg { 1 } else { desc_blocks };
-        if overhead > bpg {
-            return Err(invalid(format!(
-                "too many inodes ({}): the inode tables do not fit the groups",
-                ipg * groups
-            )));
-        }
-        let backup_bgs = sparse_super2_groups(groups as u32);
-        let last_has_super = if p.features.has("sparse_super2") {
-            true // ext2fs_initialize's rule before s_backup_bgs exists
-        } else {
-            let g = groups as u32 - 1;
-            !p.features.has("sparse_super") || crate::disk::group::has_super(g, true)
-        };
-        let mut last_overhead = 2 + itb;
-        if last_has_super {
-            last_overhead += 1 + desc_blocks + reserved_gdt;
-        }
-        let rem = (blocks - fdb) % bpg;
-        if groups == 1 && rem != 0 && rem < last_overhead {
-            return Err(too_small(p));
-        }
-        if rem != 0 && rem < last_overhead + LAST_GROUP_SLACK {
-            blocks -= rem;
-            continue 'retry;
-        }
-        // What Superblock::decode and the 16-bit counts of 32-byte descriptors need.
-        debug_assert!(
-            groups >= 1 && groups * ipg <= u64::from(u32::MAX),
-            "{groups} groups of {ipg} inodes"
-        );
-        debug_assert!(
-            ipg.is_multiple_of(8) && ipg <= bs * 8 && ipg < 1 << 16,
-            "{ipg} inodes per group"
-        );
-        debug_assert!(bpg <= bs * 8 && bpg <= 65528, "{bpg} blocks per group");
-        return Ok(Sizes {
-            blocks,
-            bpg: bpg as u32,
-            groups: groups as u32,
-            ipg: ipg as u32,
-            reserved_gdt: reserved_gdt as u32,
-            forced_meta_bg,
-            backup_bgs,
+        return Err(invalid(format!(
+            "too many inodes ({inodes}) for {blocks} blocks"
+        )));
+    }
+    let (ipg, itb) = inode_tables(p, ipg, groups)?;
+    let mut reserved_gdt = if p.features.has("resize_inode") {
+        reserved_gdt_blocks(blocks, fdb, bpg, bs / desc_size, desc_blocks, bs / 4)
+    } else {
+        0
+    };
+    let mut forced_meta_bg = false;
+    if reserved_gdt + desc_blocks > bpg * 3 / 4 {
+        forced_meta_bg = true;
+        reserved_gdt = 0;
+    }
+    let meta_bg = forced_meta_bg || p.features.has("meta_bg");
+    let overhead = 3 + itb + reserved_gdt + if meta_bg { 1 } else { desc_blocks };
+    if overhead > bpg {
+        return Err(invalid(format!(
+            "too many inodes ({}): the inode tables do not fit the groups",
+            ipg * groups
+        )));
+    }
+    let backup_bgs = sparse_super2_groups(groups as u32);
+    let last_has_super = if p.features.has("sparse_super2") {
+        true // ext2fs_initialize's rule before s_backup_bgs exists
+    } else {
+        let g = groups as u32 - 1;
+        !p.features.has("sparse_super") || crate::disk::group::has_super(g, true)
+    };
+    let mut last_overhead = 2 + itb;
+    if last_has_super {
+        last_overhead += 1 + desc_blocks + reserved_gdt;
+    }
+    let rem = (blocks - fdb) % bpg;
+    if groups == 1 && rem != 0 && rem < last_overhead {
+        return Err(too_small(p));
+    }
+    if rem != 0 && rem < last_overhead + LAST_GROUP_SLACK {
+        return Ok(Attempt::Retry {
+            blocks: blocks - rem,
+            bpg,
         });
     }
+    // What Superblock::decode and the 16-bit counts of 32-byte descriptors need.
+    debug_assert!(
+        groups >= 1 && groups * ipg <= u64::from(u32::MAX),
+        "{groups} groups of {ipg} inodes"
+    );
+    debug_assert!(
+        ipg.is_multiple_of(8) && ipg <= bs * 8 && ipg < 1 << 16,
+        "{ipg} inodes per group"
+    );
+    debug_assert!(bpg <= bs * 8 && bpg <= 65528, "{bpg} blocks per group");
+    Ok(Attempt::Sized(Sizes {
+        blocks,
+        bpg: bpg as u32,
+        groups: groups as u32,
+        ipg: ipg as u32,
+        reserved_gdt: reserved_gdt as u32,
+        forced_meta_bg,
+        backup_bgs,
+    }))
+}
+
+/// Inodes per group (`ipg` asked) rounded as mke2fs rounds them, to whole inode-table
+/// blocks and a multiple of 8 (at least 8, at most what 16-bit counts and 32-bit totals
+/// hold), and the inode table's blocks per group. Too few inodes for the reserved ones
+/// and lost+found is an error.
+fn inode_tables(p: &Params, ipg: u64, groups: u64) -> Result<(u64, u64)> {
+    let bs = u64::from(p.bs);
+    let isz = u64::from(p.inode_size);
+    let mut ipg = ipg.min((1 << 16) - bs / isz);
+    let (ipg, itb) = loop {
+        let itb = (ipg * isz).div_ceil(bs);
+        let mut full = (itb * bs / isz).max(8);
+        full &= !7;
+        if full * groups > u64::from(u32::MAX) {
+            ipg -= 1;
+            continue;
+        }
+        break (full, (full * isz).div_ceil(bs));
+    };
+    if ipg * groups <= u64::from(FIRST_INO) {
+        // Rounding to whole inode-table blocks and multiples of 8 left fewer inodes
+        // than the reserved ones and lost+found (mke2fs fails writing them).
+        return Err(invalid(format!(
+            "too few inodes ({}): at least {} are needed (larger device or -N)",
+            ipg * groups,
+            FIRST_INO + 1
+        )));
+    }
+    // Whole table blocks of whole inodes.
+    debug_assert!(itb * bs >= ipg * isz, "{ipg} inodes in {itb} table blocks");
+    Ok((ipg, itb))
 }
 
 fn too_small(p: &Params) -> Error {

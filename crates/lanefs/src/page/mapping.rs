@@ -268,14 +268,36 @@ impl Mapping {
         map: &dyn Fn(u64) -> Run,
     ) -> Result<usize> {
         let bs = pc.bs as u64;
-        let idx = pos_byte / bs;
+        let plan = self.plan_fill(pc, pos_byte / bs, want_end, eof);
+        let datas = self.read_plan(pc, &plan, map)?;
+        // The caller's bytes, from the new folios (contiguous from the first).
+        let mut copied = 0usize;
+        for (d, &(start, _)) in datas.iter().zip(&plan) {
+            let at = pos_byte + copied as u64;
+            if copied == out.len() {
+                break;
+            }
+            let inb = (at - start * bs) as usize;
+            let k = (d.bytes.len() - inb).min(out.len() - copied);
+            out[copied..copied + k].copy_from_slice(&d.bytes[inb..inb + k]);
+            copied += k;
+        }
+        // The first folio holds `pos_byte`: the read progresses.
+        debug_assert!(copied > 0 || out.is_empty(), "a read miss copied nothing");
+        self.insert_filled(pc, datas, plan);
+        Ok(copied)
+    }
+
+    /// Plan the folios of a miss at block `idx`: the first one as large as fits around
+    /// `idx` in blocks no folio holds, the rest aligned pieces of the read-ahead window,
+    /// stopping at the first cached block. One run of folios, each aligned to its size,
+    /// as (first block, order).
+    fn plan_fill(&self, pc: &PageCache, idx: u64, want_end: u64, eof: u64) -> Vec<(u64, u8)> {
         let (mut end, order) =
             self.inner
                 .lock()
                 .ra
                 .window(idx, want_end, eof, pc.max_ra_blocks(), pc.max_order);
-        // Plan the folios: the first one as large as fits around `idx`, the rest aligned
-        // pieces of the window, stopping at the first cached block.
         let g = crossbeam_epoch::pin();
         let empty = |a: u64, n: u64| (a..a + n).all(|i| self.index.lookup(i, &g).is_none());
         let mut plan: Vec<(u64, u8)> = Vec::new();
@@ -306,12 +328,23 @@ impl Mapping {
             pos += 1 << o;
         }
         drop(g);
-        // One run of folios, each aligned to its size.
         debug_assert!(
             plan.windows(2).all(|w| w[0].0 + (1 << w[0].1) == w[1].0)
                 && plan.iter().all(|&(s, o)| s.is_multiple_of(1 << o)),
             "read-ahead plan {plan:?}"
         );
+        plan
+    }
+
+    /// The folios of `plan`, read from the device through `map` (one read per physically
+    /// contiguous run; holes stay zeros), each block's physical block recorded.
+    fn read_plan(
+        &self,
+        pc: &PageCache,
+        plan: &[(u64, u8)],
+        map: &dyn Fn(u64) -> Run,
+    ) -> Result<Vec<FolioData>> {
+        let bs = pc.bs as u64;
         let mut datas: Vec<FolioData> = plan
             .iter()
             .map(|&(_, o)| FolioData {
@@ -319,8 +352,10 @@ impl Mapping {
                 pblk: vec![0u64; 1 << o].into_boxed_slice(),
             })
             .collect();
-        // One device read per physically contiguous run.
-        let (lo, hi) = (plan[0].0, pos);
+        let (lo, hi) = match (plan.first(), plan.last()) {
+            (Some(&(lo, _)), Some(&(s, o))) => (lo, s + (1 << o)),
+            _ => return Ok(datas),
+        };
         let mut l = lo;
         while l < hi {
             let (len, pblk) = match map(l) {
@@ -329,7 +364,7 @@ impl Mapping {
             };
             if let Some(p) = pblk {
                 let mut slices: Vec<&mut [u8]> = Vec::new();
-                for (d, &(fs, o)) in datas.iter_mut().zip(&plan) {
+                for (d, &(fs, o)) in datas.iter_mut().zip(plan) {
                     let fe = fs + (1 << o);
                     if fe <= l || fs >= l + len {
                         continue;
@@ -349,21 +384,18 @@ impl Mapping {
             }
             l += len;
         }
-        // The caller's bytes, from the new folios (contiguous from the first).
-        let mut copied = 0usize;
-        for (d, &(start, _)) in datas.iter().zip(&plan) {
-            let at = pos_byte + copied as u64;
-            if copied == out.len() {
-                break;
-            }
-            let inb = (at - start * bs) as usize;
-            let k = (d.bytes.len() - inb).min(out.len() - copied);
-            out[copied..copied + k].copy_from_slice(&d.bytes[inb..inb + k]);
-            copied += k;
-        }
-        // The first folio holds `pos_byte`: the read progresses.
-        debug_assert!(copied > 0 || out.is_empty(), "a read miss copied nothing");
-        // Insert what no racing reader inserted first.
+        Ok(datas)
+    }
+
+    /// Insert the new folios no racing reader inserted first (each checked under the
+    /// mapping's lock), then let the cache balance its memory.
+    fn insert_filled(
+        self: &Arc<Self>,
+        pc: &PageCache,
+        datas: Vec<FolioData>,
+        plan: Vec<(u64, u8)>,
+    ) {
+        debug_assert_eq!(datas.len(), plan.len(), "a folio per planned piece");
         let inner = self.inner.lock();
         let lk = Locked(std::marker::PhantomData);
         for (d, (start, o)) in datas.into_iter().zip(plan) {
@@ -377,7 +409,6 @@ impl Mapping {
         }
         drop(inner);
         pc.balance();
-        Ok(copied)
     }
 
     /// Write `data` at `off` into folios, dirtying them; `blk(lblk)` gives each block's

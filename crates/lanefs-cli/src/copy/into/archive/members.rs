@@ -299,59 +299,78 @@ impl<R: Read> Members<R> {
         long_link: Option<Vec<u8>>,
     ) -> Result<Member, Problem> {
         let name = self.current.clone();
-        let fail = |why: &str| Problem::at(&name, why);
-        let rec = |key: &[u8]| {
-            recs.iter()
-                .rev()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_slice())
-        };
-        let num = |key: &[u8], from_header: std::io::Result<u64>| -> Result<u64, Problem> {
-            match rec(key) {
-                Some(v) => pax::number(key, v).map_err(|e| Problem::at(&name, e)),
-                None => from_header.map_err(|_| fail(&format!("malformed header ({})", show(key)))),
-            }
-        };
-        let id = |key: &[u8], h: std::io::Result<u64>| -> Result<u32, Problem> {
-            let n = num(key, h)?;
-            u32::try_from(n).map_err(|_| fail(&format!("{} {n} does not fit 32 bits", show(key))))
-        };
-        let size = num(b"size", Ok(size))?;
-        let perm = (header.mode().map_err(|_| fail("malformed header (mode)"))? & 0o7777) as u16;
-        let uid = id(b"uid", header.uid())?;
-        let gid = id(b"gid", header.gid())?;
-        let (mtime, atime) = member_times(header, recs, &name)?;
-        let link = || -> Result<Vec<u8>, Problem> {
-            let target = rec(b"linkpath")
+        let f = header_fields(header, size, recs, &name)?;
+        let size = f.size;
+        let (kind, file) = self.member_kind(header, size, recs, &name, long_link)?;
+        let path_name = file.real_name.unwrap_or(name);
+        if kind == Kind::Regular {
+            self.left = file.data;
+        } else {
+            // A directory's GNU dump or a link's data (none is written): skipped.
+            self.left = 0;
+            self.pad = 0;
+            self.skip(size)?;
+        }
+        self.pad = padding(size);
+        let path = from_root(&path_name).map_err(|why| Problem::at(&path_name, why))?;
+        if path.is_empty() && kind != Kind::Directory {
+            return Err(Problem::at(
+                &path_name,
+                "names the root, which is a directory",
+            ));
+        }
+        let xattrs = xattrs(recs).map_err(|e| Problem::at(&path_name, e))?;
+        self.current = path_name.clone();
+        Ok(Member {
+            name: path_name,
+            path,
+            kind,
+            perm: f.perm,
+            uid: f.uid,
+            gid: f.gid,
+            mtime: f.mtime,
+            atime: f.atime,
+            size: file.size,
+            segments: file.segments,
+            xattrs,
+        })
+    }
+
+    /// What member `name` makes, by its type flag: a regular file's data (its bytes in
+    /// the archive, size, segments and a pax sparse member's real name; for any other
+    /// kind no data, size 0), a link's target, a device's numbers. A v7 archive's
+    /// directory is a file whose name ends in `/`.
+    fn member_kind(
+        &mut self,
+        header: &Header,
+        size: u64,
+        recs: &[&Record],
+        name: &[u8],
+        long_link: Option<Vec<u8>>,
+    ) -> Result<(Kind, RegularData), Problem> {
+        let link = || -> Vec<u8> {
+            rec(recs, b"linkpath")
                 .map(<[u8]>::to_vec)
                 .or(long_link.clone())
                 .or_else(|| header.link_name_bytes().map(|l| l.into_owned()))
-                .unwrap_or_default();
-            Ok(target)
+                .unwrap_or_default()
         };
-        let device = || device_numbers(header, recs, &name);
-        let (mut data, mut real_size, mut segments) = (size, 0, Vec::new());
-        let mut path_name = name.clone();
+        let device = || device_numbers(header, recs, name);
         let typeflag = header.as_old().linkflag[0];
-        // A v7 archive's directory: a file whose name ends in `/`.
         let v7_dir = matches!(typeflag, 0 | b'0') && name.ends_with(b"/");
         let kind = match typeflag {
             _ if v7_dir => Kind::Directory,
             0 | b'0' | b'7' | b'S' => {
-                let file = self.regular(header, typeflag, size, recs, &name)?;
-                (data, real_size, segments) = (file.data, file.size, file.segments);
-                if let Some(real) = file.real_name {
-                    path_name = real;
-                }
-                Kind::Regular
+                let file = self.regular(header, typeflag, size, recs, name)?;
+                return Ok((Kind::Regular, file));
             }
             b'5' | b'D' => Kind::Directory,
-            b'2' => Kind::Symlink(link()?),
+            b'2' => Kind::Symlink(link()),
             b'1' => {
-                let target = link()?;
+                let target = link();
                 let to = from_root(&target).map_err(|why| {
                     Problem::at(
-                        &name,
+                        name,
                         format!(
                             "hard link target {:?} {why}",
                             String::from_utf8_lossy(&target)
@@ -374,40 +393,16 @@ impl<R: Read> Members<R> {
                     "unsupported member type '{}'",
                     char::from(other).escape_default()
                 );
-                return Err(fail(&why));
+                return Err(Problem::at(name, why));
             }
         };
-        if kind == Kind::Regular {
-            self.left = data;
-        } else {
-            // A directory's GNU dump or a link's data (none is written): skipped.
-            self.left = 0;
-            self.pad = 0;
-            self.skip(size)?;
-        }
-        self.pad = padding(size);
-        let path = from_root(&path_name).map_err(|why| Problem::at(&path_name, why))?;
-        if path.is_empty() && kind != Kind::Directory {
-            return Err(Problem::at(
-                &path_name,
-                "names the root, which is a directory",
-            ));
-        }
-        let xattrs = xattrs(recs).map_err(|e| Problem::at(&path_name, e))?;
-        self.current = path_name.clone();
-        Ok(Member {
-            name: path_name,
-            path,
-            kind,
-            perm,
-            uid,
-            gid,
-            mtime,
-            atime,
-            size: real_size,
-            segments,
-            xattrs,
-        })
+        let none = RegularData {
+            data: size,
+            size: 0,
+            segments: Vec::new(),
+            real_name: None,
+        };
+        Ok((kind, none))
     }
 
     /// A regular member's data (type `0`, `7` or GNU sparse `S`, or pax GNU sparse): its
@@ -544,6 +539,52 @@ struct RegularData {
     segments: Vec<(u64, u64)>,
     /// A pax sparse member's real name (`GNU.sparse.name`).
     real_name: Option<Vec<u8>>,
+}
+
+/// A member's header fields, pax records overriding the header's: its size in the
+/// archive, permission bits, owner and times.
+struct Fields {
+    size: u64,
+    perm: u16,
+    uid: u32,
+    gid: u32,
+    mtime: Timespec,
+    atime: Option<Timespec>,
+}
+
+/// The fields of member `name`'s `header` (with `size` bytes of data), the pax records in
+/// force (`recs`) overriding them: a malformed header field, or an owner id past 32 bits,
+/// is an error.
+fn header_fields(
+    header: &Header,
+    size: u64,
+    recs: &[&Record],
+    name: &[u8],
+) -> Result<Fields, Problem> {
+    let fail = |why: &str| Problem::at(name, why);
+    let num = |key: &[u8], from_header: std::io::Result<u64>| -> Result<u64, Problem> {
+        match rec(recs, key) {
+            Some(v) => pax::number(key, v).map_err(|e| Problem::at(name, e)),
+            None => from_header.map_err(|_| fail(&format!("malformed header ({})", show(key)))),
+        }
+    };
+    let id = |key: &[u8], h: std::io::Result<u64>| -> Result<u32, Problem> {
+        let n = num(key, h)?;
+        u32::try_from(n).map_err(|_| fail(&format!("{} {n} does not fit 32 bits", show(key))))
+    };
+    let size = num(b"size", Ok(size))?;
+    let perm = (header.mode().map_err(|_| fail("malformed header (mode)"))? & 0o7777) as u16;
+    let uid = id(b"uid", header.uid())?;
+    let gid = id(b"gid", header.gid())?;
+    let (mtime, atime) = member_times(header, recs, name)?;
+    Ok(Fields {
+        size,
+        perm,
+        uid,
+        gid,
+        mtime,
+        atime,
+    })
 }
 
 /// The last pax record `key` of `recs` (later records override earlier ones).
