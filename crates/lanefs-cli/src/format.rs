@@ -595,7 +595,8 @@ fn mkfs_sparse(
         .map_err(|f| rename_failure(f, raw.path(), &args.image))?;
     let out = crate::sparse::Scratch::new(&args.image, "sparse").ctx(&what)?;
     let sink = crate::sparse::Sink::new(out.file(), out.path());
-    let map = raw.map(size).ctx(&what)?;
+    // Without a mapping (no address space for it), the image is read through a window.
+    let map = raw.map(size).ok().flatten();
     let encoded = match &map {
         Some(m) => crate::sparse::walk_mapped(raw.file(), m.bytes(), blk, sink),
         None => crate::sparse::walk(raw.file(), None, size, blk, sink),

@@ -156,12 +156,12 @@ fn next_event(sfd: i32, chan: &mut Option<OwnedFd>, wait_ms: i32) -> Option<i32>
     (n == 128).then(|| i32::from_ne_bytes([info[0], info[1], info[2], info[3]]))
 }
 
-/// How the supervisor knows its daemon's mount, best first: by the unique ID the daemon
-/// told (Linux 6.8+; asked of the kernel by ID, so nothing walks into the mount), by its
-/// device (mountinfo's; a later mount at the same path may take the same one again), or,
-/// with no word from the daemon, as a lanefs mount of `source`.
+/// How the supervisor knows its daemon's mount, best first: by the unique ID and the
+/// device the daemon told (Linux 6.8+; asked of the kernel by ID, so nothing walks into
+/// the mount), by its device alone (mountinfo's; a later mount at the same path may take
+/// the same one again), or, with no word from the daemon, as a lanefs mount of `source`.
 enum Ours<'a> {
-    Unique(u64),
+    Unique(u64, &'static str),
     Device(&'static str),
     Source(&'a str),
 }
@@ -171,31 +171,40 @@ impl<'a> Ours<'a> {
     fn told(source: &'a str) -> Ours<'a> {
         use lanefs_fuse::flagproxy::{mounted_device, mounted_unique_id};
         match (mounted_unique_id(), mounted_device()) {
-            (Some(id), _) => Ours::Unique(id),
-            (None, Some(dev)) => Ours::Device(dev),
-            (None, None) => Ours::Source(source),
+            (Some(id), Some(dev)) => Ours::Unique(id, dev),
+            (_, Some(dev)) => Ours::Device(dev),
+            (_, None) => Ours::Source(source),
         }
     }
 
-    /// Whether the daemon's mount is the one at `mp` (read from the kernel's tables:
-    /// nothing walks into the mount).
+    /// Whether the daemon's mount is the one seen at `mp` (read from the kernel's
+    /// tables: nothing walks into the mount). By unique ID, the mount must also be the
+    /// visible one there (a mount stacked on it is someone else's); where the kernel
+    /// cannot be asked by ID (statmount refused, as a container's filter may), by device.
     fn at(&self, mp: &Path) -> bool {
+        let visible = |dev: &str| lanefs_fuse::mountinfo::device_of(mp).as_deref() == Some(dev);
         match self {
-            Ours::Unique(id) => match lanefs_fuse::mountinfo::mount_point_of(*id) {
-                Ok(p) => p.as_deref() == Some(mp),
-                Err(_) => false,
+            Ours::Unique(id, dev) => match lanefs_fuse::mountinfo::mount_point_of(*id) {
+                Ok(p) => p.as_deref() == Some(mp) && visible(dev),
+                Err(_) => visible(dev),
             },
-            Ours::Device(d) => lanefs_fuse::mountinfo::device_of(mp).as_deref() == Some(*d),
+            Ours::Device(dev) => visible(dev),
             Ours::Source(source) => mount_source(mp)
                 .is_some_and(|(s, t)| s == *source && t == format!("fuse.{SUBTYPE}")),
         }
     }
 
     /// Whether the daemon's mount, its daemon gone, is still at `mp`: a dead mount. Known
-    /// only by the unique ID; by device or source a mount at `mp` may be a later one, and
-    /// telling a dead one apart would take a path walk into it.
+    /// only by the unique ID, asked of the kernel; by device or source a mount at `mp`
+    /// may be a later one, and telling a dead one apart would take a path walk into it.
     fn left_dead_at(&self, mp: &Path) -> bool {
-        matches!(self, Ours::Unique(_)) && self.at(mp)
+        match self {
+            Ours::Unique(id, _) => {
+                lanefs_fuse::mountinfo::mount_point_of(*id).is_ok_and(|p| p.is_some())
+                    && self.at(mp)
+            }
+            _ => false,
+        }
     }
 }
 

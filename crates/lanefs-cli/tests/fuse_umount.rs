@@ -18,6 +18,8 @@ use std::time::Duration;
 
 /// The processes that have a descriptor, cwd or root under `dir`: pid, name and link.
 fn holders_of(dir: &Path) -> Vec<String> {
+    // The kernel names files by their canonical paths.
+    let dir = &dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let mut out = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return out;

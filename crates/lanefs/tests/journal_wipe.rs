@@ -43,6 +43,8 @@ fn build(dev: Arc<dyn BlockDevice>) {
     mkfs::format(&*dev, &opts).unwrap();
     let mount = MountOptions {
         clamp_time: Some(1_700_000_000),
+        // Commits only where the build syncs, on every device alike.
+        commit_interval: std::time::Duration::from_secs(3600),
         ..MountOptions::default()
     };
     let fs = Fs::mount(dev, mount).unwrap();

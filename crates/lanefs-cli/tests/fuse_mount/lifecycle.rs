@@ -394,12 +394,28 @@ fn a_second_mount_with_an_fsname_binds_the_first() {
 }
 
 /// A connection aborted through the FUSE control file system ends the daemon (status 0)
-/// and leaves a dead mount, which the supervisor unmounts; a later mount at the same
-/// path, which takes the same device again, is left alone when its predecessor's
-/// supervisor finishes.
+/// and leaves a dead mount, which the supervisor unmounts (it knows its mount by the
+/// mount's unique ID, Linux 6.8+: without one it leaves a dead mount alone rather than
+/// walk into the mount point to see); the image mounts again with what was fsynced.
 #[test]
-fn an_aborted_connection_is_unmounted_and_a_later_mount_kept() {
-    if !fuse_ready("an_aborted_connection_is_unmounted_and_a_later_mount_kept") {
+fn an_aborted_connection_is_unmounted() {
+    if !fuse_ready("an_aborted_connection_is_unmounted") {
+        return;
+    }
+    // SAFETY: a zeroed statx is valid storage for the call to fill.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and writable storage, both live for the call.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c"/".as_ptr(),
+            0,
+            libc::STATX_MNT_ID_UNIQUE,
+            &mut stx,
+        )
+    };
+    if r != 0 || stx.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
+        eprintln!("SKIP an_aborted_connection_is_unmounted: this kernel has no unique mount IDs (Linux 6.8+)");
         return;
     }
     let conns = Path::new("/sys/fs/fuse/connections");
@@ -435,8 +451,6 @@ fn an_aborted_connection_is_unmounted_and_a_later_mount_kept() {
     assert!(wait_released(&img, Duration::from_secs(30)));
     let m = Mount::new(&img, &dir, "");
     assert_eq!(fs::read(m.path("kept")).unwrap(), b"k");
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(is_mounted(&dir));
     m.umount();
     e2fsck_clean(&img);
 }
