@@ -384,8 +384,11 @@ fn threads_filling_at_once_leave_the_reserve() {
     }
     fs.sync().unwrap();
     let st = fs.statfs().unwrap();
+    // Data stops at the reserve; metadata may take from it: each of the 8 threads at most
+    // the two blocks one extent split can need once data is refused (a new leaf, and an
+    // index block when the tree grows a level).
     assert!(
-        st.free_blocks + 8 >= reserve && st.free_blocks <= reserve + 64,
+        st.free_blocks + 16 >= reserve && st.free_blocks <= reserve + 64,
         "{} blocks free after the fill, reserve {reserve}",
         st.free_blocks
     );
