@@ -182,13 +182,12 @@ impl<'a> Ours<'a> {
     /// visible one there (a mount stacked on it is someone else's); where the kernel
     /// cannot be asked by ID (statmount refused, as a container's filter may), by device.
     fn at(&self, mp: &Path) -> bool {
-        let visible = |dev: &str| lanefs_fuse::mountinfo::device_of(mp).as_deref() == Some(dev);
         match self {
             Ours::Unique(id, dev) => match lanefs_fuse::mountinfo::mount_point_of(*id) {
-                Ok(p) => p.as_deref() == Some(mp) && visible(dev),
-                Err(_) => visible(dev),
+                Ok(p) => p.as_deref() == Some(mp) && visible(mp, dev),
+                Err(_) => visible(mp, dev),
             },
-            Ours::Device(dev) => visible(dev),
+            Ours::Device(dev) => visible(mp, dev),
             Ours::Source(source) => mount_source(mp)
                 .is_some_and(|(s, t)| s == *source && t == format!("fuse.{SUBTYPE}")),
         }
@@ -199,13 +198,18 @@ impl<'a> Ours<'a> {
     /// may be a later one, and telling a dead one apart would take a path walk into it.
     fn left_dead_at(&self, mp: &Path) -> bool {
         match self {
-            Ours::Unique(id, _) => {
-                lanefs_fuse::mountinfo::mount_point_of(*id).is_ok_and(|p| p.is_some())
-                    && self.at(mp)
+            Ours::Unique(id, dev) => {
+                lanefs_fuse::mountinfo::mount_point_of(*id).is_ok_and(|p| p.as_deref() == Some(mp))
+                    && visible(mp, dev)
             }
             _ => false,
         }
     }
+}
+
+/// Whether the mount visible at `mp` is on device `dev` (by mountinfo: no path walk).
+fn visible(mp: &Path, dev: &str) -> bool {
+    lanefs_fuse::mountinfo::device_of(mp).as_deref() == Some(dev)
 }
 
 /// The daemon `pid` ended with wait status `status`: its exit status, after a log line

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -26,11 +26,6 @@ fn lanefs_plain(args: &[&str]) -> Output {
         .env_remove("SOURCE_DATE_EPOCH")
         .output()
         .expect("run lanefs")
-}
-
-/// A checksum of file contents (crc32c, as the engine already links it).
-fn crc(data: &[u8]) -> u32 {
-    lanefs::internals::disk::crc32c_raw(!0, data)
 }
 
 fn umount(mnt: &Path) {
@@ -64,18 +59,7 @@ fn seen(root: &Path) -> BTreeMap<String, Seen> {
         }
         let m = fs::symlink_metadata(&p).unwrap();
         let ft = m.file_type();
-        let holds = if ft.is_file() {
-            format!("crc {:x}", crc(&fs::read(&p).unwrap()))
-        } else if ft.is_symlink() {
-            format!("-> {}", fs::read_link(&p).unwrap().display())
-        } else if ft.is_char_device() || ft.is_block_device() {
-            let d = m.rdev();
-            let major = ((d >> 8) & 0xfff) | ((d >> 32) & !0xfff);
-            let minor = (d & 0xff) | ((d >> 12) & !0xff);
-            format!("{major},{minor}")
-        } else {
-            String::new()
-        };
+        let holds = holds(&p, &m, |data| format!("crc {:x}", crc(data)));
         if ft.is_dir() {
             stack.extend(fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
         }

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -181,19 +181,9 @@ fn view(root: &Path) -> BTreeMap<String, String> {
         }
         let m = fs::symlink_metadata(&p).unwrap();
         let ft = m.file_type();
-        let holds = if ft.is_file() {
-            let data = fs::read(&p).unwrap();
-            format!("{} bytes crc {:x}", data.len(), crc(&data))
-        } else if ft.is_symlink() {
-            format!("-> {}", fs::read_link(&p).unwrap().display())
-        } else if ft.is_char_device() || ft.is_block_device() {
-            let d = m.rdev();
-            let major = ((d >> 8) & 0xfff) | ((d >> 32) & !0xfff);
-            let minor = (d & 0xff) | ((d >> 12) & !0xff);
-            format!("{major},{minor}")
-        } else {
-            String::new()
-        };
+        let holds = holds(&p, &m, |data| {
+            format!("{} bytes crc {:x}", data.len(), crc(data))
+        });
         if ft.is_dir() {
             stack.extend(fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
         }
@@ -227,10 +217,6 @@ fn tool(name: &str, args: &[&str], path: &Path) -> String {
         .filter(|l| !l.starts_with("# file:") && !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn crc(data: &[u8]) -> u32 {
-    lanefs::internals::disk::crc32c_raw(!0, data)
 }
 
 /// The kernel's view of `image` (after `e2fsck -fn` finds it clean), and the blocks the

@@ -133,3 +133,24 @@ pub fn builder(test: &str) -> Option<(u32, u32)> {
         }
     }
 }
+
+/// A checksum of file contents (crc32c, as the engine already links it).
+pub fn crc(data: &[u8]) -> u32 {
+    lanefs::internals::disk::crc32c_raw(!0, data)
+}
+
+/// What `p` (of metadata `m`) holds, as the tree views compare it: a file's bytes as
+/// `file` words them, a symlink's target, a device's numbers, nothing for the rest.
+pub fn holds(p: &Path, m: &std::fs::Metadata, file: impl FnOnce(&[u8]) -> String) -> String {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let ft = m.file_type();
+    if ft.is_file() {
+        file(&std::fs::read(p).unwrap())
+    } else if ft.is_symlink() {
+        format!("-> {}", std::fs::read_link(p).unwrap().display())
+    } else if ft.is_char_device() || ft.is_block_device() {
+        format!("{},{}", libc::major(m.rdev()), libc::minor(m.rdev()))
+    } else {
+        String::new()
+    }
+}

@@ -324,18 +324,21 @@ pub fn fits_ibody(entries: &[Entry], len: usize) -> bool {
     fits(entries, len, IBODY_HEADER)
 }
 
+/// An entry of `name` and `value` in namespace `index`, stored in place (for tests).
+#[cfg(test)]
+fn test_entry(index: u8, name: &str, value: &[u8]) -> Entry {
+    Entry {
+        index,
+        name: name.as_bytes().to_vec(),
+        value: value.to_vec(),
+        ea_inode: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_entry as e;
     use super::*;
-
-    fn e(index: u8, name: &str, value: &[u8]) -> Entry {
-        Entry {
-            index,
-            name: name.as_bytes().to_vec(),
-            value: value.to_vec(),
-            ea_inode: None,
-        }
-    }
 
     #[test]
     fn names_split_and_join() {

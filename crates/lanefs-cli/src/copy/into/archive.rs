@@ -42,22 +42,14 @@ pub fn populate_archive(
         ..
     } = archive;
     let members = members::Members::new(stream.chain(rest));
-    let opts = populate::fill_options(clamp);
-    let result = crate::session::with_fs_opts(image, opts, |fs| {
-        let ctx = Ctx {
-            fs,
-            progress: &progress,
-            clamp,
-            flags: crate::copy::Flags::default(),
-            over,
-            budget: None,
-        };
-        walk(ctx, |copier| {
-            write::Build::new(copier, members, shown, image_shown).run()
-        })
-    });
-    progress.finish();
-    result.map(|_| ())
+    let fill = populate::Fill {
+        clamp,
+        over,
+        budget: None,
+    };
+    populate::fill_image(image, fill, progress, |copier| {
+        write::Build::new(copier, members, shown, image_shown).run()
+    })
 }
 
 /// Standard input (`-`), or a pipe, FIFO or device, copied into an unnamed scratch file

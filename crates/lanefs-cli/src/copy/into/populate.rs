@@ -42,25 +42,49 @@ pub fn populate(
         })),
         _ => Progress::hidden(),
     };
-    let opts = fill_options(clamp);
     let shown = format!("{}:/", image.display());
+    let fill = Fill {
+        clamp,
+        over,
+        budget,
+    };
+    fill_image(image, fill, progress, |copier| match tree {
+        Some((src, host, meta)) => {
+            let meta = copier.ctx.shaped_root(meta);
+            let (path, top) = (src.to_path_buf(), over.root_node());
+            copier.tree_into(host, path, meta, lanefs::ROOT_INO, &shown, top)
+        }
+        None => copier.no_tree(&shown),
+    })
+}
+
+/// How a just-formatted image is filled: the time clamp (SOURCE_DATE_EPOCH), the
+/// owners and modes to impose, and the size budget of a tree sized beforehand.
+pub(super) struct Fill<'a> {
+    pub clamp: Option<i64>,
+    pub over: &'a Overrides,
+    pub budget: Option<&'a Budget>,
+}
+
+/// Mount the just-formatted `image` for filling and run `walker` on the copier (file data
+/// written by workers beside it), with `progress` shown until it ends.
+pub(super) fn fill_image(
+    image: &Path,
+    fill: Fill<'_>,
+    progress: Progress,
+    walker: impl FnOnce(&Copier<'_>) -> CmdResult<()>,
+) -> CmdResult<()> {
+    let opts = fill_options(fill.clamp);
     let result = crate::session::with_fs_opts(image, opts, |fs| {
         let ctx = Ctx {
             fs,
             progress: &progress,
-            clamp,
+            clamp: fill.clamp,
             flags: crate::copy::Flags::default(),
-            over,
-            budget,
+            over: fill.over,
+            budget: fill.budget,
         };
-        walk(ctx, |copier| match tree {
-            Some((src, host, meta)) => {
-                let meta = ctx.shaped_root(meta);
-                let (path, top) = (src.to_path_buf(), over.root_node());
-                copier.tree_into(host, path, meta, lanefs::ROOT_INO, &shown, top)
-            }
-            None => copier.no_tree(&shown),
-        })
+        walk(ctx, walker)
     });
     progress.finish();
     result.map(|_| ())

@@ -147,17 +147,8 @@ pub fn block_csum(seed: u32, blk: u64, b: &[u8]) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{INDEX_SECURITY, INDEX_USER};
+    use super::super::{test_entry as e, INDEX_SECURITY, INDEX_USER};
     use super::*;
-
-    fn e(index: u8, name: &str, value: &[u8]) -> Entry {
-        Entry {
-            index,
-            name: name.as_bytes().to_vec(),
-            value: value.to_vec(),
-            ea_inode: None,
-        }
-    }
 
     #[test]
     fn block_round_trips_with_checksum() {
