@@ -330,6 +330,7 @@ pub fn mkfs(args: &MkfsArgs) -> CmdResult<i32> {
         over: &over,
         archive: source.archive,
         budget: budget.as_ref(),
+        lend: None,
     };
     // Every option and the geometry are checked before anything is cleared: a refused
     // mkfs leaves what was there as it was.
@@ -416,6 +417,8 @@ struct Fill<'a> {
     over: &'a crate::copy::Overrides,
     archive: Option<crate::copy::Archive>,
     budget: Option<&'a crate::copy::Budget>,
+    /// A sparse build's lending of file data (`crate::sparse::lend`).
+    lend: Option<&'a crate::sparse::lend::Lending>,
 }
 
 /// A `-d` build into a size given in bytes that failed: when the tree does not fit that
@@ -513,7 +516,7 @@ fn build(
         let clamp = opts.time.map(|t| t.sec);
         let filled = match fill.archive {
             Some(archive) => crate::copy::populate_archive(image, archive, clamp, over),
-            None => crate::copy::populate(image, dir, clamp, over, fill.budget),
+            None => crate::copy::populate(image, dir, clamp, over, fill.budget, fill.lend),
         };
         if let Err(e) = filled {
             if created {
@@ -591,15 +594,27 @@ fn mkfs_sparse(
     let what = args.image.display();
     let raw = crate::sparse::Raw::new(&args.image, size).ctx(&what)?;
     let mut line = sized;
+    let lending = crate::sparse::lend::Lending::new(blk);
+    let fill = Fill {
+        lend: Some(&lending),
+        ..fill
+    };
     line += &build(args, raw.path(), Some(size), opts, fill)
         .map_err(|f| rename_failure(f, raw.path(), &args.image))?;
+    let placed = lending.take();
     let out = crate::sparse::Scratch::new(&args.image, "sparse").ctx(&what)?;
     let sink = crate::sparse::Sink::new(out.file(), out.path());
     // Without a mapping (no address space for it), the image is read through a window.
     let map = raw.map(size).ok().flatten();
-    let encoded = match &map {
-        Some(m) => crate::sparse::walk_mapped(raw.file(), m.bytes(), blk, sink),
-        None => crate::sparse::walk(raw.file(), None, size, blk, sink),
+    let image = crate::sparse::Image {
+        raw: raw.file(),
+        map: map.as_ref().map(|m| m.bytes()),
+        len: size,
+        placed: &placed,
+    };
+    let encoded = match image.map {
+        Some(_) => crate::sparse::walk_mapped(&image, blk, sink),
+        None => crate::sparse::walk(&image, blk, sink),
     };
     let sum = encoded.and_then(|(mut sink, sum)| sink.finish().map(|()| sum));
     // The raw image is let go of (its memory freed, or its scratch file removed) on

@@ -69,11 +69,34 @@ pub fn with_fs_opts<T>(
     if read_only {
         crate::holders::note_if_shared(image);
     }
+    run_then_unmount(fs, &what.to_string(), read_only, work)
+}
+
+/// [`with_fs_opts`] on a device the caller made (`what` names it in errors).
+pub fn with_fs_on<T>(
+    dev: std::sync::Arc<dyn lanefs::BlockDevice>,
+    what: &str,
+    opts: MountOptions,
+    work: impl FnOnce(&Fs) -> CmdResult<T>,
+) -> CmdResult<T> {
+    let read_only = opts.read_only;
+    let fs = Fs::mount(dev, opts).ctx(what)?;
+    run_then_unmount(fs, what, read_only, work)
+}
+
+/// Run `work` on the mounted `fs`, then unmount it whatever `work` returned; an error of
+/// `work` wins over an error of the unmount.
+fn run_then_unmount<T>(
+    fs: std::sync::Arc<Fs>,
+    what: &str,
+    read_only: bool,
+    work: impl FnOnce(&Fs) -> CmdResult<T>,
+) -> CmdResult<T> {
     // A command that writes says why it cannot, before it starts.
     let refused = (!read_only)
         .then(|| fs.read_only_reason())
         .flatten()
-        .map(|why| Failure::new(&what, lanefs::Error::NotSupported(why)));
+        .map(|why| Failure::new(what, lanefs::Error::NotSupported(why)));
     let result = match refused {
         Some(f) => Err(f),
         None => work(&fs),

@@ -76,6 +76,7 @@ pub fn copy_in(srcs: &[PathBuf], dst: &ImageArg, flags: super::Flags) -> CmdResu
             flags,
             over: &Overrides::default(),
             budget: None,
+            lend: false,
         };
         walk(ctx, |copier| {
             let mut made = HashSet::new();
@@ -152,6 +153,9 @@ struct Ctx<'a> {
     over: &'a Overrides,
     /// What the tree was counted to need when the image was sized for it.
     budget: Option<&'a Budget>,
+    /// Whether file data is lent to the device rather than copied (a sparse build:
+    /// `crate::sparse::lend`).
+    lend: bool,
 }
 
 impl Ctx<'_> {

@@ -22,15 +22,17 @@
 //! reads every byte of the raw image, its holes too.
 
 mod direct;
+pub mod lend;
 mod used;
 
 pub use direct::DirectOut;
 
 #[cfg(test)]
 use used::Mapping;
-pub use used::{walk, Raw, Scratch};
+pub use used::{walk, Image, Raw, Scratch};
 
 use std::io;
+use std::sync::Arc;
 
 /// The file header's magic number.
 pub const MAGIC: u32 = 0xed26_ff3a;
@@ -62,6 +64,11 @@ pub trait Out {
     /// Overwrite what was appended at `off` (a chunk header written before its size was
     /// known).
     fn patch(&mut self, off: u64, b: &[u8]) -> io::Result<()>;
+    /// Bytes appended from now on may lie in `window`: an output that passes them on
+    /// later (to another thread) may keep the window rather than copy them.
+    fn hold(&mut self, window: &Arc<Vec<u8>>) {
+        let _ = window;
+    }
 }
 
 impl<O: Out + ?Sized> Out for &mut O {
@@ -70,6 +77,9 @@ impl<O: Out + ?Sized> Out for &mut O {
     }
     fn patch(&mut self, off: u64, b: &[u8]) -> io::Result<()> {
         (**self).patch(off, b)
+    }
+    fn hold(&mut self, window: &Arc<Vec<u8>>) {
+        (**self).hold(window)
     }
 }
 
@@ -179,6 +189,8 @@ impl Out for FileOut<'_> {
 enum Piece {
     /// Bytes of the mapped image: their offset in it and length.
     Mapped(usize, usize),
+    /// Bytes of a window the encoder read a source file into.
+    Held(Arc<Vec<u8>>, usize, usize),
     /// Bytes made by the encoder (headers, patterns).
     Made(Vec<u8>),
     /// A patch at an offset of the output.
@@ -187,10 +199,17 @@ enum Piece {
 
 /// An [`Out`] that hands what it is given to a writer thread, so that the disk's file
 /// system copies the output in while the encoder goes on scanning and summing. Bytes of
-/// the mapped image (`image`) pass as where they are in it, not copied.
+/// the mapped image (`image`) or of the window held pass as where they are, not copied.
 struct Piped<'m> {
     image: &'m [u8],
+    held: Option<Arc<Vec<u8>>>,
     tx: std::sync::mpsc::SyncSender<Piece>,
+}
+
+/// Where `b` lies in `whole`, if it lies wholly inside it.
+fn offset_in(whole: &[u8], b: &[u8]) -> Option<usize> {
+    let (base, at) = (whole.as_ptr() as usize, b.as_ptr() as usize);
+    (at >= base && at + b.len() <= base + whole.len() && !b.is_empty()).then(|| at - base)
 }
 
 impl Piped<'_> {
@@ -203,42 +222,52 @@ impl Piped<'_> {
 
 impl Out for Piped<'_> {
     fn append(&mut self, b: &[u8]) -> io::Result<()> {
-        let (base, at) = (self.image.as_ptr() as usize, b.as_ptr() as usize);
-        let piece = if at >= base && at + b.len() <= base + self.image.len() && !b.is_empty() {
-            Piece::Mapped(at - base, b.len())
-        } else {
-            Piece::Made(b.to_vec())
+        let held = self
+            .held
+            .as_ref()
+            .and_then(|w| offset_in(w, b).map(|at| Piece::Held(w.clone(), at, b.len())));
+        let piece = match offset_in(self.image, b) {
+            Some(at) => Piece::Mapped(at, b.len()),
+            None => held.unwrap_or_else(|| Piece::Made(b.to_vec())),
         };
         self.send(piece)
     }
     fn patch(&mut self, off: u64, b: &[u8]) -> io::Result<()> {
         self.send(Piece::Patch(off, b.to_vec()))
     }
+    fn hold(&mut self, window: &Arc<Vec<u8>>) {
+        self.held = Some(window.clone());
+    }
 }
 
-/// Encode as [`walk`] does, from `image` (the raw image mapped whole), with the output
+/// Encode as [`walk`] does, from `image` (its raw file mapped whole), with the output
 /// written by a second thread: scanning and summing the image on one CPU, copying the
 /// encoded bytes into the output file on another.
 pub fn walk_mapped<O: Out + Send>(
-    raw: &std::fs::File,
-    image: &[u8],
+    image: &Image<'_>,
     blk: u32,
     mut out: O,
 ) -> io::Result<(O, Summary)> {
+    let mapped = image.map.expect("a mapped image");
     let (tx, rx) = std::sync::mpsc::sync_channel::<Piece>(64);
     std::thread::scope(|scope| {
         let writer = scope.spawn(move || -> io::Result<O> {
             for piece in rx {
                 match piece {
-                    Piece::Mapped(at, n) => out.append(&image[at..at + n])?,
+                    Piece::Mapped(at, n) => out.append(&mapped[at..at + n])?,
+                    Piece::Held(w, at, n) => out.append(&w[at..at + n])?,
                     Piece::Made(b) => out.append(&b)?,
                     Piece::Patch(off, b) => out.patch(off, &b)?,
                 }
             }
             Ok(out)
         });
-        let piped = Piped { image, tx };
-        let encoded = walk(raw, Some(image), image.len() as u64, blk, piped);
+        let piped = Piped {
+            image: mapped,
+            held: None,
+            tx,
+        };
+        let encoded = walk(image, blk, piped);
         // The channel closes with the encoder's end (dropped with `encoded`'s Piped), so
         // the writer ends; its error, when it stopped first, is the one to tell.
         let summary = encoded.map(|(_, sum)| sum);
@@ -354,6 +383,11 @@ impl<O: Out> Encoder<O> {
             sum,
             crc: Crc::default(),
         })
+    }
+
+    /// The bytes given next may lie in `window` (see [`Out::hold`]).
+    pub fn hold(&mut self, window: &Arc<Vec<u8>>) {
+        self.out.hold(window);
     }
 
     /// Blocks given so far.

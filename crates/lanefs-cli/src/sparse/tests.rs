@@ -256,7 +256,7 @@ fn walk_encodes_a_real_image_from_its_bytes_alone() {
             dev.flush().unwrap();
         }
         let raw = std::fs::File::open(&path).unwrap();
-        let (out, sum) = walk(&raw, None, len, 4096, Vec::new()).unwrap();
+        let (out, sum) = walk(&Image::plain(&raw, len), 4096, Vec::new()).unwrap();
         let (_, chunks, image) = decode(&out);
         assert_eq!(
             image,
@@ -268,12 +268,16 @@ fn walk_encodes_a_real_image_from_its_bytes_alone() {
         // Read from a mapping of the image: the same bytes.
         // SAFETY: the test's own temporary file, which nothing writes while it is mapped.
         let map = unsafe { Mapping::new(&raw, len) }.unwrap();
-        let (mapped, _) = walk(&raw, Some(map.bytes()), len, 4096, Vec::new()).unwrap();
+        let image = Image {
+            map: Some(map.bytes()),
+            ..Image::plain(&raw, len)
+        };
+        let (mapped, _) = walk(&image, 4096, Vec::new()).unwrap();
         assert!(mapped == out, "bs {bs}: the mapping changed the encoding");
         // And with the output written by a second thread, into a file.
         let piped = td.path().join("piped.simg");
         let file = std::fs::File::create(&piped).unwrap();
-        let (mut sink, psum) = walk_mapped(&raw, map.bytes(), 4096, FileOut::new(&file)).unwrap();
+        let (mut sink, psum) = walk_mapped(&image, 4096, FileOut::new(&file)).unwrap();
         sink.flush().unwrap();
         assert_eq!(psum, sum, "bs {bs}");
         assert!(
@@ -294,7 +298,7 @@ fn walk_encodes_a_real_image_from_its_bytes_alone() {
         let full = td.path().join("full.img");
         std::fs::write(&full, std::fs::read(&path).unwrap()).unwrap();
         let written = std::fs::File::open(&full).unwrap();
-        let (again, _) = walk(&written, None, len, 4096, Vec::new()).unwrap();
+        let (again, _) = walk(&Image::plain(&written, len), 4096, Vec::new()).unwrap();
         assert!(again == out, "bs {bs}: holes changed the encoding");
         // A free block that is not zero is stored.
         let free = 44u64 << 20;
@@ -304,7 +308,7 @@ fn walk_encodes_a_real_image_from_its_bytes_alone() {
             .unwrap()
             .write_all_at(b"stray", free)
             .unwrap();
-        let (stray, _) = walk(&written, None, len, 4096, Vec::new()).unwrap();
+        let (stray, _) = walk(&Image::plain(&written, len), 4096, Vec::new()).unwrap();
         let (_, _, image) = decode(&stray);
         assert_eq!(&image[free as usize..free as usize + 5], b"stray");
     }
@@ -391,4 +395,97 @@ fn direct_out_writes_what_a_vec_holds() {
         d.finish().unwrap();
         assert!(std::fs::read(&path).unwrap() == want, "round {round}");
     }
+}
+
+/// Goal: a device that lends records a lent write as where the source's bytes go (reads
+/// give them back; a later write over part of them splits the record; a write not on
+/// sparse blocks is made), and the walk over the records encodes the image the real
+/// writes make, read through a window or mapped with a writer thread. A source that
+/// changed since it was lent fails the encoding, naming it.
+#[test]
+fn lent_writes_encode_as_the_written_image() {
+    use lanefs::BlockDevice;
+    use lend::{LendingDevice, LentFile};
+    let td = tempfile::tempdir().unwrap();
+    let len = 48u64 << 20;
+    let at = 40u64 << 20;
+    let src_path = td.path().join("source");
+    let data = blocks("RRRPR0RR", 4096);
+    std::fs::write(&src_path, &data).unwrap();
+    let src = std::fs::File::open(&src_path).unwrap();
+    let lent = LentFile::map(&src, &src_path, data.len() as u64).unwrap();
+    let over = vec![b'X'; 4096];
+    let real_path = td.path().join("real.img");
+    let real = lanefs::FileDevice::create(&real_path, len).unwrap();
+    let opts = lanefs::mkfs::MkfsOptions {
+        prezeroed: true,
+        ..lanefs::mkfs::MkfsOptions::mke2fs()
+    };
+    lanefs::mkfs::format(&real, &opts).unwrap();
+    real.flush().unwrap();
+    let lent_path = td.path().join("lent.img");
+    std::fs::copy(&real_path, &lent_path).unwrap();
+    real.write_at(at, &data).unwrap();
+    real.write_at(at + 8192, &over).unwrap();
+    real.write_at(at + 12800, &data[12800..12803]).unwrap();
+    real.flush().unwrap();
+    drop(real);
+    let dev = LendingDevice::new(lanefs::FileDevice::open(&lent_path, false).unwrap(), 4096);
+    lent.lend(|| dev.write_at(at, lent.bytes())).unwrap();
+    assert_eq!(dev.placed().len(), 1);
+    let mut back = vec![0u8; data.len()];
+    dev.read_at(at, &mut back).unwrap();
+    assert!(back == data, "a placed range reads as its source");
+    dev.write_at(at + 8192, &over).unwrap();
+    assert_eq!(dev.placed().len(), 2, "a write splits what it covers");
+    // Lent bytes not on sparse blocks are written, and the rest of their block with them.
+    lent.lend(|| dev.write_at(at + 12800, &lent.bytes()[12800..12803]))
+        .unwrap();
+    let placed = dev.placed();
+    assert_eq!(placed.len(), 2);
+    assert_eq!((placed[1].0, placed[1].1.len), (at + 16384, 16384));
+    dev.flush().unwrap();
+    let placed = dev.placed();
+    drop(dev);
+    let want = std::fs::read(&real_path).unwrap();
+    let raw = std::fs::File::open(&lent_path).unwrap();
+    let real_raw = std::fs::File::open(&real_path).unwrap();
+    let (expect, _) = walk(&Image::plain(&real_raw, len), 4096, Vec::new()).unwrap();
+    let image = Image {
+        placed: &placed,
+        ..Image::plain(&raw, len)
+    };
+    let (got, _) = walk(&image, 4096, Vec::new()).unwrap();
+    let expanded = decode(&got).2;
+    let first = (0..want.len()).find(|&i| expanded[i] != want[i]);
+    assert!(
+        first.is_none(),
+        "the placed bytes expand in place: first differs at {first:?}"
+    );
+    assert!(got == expect, "placed or written, the same encoding");
+    // SAFETY: the test's own temporary file, which nothing writes while it is mapped.
+    let map = unsafe { Mapping::new(&raw, len) }.unwrap();
+    let mapped = Image {
+        map: Some(map.bytes()),
+        placed: &placed,
+        ..Image::plain(&raw, len)
+    };
+    let piped = td.path().join("piped.simg");
+    let file = std::fs::File::create(&piped).unwrap();
+    let (mut sink, _) = walk_mapped(&mapped, 4096, FileOut::new(&file)).unwrap();
+    sink.flush().unwrap();
+    assert!(
+        std::fs::read(&piped).unwrap() == expect,
+        "through the writer thread"
+    );
+    // The source changes: the encoding fails, naming it.
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&src_path)
+        .unwrap()
+        .write_all(b"more")
+        .unwrap();
+    let err = walk(&image, 4096, Vec::new()).unwrap_err().to_string();
+    assert!(err.contains("source") && err.contains("changed"), "{err}");
 }

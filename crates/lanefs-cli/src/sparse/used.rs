@@ -10,6 +10,7 @@
 //! transactions were batched) does not change it, so reproducible builds give the same
 //! sparse file.
 
+use super::lend::{Placed, Source};
 use super::{Encoder, Out, Summary};
 use lanefs::internals::disk::geometry::Geometry;
 use lanefs::internals::disk::group::{uninit_block_bitmap, GroupDesc, BG_BLOCK_UNINIT};
@@ -20,62 +21,159 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// Bytes read from the raw image at a time.
+/// Bytes read from the raw image, or from a source file, at a time.
 const WINDOW: usize = 4 << 20;
+/// Source windows that may be in the output's hands at once (see [`Windows`]).
+const WINDOWS: usize = 6;
 
-/// Encode the raw image `raw` (`len` bytes, an ext2/3/4 file system) into `out` in
-/// blocks of `blk` bytes, reading only its data: from `map` (the whole image mapped) when
-/// there is one, else through a window of reads.
-pub fn walk<O: Out>(
-    raw: &File,
-    map: Option<&[u8]>,
-    len: u64,
-    blk: u32,
-    out: O,
-) -> io::Result<(O, Summary)> {
-    let b = u64::from(blk);
+/// The raw image to encode: the file mkfs built (`len` bytes, an ext2/3/4 file system),
+/// mapped whole when `map` is given, and the ranges of it that are bytes of source files
+/// (`placed`, by offset, disjoint; see [`super::lend`]), which win over the file's own.
+pub struct Image<'a> {
+    pub raw: &'a File,
+    pub map: Option<&'a [u8]>,
+    pub len: u64,
+    pub placed: &'a [(u64, Placed)],
+}
+
+impl<'a> Image<'a> {
+    /// The raw image alone: `len` bytes of `raw`, read through a window.
+    #[cfg(test)]
+    pub fn plain(raw: &'a File, len: u64) -> Image<'a> {
+        Image {
+            raw,
+            map: None,
+            len,
+            placed: &[],
+        }
+    }
+}
+
+/// Encode `image` into `out` in blocks of `blk` bytes, reading only its data: the raw
+/// file's data ranges (SEEK_DATA) and the placed ranges of source files.
+pub fn walk<O: Out>(image: &Image<'_>, blk: u32, out: O) -> io::Result<(O, Summary)> {
+    let (raw, len, b) = (image.raw, image.len, u64::from(blk));
     if !len.is_multiple_of(b) {
         return Err(io::Error::other(format!(
             "{len} bytes are not whole {b}-byte blocks"
         )));
     }
     assert!(
-        map.is_none_or(|m| m.len() as u64 == len),
+        image.map.is_none_or(|m| m.len() as u64 == len),
         "a mapping of the whole image"
     );
     let mut used = UsedMap::read(raw, len, b)?;
     let mut enc = Encoder::new(out, blk, len / b)?;
-    let mut buf = match map {
+    let mut buf = match image.map {
         Some(_) => Vec::new(),
         None => vec![0u8; WINDOW.min(len as usize).max(blk as usize)],
     };
+    let mut sources = Sources::default();
+    let mut placed = image.placed.iter().peekable();
     let mut pos = 0;
     while pos < len {
-        let (start, end) = match next_data(raw, pos)? {
-            Some((d, h)) => {
-                let start = (d / b * b).clamp(pos, len);
-                (start, h.div_ceil(b).saturating_mul(b).clamp(start, len))
+        let next_placed = placed.peek().map_or(len, |(k, _)| *k);
+        assert!(
+            next_placed >= pos && next_placed.is_multiple_of(b),
+            "placed ranges in order, on sparse blocks"
+        );
+        // The raw file's next data before the next placed range, if any.
+        let data = match next_data(raw, pos)? {
+            Some((d, h)) if d < next_placed => {
+                let start = (d / b * b).clamp(pos, next_placed);
+                Some((
+                    start,
+                    h.div_ceil(b).saturating_mul(b).clamp(start, next_placed),
+                ))
             }
-            None => (len, len),
+            _ => None,
+        };
+        let Some((start, end)) = data else {
+            holes(&mut enc, &mut used, pos / b, next_placed / b)?;
+            pos = next_placed;
+            if let Some((k, p)) = placed.next() {
+                sources.encode(&mut enc, &mut used, *k / b, p, blk)?;
+                pos = k + p.len;
+            }
+            continue;
         };
         holes(&mut enc, &mut used, pos / b, start / b)?;
         let mut at = start;
         while at < end {
             let n = ((end - at) as usize).min(WINDOW);
-            let data = match map {
+            let bytes = match image.map {
                 Some(m) => &m[at as usize..at as usize + n],
                 None => {
                     raw.read_exact_at(&mut buf[..n], at)?;
                     &buf[..n]
                 }
             };
-            enc.data(at / b, data, &mut |k| used.care(k))?;
+            enc.data(at / b, bytes, &mut |k| used.care(k))?;
             at += n as u64;
         }
-        pos = end.max(start);
+        debug_assert!(end > start, "a data range of whole blocks");
+        pos = end;
     }
     enc.finish()
+}
+
+/// The source files of placed ranges as the encoder reads them: the last one opened,
+/// and the windows read into, each shared with the output until it is done with it.
+#[derive(Default)]
+struct Sources {
+    open: Option<(Arc<Source>, File)>,
+    windows: Vec<Arc<Vec<u8>>>,
+}
+
+impl Sources {
+    /// Encode placed range `p`, sparse blocks from `first` on, from its source.
+    fn encode<O: Out>(
+        &mut self,
+        enc: &mut Encoder<O>,
+        used: &mut UsedMap,
+        first: u64,
+        p: &Placed,
+        blk: u32,
+    ) -> io::Result<()> {
+        assert!(p.len.is_multiple_of(u64::from(blk)), "whole sparse blocks");
+        let file = match self.open.take() {
+            Some((s, f)) if Arc::ptr_eq(&s, &p.src) => f,
+            _ => p.src.reopen()?,
+        };
+        let mut done = 0;
+        while done < p.len {
+            let n = ((p.len - done) as usize).min(WINDOW);
+            let mut w = self.window();
+            let bytes = &mut Arc::get_mut(&mut w).expect("a window no one else holds")[..n];
+            file.read_exact_at(bytes, p.src_off + done).map_err(|e| {
+                io::Error::new(e.kind(), format!("{}: {e}", p.src.path().display()))
+            })?;
+            enc.hold(&w);
+            enc.data(first + done / u64::from(blk), &w[..n], &mut |k| {
+                used.care(k)
+            })?;
+            self.windows.push(w);
+            done += n as u64;
+        }
+        self.open = Some((p.src.clone(), file));
+        Ok(())
+    }
+
+    /// A window no one else holds: a kept one the output is done with, a new one while
+    /// there are fewer than [`WINDOWS`], else the first kept one once it is let go.
+    fn window(&mut self) -> Arc<Vec<u8>> {
+        loop {
+            if let Some(i) = self.windows.iter().position(|w| Arc::strong_count(w) == 1) {
+                return self.windows.swap_remove(i);
+            }
+            if self.windows.len() < WINDOWS {
+                return Arc::new(vec![0u8; WINDOW]);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
 }
 
 /// Blocks `k..end`, holes of the image: FILL where the file system uses them, DONT_CARE

@@ -46,6 +46,7 @@ pub fn populate_archive(
         clamp,
         over,
         budget: None,
+        lend: None,
     };
     populate::fill_image(image, fill, progress, |copier| {
         write::Build::new(copier, members, shown, image_shown).run()

@@ -3,6 +3,7 @@
 //! then gives it its xattrs and attributes.
 
 use super::*;
+use crate::sparse::lend::LentFile;
 
 /// A worker: run jobs until the walk ends. A job that fails, or that comes after an
 /// error stopped the copy (then only released), leaves its file unfinished.
@@ -69,6 +70,11 @@ impl Ctx<'_> {
                 .ctx(shown)?;
         }
         let len = job.meta.size;
+        // A sparse build's dense file: its whole blocks are lent to the device, not read.
+        let lent = (self.lend && job.dense)
+            .then(|| LentFile::map(file, &job.path, len))
+            .flatten();
+        let bs = u64::from(self.fs.block_size());
         // Only the host file's data segments are read; its holes stay holes here.
         let (mut pos, mut copied) = (0u64, 0u64);
         while let Some(start) = seek_data_hole(file, pos, false).ctx(&src)? {
@@ -84,10 +90,19 @@ impl Ctx<'_> {
                     // A file growing under us: read on to its end.
                     CHUNK
                 };
-                let n = read_full(&mut buf[..want], |filled, b| {
-                    Ok(file.read_at(b, off + filled as u64)?)
-                })
-                .ctx(&src)?;
+                // Of a lent file, the whole blocks (from a block boundary, within its
+                // length): lent; the rest is read.
+                let lend = match &lent {
+                    Some(_) if off.is_multiple_of(bs) => {
+                        (want as u64).min(len.saturating_sub(off)) / bs * bs
+                    }
+                    _ => 0,
+                } as usize;
+                let n = lend
+                    + read_full(&mut buf[..want - lend], |filled, b| {
+                        Ok(file.read_at(b, off + (lend + filled) as u64)?)
+                    })
+                    .ctx(&src)?;
                 if n == 0 {
                     break;
                 }
@@ -96,7 +111,12 @@ impl Ctx<'_> {
                 if let Some(b) = self.budget {
                     b.bytes(n as u64, &src)?;
                 }
-                if job.dense {
+                if let Some(l) = lent.as_ref().filter(|_| lend > 0) {
+                    let whole = &l.bytes()[off as usize..off as usize + lend];
+                    l.lend(|| self.write_all(ino, off, whole)).ctx(shown)?;
+                    let rest = &buf[..n - lend];
+                    self.write_all(ino, off + lend as u64, rest).ctx(shown)?;
+                } else if job.dense {
                     self.write_all(ino, off, &buf[..n]).ctx(shown)?;
                 } else {
                     for (at, piece) in nonzero_pieces(&buf[..n]) {

@@ -3,6 +3,7 @@
 //! root_owner` and a device table give.
 
 use super::*;
+use crate::sparse::lend::Lending;
 
 /// Fill the root of the just-formatted image `image` from host directory `src`, as
 /// `mke2fs -d`: the root takes the directory's xattrs and attributes after its last
@@ -13,13 +14,15 @@ use super::*;
 /// `src` only those are applied to the empty image.
 ///
 /// With `budget` (the image was sized for the tree), a tree that grew since it was
-/// counted fails the copy.
+/// counted fails the copy. With `lend` (a sparse build), file data is lent to the
+/// image's device, not copied into it (`crate::sparse::lend`).
 pub fn populate(
     image: &Path,
     src: Option<&Path>,
     clamp: Option<i64>,
     over: &Overrides,
     budget: Option<&Budget>,
+    lend: Option<&Lending>,
 ) -> CmdResult<()> {
     crate::hostsys::raise_fd_limit();
     let tree = match src {
@@ -47,6 +50,7 @@ pub fn populate(
         clamp,
         over,
         budget,
+        lend,
     };
     fill_image(image, fill, progress, |copier| match tree {
         Some((src, host, meta)) => {
@@ -59,11 +63,13 @@ pub fn populate(
 }
 
 /// How a just-formatted image is filled: the time clamp (SOURCE_DATE_EPOCH), the
-/// owners and modes to impose, and the size budget of a tree sized beforehand.
+/// owners and modes to impose, the size budget of a tree sized beforehand, and whether
+/// file data is lent to the device.
 pub(super) struct Fill<'a> {
     pub clamp: Option<i64>,
     pub over: &'a Overrides,
     pub budget: Option<&'a Budget>,
+    pub lend: Option<&'a Lending>,
 }
 
 /// Mount the just-formatted `image` for filling and run `walker` on the copier (file data
@@ -75,7 +81,7 @@ pub(super) fn fill_image(
     walker: impl FnOnce(&Copier<'_>) -> CmdResult<()>,
 ) -> CmdResult<()> {
     let opts = fill_options(fill.clamp);
-    let result = crate::session::with_fs_opts(image, opts, |fs| {
+    let work = |fs: &Fs| {
         let ctx = Ctx {
             fs,
             progress: &progress,
@@ -83,9 +89,14 @@ pub(super) fn fill_image(
             flags: crate::copy::Flags::default(),
             over: fill.over,
             budget: fill.budget,
+            lend: fill.lend.is_some(),
         };
         walk(ctx, walker)
-    });
+    };
+    let result = match fill.lend {
+        Some(lending) => lending.build(image, opts, work),
+        None => crate::session::with_fs_opts(image, opts, work),
+    };
     progress.finish();
     result.map(|_| ())
 }
