@@ -23,9 +23,11 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Bytes read from the raw image, or from a source file, at a time.
+/// Bytes read from the raw image at a time.
 const WINDOW: usize = 4 << 20;
-/// Source windows that may be in the output's hands at once (see [`Windows`]).
+/// Bytes read from a source file at a time, and how many such windows may be in the
+/// output's hands at once ([`Sources::window`]): few and small, as fresh memory costs.
+const SOURCE_WINDOW: usize = 512 << 10;
 const WINDOWS: usize = 6;
 
 /// The raw image to encode: the file mkfs built (`len` bytes, an ext2/3/4 file system),
@@ -144,7 +146,7 @@ impl Sources {
         };
         let mut done = 0;
         while done < p.len {
-            let n = ((p.len - done) as usize).min(WINDOW);
+            let n = ((p.len - done) as usize).min(SOURCE_WINDOW);
             let mut w = self.window();
             let bytes = &mut Arc::get_mut(&mut w).expect("a window no one else holds")[..n];
             file.read_exact_at(bytes, p.src_off + done).map_err(|e| {
@@ -169,7 +171,7 @@ impl Sources {
                 return self.windows.swap_remove(i);
             }
             if self.windows.len() < WINDOWS {
-                return Arc::new(vec![0u8; WINDOW]);
+                return Arc::new(vec![0u8; SOURCE_WINDOW]);
             }
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
