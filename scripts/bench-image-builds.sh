@@ -589,19 +589,20 @@ row_sparse() {
   # the whole 4 GiB image, holes too, into the page cache) gets memory the VM has not
   # touched lately, which costs more to fill (measured: +0.3 s of page clearing).
   for r in $(seq 1 "$reps"); do
-    local line="  rep $r:" order=(anchor sparse) one
+    local line="  rep $r:" order=(anchor sparse) one sep=''
     [ $((r % 2)) = 0 ] && order=(sparse anchor)
     rm -f "$p" "$ps" "$s"
     for one in "${order[@]}"; do
       if [ "$one" = anchor ] && [ -z "$afail" ]; then
         if timed "logs/sparse-plain-$r.log" sparse_anchor "$p" "$ps"; then
           at+=("$T"); a1+=("$T1")
-          line+=" plain + img2simg $(printf %.2f "$T") s (plain $(printf %.2f "$T1"))"
+          line+="${sep} plain + img2simg $(printf %.2f "$T") s (plain $(printf %.2f "$T1"))"
         else afail=$?; failed "plain lanefs mkfs + img2simg (anchor)" "$afail" "logs/sparse-plain-$r.log" "$(show "${acmd1[@]}") && $(show "${acmd2[@]}")"; fi
       elif [ "$one" = sparse ] && [ -z "$bfail" ]; then
-        if timed "logs/sparse-lanefs-$r.log" "${bcmd[@]}"; then bt+=("$T"); line+=" --sparse-output $(printf %.2f "$T") s"
+        if timed "logs/sparse-lanefs-$r.log" "${bcmd[@]}"; then bt+=("$T"); line+="${sep} --sparse-output $(printf %.2f "$T") s"
         else bfail=$?; failed "lanefs --sparse-output" "$bfail" "logs/sparse-lanefs-$r.log" "$(show "${bcmd[@]}")"; fi
       fi
+      [ "$line" = "  rep $r:" ] || sep=','
     done
     [ "$line" = "  rep $r:" ] || echo "$line"
   done

@@ -594,9 +594,10 @@ fn mkfs_sparse(
     let what = args.image.display();
     let raw = crate::sparse::Raw::new(&args.image, size).ctx(&what)?;
     let mut line = sized;
+    // A reproducible build lends its files' data (a plain one reads it to skip zeros).
     let lending = crate::sparse::lend::Lending::new(blk);
     let fill = Fill {
-        lend: Some(&lending),
+        lend: opts.time.is_some().then_some(&lending),
         ..fill
     };
     line += &build(args, raw.path(), Some(size), opts, fill)

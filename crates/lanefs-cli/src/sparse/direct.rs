@@ -19,7 +19,8 @@ const ALIGN: usize = 4096;
 /// (0.30 s and 0.25 s one at a time), but every MiB of buffer is memory to fault in and
 /// clear, which after a command that filled the page cache (img2simg reading a 4 GiB image)
 /// cost this VM about 2.5 ms a MiB: with 1 MiB by 4 or 2 MiB by 3 the sparse build took
-/// 0.66-0.82 s there, with 8 MiB by 3 0.74-0.99 s.
+/// 0.66-0.82 s there, with 8 MiB by 3 0.74-0.99 s (2 MiB by 4, between them, is what
+/// docs/bench.md's sparse row measures).
 const BUFFER: usize = 2 << 20;
 const DEPTH: usize = 4;
 

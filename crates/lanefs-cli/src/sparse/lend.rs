@@ -1,19 +1,21 @@
-//! File data lent, not copied, while `mkfs --sparse-output -d DIR` builds its raw image:
-//! the build's device records which source file's bytes a data write would have put
-//! where, and the encoder reads them from that file when it writes the sparse image. The
-//! file data then crosses memory once (source to sparse file) rather than three times
-//! (source to build, build to raw image, raw image to sparse file), and the raw image holds
-//! only metadata.
+//! File data lent, not copied, while `mkfs --sparse-output -d DIR` builds its raw image
+//! reproducibly: the build's device records which source file's bytes a data write would
+//! have put where, and the encoder reads them from that file when it writes the sparse
+//! image. Whole blocks of the files the copy's workers write are then copied twice (source
+//! to a window, window to the sparse file's buffer) rather than three times (source to the
+//! build's buffer, buffer to the raw image, raw image to the sparse file's buffer), and
+//! the raw image holds the metadata and the rest of the data (small files, files the walk
+//! writes itself, each file's partial last block).
 //!
 //! How the device knows: a worker about to hand a source file's data to the engine maps
-//! the file and lends the mapping for the length of the call ([`lending`]); a write the
-//! engine makes on that thread of bytes lying inside the lent mapping, whole blocks of the
-//! sparse image, is recorded as a [`Placed`] range (device offset, source, offset in it)
-//! instead of being written. Every other write is written, and first drops any placed
+//! the file and lends the mapping for the length of the call ([`LentFile::lend`]); a write
+//! the engine makes on that thread of bytes lying inside the lent mapping, whole blocks of
+//! the sparse image, is recorded as a [`Placed`] range (device offset, source, offset in
+//! it) instead of being written. Every other write is written, and first drops any placed
 //! range it covers; a read of a placed range reads the source. So the device behaves as a
-//! device that took every write, as long as the sources do not change; the encoder checks
-//! each source is still the file it was (device, inode, size, times) and fails naming it
-//! otherwise.
+//! device that took every write, as long as the sources do not change: each keeps its
+//! descriptor open, and the encoder checks it is still the file it was (size, times)
+//! before and after reading it, failing with its name otherwise.
 
 use super::used::Mapping;
 use lanefs::{BlockDevice, Error, FileDevice, Result};
@@ -22,25 +24,62 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-/// A source file whose bytes are lent: its path and what it was when lent.
+type PlacedMap = BTreeMap<u64, Placed>;
+
+/// A source file whose bytes are lent: its path (to name it), a descriptor of it, and
+/// what it was when lent.
 #[derive(Debug)]
 pub struct Source {
     path: PathBuf,
-    /// Device, inode, size, and modification and change times (seconds, nanoseconds).
-    id: (u64, u64, u64, [i64; 4]),
+    file: File,
+    /// Size, and modification and change times (seconds, nanoseconds).
+    id: (u64, [i64; 4]),
+}
+
+/// Descriptors the sources hold.
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Most descriptors the sources may hold: a quarter of what this process may open (the
+/// walk keeps directories and queued files open too).
+fn most_held() -> usize {
+    static MOST: OnceLock<usize> = OnceLock::new();
+    *MOST.get_or_init(|| {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one rlimit into `r`, which outlives the call.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+            return 0;
+        }
+        usize::try_from(r.rlim_cur / 4).unwrap_or(usize::MAX)
+    })
 }
 
 impl Source {
-    /// `file`, open at `path`, as it is now.
-    pub fn of(file: &File, path: &Path) -> io::Result<Source> {
-        Ok(Source {
+    /// `file`, open at `path`, as it is now, holding a descriptor of its own; `None` when
+    /// the sources hold as many descriptors as they may.
+    pub fn of(file: &File, path: &Path) -> io::Result<Option<Source>> {
+        if HELD.fetch_add(1, Ordering::Relaxed) >= most_held() {
+            HELD.fetch_sub(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        let file = file.try_clone().inspect_err(|_| {
+            HELD.fetch_sub(1, Ordering::Relaxed);
+        })?;
+        // Uncounted when dropped, as on a failure below.
+        let mut src = Source {
             path: path.to_path_buf(),
-            id: identity(file)?,
-        })
+            file,
+            id: (0, [0; 4]),
+        };
+        src.id = identity(&src.file)?;
+        Ok(Some(src))
     }
 
     pub fn path(&self) -> &Path {
@@ -49,35 +88,31 @@ impl Source {
 
     /// Its size when lent.
     pub fn len(&self) -> u64 {
-        self.id.2
+        self.id.0
     }
 
-    /// Open it again for reading, failing (naming it) unless it is still the same file
-    /// with the same size and times.
-    pub fn reopen(&self) -> io::Result<File> {
-        let changed = || {
-            io::Error::other(format!(
-                "{}: changed while the image was built (its data is read after the copy)",
+    /// Its descriptor, failing (naming it) unless it still has its size and times.
+    pub fn file(&self) -> io::Result<&File> {
+        if identity(&self.file)? != self.id {
+            return Err(io::Error::other(format!(
+                "{}: changed while the image was built (its size or times); its data is read \
+                 as the sparse file is written",
                 self.path.display()
-            ))
-        };
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&self.path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))?;
-        if identity(&file)? != self.id {
-            return Err(changed());
+            )));
         }
-        Ok(file)
+        Ok(&self.file)
     }
 }
 
-fn identity(file: &File) -> io::Result<(u64, u64, u64, [i64; 4])> {
+impl Drop for Source {
+    fn drop(&mut self) {
+        HELD.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn identity(file: &File) -> io::Result<(u64, [i64; 4])> {
     let st = rustix::fs::fstat(file.as_fd())?;
     Ok((
-        st.st_dev,
-        st.st_ino,
         st.st_size.max(0) as u64,
         [
             st.st_mtime,
@@ -98,19 +133,20 @@ impl LentFile {
     /// `file` (open at `path`, `len` bytes long as the copy saw it), mapped read-only;
     /// `None` where it is another length now or cannot be mapped (it is then read).
     pub fn map(file: &File, path: &Path, len: u64) -> Option<LentFile> {
-        let src = Source::of(file, path).ok()?;
+        let src = Source::of(file, path).ok()??;
         if src.len() != len || len == 0 {
             return None;
         }
         // SAFETY: `Mapping::new` asks that nothing change the file while it is mapped,
-        // which a source another process may write cannot promise. What holds instead:
-        // nothing in this process reads the mapping. The copy lends only whole blocks at
-        // block boundaries (a file's partial last block is read with pread), the engine's
-        // direct write passes such a slice to the device's `write_at` untouched, and the
-        // device records where it lies rather than reading it; a lent slice the device
-        // does write (not on sparse blocks) goes to pwrite, where the kernel reads it and
-        // a page past a truncation is EFAULT, not a signal. The encoder reads the file
-        // itself, with pread, once it has checked the file is unchanged.
+        // which a source another process may write cannot promise: in form, the slice
+        // `bytes` gives may change under it. What holds instead is that nothing in this
+        // process reads it. The copy lends only whole blocks at block boundaries (a file's
+        // partial last block is read with pread); for those the engine's direct write
+        // (`write_once`, inline data being smaller than a block) passes the slice to the
+        // device's `write_at` untouched, and the device compares its address and records
+        // it, never reading it; a lent slice the device does write (not on sparse blocks)
+        // goes to pwrite, where the kernel reads it and a page past a truncation is
+        // EFAULT, not a signal. The encoder reads the file itself, with pread.
         let map = unsafe { Mapping::new(file, len) }.ok()?;
         Some(LentFile {
             map,
@@ -223,7 +259,7 @@ pub struct LendingDevice {
     /// sparse image's block size: the encoder takes a block from one place).
     align: u64,
     /// Placed ranges by device offset, none overlapping another.
-    placed: Mutex<BTreeMap<u64, Placed>>,
+    placed: Mutex<PlacedMap>,
 }
 
 impl LendingDevice {
@@ -236,7 +272,7 @@ impl LendingDevice {
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Placed>> {
+    fn map(&self) -> MutexGuard<'_, PlacedMap> {
         self.placed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -247,7 +283,8 @@ impl LendingDevice {
 
     /// Drop what is placed in `off..off + len` (about to be written over). Placed ranges
     /// stay whole sparse blocks: the placed rest of a block the write covers in part is
-    /// written from its source first.
+    /// written from its source first, under the lock, so that no other write or record
+    /// of that block comes between.
     fn unplace(&self, off: u64, len: u64) -> Result<()> {
         if len == 0 {
             return Ok(());
@@ -257,31 +294,18 @@ impl LendingDevice {
             off / self.align * self.align,
             end.next_multiple_of(self.align),
         );
-        let mut edges = Vec::new();
-        {
-            let mut m = self.map();
-            for (a, e) in [(from, off), (end, to)] {
-                if a < e && overlaps(&m, a, e) {
-                    edges.push((a, (e - a) as usize));
-                }
-            }
-            if edges.is_empty() {
-                unplace(&mut m, off, end);
-                return Ok(());
+        let mut m = self.map();
+        for (a, e) in [(from, off), (end, to)] {
+            if a < e && overlaps(&m, a, e) {
+                // Rare (a write not on sparse blocks over lent bytes).
+                let mut b = vec![0u8; (e - a) as usize];
+                self.inner.read_at(a, &mut b)?;
+                read_placed(&m, a, &mut b)?;
+                unplace(&mut m, a, e);
+                self.inner.write_at(a, &b)?;
             }
         }
-        // Rare (a write not on sparse blocks over lent bytes): the blocks' bytes as they
-        // read now, written back whole once nothing is placed there.
-        let mut whole = Vec::new();
-        for (a, n) in edges {
-            let mut b = vec![0u8; n];
-            self.read_at(a, &mut b)?;
-            whole.push((a, b));
-        }
-        unplace(&mut self.map(), from, to);
-        for (a, b) in whole {
-            self.inner.write_at(a, &b)?;
-        }
+        unplace(&mut m, off, end);
         Ok(())
     }
 
@@ -301,38 +325,31 @@ impl LendingDevice {
         }
         m.insert(off, Placed { len, src, src_off });
     }
+}
 
-    /// Read the placed parts of `buf` (the device's bytes from `off`) from their sources.
-    fn read_placed(&self, off: u64, buf: &mut [u8]) -> Result<()> {
-        let end = off + buf.len() as u64;
-        let parts: Vec<(u64, Placed)> = {
-            let m = self.map();
-            let first = m.range(..=off).next_back().map_or(off, |(&k, _)| k);
-            m.range(first..end)
-                .filter(|(&k, p)| k + p.len > off)
-                .map(|(&k, p)| (k, p.clone()))
-                .collect()
-        };
-        for (k, p) in parts {
-            let (from, to) = (k.max(off), (k + p.len).min(end));
-            let dst = &mut buf[(from - off) as usize..(to - off) as usize];
-            let what = || format!("reading {}", p.src.path().display());
-            let file = p.src.reopen().map_err(|e| Error::io(what(), e))?;
-            file.read_exact_at(dst, p.src_off + (from - k))
-                .map_err(|e| Error::io(what(), e))?;
-        }
-        Ok(())
+/// Read the placed parts of `buf` (the device's bytes from `off`) from their sources.
+fn read_placed(m: &PlacedMap, off: u64, buf: &mut [u8]) -> Result<()> {
+    let end = off + buf.len() as u64;
+    let first = m.range(..=off).next_back().map_or(off, |(&k, _)| k);
+    for (&k, p) in m.range(first..end).filter(|(&k, p)| k + p.len > off) {
+        let (from, to) = (k.max(off), (k + p.len).min(end));
+        let dst = &mut buf[(from - off) as usize..(to - off) as usize];
+        let what = "reading lent file data";
+        let file = p.src.file().map_err(|e| Error::io(what, e))?;
+        file.read_exact_at(dst, p.src_off + (from - k))
+            .map_err(|e| Error::io(what, e))?;
     }
+    Ok(())
 }
 
 /// Whether any placed range overlaps `from..to`.
-fn overlaps(m: &BTreeMap<u64, Placed>, from: u64, to: u64) -> bool {
+fn overlaps(m: &PlacedMap, from: u64, to: u64) -> bool {
     let first = m.range(..from).next_back().map_or(from, |(&k, _)| k);
     m.range(first..to).any(|(&k, p)| k + p.len > from)
 }
 
 /// Drop the parts of placed ranges in `from..to`, keeping what lies outside it.
-fn unplace(m: &mut BTreeMap<u64, Placed>, from: u64, to: u64) {
+fn unplace(m: &mut PlacedMap, from: u64, to: u64) {
     let first = m.range(..from).next_back().map_or(from, |(&k, _)| k);
     let hit: Vec<u64> = m
         .range(first..to)
@@ -363,12 +380,13 @@ fn unplace(m: &mut BTreeMap<u64, Placed>, from: u64, to: u64) {
 impl BlockDevice for LendingDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         self.inner.read_at(off, buf)?;
-        self.read_placed(off, buf)
+        read_placed(&self.map(), off, buf)
     }
 
     fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
         let len = buf.len() as u64;
-        if off.is_multiple_of(self.align) && len.is_multiple_of(self.align) && len > 0 {
+        let aligned = off.is_multiple_of(self.align) && len.is_multiple_of(self.align);
+        if aligned && len > 0 && off.saturating_add(len) <= self.inner.size() {
             if let Some((src, src_off)) = lent_at(buf) {
                 self.place(off, len, src, src_off);
                 return Ok(());
@@ -390,9 +408,9 @@ impl BlockDevice for LendingDevice {
 
     fn read_scatter_at(&self, off: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
         self.inner.read_scatter_at(off, bufs)?;
-        let mut at = off;
+        let (m, mut at) = (self.map(), off);
         for b in bufs.iter_mut() {
-            self.read_placed(at, b)?;
+            read_placed(&m, at, b)?;
             at += b.len() as u64;
         }
         Ok(())

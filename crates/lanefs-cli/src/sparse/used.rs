@@ -10,7 +10,7 @@
 //! transactions were batched) does not change it, so reproducible builds give the same
 //! sparse file.
 
-use super::lend::{Placed, Source};
+use super::lend::Placed;
 use super::{Encoder, Out, Summary};
 use lanefs::internals::disk::geometry::Geometry;
 use lanefs::internals::disk::group::{uninit_block_bitmap, GroupDesc, BG_BLOCK_UNINIT};
@@ -121,16 +121,16 @@ pub fn walk<O: Out>(image: &Image<'_>, blk: u32, out: O) -> io::Result<(O, Summa
     enc.finish()
 }
 
-/// The source files of placed ranges as the encoder reads them: the last one opened,
-/// and the windows read into, each shared with the output until it is done with it.
+/// The windows the encoder reads source files into, each shared with the output until
+/// it is done with it.
 #[derive(Default)]
 struct Sources {
-    open: Option<(Arc<Source>, File)>,
     windows: Vec<Arc<Vec<u8>>>,
 }
 
 impl Sources {
-    /// Encode placed range `p`, sparse blocks from `first` on, from its source.
+    /// Encode placed range `p`, sparse blocks from `first` on, from its source, which must
+    /// keep its size and times from before the first read to after the last.
     fn encode<O: Out>(
         &mut self,
         enc: &mut Encoder<O>,
@@ -140,10 +140,7 @@ impl Sources {
         blk: u32,
     ) -> io::Result<()> {
         assert!(p.len.is_multiple_of(u64::from(blk)), "whole sparse blocks");
-        let file = match self.open.take() {
-            Some((s, f)) if Arc::ptr_eq(&s, &p.src) => f,
-            _ => p.src.reopen()?,
-        };
+        let file = p.src.file()?;
         let mut done = 0;
         while done < p.len {
             let n = ((p.len - done) as usize).min(SOURCE_WINDOW);
@@ -159,8 +156,7 @@ impl Sources {
             self.windows.push(w);
             done += n as u64;
         }
-        self.open = Some((p.src.clone(), file));
-        Ok(())
+        p.src.file().map(drop)
     }
 
     /// A window no one else holds: a kept one the output is done with, a new one while

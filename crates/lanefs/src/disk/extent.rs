@@ -99,10 +99,11 @@ pub fn decode_node(b: &[u8], at: u64) -> Result<Node> {
                     e.lblk
                 ));
             }
-            // The kernel's ext4_valid_extent: the last block must not wrap past 2^32.
-            if e.lend() > 1 << 32 {
+            // The kernel's ext4_valid_extent (`lblock + len <= lblock` in 32 bits): the
+            // end must stay below 2^32.
+            if e.lend() >= 1 << 32 {
                 return bad(format!(
-                    "extent {i} (lblk {}, len {len}) ends past 2^32 logical blocks",
+                    "extent {i} (lblk {}, len {len}) reaches 2^32 logical blocks",
                     e.lblk
                 ));
             }
@@ -403,7 +404,7 @@ mod tests {
     }
 
     #[test]
-    fn an_extent_may_end_at_but_not_past_2_pow_32() {
+    fn an_extent_must_end_below_2_pow_32() {
         let at = |lblk: u32, len: u32| {
             let mut b = vec![0u8; 60];
             encode_node(&mut b, &Node::Leaf(vec![]));
@@ -413,9 +414,9 @@ mod tests {
             put32(&mut b, 20, 100);
             decode_node(&b, 3)
         };
-        assert!(at(u32::MAX - 9, 10).is_ok());
-        let err = at(u32::MAX - 9, 11).unwrap_err().to_string();
-        assert!(err.contains("past 2^32"), "{err}");
+        assert!(at(u32::MAX - 10, 10).is_ok());
+        let err = at(u32::MAX - 9, 10).unwrap_err().to_string();
+        assert!(err.contains("2^32"), "{err}");
         // An unwritten run's raw length is offset by 32768: its true length counts.
         assert!(at(u32::MAX, 32768 + 2).is_err());
     }
