@@ -48,6 +48,30 @@ impl Block {
     }
 }
 
+/// The output file through its `O_DIRECT` descriptor, and through a plain one for what
+/// the direct one refuses as unaligned (EINVAL): a file system may take the flag at open
+/// and want a larger alignment than [`ALIGN`] of the requests.
+struct Twin {
+    direct: File,
+    plain: File,
+}
+
+impl Twin {
+    fn write_all_at(&self, b: &[u8], at: u64) -> io::Result<()> {
+        match self.direct.write_all_at(b, at) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.plain.write_all_at(b, at),
+            r => r,
+        }
+    }
+
+    fn read_exact_at(&self, b: &mut [u8], at: u64) -> io::Result<()> {
+        match self.direct.read_exact_at(b, at) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.plain.read_exact_at(b, at),
+            r => r,
+        }
+    }
+}
+
 /// A full buffer to write at a file offset.
 type Job = (Block, u64);
 
@@ -58,7 +82,7 @@ type Job = (Block, u64);
 /// block through the file's own descriptor.
 pub struct DirectOut<'a> {
     file: &'a File,
-    direct: Arc<File>,
+    direct: Arc<Twin>,
     cur: Block,
     /// Bytes in `cur`, and the file offset of its first (a multiple of `ALIGN`).
     len: usize,
@@ -81,7 +105,10 @@ impl<'a> DirectOut<'a> {
             .custom_flags(libc::O_DIRECT)
             .open(path)
             .ok()?;
-        let direct = Arc::new(direct);
+        let direct = Arc::new(Twin {
+            direct,
+            plain: file.try_clone().ok()?,
+        });
         let (jobs, queue) = channel::<Job>();
         let (done_tx, done) = channel();
         let queue = Arc::new(Mutex::new(queue));
@@ -218,5 +245,46 @@ impl Drop for DirectOut<'_> {
         for w in self.writers.drain(..) {
             let _ = w.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: what the direct descriptor refuses as unaligned goes through the plain one,
+    /// and reads back the same.
+    #[test]
+    fn unaligned_requests_go_through_the_plain_descriptor() {
+        let td = tempfile::tempdir().unwrap();
+        let path = td.path().join("out");
+        let plain = File::create_new(&path).unwrap();
+        let direct = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .expect("O_DIRECT on the test's own file system");
+        let twin = Twin {
+            direct,
+            plain: std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap(),
+        };
+        drop(plain);
+        let mut mem = vec![0u8; 3 * ALIGN];
+        let at = mem.as_ptr().align_offset(ALIGN) + 1;
+        let bytes: Vec<u8> = (0..ALIGN).map(|i| (i * 7 + 3) as u8).collect();
+        mem[at..at + ALIGN].copy_from_slice(&bytes);
+        // Memory one byte off alignment: EINVAL on the direct descriptor.
+        let refused = twin.direct.write_at(&mem[at..at + ALIGN], 0).unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::EINVAL));
+        twin.write_all_at(&mem[at..at + ALIGN], 0).unwrap();
+        let mut back = vec![0u8; 3 * ALIGN];
+        twin.read_exact_at(&mut back[at..at + ALIGN], 0).unwrap();
+        assert!(back[at..at + ALIGN] == bytes[..]);
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
     }
 }
