@@ -17,17 +17,27 @@ pub fn egid() -> u32 {
 /// Raise the soft limit on open descriptors to the hard one: a copy holds one open per
 /// directory level it is in (a tree deeper than the usual 1024 would fail with EMFILE).
 pub fn raise_fd_limit() {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into `r`, which outlives the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 && r.rlim_cur < r.rlim_max {
+    if let Some(mut r) = nofile().filter(|r| r.rlim_cur < r.rlim_max) {
         r.rlim_cur = r.rlim_max;
         // SAFETY: setrlimit reads one rlimit from `r`, which outlives the call; failing
         // leaves the limit as it was.
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
     }
+}
+
+/// The descriptors this process may open now (the soft limit).
+pub fn fd_limit() -> Option<u64> {
+    nofile().map(|r| r.rlim_cur)
+}
+
+/// The limits on open descriptors.
+fn nofile() -> Option<libc::rlimit> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `r`, which outlives the call.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r)
 }
 
 /// Let a write to a closed pipe end the process quietly, like other Unix tools.

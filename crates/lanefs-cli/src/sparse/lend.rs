@@ -49,15 +49,7 @@ static HELD: AtomicUsize = AtomicUsize::new(0);
 fn most_held() -> usize {
     static MOST: OnceLock<usize> = OnceLock::new();
     *MOST.get_or_init(|| {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes one rlimit into `r`, which outlives the call.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
-            return 0;
-        }
-        usize::try_from(r.rlim_cur / 4).unwrap_or(usize::MAX)
+        crate::hostsys::fd_limit().map_or(0, |n| usize::try_from(n / 4).unwrap_or(usize::MAX))
     })
 }
 

@@ -222,13 +222,14 @@ impl Piped<'_> {
 
 impl Out for Piped<'_> {
     fn append(&mut self, b: &[u8]) -> io::Result<()> {
-        let held = self
-            .held
-            .as_ref()
-            .and_then(|w| offset_in(w, b).map(|at| Piece::Held(w.clone(), at, b.len())));
+        let held = |w: &Arc<Vec<u8>>| offset_in(w, b).map(|at| Piece::Held(w.clone(), at, b.len()));
         let piece = match offset_in(self.image, b) {
             Some(at) => Piece::Mapped(at, b.len()),
-            None => held.unwrap_or_else(|| Piece::Made(b.to_vec())),
+            None => self
+                .held
+                .as_ref()
+                .and_then(held)
+                .unwrap_or_else(|| Piece::Made(b.to_vec())),
         };
         self.send(piece)
     }

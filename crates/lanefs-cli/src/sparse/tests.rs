@@ -231,6 +231,19 @@ fn file_sink_patches_written_and_buffered_bytes() {
     );
 }
 
+/// A new image file of `len` bytes at `path`, formatted as mke2fs would (with blocks of
+/// `bs` bytes when given).
+fn formatted(path: &std::path::Path, len: u64, bs: Option<u32>) -> lanefs::FileDevice {
+    let dev = lanefs::FileDevice::create(path, len).unwrap();
+    let opts = lanefs::mkfs::MkfsOptions {
+        block_size: bs,
+        prezeroed: true,
+        ..lanefs::mkfs::MkfsOptions::mke2fs()
+    };
+    lanefs::mkfs::format(&dev, &opts).unwrap();
+    dev
+}
+
 /// Goal: the walk over a real image (1 KiB blocks under 4 KiB sparse blocks, and 4 KiB
 /// blocks) expands to its bytes, leaves out (DONT_CARE) only blocks its bitmaps call
 /// free, keeps the journal and inode tables as FILL, and gives the same sparse bytes
@@ -244,13 +257,7 @@ fn walk_encodes_a_real_image_from_its_bytes_alone() {
         let path = td.path().join("raw.img");
         let len = 48u64 << 20;
         {
-            let dev = lanefs::FileDevice::create(&path, len).unwrap();
-            let opts = lanefs::mkfs::MkfsOptions {
-                block_size: Some(bs),
-                prezeroed: true,
-                ..lanefs::mkfs::MkfsOptions::mke2fs()
-            };
-            lanefs::mkfs::format(&dev, &opts).unwrap();
+            let dev = formatted(&path, len, Some(bs));
             // A data block of pattern and one of noise past the metadata.
             dev.write_at(40 << 20, &blocks("PR", 4096)).unwrap();
             dev.flush().unwrap();
@@ -416,12 +423,7 @@ fn lent_writes_encode_as_the_written_image() {
     let lent = LentFile::map(&src, &src_path, data.len() as u64).unwrap();
     let over = vec![b'X'; 4096];
     let real_path = td.path().join("real.img");
-    let real = lanefs::FileDevice::create(&real_path, len).unwrap();
-    let opts = lanefs::mkfs::MkfsOptions {
-        prezeroed: true,
-        ..lanefs::mkfs::MkfsOptions::mke2fs()
-    };
-    lanefs::mkfs::format(&real, &opts).unwrap();
+    let real = formatted(&real_path, len, None);
     real.flush().unwrap();
     let lent_path = td.path().join("lent.img");
     std::fs::copy(&real_path, &lent_path).unwrap();

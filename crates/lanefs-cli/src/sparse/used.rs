@@ -73,6 +73,7 @@ pub fn walk<O: Out>(image: &Image<'_>, blk: u32, out: O) -> io::Result<(O, Summa
         None => vec![0u8; WINDOW.min(len as usize).max(blk as usize)],
     };
     let mut sources = Sources::default();
+    let mut ranges = DataRanges { raw, last: None };
     let mut placed = image.placed.iter().peekable();
     let mut pos = 0;
     while pos < len {
@@ -82,7 +83,7 @@ pub fn walk<O: Out>(image: &Image<'_>, blk: u32, out: O) -> io::Result<(O, Summa
             "placed ranges in order, on sparse blocks"
         );
         // The raw file's next data before the next placed range, if any.
-        let data = match next_data(raw, pos)? {
+        let data = match ranges.at(pos)? {
             Some((d, h)) if d < next_placed => {
                 let start = (d / b * b).clamp(pos, next_placed);
                 Some((
@@ -185,6 +186,28 @@ fn holes<O: Out>(enc: &mut Encoder<O>, used: &mut UsedMap, k: u64, end: u64) -> 
         k = next;
     }
     Ok(())
+}
+
+/// The raw file's data ranges, asked of increasing positions: the last answer serves
+/// every position it still covers (a placed range between two asks changes nothing).
+struct DataRanges<'a> {
+    raw: &'a File,
+    /// The position last asked, and the answer.
+    last: Option<(u64, Option<(u64, u64)>)>,
+}
+
+impl DataRanges<'_> {
+    /// The data range at or after `pos`, as [`next_data`] gives it.
+    fn at(&mut self, pos: u64) -> io::Result<Option<(u64, u64)>> {
+        if let Some((asked, known)) = self.last {
+            if asked <= pos && known.is_none_or(|(_, h)| pos < h) {
+                return Ok(known.map(|(d, h)| (d.max(pos), h)));
+            }
+        }
+        let known = next_data(self.raw, pos)?;
+        self.last = Some((pos, known));
+        Ok(known)
+    }
 }
 
 /// The data range at or after `pos`: (start, end of it), or `None` past the last.
