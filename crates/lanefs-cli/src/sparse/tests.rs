@@ -446,6 +446,11 @@ fn lent_writes_encode_as_the_written_image() {
     let placed = dev.placed();
     assert_eq!(placed.len(), 2);
     assert_eq!((placed[1].0, placed[1].1.len), (at + 16384, 16384));
+    // Lent bytes past the device's end are refused, not recorded.
+    assert!(lent
+        .lend(|| dev.write_at(len - 4096, &lent.bytes()[..8192]))
+        .is_err());
+    assert_eq!(dev.placed().len(), 2);
     dev.flush().unwrap();
     let placed = dev.placed();
     drop(dev);
